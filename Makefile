@@ -1,0 +1,81 @@
+# Parallax build. `make` builds the library and the `parallax` command; `make check` builds and
+# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck).
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wno-unused-parameter
+INC     := -Ilibparallax/include -Ilibparallax
+LIBS    := -laio
+B       := build
+
+LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
+TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
+LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
+TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c)
+UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
+
+all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax
+
+# ---- the library -------------------------------------------------------------------------------
+$(B)/obj/%.o: %.c $(LIB_HDRS) | $(B)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -fPIC $(INC) -c $< -o $@
+
+$(B)/libparallax.a: $(LIB_SRCS:%.c=$(B)/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
+	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
+
+$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -o $@
+
+$(B):
+	@mkdir -p $(B)
+
+# ---- unit tests (Check), plain and sanitized -------------------------------------------------
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+
+$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+
+UNIT_BINS     := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit/%)
+UNIT_SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit-san/%)
+
+unit: $(UNIT_BINS)
+	@tests/run-unit.sh $(UNIT_BINS)
+
+unit-san: $(UNIT_SAN_BINS)
+	@PLX_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run-unit.sh $(UNIT_SAN_BINS)
+
+integration: all
+	@tests/run-integration.sh
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
+	    libparallax tools gc tapdisk
+
+format:
+	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
+
+check: deps all unit unit-san integration lint
+	@echo "make check: all passed"
+
+deps:
+	@scripts/install-deps.sh test
+
+demo: all
+	@scripts/demo.sh
+
+clean:
+	rm -rf $(B)
+
+.PHONY: all unit unit-san integration lint format check deps demo clean

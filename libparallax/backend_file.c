@@ -1,0 +1,637 @@
+/*
+ * backend_file.c - file or block device backend: libaio + O_DIRECT, completions signalled on an
+ * eventfd.
+ *
+ * Each accepted I/O occupies one slot (an iocb) while it is with the kernel. At most nslots are
+ * with the kernel at once; beyond that, I/Os wait in a queue and are started from poll() as
+ * slots free up, as are I/Os that io_submit refused with EAGAIN.
+ *
+ * Flushes and FUA writes must not block the single-threaded engine, so fdatasync is never
+ * called inline. Flushes go to the kernel as IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC. Kernels
+ * before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them with EINVAL; then the backend falls
+ * back for good to running fdatasync on a helper thread, which reports completion through the
+ * same eventfd, and a FUA write becomes a plain write followed by such a flush.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libaio.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/fs.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include "backend.h"
+#include "backend_mem_internal.h"
+
+#define FILE_MAX_SLOTS 1024
+#define REAP_BATCH 256
+
+enum slot_stage {
+    ST_RW,   /* transferring data */
+    ST_SYNC, /* flush, or the fdatasync that makes a FUA write durable */
+};
+
+struct file_slot {
+    struct iocb cb;
+    struct iovec iov;
+    struct plx_io *io;
+    size_t total, done; /* bytes */
+    enum slot_stage stage;
+    int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
+    int status;
+    struct file_slot *next; /* free, stalled, ready or helper-thread list */
+};
+
+struct slot_list {
+    struct file_slot *head, *tail;
+};
+
+struct file_backend {
+    plx_backend base;
+    int fd, efd;
+    int direct, rdonly;
+    io_context_t ctx;
+    struct file_slot *slots;
+    struct file_slot *free_slots;
+    struct plx_io *wait_head, *wait_tail; /* accepted, waiting for a slot */
+    struct slot_list stalled;             /* io_submit said EAGAIN: retry from poll */
+    struct slot_list ready;               /* finished, callback not yet run */
+    unsigned inflight;                    /* accepted and callback not yet run */
+    unsigned in_kernel;                   /* iocbs the kernel holds */
+    int aio_fdsync, rwf_dsync;            /* cleared when the kernel refuses them */
+
+    /* fdatasync helper thread, started on first need */
+    int thr_started, thr_stop;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct slot_list thr_jobs, thr_done;
+    unsigned thr_busy; /* handed to the thread and not yet reaped */
+};
+
+static void list_push(struct slot_list *l, struct file_slot *s)
+{
+    s->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = s;
+    else
+        l->head = s;
+    l->tail = s;
+}
+
+static struct file_slot *list_pop(struct slot_list *l)
+{
+    struct file_slot *s = l->head;
+    if (s != NULL) {
+        l->head = s->next;
+        if (l->head == NULL)
+            l->tail = NULL;
+        s->next = NULL;
+    }
+    return s;
+}
+
+static void efd_signal(int efd)
+{
+    uint64_t one = 1;
+    /* EAGAIN means the counter is saturated, which still reads as readable. */
+    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        perror("parallax: eventfd write");
+}
+
+static void efd_drain(int efd)
+{
+    uint64_t v;
+    while (read(efd, &v, sizeof(v)) > 0)
+        ;
+}
+
+static void slot_finish(struct file_backend *f, struct file_slot *s, int status)
+{
+    s->status = status;
+    list_push(&f->ready, s);
+}
+
+/* ---- fdatasync helper thread ----------------------------------------------------------------- */
+
+static void *sync_thread(void *arg)
+{
+    struct file_backend *f = arg;
+
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        while (f->thr_jobs.head == NULL && !f->thr_stop)
+            pthread_cond_wait(&f->cv, &f->mu);
+        if (f->thr_jobs.head == NULL)
+            break;
+        /* One fdatasync serves every job queued before it started: they were all submitted
+         * (and their writes completed) before this point. */
+        struct slot_list jobs = f->thr_jobs;
+        f->thr_jobs.head = f->thr_jobs.tail = NULL;
+        pthread_mutex_unlock(&f->mu);
+        int rc = fdatasync(f->fd) < 0 ? -errno : 0;
+        pthread_mutex_lock(&f->mu);
+        struct file_slot *s;
+        while ((s = list_pop(&jobs)) != NULL) {
+            s->status = rc;
+            list_push(&f->thr_done, s);
+        }
+        efd_signal(f->efd);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+static void thread_enqueue(struct file_backend *f, struct file_slot *s)
+{
+    if (!f->thr_started) {
+        int rc = pthread_create(&f->thr, NULL, sync_thread, f);
+        if (rc != 0) {
+            /* Without a thread the only way left is to block; better than losing durability. */
+            slot_finish(f, s, fdatasync(f->fd) < 0 ? -errno : 0);
+            efd_signal(f->efd);
+            return;
+        }
+        f->thr_started = 1;
+    }
+    pthread_mutex_lock(&f->mu);
+    list_push(&f->thr_jobs, s);
+    f->thr_busy++;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void reap_thread(struct file_backend *f)
+{
+    if (!f->thr_started)
+        return;
+    pthread_mutex_lock(&f->mu);
+    struct slot_list done = f->thr_done;
+    f->thr_done.head = f->thr_done.tail = NULL;
+    pthread_mutex_unlock(&f->mu);
+    struct file_slot *s;
+    while ((s = list_pop(&done)) != NULL) {
+        f->thr_busy--;
+        slot_finish(f, s, s->status);
+    }
+}
+
+/* ---- Submission ------------------------------------------------------------------------------ */
+
+static void slot_prep(struct file_backend *f, struct file_slot *s)
+{
+    struct plx_io *io = s->io;
+    unsigned char *buf = (unsigned char *)io->buf + s->done;
+    size_t len = s->total - s->done;
+    long long off = (long long)(io->block * PLX_BLOCK_SIZE + s->done);
+
+    if (s->stage == ST_SYNC)
+        io_prep_fdsync(&s->cb, f->fd);
+    else if (io->op == PLX_IO_READ)
+        io_prep_pread(&s->cb, f->fd, buf, len, off);
+    else if (s->dsync) {
+        s->iov.iov_base = buf;
+        s->iov.iov_len = len;
+        io_prep_pwritev2(&s->cb, f->fd, &s->iov, 1, off, RWF_DSYNC);
+    } else
+        io_prep_pwrite(&s->cb, f->fd, buf, len, off);
+    io_set_eventfd(&s->cb, f->efd);
+    s->cb.data = s;
+}
+
+/* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
+ * way, 1 when io_submit said EAGAIN (nothing started), or a negative errno. */
+static int slot_start(struct file_backend *f, struct file_slot *s)
+{
+    for (;;) {
+        if (s->stage == ST_SYNC && !f->aio_fdsync) {
+            thread_enqueue(f, s);
+            return 0;
+        }
+        slot_prep(f, s);
+        struct iocb *p = &s->cb;
+        int rc = io_submit(f->ctx, 1, &p);
+        if (rc == 1) {
+            f->in_kernel++;
+            return 0;
+        }
+        if (rc == -EAGAIN)
+            return 1;
+        if (rc == -EINTR)
+            continue;
+        if (rc == -EINVAL && s->stage == ST_SYNC) {
+            f->aio_fdsync = 0;
+            continue;
+        }
+        if ((rc == -EINVAL || rc == -EOPNOTSUPP) && s->dsync) {
+            f->rwf_dsync = 0;
+            s->dsync = 0;
+            continue;
+        }
+        return rc < 0 ? rc : -EIO;
+    }
+}
+
+static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io *io)
+{
+    memset(s, 0, sizeof(*s));
+    s->io = io;
+    if (io->op == PLX_IO_FLUSH) {
+        s->stage = ST_SYNC;
+    } else {
+        s->stage = ST_RW;
+        s->total = (size_t)io->nblocks * PLX_BLOCK_SIZE;
+        s->fua = io->op == PLX_IO_WRITE && (io->flags & PLX_IO_FUA);
+        s->dsync = s->fua && f->rwf_dsync;
+    }
+    return slot_start(f, s);
+}
+
+static void slot_release(struct file_backend *f, struct file_slot *s)
+{
+    s->io = NULL;
+    s->next = f->free_slots;
+    f->free_slots = s;
+}
+
+/* With nothing at the kernel or the helper thread, no completion will ever make the fd readable
+ * and an engine waiting on it would never call poll() to retry: signal it ourselves. EAGAIN with
+ * an idle context is rare and transient, so the busy loop this makes is short. */
+static void kick_if_stalled(struct file_backend *f)
+{
+    if (f->stalled.head != NULL && f->in_kernel == 0 && f->thr_busy == 0)
+        efd_signal(f->efd);
+}
+
+static int file_submit(plx_backend *be, struct plx_io *io)
+{
+    struct file_backend *f = (struct file_backend *)be;
+    int rc = plx_backend_check_io(be, io);
+    if (rc < 0)
+        return rc;
+    if (io->op == PLX_IO_WRITE && f->rdonly)
+        return -EBADF;
+
+    io->be_next = NULL;
+    /* Queue behind earlier waiters rather than overtake them when a slot is free. */
+    if (f->free_slots == NULL || f->wait_head != NULL) {
+        if (f->wait_tail != NULL)
+            f->wait_tail->be_next = io;
+        else
+            f->wait_head = io;
+        f->wait_tail = io;
+        f->inflight++;
+        return 0;
+    }
+    struct file_slot *s = f->free_slots;
+    f->free_slots = s->next;
+    rc = slot_begin(f, s, io);
+    if (rc < 0) {
+        slot_release(f, s);
+        return rc;
+    }
+    if (rc == 1) {
+        list_push(&f->stalled, s);
+        kick_if_stalled(f);
+    }
+    f->inflight++;
+    return 0;
+}
+
+/* Start what waits: stalled slots, then queued I/Os on free slots. Failures become completions
+ * with the error. */
+static void pump(struct file_backend *f)
+{
+    struct file_slot *s;
+    while ((s = list_pop(&f->stalled)) != NULL) {
+        int rc = slot_start(f, s);
+        if (rc == 1) {
+            /* Still no room: keep order and try again on the next poll. */
+            s->next = f->stalled.head;
+            f->stalled.head = s;
+            if (f->stalled.tail == NULL)
+                f->stalled.tail = s;
+            kick_if_stalled(f);
+            return;
+        }
+        if (rc < 0)
+            slot_finish(f, s, rc);
+    }
+    while (f->wait_head != NULL && f->free_slots != NULL) {
+        struct plx_io *io = f->wait_head;
+        f->wait_head = io->be_next;
+        if (f->wait_head == NULL)
+            f->wait_tail = NULL;
+        io->be_next = NULL;
+        s = f->free_slots;
+        f->free_slots = s->next;
+        int rc = slot_begin(f, s, io);
+        if (rc == 1) {
+            list_push(&f->stalled, s);
+            kick_if_stalled(f);
+            return;
+        }
+        if (rc < 0)
+            slot_finish(f, s, rc);
+    }
+}
+
+/* ---- Completion ------------------------------------------------------------------------------ */
+
+static void slot_event(struct file_backend *f, struct file_slot *s, long res)
+{
+    if (s->stage == ST_SYNC) {
+        slot_finish(f, s, res < 0 ? (int)res : 0);
+        return;
+    }
+    if (res < 0) {
+        slot_finish(f, s, (int)res);
+        return;
+    }
+    if (res == 0) {
+        /* No progress: end of file (the file shrank under us) or a device that gave up. */
+        slot_finish(f, s, -EIO);
+        return;
+    }
+    s->done += (size_t)res;
+    if (s->done > s->total) {
+        slot_finish(f, s, -EIO);
+        return;
+    }
+    if (s->done < s->total && f->direct && s->done % PLX_BLOCK_SIZE != 0) {
+        /* O_DIRECT stops mid-block only at end of file; the rest cannot be read aligned. */
+        slot_finish(f, s, -EIO);
+        return;
+    }
+    if (s->done == s->total) {
+        if (!s->fua || s->dsync) {
+            slot_finish(f, s, 0);
+            return;
+        }
+        s->stage = ST_SYNC;
+    }
+    int rc = slot_start(f, s);
+    if (rc == 1)
+        list_push(&f->stalled, s);
+    else if (rc < 0)
+        slot_finish(f, s, rc);
+}
+
+static int reap_kernel(struct file_backend *f)
+{
+    struct io_event ev[REAP_BATCH];
+    struct timespec zero = {0, 0};
+
+    while (f->in_kernel > 0) {
+        int r = io_getevents(f->ctx, 0, REAP_BATCH, ev, &zero);
+        if (r == -EINTR)
+            continue;
+        if (r < 0)
+            return r;
+        for (int i = 0; i < r; i++) {
+            f->in_kernel--;
+            slot_event(f, ev[i].data, (long)ev[i].res);
+        }
+        if (r < REAP_BATCH)
+            break;
+    }
+    return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int file_poll(plx_backend *be, int timeout_ms)
+{
+    struct file_backend *f = (struct file_backend *)be;
+    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+
+    for (;;) {
+        /* Drain first: anything completing after the reap below signals the eventfd again. */
+        efd_drain(f->efd);
+        int rc = reap_kernel(f);
+        if (rc < 0)
+            return rc;
+        reap_thread(f);
+        pump(f);
+        if (f->ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
+            break;
+
+        int wait = -1;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                break;
+            wait = (int)left;
+        }
+        /* Only stalled I/O left: nothing will signal, so come back soon to resubmit. */
+        if (f->in_kernel == 0 && f->thr_busy == 0 && (wait < 0 || wait > 1))
+            wait = 1;
+        struct pollfd pfd = {.fd = f->efd, .events = POLLIN};
+        if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
+            return -errno;
+    }
+
+    /* Callbacks may submit; what they start is delivered by a later poll. */
+    struct slot_list ready = f->ready;
+    f->ready.head = f->ready.tail = NULL;
+    int n = 0;
+    struct file_slot *s;
+    while ((s = list_pop(&ready)) != NULL) {
+        struct plx_io *io = s->io;
+        int status = s->status;
+        slot_release(f, s);
+        f->inflight--;
+        n++;
+        io->done(io, status);
+    }
+    pump(f);
+    if (f->ready.head != NULL)
+        efd_signal(f->efd);
+    return n;
+}
+
+static int file_fd(const plx_backend *be)
+{
+    return ((const struct file_backend *)be)->efd;
+}
+
+static unsigned file_inflight(const plx_backend *be)
+{
+    return ((const struct file_backend *)be)->inflight;
+}
+
+static void file_destroy(plx_backend *be)
+{
+    struct file_backend *f = (struct file_backend *)be;
+    if (f == NULL)
+        return;
+    if (f->thr_started) {
+        pthread_mutex_lock(&f->mu);
+        f->thr_stop = 1;
+        pthread_cond_signal(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        pthread_join(f->thr, NULL);
+    }
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    io_destroy(f->ctx);
+    close(f->efd);
+    close(f->fd);
+    free(f->slots);
+    free(f);
+}
+
+static const struct plx_backend_ops file_ops = {
+    .submit = file_submit,
+    .poll = file_poll,
+    .fd = file_fd,
+    .inflight = file_inflight,
+    .destroy = file_destroy,
+};
+
+/* ---- Opening --------------------------------------------------------------------------------- */
+
+__attribute__((format(printf, 5, 6))) static plx_backend *
+open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
+{
+    if (err != NULL)
+        *err = -e;
+    if (errbuf != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+/* Some filesystems accept O_DIRECT at open and refuse it on the first I/O. */
+static int direct_io_refused(int fd)
+{
+    void *buf = plx_block_alloc(1);
+    int refused = pread(fd, buf, PLX_BLOCK_SIZE, 0) < 0 && errno == EINVAL;
+    plx_block_free(buf);
+    return refused;
+}
+
+plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, char *errbuf,
+                                   size_t errlen)
+{
+    int rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
+    int oflags = (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    int direct = 1;
+    uint64_t size;
+    struct stat st;
+    int e;
+
+    int fd = open(path, oflags | O_DIRECT);
+    if (fd < 0 && errno == EINVAL) {
+        direct = 0;
+        fd = open(path, oflags);
+    }
+    if (fd < 0) {
+        e = errno;
+        return open_fail(err, errbuf, errlen, e, "open %s: %s", path, strerror(e));
+    }
+    if (fstat(fd, &st) < 0) {
+        e = errno;
+        close(fd);
+        return open_fail(err, errbuf, errlen, e, "stat %s: %s", path, strerror(e));
+    }
+    if (S_ISREG(st.st_mode)) {
+        size = (uint64_t)st.st_size;
+    } else if (S_ISBLK(st.st_mode)) {
+        if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
+            e = errno;
+            close(fd);
+            return open_fail(err, errbuf, errlen, e, "ioctl BLKGETSIZE64 %s: %s", path,
+                             strerror(e));
+        }
+    } else {
+        close(fd);
+        return open_fail(err, errbuf, errlen, EINVAL, "open %s: not a regular file or block device",
+                         path);
+    }
+    if (direct && size >= PLX_BLOCK_SIZE && direct_io_refused(fd)) {
+        close(fd);
+        direct = 0;
+        fd = open(path, oflags);
+        if (fd < 0) {
+            e = errno;
+            return open_fail(err, errbuf, errlen, e, "open %s: %s", path, strerror(e));
+        }
+    }
+
+    struct file_backend *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        close(fd);
+        return open_fail(err, errbuf, errlen, ENOMEM, "open %s: %s", path, strerror(ENOMEM));
+    }
+    f->fd = fd;
+    f->direct = direct;
+    f->rdonly = rdonly;
+    f->aio_fdsync = 1;
+    f->rwf_dsync = 1;
+    /* Lets tests exercise the helper-thread fallback on kernels that do not need it. */
+    const char *force = getenv("PLX_TEST_SYNC_THREAD");
+    if (force != NULL && *force != '\0' && strcmp(force, "0") != 0)
+        f->aio_fdsync = f->rwf_dsync = 0;
+
+    f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (f->efd < 0) {
+        e = errno;
+        close(fd);
+        free(f);
+        return open_fail(err, errbuf, errlen, e, "eventfd for %s: %s", path, strerror(e));
+    }
+    /* aio contexts come out of a system-wide budget (fs.aio-max-nr): settle for fewer slots
+     * rather than fail when it is short. */
+    unsigned nslots = FILE_MAX_SLOTS;
+    int rc;
+    for (;;) {
+        rc = io_setup((int)nslots, &f->ctx);
+        if (rc != -EAGAIN || nslots <= 8)
+            break;
+        nslots /= 2;
+    }
+    if (rc < 0) {
+        close(f->efd);
+        close(fd);
+        free(f);
+        return open_fail(err, errbuf, errlen, -rc, "io_setup for %s: %s", path, strerror(-rc));
+    }
+    f->slots = calloc(nslots, sizeof(*f->slots));
+    if (f->slots == NULL) {
+        io_destroy(f->ctx);
+        close(f->efd);
+        close(fd);
+        free(f);
+        return open_fail(err, errbuf, errlen, ENOMEM, "open %s: %s", path, strerror(ENOMEM));
+    }
+    for (unsigned i = nslots; i-- > 0;)
+        slot_release(f, &f->slots[i]);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+
+    f->base.ops = &file_ops;
+    f->base.nblocks = size / PLX_BLOCK_SIZE;
+    if (direct)
+        snprintf(f->base.desc, sizeof(f->base.desc), "%s", path);
+    else
+        snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);
+    return &f->base;
+}

@@ -1,0 +1,183 @@
+/*
+ * format.h - the on-disk format, version 1. docs/FORMAT.md describes the same structures byte by
+ * byte; change both in the same commit.
+ *
+ * Everything is little-endian (the build refuses other hosts rather than byte-swap). Blocks are
+ * 4 KiB and are addressed by 64-bit block number (byte offset / 4096).
+ *
+ * Blocks that have room validate themselves: they start with struct plx_blkhdr, whose checksum
+ * is CRC-32C over the whole block (checksum field taken as zero) seeded with the block's magic,
+ * and which names the block's own address, so a block written to the wrong place or read from
+ * the wrong place is detected. Radix nodes and allocation bitmaps have no room for a header;
+ * radix links are validated instead (see plx_link_valid and FORMAT.md).
+ */
+#ifndef PLX_FORMAT_H
+#define PLX_FORMAT_H
+
+#include <assert.h>
+#include <stdint.h>
+#include "parallax.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the on-disk format is little-endian; this host is not"
+#endif
+
+#define PLX_FORMAT_VERSION 1u
+
+/* Block magics (ASCII, little-endian). */
+#define PLX_MAGIC_SUPER 0x5355504cu    /* "PLXS"-ish: superblock */
+#define PLX_MAGIC_STATE 0x5453504cu    /* system state block */
+#define PLX_MAGIC_CATALOG 0x5441434cu  /* extent catalogue block */
+#define PLX_MAGIC_VDI 0x4944564cu      /* VDI registry record */
+#define PLX_MAGIC_SNAPLOG 0x474f4c53u  /* snapshot log block */
+
+struct plx_blkhdr {
+    uint32_t magic;
+    uint32_t crc;  /* CRC-32C of the block with this field zero, seeded with magic */
+    uint64_t self; /* this block's own address */
+};
+static_assert(sizeof(struct plx_blkhdr) == 16, "blkhdr layout");
+
+/* ---- Links (radix tree entries) ---------------------------------------------------------------
+ * A link is a block address; bit 63 set means read-only (the subtree below is shared with a
+ * snapshot and must be copied before it is changed); 0 means "not present" (reads as zeros).
+ * Bits 48..62 are always zero. */
+#define PLX_LINK_RO (1ull << 63)
+#define PLX_LINK_ADDR_MASK ((1ull << 48) - 1)
+#define PLX_LINK_RESERVED_MASK (~(PLX_LINK_RO | PLX_LINK_ADDR_MASK))
+static inline uint64_t plx_link_addr(uint64_t link)
+{
+    return link & PLX_LINK_ADDR_MASK;
+}
+static inline int plx_link_ro(uint64_t link)
+{
+    return (link & PLX_LINK_RO) != 0;
+}
+
+#define PLX_RADIX_FANOUT 512u /* links per node: 9 address bits per level */
+#define PLX_RADIX_BITS 9u
+#define PLX_HEIGHT_SMALL 3u   /* up to 512 GiB */
+#define PLX_HEIGHT_LARGE 4u   /* up to 256 TiB */
+
+/* ---- Superblock (block 0); written once, at format time -------------------------------------- */
+#define PLX_INCOMPAT_KNOWN 0ull /* incompat feature bits this code understands */
+struct plx_superblock {
+    struct plx_blkhdr hdr;
+    uint32_t version;            /* PLX_FORMAT_VERSION */
+    uint32_t block_size;         /* 4096 */
+    uint64_t compat_features;    /* unknown bits: ignore */
+    uint64_t incompat_features;  /* unknown bits: refuse to open */
+    uint64_t extent_blocks;      /* blocks per extent (power of two, >= 256) */
+    uint64_t extent_count;       /* extents in the store (extent 0 = system) */
+    uint64_t block_count;        /* extent_count * extent_blocks */
+    uint64_t state_block;        /* the system state block */
+    uint64_t catalogue_start;    /* first extent-catalogue block */
+    uint64_t catalogue_blocks;
+    uint64_t registry_start;     /* first VDI registry slot */
+    uint64_t registry_slots;     /* one block each */
+    uint64_t created_ns;
+    uint8_t uuid[16];
+};
+static_assert(sizeof(struct plx_superblock) <= PLX_BLOCK_SIZE, "superblock fits");
+
+/* ---- System state block: the few fields of extent 0 that change after format ----------------- */
+struct plx_state_block {
+    struct plx_blkhdr hdr;
+    uint64_t seq;                /* incremented on every write */
+    uint64_t next_vdi_id;        /* ids are never reused */
+    uint64_t registry_used;      /* slots ever used: [0, registry_used) are read at open */
+    char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
+};
+
+/* ---- Extent catalogue -------------------------------------------------------------------------- */
+struct plx_extent_entry {
+    uint8_t type;       /* enum plx_extent_type */
+    uint8_t flags;      /* PLX_EXTENT_FULL */
+    uint16_t reserved0;
+    uint32_t holder_pid;   /* process holding the allocation lock, 0 = none */
+    uint64_t holder_host;  /* hash of the holder's host name, 0 = unlocked */
+    uint64_t holder_epoch; /* holder's start time (ns): tells a restarted pid apart */
+    uint64_t reserved1;
+};
+static_assert(sizeof(struct plx_extent_entry) == 32, "extent entry layout");
+#define PLX_EXTENT_FULL 1u
+#define PLX_CATALOG_HDR 32u
+#define PLX_CATALOG_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_CATALOG_HDR) / 32u) /* 127 */
+struct plx_catalog_block {
+    struct plx_blkhdr hdr;
+    uint64_t first_extent;  /* extent number of entries[0] */
+    uint32_t count;         /* valid entries in this block */
+    uint32_t reserved;
+    struct plx_extent_entry entries[PLX_CATALOG_PER_BLOCK];
+};
+static_assert(sizeof(struct plx_catalog_block) <= PLX_BLOCK_SIZE, "catalogue block fits");
+
+/* Every metadata and data extent starts with its allocation bitmap: bit b (LSB-first within each
+ * byte) set = block (extent start + b) allocated. The bitmap's own blocks are set. */
+static inline uint64_t plx_bitmap_blocks(uint64_t extent_blocks)
+{
+    return (extent_blocks + PLX_BLOCK_SIZE * 8 - 1) / (PLX_BLOCK_SIZE * 8);
+}
+
+/* ---- VDI registry record: one block per slot; an all-zero block is a free slot ----------------- */
+#define PLX_VDI_DELETED 1u
+struct plx_vdi_record {
+    struct plx_blkhdr hdr;
+    uint32_t version;       /* record layout version, 1 */
+    uint32_t flags;         /* PLX_VDI_DELETED */
+    uint64_t id;            /* unique, never reused */
+    uint64_t size;          /* bytes, multiple of 4096 */
+    uint32_t height;        /* radix levels: 3 or 4 */
+    uint32_t reserved0;
+    uint64_t root;          /* current radix root (always writable, never shared) */
+    uint64_t snaplog_head;  /* newest snapshot-log block, 0 = no log yet */
+    uint64_t snap_count;    /* snapshots in this VDI's log; records beyond it are incomplete */
+    uint64_t parent_id;     /* clone source: VDI id, snapshot index, its root and log block */
+    uint64_t parent_snap;
+    uint64_t parent_root;
+    uint64_t parent_log_block;
+    uint64_t created_ns;
+    uint64_t seq;           /* incremented on every write of this record */
+    uint64_t lock_host;     /* single-writer lock: host hash, pid, epoch; 0 = unlocked */
+    uint32_t lock_pid;
+    uint32_t reserved1;
+    uint64_t lock_epoch;
+    uint64_t lock_time_ns;
+    uint64_t reserved2[8];
+    char name[PLX_NAME_MAX + 1];
+};
+static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");
+
+/* ---- Snapshot log: blocks in metadata extents, newest first via prev ------------------------- */
+#define PLX_SNAP_DELETED 1u
+struct plx_snap_record {
+    uint64_t root;          /* frozen radix root of the snapshot */
+    uint64_t time_ns;
+    uint32_t flags;         /* PLX_SNAP_DELETED */
+    uint32_t reserved;
+    char label[PLX_LABEL_MAX + 1];
+};
+static_assert(sizeof(struct plx_snap_record) == 64, "snapshot record layout");
+#define PLX_SNAPLOG_HDR 64u
+#define PLX_SNAPLOG_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_SNAPLOG_HDR) / 64u) /* 63 */
+struct plx_snaplog_block {
+    struct plx_blkhdr hdr;
+    uint64_t vdi_id;        /* owner */
+    uint64_t prev;          /* older log block of the same VDI, 0 = first */
+    uint64_t first_index;   /* index (1-based) of records[0] */
+    uint32_t count;         /* records written in this block */
+    uint32_t reserved0;
+    uint64_t reserved1[2];
+    struct plx_snap_record records[PLX_SNAPLOG_PER_BLOCK];
+};
+static_assert(sizeof(struct plx_snaplog_block) <= PLX_BLOCK_SIZE, "snapshot log block fits");
+
+/* ---- Checksums --------------------------------------------------------------------------------- */
+uint32_t plx_crc32c(uint32_t seed, const void *data, size_t len);
+/* Fill hdr (magic, self, crc) of a block buffer before writing it. */
+void plx_blkhdr_seal(void *block, uint32_t magic, uint64_t self);
+/* 0 if the block carries `magic`, names `self` and its checksum matches; -EUCLEAN otherwise
+ * (why: in *why, a static string). An all-zero block returns -ENODATA. */
+int plx_blkhdr_verify(const void *block, uint32_t magic, uint64_t self, const char **why);
+
+#endif

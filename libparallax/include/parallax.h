@@ -1,0 +1,227 @@
+/*
+ * parallax.h - the public API of libparallax.
+ *
+ * A blockstore (one file, block device or LUN) holds many virtual disk images (VDIs). Each VDI
+ * is a radix tree of 4 KiB nodes mapping virtual blocks to blocks of the store; snapshots are
+ * frozen roots recorded in the VDI's snapshot log, and clones are new VDIs whose first root is a
+ * copy of a snapshot's root.
+ *
+ * Conventions (the header is the specification):
+ * - Functions return 0 (or a count) on success and a negative errno on failure. A human-readable
+ *   message naming the operation, the object and the cause is kept per store and returned by
+ *   plx_store_errmsg(). Error classes: -ENOENT (no such VDI/snapshot), -EEXIST (name taken),
+ *   -ENOSPC (blockstore full), -EIO (the medium failed), -EUCLEAN (corrupt metadata: bad magic,
+ *   checksum, or link), -EPROTONOSUPPORT (unknown format version), -EROFS (write to a snapshot),
+ *   -EBUSY (a VDI is open for writing elsewhere), -EINVAL (bad argument), -EFBIG (size beyond
+ *   the tree's reach).
+ * - The engine is single-threaded and never blocks: asynchronous calls (plx_vdi_submit_*) queue
+ *   work and return; the caller waits for plx_store_fd() to become readable (or polls) and calls
+ *   plx_store_service(), which runs completion callbacks. Callback contract: if a submit call
+ *   returns an error, its callback never fires; otherwise it fires exactly once, from inside
+ *   plx_store_service() (never from inside the submit call).
+ * - Calls marked "blocking" are thin loops over the asynchronous ones (submit, then service until
+ *   done). They must not be called from inside a completion callback.
+ * - A plx_store and everything opened from it must be used from one thread at a time.
+ */
+#ifndef PARALLAX_H
+#define PARALLAX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLX_BLOCK_SIZE 4096u
+#define PLX_NAME_MAX 255   /* longest VDI name, bytes, without the NUL */
+#define PLX_LABEL_MAX 39   /* longest snapshot label, bytes, without the NUL */
+#define PLX_MAX_VDI_SIZE (1ull << 48) /* 256 TiB: four tree levels */
+
+typedef struct plx_store plx_store;
+typedef struct plx_vdi plx_vdi;
+typedef struct plx_backend plx_backend;
+
+/* ---- Formatting and opening ---------------------------------------------------------------- */
+
+#define PLX_DEFAULT_EXTENT_SIZE (2ull << 30)
+#define PLX_MIN_EXTENT_SIZE (1ull << 20)
+
+/* Options for opening a store. Zero-initialise, set struct_size = sizeof(struct plx_open_opts);
+ * fields are only ever appended. */
+struct plx_open_opts {
+    size_t struct_size;
+    int read_only;          /* open without writing anything (check, export, info) */
+    uint64_t cache_bytes;   /* radix node cache size; 0 = default (64 MiB) */
+    const char *host;       /* lock-holder identity; NULL = this host's name */
+};
+
+/* Format `path` (created as a sparse file of `size` bytes if absent; an existing file or device
+ * keeps its size when size is 0). extent_size 0 = default. Refuses to overwrite an existing
+ * Parallax blockstore unless force is set. Blocking. */
+int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
+               size_t errlen);
+/* The same on a backend the caller owns (tests use the memory backend). */
+int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size_t errlen);
+
+/* Open a blockstore. On failure *out is NULL and errbuf holds the message. Blocking. */
+int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                   char *errbuf, size_t errlen);
+/* Open a store on a backend; the store takes ownership of `be` (destroyed on close, or on
+ * failure). */
+int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
+                           char *errbuf, size_t errlen);
+/* Wait for all outstanding work, release claimed-but-unused blocks, close open VDIs and the
+ * store. Returns the first error met while closing. Blocking. */
+int plx_store_close(plx_store *st);
+
+/* The message for the last failed call on this store. */
+const char *plx_store_errmsg(const plx_store *st);
+
+/* ---- Driving the engine --------------------------------------------------------------------- */
+
+/* A file descriptor that becomes readable when plx_store_service() has work to do. */
+int plx_store_fd(const plx_store *st);
+/* Reap completed I/O, advance requests and run callbacks. Never blocks. Returns the number of
+ * callbacks run, or a negative errno if the medium failed in a way that stops the store. */
+int plx_store_service(plx_store *st);
+/* Nonzero while any request or internal I/O is outstanding. */
+int plx_store_busy(const plx_store *st);
+/* Block until `*done` becomes nonzero (set by a callback), servicing the store. */
+int plx_store_wait(plx_store *st, const int *done);
+
+/* ---- Information ------------------------------------------------------------------------------ */
+
+enum plx_extent_type {
+    PLX_EXTENT_UNUSED = 0,
+    PLX_EXTENT_SYSTEM = 1,
+    PLX_EXTENT_METADATA = 2,
+    PLX_EXTENT_DATA = 3,
+};
+
+struct plx_store_info {
+    uint32_t format_version;
+    uint64_t size_bytes;       /* usable size: whole extents */
+    uint64_t block_count;
+    uint64_t extent_size;
+    uint64_t extent_count;
+    uint64_t extents_by_type[4];       /* indexed by enum plx_extent_type */
+    uint64_t blocks_used_by_type[4];   /* allocated blocks (bitmap bits set) */
+    uint64_t blocks_free_by_type[4];
+    uint64_t vdi_slots;                /* registry capacity */
+    uint64_t vdi_count;                /* live (not deleted) VDIs */
+    char lockd_addr[64];               /* lock manager address, "" when none */
+};
+int plx_store_info(plx_store *st, struct plx_store_info *out);
+
+struct plx_vdi_info {
+    uint64_t id;
+    char name[PLX_NAME_MAX + 1];
+    uint64_t size;            /* bytes */
+    unsigned height;          /* radix tree levels: 3 or 4 */
+    uint64_t root;            /* block address of the current radix root */
+    uint64_t snap_count;      /* snapshots in this VDI's own log */
+    uint64_t parent_id;       /* clones: the VDI the source snapshot belongs to; 0 otherwise */
+    uint64_t parent_snap;     /* clones: index of that snapshot in the parent's log */
+    uint64_t created_ns;      /* CLOCK_REALTIME */
+    int deleted;
+    char lock_holder[64];     /* "" when not open for writing */
+};
+
+struct plx_snap_info {
+    uint64_t vdi_id;
+    uint64_t index;           /* 1-based position in the VDI's log */
+    uint64_t root;
+    uint64_t time_ns;
+    char label[PLX_LABEL_MAX + 1];
+    int deleted;
+};
+
+/* Resolve a VDI given by name or decimal id. */
+int plx_vdi_lookup(plx_store *st, const char *vdi, struct plx_vdi_info *out);
+/* Resolve "VDI@N" (N from 1) or "VDI@LABEL". */
+int plx_snap_lookup(plx_store *st, const char *snap, struct plx_snap_info *out);
+/* All VDIs, deleted ones included (check .deleted). *out is malloc'd; free() it. */
+int plx_vdi_list(plx_store *st, struct plx_vdi_info **out, size_t *count);
+/* A VDI's snapshot log, oldest first. *out is malloc'd; free() it. */
+int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, size_t *count);
+
+/* ---- Administration (blocking) ---------------------------------------------------------------- */
+
+/* Create an empty VDI of `size` bytes (rounded up to 4 KiB). */
+int plx_vdi_create(plx_store *st, const char *name, uint64_t size, uint64_t *id_out);
+/* Create a writable VDI whose contents start as the snapshot `snap` ("VDI@N" / "VDI@LABEL"). */
+int plx_vdi_clone(plx_store *st, const char *name, const char *snap, uint64_t *id_out);
+/* Mark a VDI (and its snapshots) deleted. Space comes back when the collector runs. */
+int plx_vdi_delete(plx_store *st, const char *vdi);
+/* Take a snapshot of a VDI that is not open; *index_out receives N of "VDI@N". */
+int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out);
+/* Set a snapshot's label (unique within its VDI; "" clears it). */
+int plx_snap_label(plx_store *st, const char *snap, const char *label);
+
+/* ---- Consistency check ------------------------------------------------------------------------ */
+
+struct plx_check_report {
+    uint64_t errors;           /* anything that makes the store inconsistent */
+    uint64_t leaked_blocks;    /* allocated but unreachable: not an error */
+    uint64_t reachable_blocks;
+    uint64_t trees;            /* radix trees walked (VDIs + snapshots) */
+    uint64_t snapshots;
+};
+/* Walk every tree and log. Each problem is reported through `report` (may be NULL) as one line
+ * of text. Returns 0 when the walk ran (errors are counted in *out), negative errno when it
+ * could not run. Blocking. */
+int plx_check(plx_store *st, struct plx_check_report *out,
+              void (*report)(void *arg, int is_error, const char *line), void *arg);
+
+/* ---- VDI I/O ------------------------------------------------------------------------------------ */
+
+#define PLX_OPEN_READONLY 1u
+
+/* Open "VDI" for writing (single writer: -EBUSY when another process holds it) or read-only,
+ * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. */
+int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
+/* Complete outstanding requests, write back, release the VDI lock. Blocking. */
+int plx_vdi_close(plx_vdi *v);
+uint64_t plx_vdi_size(const plx_vdi *v);
+uint64_t plx_vdi_id(const plx_vdi *v);
+int plx_vdi_readonly(const plx_vdi *v);
+
+typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
+
+#define PLX_WRITE_FUA 1u /* durable when the callback fires */
+
+/* Byte-granular requests; any alignment is accepted (sub-block pieces are read-modify-write).
+ * Requests touching the same 4 KiB block are carried out in submission order. A write
+ * completes when its data and the metadata that reaches it are written; it is durable after a
+ * later flush completes (or at once with PLX_WRITE_FUA). Buffers are owned by the caller until
+ * the callback fires. */
+int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                        void *arg);
+int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
+                         plx_done_fn cb, void *arg);
+/* Completes when every write completed before it was submitted is durable. */
+int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg);
+/* Make the range read as zeros. Whole 4 KiB blocks inside the range become sparse (snapshots
+ * untouched); partial blocks at the edges are zero-filled. */
+int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg);
+/* Snapshot in the request stream: earlier requests are in it, later ones are not. The callback
+ * fires once the snapshot record is durable; *index_out (owned by the caller) receives N. */
+int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
+                            void *arg);
+
+/* Blocking forms of the above. */
+int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len);
+int plx_vdi_pwrite(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags);
+int plx_vdi_flush(plx_vdi *v);
+int plx_vdi_trim(plx_vdi *v, uint64_t off, uint64_t len);
+int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out);
+
+/* Is the block at `off` mapped (1) or sparse (0)? *run_len receives how many bytes from off share
+ * that state (up to len). Blocking (may read radix nodes). */
+int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

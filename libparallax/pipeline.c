@@ -1,0 +1,966 @@
+/*
+ * pipeline.c - logical requests, copy-on-write, and the batches that order their writes.
+ *
+ * A request goes through:
+ *   WAIT_RANGE  until no earlier request it conflicts with is active (overlapping blocks where
+ *               either writes; writes also wait for an earlier snapshot to swap roots);
+ *   RESOLVE     the radix nodes on its paths are brought into the cache, and for sub-block
+ *               writes the old contents of the edge blocks are read;
+ *   mutation    (synchronous, in memory) links are followed or copied: a read-only or sparse
+ *               link on the path gets a new node (copy of the read-only one with every link
+ *               read-only) and a data block is allocated where the data link is not writable;
+ *               the request joins the VDI's open batch and its data writes are issued at once;
+ *   IO          data I/O in flight;
+ *   WAIT_BATCH  the request changed metadata (or asked for FUA / flush / snapshot) and completes
+ *               with its batch.
+ *
+ * A batch is the unit of commit (the thesis's shared commit node, generalised). Nodes a batch
+ * allocated are invisible until a node that existed before the batch links them: the "commit
+ * nodes". So a batch commits as:
+ *   stage A: wait for member data writes; write the new nodes, the claimed bitmap blocks and
+ *            (for a snapshot) the snapshot log block; FLUSH;
+ *   stage B: write the commit nodes and (for a snapshot) the VDI record; FLUSH if a member asked
+ *            for durability.
+ * Dependency chains are therefore never longer than two, as with commit-node inheritance, and a
+ * batch that is in flight accumulates the next one behind it, so a sequential writer never
+ * waits on one ever-growing commit node (the thesis's section 4.1.5 problem).
+ *
+ * Node images are captured when a batch starts flying, so the next batch may change the same
+ * nodes in memory at once; a node first allocated in batch N is a commit node for any later
+ * batch, whose stage B comes after batch N has finished.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+int plx_drive_until(plx_store *st, const int *flag);
+void plx_req_resume(struct plx_req *r);
+static void batch_advance(struct plx_vdi *v, struct plx_batch *b);
+static void batch_maybe_start(struct plx_vdi *v);
+static void vdi_reload(struct plx_vdi *v);
+
+/* Images of every node the batch changed, captured as the batch starts flying. */
+struct node_image {
+    uint64_t addr;
+    bool stage_a;
+    uint8_t *buf;
+};
+
+static struct node_image *images_of(struct plx_batch *b)
+{
+    return (struct node_image *)b->images;
+}
+
+unsigned plx_index_at(uint64_t vblock, unsigned level)
+{
+    return (unsigned)(vblock >> (level * PLX_RADIX_BITS)) & (PLX_RADIX_FANOUT - 1);
+}
+
+static bool is_write(const struct plx_req *r)
+{
+    return r->op == REQ_WRITE || r->op == REQ_TRIM;
+}
+
+bool plx_vdi_idle(const struct plx_vdi *v)
+{
+    return !v->active_head && !v->open && !v->flight;
+}
+
+/* ---- Active list and conflicts ------------------------------------------------------------ */
+
+static void active_remove(struct plx_vdi *v, struct plx_req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        v->active_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        v->active_tail = r->prev;
+    r->next = r->prev = NULL;
+}
+
+static bool mutated(const struct plx_req *r)
+{
+    return r->state == RQ_IO || r->state == RQ_WAIT_BATCH || r->state == RQ_DONE;
+}
+
+/* May r start, given the earlier active requests? */
+static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
+{
+    if (v->needs_reload)
+        return false;
+    for (const struct plx_req *e = v->active_head; e && e != r; e = e->next) {
+        if (r->op == REQ_SNAPSHOT) {
+            /* Everything before the snapshot must be in the tree it freezes. */
+            if (is_write(e) && !mutated(e))
+                return false;
+            if (e->op == REQ_SNAPSHOT && !mutated(e))
+                return false;
+            continue;
+        }
+        if (e->op == REQ_SNAPSHOT) {
+            if (is_write(r) && !mutated(e))
+                return false;
+            continue;
+        }
+        if (e->op == REQ_FLUSH || r->op == REQ_FLUSH)
+            continue;
+        if (!is_write(r) && !is_write(e))
+            continue;
+        if (e->b0 < r->b1 && r->b0 < e->b1)
+            return false;
+    }
+    return true;
+}
+
+/* ---- Completion --------------------------------------------------------------------------- */
+
+static void req_finish(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    if (r->state == RQ_DONE)
+        return;
+    if (r->bounce && r->op == REQ_READ && !r->status) {
+        uint64_t skip = r->off - r->b0 * PLX_BLOCK_SIZE;
+        memcpy(r->ubuf, r->bounce + skip, r->len);
+    }
+    plx_block_free(r->bounce);
+    r->bounce = NULL;
+    free(r->ios);
+    r->ios = NULL;
+    free(r->relinks);
+    r->relinks = NULL;
+    active_remove(v, r);
+    if (r->batch) {
+        /* Still a batch member for bookkeeping; the batch forgets it when it finishes. */
+        r->batch = NULL;
+    }
+    plx_complete(v->st, r);
+    plx_pipeline_kick(v);
+}
+
+/* ---- Batches ---------------------------------------------------------------------------------- */
+
+static struct plx_batch *batch_open(struct plx_vdi *v)
+{
+    if (v->open)
+        return v->open;
+    struct plx_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->seq = ++v->batch_seq;
+    b->v = v;
+    b->state = B_OPEN;
+    v->open = b;
+    return b;
+}
+
+static int batch_add_node(struct plx_batch *b, struct plx_node *n)
+{
+    if (n->dirty_batch == b->seq)
+        return 0;
+    if (b->nnodes == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        struct plx_node **nn = realloc(b->nodes, cap * sizeof *nn);
+        if (!nn)
+            return -ENOMEM;
+        b->nodes = nn;
+        b->cap = cap;
+    }
+    b->nodes[b->nnodes++] = n;
+    n->dirty_batch = b->seq;
+    plx_cache_pin(n);
+    return 0;
+}
+
+/* Requests that complete with the batch wait on its list; others only count their data. */
+static void batch_wait(struct plx_batch *b, struct plx_req *r)
+{
+    r->state = RQ_WAIT_BATCH;
+    r->batch = b;
+    r->batch_next = b->reqs;
+    b->reqs = r;
+}
+
+static void batch_io_done(plx_store *st, struct plx_ev *ev)
+{
+    struct plx_batch *b = ev->ctx;
+    (void)st;
+    if (ev->status && !b->status) {
+        b->status = ev->status;
+        plx_err(st, ev->status, "committing VDI %s: write of block %llu failed: %s",
+                b->v->rec.name, (unsigned long long)ev->io.block, strerror(-ev->status));
+    }
+    b->io_pending--;
+    batch_advance(b->v, b);
+}
+
+static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op, uint64_t blk,
+                         void *buf)
+{
+    memset(ev, 0, sizeof *ev);
+    ev->io.op = op;
+    ev->io.block = blk;
+    ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
+    ev->io.buf = buf;
+    ev->handler = batch_io_done;
+    ev->ctx = b;
+    int rc = plx_submit(b->v->st, ev);
+    if (rc) {
+        if (!b->status)
+            b->status = rc;
+        return;
+    }
+    b->io_pending++;
+}
+
+static void alloc_synced(void *arg, int status)
+{
+    struct plx_batch *b = arg;
+    if (status && !b->status)
+        b->status = status;
+    b->io_pending--;
+    batch_advance(b->v, b);
+}
+
+static void batch_write_stage(struct plx_batch *b, bool stage_a)
+{
+    struct node_image *img = images_of(b);
+    for (size_t i = 0; i < b->nnodes; i++)
+        if (img[i].stage_a == stage_a)
+            batch_submit(b, &b->ios[i], PLX_IO_WRITE, img[i].addr, img[i].buf);
+    if (b->snap && stage_a)
+        batch_submit(b, &b->ios[b->nnodes], PLX_IO_WRITE, b->log_addr, b->log_buf);
+    if (b->snap && !stage_a)
+        batch_submit(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, b->v->slot_addr, b->rec_buf);
+}
+
+static bool batch_has_stage_b(const struct plx_batch *b)
+{
+    if (b->snap)
+        return true;
+    const struct node_image *img = (const struct node_image *)b->images;
+    for (size_t i = 0; i < b->nnodes; i++)
+        if (!img[i].stage_a)
+            return true;
+    return false;
+}
+
+static void batch_free(struct plx_vdi *v, struct plx_batch *b)
+{
+    struct node_image *img = images_of(b);
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct plx_node *n = b->nodes[i];
+        plx_cache_unpin(v->st, n);
+        if (n->dirty_batch == b->seq)
+            n->dirty_batch = 0;
+        if (img)
+            plx_block_free(img[i].buf);
+    }
+    free(img);
+    free(b->nodes);
+    free(b->ios);
+    plx_block_free(b->rec_buf);
+    plx_block_free(b->log_buf);
+    free(b);
+}
+
+static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
+{
+    int status = b->status;
+    struct plx_req *r = b->reqs;
+    b->reqs = NULL;
+    while (r) {
+        struct plx_req *next = r->batch_next;
+        if (status && !r->status)
+            r->status = status;
+        req_finish(r);
+        r = next;
+    }
+    v->flight = NULL;
+    if (status) {
+        /* The medium refused part of this commit. What is on disk is consistent, but the
+         * in-memory tree is ahead of it: fail what was built on top and reload. */
+        if (v->open)
+            v->open->status = status;
+        v->needs_reload = true;
+        for (size_t i = 0; i < b->nnodes; i++)
+            b->nodes[i]->stale = true;
+    }
+    batch_free(v, b);
+    if (v->needs_reload && !v->open)
+        vdi_reload(v);
+    batch_maybe_start(v);
+    plx_pipeline_kick(v);
+}
+
+static void batch_capture(struct plx_batch *b)
+{
+    struct node_image *img = calloc(b->nnodes ? b->nnodes : 1, sizeof *img);
+    b->ios = calloc(b->nnodes + 2, sizeof *b->ios);
+    if (!img || !b->ios) {
+        free(img);
+        b->status = -ENOMEM;
+        b->images = NULL;
+        return;
+    }
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct plx_node *n = b->nodes[i];
+        img[i].addr = n->addr;
+        img[i].stage_a = n->new_batch == b->seq;
+        img[i].buf = plx_block_alloc(1);
+        memcpy(img[i].buf, n->links, PLX_BLOCK_SIZE);
+    }
+    b->images = img;
+}
+
+/* The state machine of a flying batch; called whenever something it waits for finished. */
+static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
+{
+    for (;;) {
+        if (b->io_pending || b->data_pending)
+            return;
+        switch (b->state) {
+        case B_OPEN:
+            return;
+        case B_STAGE_A:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            if (!b->stage_a_started) {
+                b->stage_a_started = true;
+                b->io_pending++; /* the allocator sync */
+                int rc = plx_alloc_sync(v->st, b->alloc_gen, alloc_synced, b);
+                if (rc != 0) {
+                    b->io_pending--;
+                    if (rc < 0 && !b->status)
+                        b->status = rc;
+                }
+                batch_write_stage(b, true);
+                continue;
+            }
+            b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_STAGE_B;
+            if (b->state == B_FLUSH_A)
+                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+            break;
+        case B_FLUSH_A:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            b->state = B_STAGE_B;
+            batch_write_stage(b, false);
+            break;
+        case B_STAGE_B:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            b->state = B_FLUSH_B;
+            if (b->final_flush)
+                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+            break;
+        case B_FLUSH_B:
+            b->state = B_DONE;
+            break;
+        case B_DONE:
+            batch_finish(v, b);
+            return;
+        }
+    }
+}
+
+static void batch_maybe_start(struct plx_vdi *v)
+{
+    struct plx_batch *b = v->open;
+    if (v->flight || !b)
+        return;
+    v->open = NULL;
+    v->flight = b;
+    b->state = B_STAGE_A;
+    b->alloc_gen = plx_alloc_gen(v->st);
+    if (!b->status)
+        batch_capture(b);
+    batch_advance(v, b);
+}
+
+/* ---- Reload after a failed commit --------------------------------------------------------------- */
+
+static void vdi_reload(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    v->needs_reload = false;
+    /* Drop every writable node of this VDI that may hold changes the medium never got. Nodes
+     * are dropped only when unpinned; the root is re-read below. */
+    struct plx_vdi_record rec;
+    int rc = plx_registry_read(st, v->slot_addr, &rec);
+    struct plx_cache *c = &st->cache;
+    for (size_t i = 0; i < c->hash_size; i++) {
+        struct plx_node *n = c->hash[i];
+        while (n) {
+            struct plx_node *next = n->hash_next;
+            if (n == v->root)
+                n->pins--;
+            if ((n->stale || n == v->root) && !n->pins && n->state == NODE_VALID)
+                plx_cache_drop(st, n);
+            n = next;
+        }
+    }
+    v->root = NULL;
+    if (rc == 0) {
+        rec.lock_host = v->rec.lock_host;
+        rec.lock_pid = v->rec.lock_pid;
+        rec.lock_epoch = v->rec.lock_epoch;
+        rec.lock_time_ns = v->rec.lock_time_ns;
+        v->rec = rec;
+        v->root_addr = rec.root;
+        if (v->log_head && rec.snaplog_head)
+            rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
+    }
+    struct plx_node *root = NULL;
+    if (rc == 0)
+        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, &root);
+    if (rc == 0) {
+        plx_cache_pin(root);
+        v->root = root;
+    } else {
+        st->fatal = rc;
+    }
+    plx_pipeline_kick(v);
+}
+
+/* ---- Resolve ------------------------------------------------------------------------------------ */
+
+/* Walk to the leaf for vblock, loading what is missing. Returns the leaf node (NULL when the
+ * path is sparse above the leaf or something is being loaded; *loading tells which). */
+static struct plx_node *walk(struct plx_vdi *v, struct plx_req *r, uint64_t vb, bool *loading)
+{
+    plx_store *st = v->st;
+    struct plx_node *n = v->root;
+    for (unsigned level = v->height - 1; level > 0; level--) {
+        uint64_t link = n->links[plx_index_at(vb, level)];
+        if (!link)
+            return NULL;
+        int err;
+        struct plx_node *child = plx_cache_get(st, plx_link_addr(link), level - 1, r, &err);
+        if (err && !r->status)
+            r->status = err;
+        if (!child) {
+            *loading = true;
+            return NULL;
+        }
+        n = child;
+    }
+    return n;
+}
+
+static void data_io_done(plx_store *st, struct plx_ev *ev);
+
+static void submit_data(struct plx_req *r, enum plx_io_op op, uint64_t vb0, uint64_t pb,
+                        uint32_t n)
+{
+    struct plx_ev *ev = &r->ios[r->nios++];
+    memset(ev, 0, sizeof *ev);
+    ev->io.op = op;
+    ev->io.block = pb;
+    ev->io.nblocks = n;
+    ev->io.buf = r->io_buf + (vb0 - r->b0) * PLX_BLOCK_SIZE;
+    ev->handler = data_io_done;
+    ev->ctx = r;
+    int rc = plx_submit(r->v->st, ev);
+    if (rc) {
+        if (!r->status)
+            r->status = plx_err(r->v->st, rc, "submitting data I/O: %s", strerror(-rc));
+        return;
+    }
+    r->ios_waiting++;
+    if (r->batch && op == PLX_IO_WRITE)
+        r->batch->data_pending++;
+}
+
+/* Read the old contents of a partially written edge block (its path is in the cache). */
+static void read_edge(struct plx_req *r, uint64_t vb)
+{
+    bool loading = false;
+    struct plx_node *leaf = walk(r->v, r, vb, &loading);
+    uint64_t link = leaf ? leaf->links[plx_index_at(vb, 0)] : 0;
+    uint8_t *dst = r->io_buf + (vb - r->b0) * PLX_BLOCK_SIZE;
+    if (!link)
+        memset(dst, 0, PLX_BLOCK_SIZE);
+    else
+        submit_data(r, PLX_IO_READ, vb, plx_link_addr(link), 1);
+}
+
+static int ensure_ios(struct plx_req *r, size_t n)
+{
+    free(r->ios);
+    r->ios = calloc(n ? n : 1, sizeof *r->ios);
+    r->nios = 0;
+    return r->ios ? 0 : -ENOMEM;
+}
+
+static void do_read(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    uint64_t nb = r->b1 - r->b0;
+    uint64_t *phys = calloc(nb, sizeof *phys);
+    bool loading = false;
+    if (!phys) {
+        r->status = -ENOMEM;
+        req_finish(r);
+        return;
+    }
+    for (uint64_t vb = r->b0; vb < r->b1; vb++) {
+        struct plx_node *leaf = walk(v, r, vb, &loading);
+        if (leaf)
+            phys[vb - r->b0] = plx_link_addr(leaf->links[plx_index_at(vb, 0)]);
+    }
+    if (loading || r->status) {
+        free(phys);
+        if (!r->loads_waiting)
+            req_finish(r);
+        return;
+    }
+    r->state = RQ_IO;
+    if (ensure_ios(r, nb)) {
+        free(phys);
+        r->status = -ENOMEM;
+        req_finish(r);
+        return;
+    }
+    for (uint64_t i = 0; i < nb;) {
+        if (!phys[i]) {
+            memset(r->io_buf + i * PLX_BLOCK_SIZE, 0, PLX_BLOCK_SIZE);
+            i++;
+            continue;
+        }
+        uint64_t j = i + 1;
+        while (j < nb && phys[j] == phys[i] + (j - i) && j - i < 2048)
+            j++;
+        submit_data(r, PLX_IO_READ, r->b0 + i, phys[i], (uint32_t)(j - i));
+        i = j;
+    }
+    free(phys);
+    if (!r->ios_waiting)
+        req_finish(r);
+}
+
+/* ---- Mutation ----------------------------------------------------------------------------------- */
+
+/* Make the child behind links[idx] of n writable: follow a writable link, or give it a new node
+ * (a read-only copy or an empty one). */
+static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, struct plx_node *n,
+                                     unsigned idx, int *err)
+{
+    plx_store *st = v->st;
+    uint64_t link = n->links[idx];
+    if (link && !plx_link_ro(link)) {
+        struct plx_node *c = plx_cache_lookup(st, plx_link_addr(link));
+        if (!c || c->state != NODE_VALID)
+            *err = plx_err(st, -EAGAIN, "node %llu left the cache during a write",
+                           (unsigned long long)plx_link_addr(link));
+        return c;
+    }
+    const struct plx_node *src = NULL;
+    if (link) {
+        src = plx_cache_lookup(st, plx_link_addr(link));
+        if (!src || src->state != NODE_VALID) {
+            *err = -EAGAIN;
+            return NULL;
+        }
+    }
+    uint64_t addr;
+    int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &addr);
+    if (rc < 0) {
+        *err = rc;
+        return NULL;
+    }
+    struct plx_node *c = plx_cache_new(st, addr, n->level - 1);
+    if (!c) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    if (src)
+        for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
+            c->links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
+    c->new_batch = b->seq;
+    n->links[idx] = addr;
+    if ((*err = batch_add_node(b, n)) == 0)
+        *err = batch_add_node(b, c);
+    return c;
+}
+
+static void undo_relinks(struct plx_req *r)
+{
+    plx_store *st = r->v->st;
+    struct plx_batch *b = r->batch;
+    struct node_image *img = b ? images_of(b) : NULL;
+    for (size_t i = r->nrelinks; i-- > 0;) {
+        const struct plx_relink *rl = &r->relinks[i];
+        struct plx_node *leaf = plx_cache_lookup(st, rl->leaf_addr);
+        if (leaf)
+            leaf->links[rl->idx] = rl->old_link;
+        /* A flying batch captured its images already but writes no node before every member's
+         * data is written, so patching the image is enough. */
+        for (size_t k = 0; img && k < b->nnodes; k++)
+            if (img[k].addr == rl->leaf_addr)
+                ((uint64_t *)img[k].buf)[rl->idx] = rl->old_link;
+    }
+    r->nrelinks = 0;
+}
+
+/* A write's data is on the medium: it completes now, or with its batch when it changed
+ * metadata or asked for FUA. */
+static void req_data_done(struct plx_req *r)
+{
+    struct plx_batch *b = r->batch;
+    if (r->status || !r->needs_batch || !b)
+        req_finish(r);
+    else
+        batch_wait(b, r);
+}
+
+/* Apply a write or trim to the in-memory tree and issue its data writes. */
+static void do_mutate(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    plx_store *st = v->st;
+    struct plx_batch *b = batch_open(v);
+    uint64_t nb = r->b1 - r->b0;
+    uint64_t *phys = calloc(nb, sizeof *phys);
+    r->relinks = calloc(nb, sizeof *r->relinks);
+    int err = (!b || !phys || !r->relinks) ? -ENOMEM : 0;
+    if (!err && b->status)
+        err = b->status;
+    uint64_t first_edge = r->head_partial ? r->b0 : UINT64_MAX;
+    uint64_t last_edge = r->tail_partial ? r->b1 - 1 : UINT64_MAX;
+    for (uint64_t vb = r->b0; vb < r->b1 && !err; vb++) {
+        bool unmap = r->op == REQ_TRIM && vb != first_edge && vb != last_edge;
+        struct plx_node *n = v->root;
+        for (unsigned level = v->height - 1; level > 0 && !err; level--) {
+            unsigned idx = plx_index_at(vb, level);
+            if (unmap && !n->links[idx]) {
+                n = NULL; /* already sparse: nothing to unmap */
+                break;
+            }
+            n = shadow_child(v, b, n, idx, &err);
+        }
+        if (err || !n)
+            continue;
+        unsigned idx = plx_index_at(vb, 0);
+        uint64_t link = n->links[idx];
+        if (unmap) {
+            if (link) {
+                r->relinks[r->nrelinks++] = (struct plx_relink){n->addr, idx, link};
+                n->links[idx] = 0;
+                err = batch_add_node(b, n);
+            }
+            continue;
+        }
+        if (link && !plx_link_ro(link)) {
+            phys[vb - r->b0] = plx_link_addr(link);
+            continue;
+        }
+        uint64_t pb;
+        int rc = plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
+        if (rc < 0) {
+            err = rc;
+            break;
+        }
+        r->relinks[r->nrelinks++] = (struct plx_relink){n->addr, idx, link};
+        n->links[idx] = pb;
+        phys[vb - r->b0] = pb;
+        err = batch_add_node(b, n);
+    }
+    if (err) {
+        undo_relinks(r);
+        free(phys);
+        r->status = err;
+        req_finish(r);
+        return;
+    }
+    r->needs_batch = r->nrelinks > 0 || (r->flags & PLX_WRITE_FUA);
+    r->state = RQ_IO;
+    r->batch = b;
+    if (r->flags & PLX_WRITE_FUA)
+        b->final_flush = true;
+    if (ensure_ios(r, nb)) {
+        free(phys);
+        r->status = -ENOMEM;
+        /* Links already point at blocks that will not be written: put them back. */
+        undo_relinks(r);
+        r->batch = NULL;
+        req_finish(r);
+        return;
+    }
+    for (uint64_t i = 0; i < nb;) {
+        if (!phys[i]) {
+            i++;
+            continue;
+        }
+        uint64_t j = i + 1;
+        while (j < nb && phys[j] == phys[i] + (j - i) && j - i < 2048)
+            j++;
+        submit_data(r, PLX_IO_WRITE, r->b0 + i, phys[i], (uint32_t)(j - i));
+        i = j;
+    }
+    free(phys);
+    if (!r->ios_waiting)
+        req_data_done(r);
+    batch_maybe_start(v);
+}
+
+static void do_snapshot(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    plx_store *st = v->st;
+    struct plx_batch *b = batch_open(v);
+    int err = b ? b->status : -ENOMEM;
+    struct plx_node *old = v->root;
+    uint64_t new_addr = 0, log_addr = 0;
+    if (!err) {
+        int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &new_addr);
+        err = rc < 0 ? rc : 0;
+    }
+    /* Where the record goes: the newest log block if it has room, else a new block. */
+    uint64_t count_in_head = 0;
+    if (!err && v->log_head)
+        count_in_head = v->rec.snap_count + 1 - v->log_head->first_index;
+    bool new_block = !v->log_head || count_in_head >= PLX_SNAPLOG_PER_BLOCK;
+    if (!err && new_block) {
+        int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &log_addr);
+        err = rc < 0 ? rc : 0;
+    } else if (!err) {
+        log_addr = v->rec.snaplog_head;
+    }
+    struct plx_node *nr = NULL;
+    if (!err) {
+        nr = plx_cache_new(st, new_addr, v->height - 1);
+        err = nr ? 0 : -ENOMEM;
+    }
+    if (!err && !v->log_head) {
+        v->log_head = plx_block_alloc(1);
+    }
+    b->log_buf = err ? NULL : plx_block_alloc(1);
+    b->rec_buf = err ? NULL : plx_block_alloc(1);
+    if (err) {
+        if (nr)
+            plx_cache_drop(st, nr);
+        r->status = err;
+        req_finish(r);
+        return;
+    }
+    for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
+        nr->links[i] = old->links[i] ? (old->links[i] | PLX_LINK_RO) : 0;
+    nr->new_batch = b->seq;
+    err = batch_add_node(b, nr);
+
+    /* The log block image: the record beyond snap_count is invisible until the VDI record that
+     * counts it is written in stage B. */
+    struct plx_snaplog_block *lb = (struct plx_snaplog_block *)b->log_buf;
+    if (new_block) {
+        memset(lb, 0, PLX_BLOCK_SIZE);
+        lb->vdi_id = v->rec.id;
+        lb->prev = v->rec.snaplog_head;
+        lb->first_index = v->rec.snap_count + 1;
+        count_in_head = 0;
+    } else {
+        memcpy(lb, v->log_head, PLX_BLOCK_SIZE);
+    }
+    struct plx_snap_record *sr = &lb->records[count_in_head];
+    memset(sr, 0, sizeof *sr);
+    sr->root = old->addr;
+    sr->time_ns = plx_now_ns();
+    memcpy(sr->label, r->label, strlen(r->label));
+    lb->count = (uint32_t)count_in_head + 1;
+    plx_blkhdr_seal(lb, PLX_MAGIC_SNAPLOG, log_addr);
+    memcpy(v->log_head, lb, PLX_BLOCK_SIZE);
+
+    v->rec.snap_count++;
+    v->rec.snaplog_head = log_addr;
+    v->rec.root = new_addr;
+    v->rec.seq++;
+    struct plx_vdi_record tmp = v->rec;
+    plx_registry_seal(&tmp, v->slot_addr, b->rec_buf);
+    if (r->index_out)
+        *r->index_out = v->rec.snap_count;
+
+    b->snap = r;
+    b->log_addr = log_addr;
+    b->final_flush = true;
+    plx_cache_unpin(st, old);
+    plx_cache_pin(nr);
+    v->root = nr;
+    v->root_addr = new_addr;
+    batch_wait(b, r);
+    if (err)
+        b->status = err;
+    batch_maybe_start(v);
+}
+
+static void do_flush(struct plx_req *r)
+{
+    struct plx_batch *b = batch_open(r->v);
+    if (!b) {
+        r->status = -ENOMEM;
+        req_finish(r);
+        return;
+    }
+    b->final_flush = true;
+    batch_wait(b, r);
+    batch_maybe_start(r->v);
+}
+
+/* ---- Driving requests -------------------------------------------------------------------------- */
+
+static void do_resolve(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    if (r->status) {
+        req_finish(r);
+        return;
+    }
+    if (v->needs_reload) {
+        r->state = RQ_WAIT_RANGE; /* start again on the reloaded tree */
+        return;
+    }
+    if (!v->root) {
+        r->status = v->st->fatal ? v->st->fatal : -EIO;
+        req_finish(r);
+        return;
+    }
+    if (r->op == REQ_READ) {
+        do_read(r);
+        return;
+    }
+    if (r->op == REQ_FLUSH) {
+        do_flush(r);
+        return;
+    }
+    if (r->op == REQ_SNAPSHOT) {
+        if (v->open && v->open->snap)
+            return; /* one snapshot per batch: wait for this one to fly */
+        do_snapshot(r);
+        return;
+    }
+    /* Writes and trims: every node on every path must be in the cache (read-only ones too:
+     * they are copied), and the old contents of partial edge blocks must be read. */
+    bool loading = false;
+    for (uint64_t vb = r->b0; vb < r->b1; vb++)
+        walk(v, r, vb, &loading);
+    if (r->status && !r->loads_waiting) {
+        req_finish(r);
+        return;
+    }
+    if (loading || r->loads_waiting)
+        return;
+    if ((r->head_partial || r->tail_partial) && !r->old_data_read) {
+        if (ensure_ios(r, 2)) {
+            r->status = -ENOMEM;
+            req_finish(r);
+            return;
+        }
+        r->old_data_read = true;
+        if (r->head_partial)
+            read_edge(r, r->b0);
+        if (r->tail_partial && (r->b1 - 1 != r->b0 || !r->head_partial))
+            read_edge(r, r->b1 - 1);
+        if (r->ios_waiting)
+            return; /* data_io_done resolves again */
+    }
+    if (r->bounce) {
+        /* Merge the caller's bytes over the old edge contents. */
+        uint64_t skip = r->off - r->b0 * PLX_BLOCK_SIZE;
+        memcpy(r->bounce + skip, r->ubuf, r->len);
+    }
+    do_mutate(r);
+}
+
+void plx_req_resume(struct plx_req *r)
+{
+    if (r->state == RQ_RESOLVE && !r->loads_waiting && !r->ios_waiting)
+        do_resolve(r);
+}
+
+static void data_io_done(plx_store *st, struct plx_ev *ev)
+{
+    struct plx_req *r = ev->ctx;
+    if (ev->status && !r->status)
+        r->status = plx_err(st, ev->status, "%s of VDI %s block %llu failed: %s",
+                            ev->io.op == PLX_IO_READ ? "read" : "write", r->v->rec.name,
+                            (unsigned long long)ev->io.block, strerror(-ev->status));
+    r->ios_waiting--;
+    bool write = ev->io.op == PLX_IO_WRITE;
+    struct plx_batch *b = write ? r->batch : NULL;
+    if (ev->status && write && r->nrelinks) {
+        /* New blocks whose data never reached the medium must not be linked: put the old links
+         * back, in memory and in the images of a batch that has not written its nodes yet. */
+        undo_relinks(r);
+    }
+    if (b)
+        b->data_pending--;
+    if (r->ios_waiting)
+        return;
+    if (r->state == RQ_RESOLVE) {
+        if (r->status)
+            req_finish(r);
+        else
+            do_resolve(r); /* the old edge data has arrived */
+    } else if (r->op == REQ_READ) {
+        req_finish(r);
+    } else {
+        req_data_done(r);
+    }
+    if (b)
+        batch_advance(b->v, b);
+}
+
+/* Start every waiting request that may now start. */
+void plx_pipeline_kick(struct plx_vdi *v)
+{
+    if (v->kicking) {
+        v->kick_again = true;
+        return;
+    }
+    v->kicking = true;
+    do {
+        v->kick_again = false;
+        for (struct plx_req *r = v->active_head; r;) {
+            struct plx_req *next = r->next;
+            if (r->state == RQ_WAIT_RANGE && may_start(v, r)) {
+                r->state = RQ_RESOLVE;
+                do_resolve(r);
+                next = r->next;
+                if (r->state == RQ_DONE)
+                    v->kick_again = true; /* the list changed under us */
+            } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT && !r->loads_waiting) {
+                do_resolve(r);
+            }
+            if (v->kick_again)
+                break;
+            r = next;
+        }
+    } while (v->kick_again);
+    v->kicking = false;
+}
+
+int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
+{
+    r->v = v;
+    r->seq = v->next_seq++;
+    r->state = RQ_WAIT_RANGE;
+    r->prev = v->active_tail;
+    r->next = NULL;
+    if (v->active_tail)
+        v->active_tail->next = r;
+    else
+        v->active_head = r;
+    v->active_tail = r;
+    plx_pipeline_kick(v);
+    return 0;
+}

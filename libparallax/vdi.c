@@ -1,0 +1,488 @@
+/*
+ * vdi.c - opening and closing VDIs (with the single-writer lock) and the public I/O entry points.
+ * The requests themselves are carried out by pipeline.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include "internal.h"
+
+bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+int plx_label_check(plx_store *st, const char *label);
+
+/* ---- Open / close ------------------------------------------------------------------------------- */
+
+static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
+{
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    struct plx_vdi_record rec;
+    rc = plx_registry_read(st, v->slot_addr, &rec);
+    if (!rc && take) {
+        if (rec.flags & PLX_VDI_DELETED)
+            rc = plx_err(st, -ENOENT, "VDI %s was deleted", rec.name);
+        else if (rec.lock_host &&
+                 !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
+            rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u",
+                         rec.name, rec.lock_host == st->host_hash ? st->host : "another host",
+                         rec.lock_pid);
+        if (!rc) {
+            rec.lock_host = st->host_hash;
+            rec.lock_pid = st->pid;
+            rec.lock_epoch = st->epoch;
+            rec.lock_time_ns = plx_now_ns();
+        }
+    } else if (!rc) {
+        /* Closing: the in-memory record is the newest (snapshots moved the root). */
+        rec = v->rec;
+        rec.lock_host = 0;
+        rec.lock_pid = 0;
+        rec.lock_epoch = 0;
+        rec.lock_time_ns = 0;
+    }
+    if (!rc)
+        rc = plx_registry_write(st, v->slot_addr, &rec);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (!rc) {
+        rec.seq++;
+        v->rec = rec;
+    }
+    plx_admin_unlock(st);
+    return rc;
+}
+
+int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
+{
+    *out = NULL;
+    struct plx_vdi *v = calloc(1, sizeof *v);
+    if (!v)
+        return plx_err(st, -ENOMEM, "out of memory");
+    v->st = st;
+    int rc;
+    if (strchr(spec, '@')) {
+        struct plx_snap_info si;
+        rc = plx_snap_resolve(st, spec, &v->rec, &v->slot_addr, &si, NULL);
+        v->root_addr = si.root;
+        v->ro = true;
+    } else {
+        rc = plx_registry_find(st, spec, &v->rec, &v->slot_addr);
+        v->root_addr = v->rec.root;
+        v->ro = (flags & PLX_OPEN_READONLY) != 0;
+        if (!rc && !v->ro && st->read_only)
+            rc = plx_err(st, -EROFS, "blockstore opened read-only");
+        for (struct plx_vdi *o = st->vdis; !rc && !v->ro && o; o = o->next)
+            if (!o->ro && o->rec.id == v->rec.id)
+                rc = plx_err(st, -EBUSY, "VDI %s is already open for writing here",
+                             v->rec.name);
+        if (!rc && !v->ro)
+            rc = lock_record(st, v, true);
+    }
+    v->height = v->rec.height;
+    v->nblocks = v->rec.size / PLX_BLOCK_SIZE;
+    struct plx_node *root = NULL;
+    if (!rc)
+        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, &root);
+    if (!rc && !v->ro && v->rec.snaplog_head) {
+        v->log_head = plx_block_alloc(1);
+        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
+    }
+    if (rc) {
+        if (!v->ro && v->rec.lock_pid == st->pid && v->rec.lock_host == st->host_hash)
+            lock_record(st, v, false);
+        plx_block_free(v->log_head);
+        free(v);
+        return rc;
+    }
+    plx_cache_pin(root);
+    v->root = root;
+    v->next = st->vdis;
+    st->vdis = v;
+    *out = v;
+    return 0;
+}
+
+int plx_vdi_close(plx_vdi *v)
+{
+    plx_store *st = v->st;
+    int rc = 0;
+    v->closing = true;
+    while (!plx_vdi_idle(v)) {
+        rc = plx_store_service(st);
+        if (rc < 0)
+            break;
+        if (plx_vdi_idle(v))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    rc = rc < 0 ? rc : 0;
+    if (!v->ro && !st->fatal) {
+        int lrc = lock_record(st, v, false);
+        if (!rc)
+            rc = lrc;
+    }
+    if (v->root)
+        plx_cache_unpin(st, v->root);
+    for (struct plx_vdi **pp = &st->vdis; *pp; pp = &(*pp)->next) {
+        if (*pp == v) {
+            *pp = v->next;
+            break;
+        }
+    }
+    plx_block_free(v->log_head);
+    free(v);
+    return rc;
+}
+
+int plx_vdi_close_all(plx_store *st);
+int plx_vdi_close_all(plx_store *st)
+{
+    int rc = 0;
+    while (st->vdis) {
+        int c = plx_vdi_close(st->vdis);
+        if (!rc)
+            rc = c;
+    }
+    return rc;
+}
+
+uint64_t plx_vdi_size(const plx_vdi *v)
+{
+    return v->rec.size;
+}
+
+uint64_t plx_vdi_id(const plx_vdi *v)
+{
+    return v->rec.id;
+}
+
+int plx_vdi_readonly(const plx_vdi *v)
+{
+    return v->ro;
+}
+
+/* ---- Submission --------------------------------------------------------------------------------- */
+
+static int range_check(plx_vdi *v, uint64_t off, uint64_t len)
+{
+    if (off > v->rec.size || len > v->rec.size - off)
+        return plx_err(v->st, -EINVAL, "request at %llu+%llu is beyond the end of VDI %s (%llu)",
+                       (unsigned long long)off, (unsigned long long)len, v->rec.name,
+                       (unsigned long long)v->rec.size);
+    return 0;
+}
+
+static struct plx_req *req_new(plx_vdi *v, enum plx_req_op op, uint64_t off, uint64_t len,
+                               plx_done_fn cb, void *arg)
+{
+    struct plx_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->op = op;
+    r->off = off;
+    r->len = len;
+    r->b0 = off / PLX_BLOCK_SIZE;
+    r->b1 = (off + len + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE;
+    r->cb = cb;
+    r->arg = arg;
+    r->v = v;
+    return r;
+}
+
+/* A request with nothing to do still completes from the service loop, never inline. */
+static int complete_empty(plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    struct plx_req *r = req_new(v, REQ_READ, 0, 0, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    plx_complete(v->st, r);
+    return 0;
+}
+
+static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, size_t len,
+                     unsigned flags, plx_done_fn cb, void *arg)
+{
+    if (op != REQ_READ && v->ro)
+        return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
+    int rc = range_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0)
+        return complete_empty(v, cb, arg);
+    struct plx_req *r = req_new(v, op, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->flags = flags;
+    r->ubuf = buf;
+    bool aligned = ((uintptr_t)buf % PLX_BLOCK_SIZE) == 0 && off % PLX_BLOCK_SIZE == 0 &&
+                   len % PLX_BLOCK_SIZE == 0;
+    if (aligned) {
+        r->io_buf = buf;
+    } else {
+        r->bounce = plx_block_alloc(r->b1 - r->b0);
+        r->io_buf = r->bounce;
+        if (op == REQ_WRITE) {
+            r->head_partial = off % PLX_BLOCK_SIZE != 0;
+            r->tail_partial = (off + len) % PLX_BLOCK_SIZE != 0;
+        }
+    }
+    return plx_req_submit(v, r);
+}
+
+int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                        void *arg)
+{
+    return submit_rw(v, REQ_READ, buf, off, len, 0, cb, arg);
+}
+
+int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
+                         plx_done_fn cb, void *arg)
+{
+    /* The buffer is only read from; the request keeps one pointer type for both directions. */
+    return submit_rw(v, REQ_WRITE, (void *)(uintptr_t)buf, off, len, flags, cb, arg);
+}
+
+int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (v->ro)
+        return complete_empty(v, cb, arg);
+    struct plx_req *r = req_new(v, REQ_FLUSH, 0, 0, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    return plx_req_submit(v, r);
+}
+
+/* A trim becomes up to three requests: zero writes for partial edge blocks and an unmap of the
+ * whole blocks between them. The caller's callback fires once, with the first error. */
+struct trim_parts {
+    plx_done_fn cb;
+    void *arg;
+    int remaining;
+    int status;
+};
+
+static void trim_part_done(void *arg, int status)
+{
+    struct trim_parts *t = arg;
+    if (status && !t->status)
+        t->status = status;
+    if (--t->remaining == 0) {
+        t->cb(t->arg, t->status);
+        free(t);
+    }
+}
+
+static const uint8_t zero_block[PLX_BLOCK_SIZE];
+
+int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
+{
+    if (v->ro)
+        return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
+    int rc = range_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0)
+        return complete_empty(v, cb, arg);
+    uint64_t end = off + len;
+    uint64_t a0 = (off + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
+    uint64_t a1 = end / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
+    struct trim_parts *t = calloc(1, sizeof *t);
+    if (!t)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    t->cb = cb;
+    t->arg = arg;
+    t->remaining = 1; /* held until every part is submitted */
+    if (a0 >= a1) {
+        /* Inside one block (or two partial ones): plain zero writes. */
+        for (uint64_t o = off; o < end;) {
+            uint64_t next = (o / PLX_BLOCK_SIZE + 1) * PLX_BLOCK_SIZE;
+            uint64_t n = (next < end ? next : end) - o;
+            t->remaining++;
+            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, o, n, 0, trim_part_done,
+                          t))
+                t->remaining--;
+            o += n;
+        }
+    } else {
+        if (off < a0) {
+            t->remaining++;
+            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, off, a0 - off, 0,
+                          trim_part_done, t))
+                t->remaining--;
+        }
+        struct plx_req *r = req_new(v, REQ_TRIM, a0, a1 - a0, trim_part_done, t);
+        if (r) {
+            t->remaining++;
+            plx_req_submit(v, r);
+        } else if (!t->status) {
+            t->status = -ENOMEM;
+        }
+        if (a1 < end) {
+            t->remaining++;
+            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, a1, end - a1, 0,
+                          trim_part_done, t))
+                t->remaining--;
+        }
+    }
+    /* Drop the submission hold; parts complete from the service loop, never from here. */
+    if (--t->remaining == 0) {
+        int status = t->status;
+        free(t);
+        return status ? status : complete_empty(v, cb, arg);
+    }
+    return 0;
+}
+
+int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
+                            void *arg)
+{
+    plx_store *st = v->st;
+    if (v->ro)
+        return plx_err(st, -EROFS, "VDI %s is open read-only: cannot snapshot", v->rec.name);
+    if (!label)
+        label = "";
+    int rc = plx_label_check(st, label);
+    if (rc)
+        return rc;
+    if (*label) {
+        struct plx_snap_info *list;
+        size_t n;
+        rc = plx_snaplog_read(st, &v->rec, &list, &n, NULL);
+        for (size_t i = 0; !rc && i < n; i++)
+            if (!list[i].deleted && strcmp(list[i].label, label) == 0)
+                rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
+                             v->rec.name, label);
+        if (list && (rc == 0 || rc == -EEXIST))
+            free(list);
+        if (rc)
+            return rc;
+    }
+    struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
+    if (!r)
+        return plx_err(st, -ENOMEM, "out of memory");
+    snprintf(r->label, sizeof r->label, "%s", label);
+    r->index_out = index_out;
+    return plx_req_submit(v, r);
+}
+
+/* ---- Blocking forms ----------------------------------------------------------------------------- */
+
+struct sync_wait {
+    int done;
+    int status;
+};
+
+static void sync_done(void *arg, int status)
+{
+    struct sync_wait *w = arg;
+    w->status = status;
+    w->done = 1;
+}
+
+static int sync_finish(plx_vdi *v, int rc, struct sync_wait *w)
+{
+    if (rc)
+        return rc;
+    rc = plx_store_wait(v->st, &w->done);
+    return rc ? rc : w->status;
+}
+
+int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_read(v, buf, off, len, sync_done, &w), &w);
+}
+
+int plx_vdi_pwrite(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_write(v, buf, off, len, flags, sync_done, &w), &w);
+}
+
+int plx_vdi_flush(plx_vdi *v)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_flush(v, sync_done, &w), &w);
+}
+
+int plx_vdi_trim(plx_vdi *v, uint64_t off, uint64_t len)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_trim(v, off, len, sync_done, &w), &w);
+}
+
+int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_snapshot(v, label, index_out, sync_done, &w), &w);
+}
+
+int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
+{
+    plx_vdi *v;
+    int rc = plx_vdi_open(st, vdi, 0, &v);
+    if (rc)
+        return rc;
+    rc = plx_vdi_snapshot_open(v, label, index_out);
+    int crc = plx_vdi_close(v);
+    return rc ? rc : crc;
+}
+
+/* ---- Block status ------------------------------------------------------------------------------- */
+
+/* Is vblock mapped? *span receives how many blocks from vblock certainly share the answer. */
+static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
+{
+    struct plx_node *n = v->root;
+    for (unsigned level = v->height - 1;; level--) {
+        uint64_t link = n->links[plx_index_at(vb, level)];
+        uint64_t sub = 1ull << (level * PLX_RADIX_BITS); /* blocks under one link */
+        if (!link) {
+            *mapped = 0;
+            *span = sub - (vb & (sub - 1));
+            return 0;
+        }
+        if (level == 0) {
+            *mapped = 1;
+            *span = 1;
+            return 0;
+        }
+        int rc = plx_cache_get_sync(v->st, plx_link_addr(link), level - 1, &n);
+        if (rc)
+            return rc;
+    }
+}
+
+int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len)
+{
+    int rc = range_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0) {
+        *run_len = 0;
+        return 0;
+    }
+    uint64_t end = off + len;
+    uint64_t vb = off / PLX_BLOCK_SIZE;
+    int first = -1;
+    uint64_t pos = off;
+    while (pos < end) {
+        int m;
+        uint64_t span;
+        rc = mapped_at(v, vb, &m, &span);
+        if (rc)
+            return rc;
+        if (first < 0)
+            first = m;
+        else if (m != first)
+            break;
+        vb += span;
+        pos = vb * PLX_BLOCK_SIZE;
+    }
+    *run_len = (pos < end ? pos : end) - off;
+    return first;
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Ensure the Debian 12 packages Parallax needs are installed.
+#
+#   scripts/install-deps.sh build   compiler, libaio, Check, cppcheck, clang-format
+#   scripts/install-deps.sh test    the above plus everything the tests use
+#
+# Silent when nothing is missing. Installs the missing packages with apt-get when run as root;
+# otherwise names them and exits 1.
+set -euo pipefail
+
+BUILD_PKGS=(build-essential pkg-config libaio-dev check libsubunit-dev cppcheck clang-format)
+TEST_PKGS=(
+    e2fsprogs util-linux jq python3 graphviz xxd
+    # integration tests: NBD export, images, workloads, FUSE, iSCSI
+    nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    tgt libiscsi-dev libiscsi-bin
+)
+
+usage() {
+    echo "usage: $0 build|test" >&2
+    exit 2
+}
+
+[[ $# -eq 1 ]] || usage
+case "$1" in
+build) want=("${BUILD_PKGS[@]}") ;;
+test) want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+*) usage ;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "install-deps: dpkg-query not found; this script supports Debian 12 only." >&2
+    echo "install-deps: install the equivalents of: ${want[*]}" >&2
+    exit 1
+fi
+
+# A package counts as present only when dpkg reports it fully installed
+# (Status "install ok installed" or "hold ok installed").
+missing=()
+for pkg in "${want[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    case "$status" in
+    *" ok installed") ;;
+    *) missing+=("$pkg") ;;
+    esac
+done
+
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing Debian packages: ${missing[*]}" >&2
+    echo "install-deps: run as root:  sudo $0 $1" >&2
+    echo "install-deps: or by hand:   sudo apt-get install ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq </dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null

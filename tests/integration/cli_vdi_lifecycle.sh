@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A VDI's life through the command line: create, snapshot, label, clone, draw the family tree,
+# delete; and lookups of things that do not exist fail cleanly.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+have_jq=0
+command -v jq >/dev/null 2>&1 && have_jq=1
+iso='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z'
+
+plx format --size 256M --extent-size 16M >/dev/null
+
+read -r name gold <<<"$(plx vdi-create gold --size 64M)"
+assert_eq gold "$name" "vdi-create output"
+[[ $gold =~ ^[0-9]+$ ]] || fail "vdi-create printed no id: $gold"
+plx vdi-list | grep -Eq "^$gold +gold +64\.0 MiB +0 +- +-$" || fail "vdi-list: $(plx vdi-list)"
+plx vdi-list | head -n1 | grep -Eq '^ID +NAME +SIZE +SNAPS +PARENT +LOCKED-BY$' ||
+    fail "vdi-list header"
+expect_fail 1 plx vdi-create gold --size 1M
+
+# Snapshots: by name or id, with the option before or after the VDI.
+assert_eq gold@1 "$(plx vdi-snapshot gold)" "first snapshot"
+assert_eq gold@2 "$(plx vdi-snapshot --label pristine gold)" "labelled snapshot"
+assert_eq gold@3 "$(plx vdi-snapshot "$gold" --label third)" "snapshot by id"
+snaps=$(plx snap-list gold)
+head -n1 <<<"$snaps" | grep -Eq '^N +TIME +LABEL$' || fail "snap-list header: $snaps"
+grep -Eq "^1 +$iso +-$" <<<"$snaps" || fail "snap-list @1: $snaps"
+grep -Eq "^2 +$iso +pristine$" <<<"$snaps" || fail "snap-list @2: $snaps"
+plx snap-label gold@1 first
+plx snap-list gold | grep -Eq "^1 +$iso +first$" || fail "snap-label did not stick"
+expect_fail 1 plx snap-label gold@2 first # labels are unique within a VDI
+if ((have_jq)); then
+    assert_eq "first pristine third" "$(plx snap-list gold --json | jq -r 'map(.label) | join(" ")')"
+    assert_eq "1 2 3" "$(plx snap-list --json "$gold" | jq -r 'map(.index) | join(" ")')"
+fi
+
+# Clones from a snapshot named by label and by number.
+read -r name web1 <<<"$(plx vdi-create web1 --from gold@pristine)"
+assert_eq web1 "$name" "clone output"
+read -r name web2 <<<"$(plx vdi-create --from gold@1 web2)"
+assert_eq web2 "$name" "clone output"
+plx vdi-list | grep -Eq "^$web1 +web1 +64\.0 MiB +0 +gold@2 +-$" || fail "vdi-list web1"
+plx vdi-list | grep -Eq "^$web2 +web2 +64\.0 MiB +0 +gold@1 +-$" || fail "vdi-list web2"
+if ((have_jq)); then
+    got=$(plx vdi-list --json | jq -r '.[] | select(.name == "web1") | "\(.parent) \(.parent_snap)"')
+    assert_eq "$gold 2" "$got" "vdi-list --json parent of web1"
+    assert_eq null "$(plx vdi-list --json | jq -r '.[] | select(.name == "gold") | .parent')"
+fi
+
+tree=$(plx vdi-tree)
+expected="gold (id $gold)
+├─ @1 first TIME
+│  └─ web2 (id $web2)
+├─ @2 pristine TIME
+│  └─ web1 (id $web1)
+└─ @3 third TIME"
+assert_eq "$expected" "$(sed -E "s/$iso/TIME/" <<<"$tree")" "vdi-tree"
+
+dotsrc=$(plx vdi-tree --dot)
+grep -q "^digraph " <<<"$dotsrc" || fail "vdi-tree --dot is not a digraph"
+grep -q "v${gold}_s2 -> v${web1};" <<<"$dotsrc" || fail "vdi-tree --dot misses the clone edge"
+if command -v dot >/dev/null 2>&1; then
+    dot -Tsvg <<<"$dotsrc" >"$PLX_TEST_TMP/tree.svg" || fail "dot rejected vdi-tree --dot"
+fi
+
+plx vdi-delete web2
+plx vdi-list | grep -q web2 && fail "vdi-list still shows the deleted web2"
+plx vdi-tree | grep -q web2 && fail "vdi-tree still shows the deleted web2"
+if ((have_jq)); then
+    assert_eq "gold web1" "$(plx vdi-list --json | jq -r 'map(.name) | join(" ")')"
+fi
+
+expect_fail 1 plx vdi-delete web2
+expect_fail 1 plx snap-list nosuch
+expect_fail 1 plx vdi-snapshot nosuch
+expect_fail 1 plx vdi-create x --from gold@99
+expect_fail 1 plx vdi-create x --from gold@nolabel
+expect_fail 1 plx vdi-create x --from nosuch@1
+expect_fail 1 plx snap-label gold@99 x
+expect_fail 1 plx vdi-export gold@99 "$PLX_TEST_TMP/out.img"
+[[ ! -e $PLX_TEST_TMP/out.img ]] || fail "a failed export created its file"
+
+plx check >/dev/null

@@ -1,0 +1,42 @@
+#!/bin/sh
+# Run each Check unit-test binary given as an argument, show its output, and total the Check
+# results. Exits non-zero if any test failed or any binary did not finish cleanly.
+set -u
+
+passed=0
+failed=0
+status=0
+
+for bin in "$@"; do
+    echo "== $bin"
+    out=$("$bin" 2>&1)
+    rc=$?
+    [ -n "$out" ] && printf '%s\n' "$out"
+    # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.
+    summary=$(printf '%s\n' "$out" |
+        sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p')
+    if [ -z "$summary" ]; then
+        # No summary at all: the binary crashed or never ran its suite. Count it as one failure
+        # so that it cannot pass unnoticed.
+        echo "$bin: no Check summary (exit status $rc)"
+        failed=$((failed + 1))
+        status=1
+        continue
+    fi
+    while read -r checks failures errors; do
+        bad=$((failures + errors))
+        passed=$((passed + checks - bad))
+        failed=$((failed + bad))
+    done <<SUMMARY
+$summary
+SUMMARY
+    if [ "$rc" -ne 0 ]; then
+        status=1
+    fi
+done
+
+if [ "$failed" -ne 0 ]; then
+    status=1
+fi
+echo "unit: $passed passed, $failed failed"
+exit "$status"

@@ -1,0 +1,94 @@
+/*
+ * testutil.c - helpers shared by the Check unit tests.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+int tu_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+uint64_t tu_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void tu_fill(void *buf, size_t len, uint64_t seed)
+{
+    unsigned char *p = buf;
+    uint64_t st = seed;
+    while (len >= 8) {
+        uint64_t v = tu_rand(&st);
+        memcpy(p, &v, 8);
+        p += 8;
+        len -= 8;
+    }
+    if (len > 0) {
+        uint64_t v = tu_rand(&st);
+        memcpy(p, &v, len);
+    }
+}
+
+int tu_quick(void)
+{
+    const char *v = getenv("PLX_TEST_QUICK");
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+const char *tu_tmpdir(void)
+{
+    const char *d = getenv("TMPDIR");
+    return d != NULL && *d != '\0' ? d : "/tmp";
+}
+
+void tu_wait_io(plx_backend *be, int *done)
+{
+    while (!*done) {
+        int n = be->ops->poll(be, -1);
+        ck_assert_msg(n >= 0, "poll on %s failed: %d", be->desc, n);
+        ck_assert_msg(*done || n > 0 || be->ops->inflight(be) > 0,
+                      "%s: nothing in flight but the awaited I/O has not completed", be->desc);
+    }
+}
+
+struct tu_io_wait {
+    int done;
+    int status;
+};
+
+static void tu_io_done(struct plx_io *io, int status)
+{
+    struct tu_io_wait *w = io->owner;
+    w->status = status;
+    w->done = 1;
+}
+
+int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, void *buf,
+          unsigned flags)
+{
+    struct tu_io_wait w = {0, 0};
+    struct plx_io io = {
+        .op = op,
+        .flags = flags,
+        .block = block,
+        .nblocks = nblocks,
+        .buf = buf,
+        .done = tu_io_done,
+        .owner = &w,
+    };
+    int rc = be->ops->submit(be, &io);
+    if (rc < 0)
+        return rc;
+    tu_wait_io(be, &w.done);
+    return w.status;
+}

@@ -1,0 +1,39 @@
+/*
+ * testutil.h - helpers shared by the Check unit tests.
+ */
+#ifndef PLX_TESTUTIL_H
+#define PLX_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <check.h>
+
+#include "backend.h"
+
+/* Run a suite (CK_ENV verbosity, so CK_VERBOSITY/CK_RUN_CASE work) and return the exit status
+ * for main: EXIT_SUCCESS when every test passed. Frees the suite. */
+int tu_run_suite(Suite *s);
+/* main() for a test file whose suite is built by `fn` (Suite *fn(void)). */
+#define TU_MAIN(fn)                                                                                \
+    int main(void)                                                                                 \
+    {                                                                                              \
+        return tu_run_suite(fn());                                                                 \
+    }
+
+/* Deterministic PRNG (splitmix64): same state, same sequence, on every platform. */
+uint64_t tu_rand(uint64_t *state);
+/* Fill len bytes with the sequence for seed, so that contents can be regenerated to compare. */
+void tu_fill(void *buf, size_t len, uint64_t seed);
+/* Nonzero when PLX_TEST_QUICK is set (and not "0"): shrink long loops (sanitizer runs). */
+int tu_quick(void);
+/* $TMPDIR, or /tmp. */
+const char *tu_tmpdir(void);
+
+/* Poll be until *done is nonzero; fails the test if the backend reports an error or runs out
+ * of I/O while *done is still zero. */
+void tu_wait_io(plx_backend *be, int *done);
+/* Submit one I/O and wait for it; returns the submit error or the completion status. */
+int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, void *buf,
+          unsigned flags);
+
+#endif

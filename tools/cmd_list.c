@@ -1,0 +1,293 @@
+/*
+ * cmd_list.c - read-only views of the registry: vdi-list, snap-list, vdi-tree.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "json.h"
+#include "size.h"
+#include "table.h"
+#include "timefmt.h"
+#include "tree.h"
+
+static const struct plx_vdi_info *vdi_by_id(const struct plx_vdi_info *v, size_t n, uint64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id)
+            return &v[i];
+    return NULL;
+}
+
+/* ---- vdi-list -------------------------------------------------------------------------------- */
+
+static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
+{
+    json_begin_object(w);
+    json_key(w, "id");
+    json_u64(w, v->id);
+    json_key(w, "name");
+    json_string(w, v->name);
+    json_key(w, "size");
+    json_u64(w, v->size);
+    json_key(w, "height");
+    json_u64(w, v->height);
+    json_key(w, "snapshots");
+    json_u64(w, v->snap_count);
+    /* null rather than 0 for "not a clone": ids are numbers, and 0 would read like one. */
+    json_key(w, "parent");
+    if (v->parent_id != 0)
+        json_u64(w, v->parent_id);
+    else
+        json_null(w);
+    json_key(w, "parent_snap");
+    if (v->parent_id != 0)
+        json_u64(w, v->parent_snap);
+    else
+        json_null(w);
+    json_key(w, "created_ns");
+    json_u64(w, v->created_ns);
+    json_key(w, "lock_holder");
+    json_string(w, v->lock_holder);
+    json_end_object(w);
+}
+
+static void vdi_list_json(const struct plx_vdi_info *v, size_t n)
+{
+    struct json_writer w;
+
+    json_init(&w, stdout);
+    json_begin_array(&w);
+    for (size_t i = 0; i < n; i++)
+        if (!v[i].deleted)
+            vdi_json(&w, &v[i]);
+    json_end_array(&w);
+    json_finish(&w);
+}
+
+static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
+                   const struct plx_vdi_info *v)
+{
+    char id[24], size[32], snaps[24], parent[PLX_NAME_MAX + 32] = "-";
+    const char *locker = v->lock_holder[0] != '\0' ? v->lock_holder : "-";
+    const char *cells[] = {id, v->name, size, snaps, parent, locker};
+
+    snprintf(id, sizeof id, "%llu", (unsigned long long)v->id);
+    size_format(v->size, size, sizeof size);
+    snprintf(snaps, sizeof snaps, "%llu", (unsigned long long)v->snap_count);
+    if (v->parent_id != 0) {
+        /* The list includes deleted VDIs, so a deleted parent still has a name to show. */
+        const struct plx_vdi_info *p = vdi_by_id(all, n, v->parent_id);
+        if (p != NULL)
+            snprintf(parent, sizeof parent, "%s@%llu", p->name, (unsigned long long)v->parent_snap);
+        else
+            snprintf(parent, sizeof parent, "%llu@%llu", (unsigned long long)v->parent_id,
+                     (unsigned long long)v->parent_snap);
+    }
+    return table_add_row(t, cells);
+}
+
+static int vdi_list_table(const struct plx_vdi_info *v, size_t n)
+{
+    static const char *const head[] = {"ID", "NAME", "SIZE", "SNAPS", "PARENT", "LOCKED-BY"};
+    struct table t;
+    int err;
+
+    table_init(&t, 6);
+    err = table_add_row(&t, head);
+    for (size_t i = 0; i < n && err == 0; i++)
+        if (!v[i].deleted)
+            err = vdi_row(&t, v, n, &v[i]);
+    if (err == 0)
+        table_print(&t, stdout);
+    table_free(&t);
+    return err < 0 ? cli_error("vdi-list: %s", strerror(-err)) : EXIT_OK;
+}
+
+int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+    int json = 0;
+    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
+    struct plx_vdi_info *vdis;
+    size_t n;
+    plx_store *st;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    int err = plx_vdi_list(st, &vdis, &n);
+    if (err < 0)
+        return cli_close_store(st, cli_engine_error(st, err));
+    if (json)
+        vdi_list_json(vdis, n);
+    else
+        rc = vdi_list_table(vdis, n);
+    free(vdis);
+    return cli_close_store(st, rc);
+}
+
+/* ---- snap-list ------------------------------------------------------------------------------- */
+
+static void snap_list_json(const struct plx_snap_info *s, size_t n)
+{
+    struct json_writer w;
+
+    json_init(&w, stdout);
+    json_begin_array(&w);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].deleted)
+            continue;
+        json_begin_object(&w);
+        json_key(&w, "index");
+        json_u64(&w, s[i].index);
+        json_key(&w, "label");
+        json_string(&w, s[i].label);
+        json_key(&w, "time_ns");
+        json_u64(&w, s[i].time_ns);
+        json_key(&w, "root");
+        json_u64(&w, s[i].root);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_finish(&w);
+}
+
+static int snap_list_table(const struct plx_snap_info *s, size_t n)
+{
+    static const char *const head[] = {"N", "TIME", "LABEL"};
+    char index[24], when[TIMEFMT_LEN];
+    struct table t;
+    int err;
+
+    table_init(&t, 3);
+    err = table_add_row(&t, head);
+    for (size_t i = 0; i < n && err == 0; i++) {
+        if (s[i].deleted)
+            continue;
+        const char *cells[] = {index, when, s[i].label[0] != '\0' ? s[i].label : "-"};
+        snprintf(index, sizeof index, "%llu", (unsigned long long)s[i].index);
+        time_format_ns(s[i].time_ns, when, sizeof when);
+        err = table_add_row(&t, cells);
+    }
+    if (err == 0)
+        table_print(&t, stdout);
+    table_free(&t);
+    return err < 0 ? cli_error("snap-list: %s", strerror(-err)) : EXIT_OK;
+}
+
+static int snap_list(plx_store *st, const char *vdi, int json)
+{
+    struct plx_vdi_info info;
+    struct plx_snap_info *snaps;
+    size_t n;
+    int err = plx_vdi_lookup(st, vdi, &info);
+
+    if (err == 0)
+        err = plx_snap_list(st, info.id, &snaps, &n);
+    if (err < 0)
+        return cli_engine_error(st, err);
+    int rc = EXIT_OK;
+    if (json)
+        snap_list_json(snaps, n);
+    else
+        rc = snap_list_table(snaps, n);
+    free(snaps);
+    return rc;
+}
+
+int cmd_snap_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+    int json = 0;
+    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
+    const char *vdi;
+    plx_store *st;
+    int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
+
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    return cli_close_store(st, snap_list(st, vdi, json));
+}
+
+/* ---- vdi-tree -------------------------------------------------------------------------------- */
+
+struct forest_data {
+    struct plx_vdi_info *vdis;
+    size_t vdi_count;
+    struct plx_snap_info **snaps;
+    size_t *snap_counts;
+};
+
+static void forest_free(struct forest_data *d)
+{
+    for (size_t i = 0; d->snaps != NULL && i < d->vdi_count; i++)
+        free(d->snaps[i]);
+    free(d->snaps);
+    free(d->snap_counts);
+    free(d->vdis);
+}
+
+/* Returns 0 or a negative errno; the store's message (if any) explains a failure. */
+static int forest_load(plx_store *st, struct forest_data *d)
+{
+    int err = plx_vdi_list(st, &d->vdis, &d->vdi_count);
+
+    if (err < 0)
+        return err;
+    d->snaps = calloc(d->vdi_count + 1, sizeof *d->snaps);
+    d->snap_counts = calloc(d->vdi_count + 1, sizeof *d->snap_counts);
+    if (d->snaps == NULL || d->snap_counts == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < d->vdi_count; i++) {
+        struct plx_snap_info *snaps;
+        size_t n;
+        if (d->vdis[i].deleted)
+            continue;
+        err = plx_snap_list(st, d->vdis[i].id, &snaps, &n);
+        if (err < 0)
+            return err;
+        d->snaps[i] = snaps;
+        d->snap_counts[i] = n;
+    }
+    return 0;
+}
+
+static int vdi_tree(plx_store *st, int dot)
+{
+    struct forest_data d = {0};
+    int err = forest_load(st, &d);
+
+    if (err == 0) {
+        struct tree_forest f = {.vdis = d.vdis,
+                                .vdi_count = d.vdi_count,
+                                .snaps = d.snaps,
+                                .snap_counts = d.snap_counts};
+        err = dot ? tree_print_dot(stdout, &f) : tree_print_text(stdout, &f);
+        if (err < 0)
+            cli_error("vdi-tree: %s", strerror(-err));
+    } else {
+        cli_engine_error(st, err);
+    }
+    forest_free(&d);
+    return err < 0 ? EXIT_ERR : EXIT_OK;
+}
+
+int cmd_vdi_tree(struct cli_ctx *ctx, int argc, char **argv)
+{
+    int dot = 0;
+    const struct cli_opt opts[] = {{"dot", 0, NULL, &dot}, {0}};
+    plx_store *st;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    return cli_close_store(st, vdi_tree(st, dot));
+}

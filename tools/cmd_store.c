@@ -1,0 +1,273 @@
+/*
+ * cmd_store.c - commands about the blockstore as a whole: format, info, check.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "json.h"
+#include "size.h"
+
+#define ERRBUF_MAX 4096
+
+static const char *const extent_type_names[4] = {"unused", "system", "metadata", "data"};
+
+/* The engine rounds sizes and picks defaults, so report what it made rather than what was
+ * asked for. */
+static int report_format(const struct cli_ctx *ctx, const char *path)
+{
+    struct plx_store_info info;
+    char size[32], extent[32];
+    plx_store *st;
+    int rc = cli_open_store(ctx, 1, &st);
+
+    if (rc != EXIT_OK)
+        return rc;
+    int err = plx_store_info(st, &info);
+    if (err < 0)
+        return cli_close_store(st, cli_engine_error(st, err));
+    size_format(info.size_bytes, size, sizeof size);
+    size_format(info.extent_size, extent, sizeof extent);
+    printf("formatted %s: %s, %llu extents of %s\n", path, size,
+           (unsigned long long)info.extent_count, extent);
+    return cli_close_store(st, EXIT_OK);
+}
+
+int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
+{
+    const char *size_arg = NULL, *extent_arg = NULL, *path;
+    int force = 0;
+    const struct cli_opt opts[] = {{"size", 1, &size_arg, NULL},
+                                   {"extent-size", 1, &extent_arg, NULL},
+                                   {"force", 0, NULL, &force},
+                                   {0}};
+    uint64_t size = 0, extent = 0;
+    char err[ERRBUF_MAX] = "";
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+
+    if (rc == EXIT_OK && size_arg != NULL)
+        rc = cli_parse_size(ctx, "--size", size_arg, &size);
+    if (rc == EXIT_OK && extent_arg != NULL)
+        rc = cli_parse_size(ctx, "--extent-size", extent_arg, &extent);
+    if (rc == EXIT_OK)
+        rc = cli_blockstore(ctx, &path);
+    if (rc != EXIT_OK)
+        return rc;
+    int ret = plx_format(path, size, extent, force, err, sizeof err);
+    if (ret < 0)
+        return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
+    return report_format(ctx, path);
+}
+
+/* ---- info ------------------------------------------------------------------------------------ */
+
+static void info_json(const struct plx_store_info *in)
+{
+    const struct {
+        const char *key;
+        const uint64_t *by_type;
+    } groups[] = {{"extents", in->extents_by_type},
+                  {"blocks_used", in->blocks_used_by_type},
+                  {"blocks_free", in->blocks_free_by_type}};
+    struct json_writer w;
+
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "format_version");
+    json_u64(&w, in->format_version);
+    json_key(&w, "size_bytes");
+    json_u64(&w, in->size_bytes);
+    json_key(&w, "block_size");
+    json_u64(&w, PLX_BLOCK_SIZE);
+    json_key(&w, "block_count");
+    json_u64(&w, in->block_count);
+    json_key(&w, "extent_size");
+    json_u64(&w, in->extent_size);
+    json_key(&w, "extent_count");
+    json_u64(&w, in->extent_count);
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        json_key(&w, groups[g].key);
+        json_begin_object(&w);
+        for (int t = 0; t < 4; t++) {
+            json_key(&w, extent_type_names[t]);
+            json_u64(&w, groups[g].by_type[t]);
+        }
+        json_end_object(&w);
+    }
+    json_key(&w, "vdi_slots");
+    json_u64(&w, in->vdi_slots);
+    json_key(&w, "vdi_count");
+    json_u64(&w, in->vdi_count);
+    json_key(&w, "lockd_addr");
+    json_string(&w, in->lockd_addr);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+static void info_human(const char *path, const struct plx_store_info *in)
+{
+    char size[32], extent[32];
+
+    size_format(in->size_bytes, size, sizeof size);
+    size_format(in->extent_size, extent, sizeof extent);
+    printf("blockstore      %s\n", path);
+    printf("format version  %u\n", (unsigned)in->format_version);
+    printf("size            %s (%llu bytes, %llu blocks)\n", size,
+           (unsigned long long)in->size_bytes, (unsigned long long)in->block_count);
+    printf("block size      %u\n", PLX_BLOCK_SIZE);
+    printf("extent size     %s\n", extent);
+    printf("extents         %llu\n", (unsigned long long)in->extent_count);
+    printf("VDIs            %llu (%llu registry slots)\n", (unsigned long long)in->vdi_count,
+           (unsigned long long)in->vdi_slots);
+    printf("lock manager    %s\n", in->lockd_addr[0] != '\0' ? in->lockd_addr : "none");
+    printf("\n%-10s %12s %14s %14s\n", "TYPE", "EXTENTS", "USED BLOCKS", "FREE BLOCKS");
+    for (int t = 1; t <= 4; t++) {
+        int type = t % 4; /* unused last: it is the least interesting row */
+        printf("%-10s %12llu %14llu %14llu\n", extent_type_names[type],
+               (unsigned long long)in->extents_by_type[type],
+               (unsigned long long)in->blocks_used_by_type[type],
+               (unsigned long long)in->blocks_free_by_type[type]);
+    }
+}
+
+int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
+{
+    int json = 0;
+    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
+    struct plx_store_info info;
+    const char *path = NULL;
+    plx_store *st;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+
+    if (rc == EXIT_OK)
+        rc = cli_blockstore(ctx, &path);
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    int err = plx_store_info(st, &info);
+    if (err < 0)
+        return cli_close_store(st, cli_engine_error(st, err));
+    if (json)
+        info_json(&info);
+    else
+        info_human(path, &info);
+    return cli_close_store(st, EXIT_OK);
+}
+
+/* ---- check ----------------------------------------------------------------------------------- */
+
+struct check_out {
+    int json;
+    char **lines; /* JSON mode: kept until the report is printed */
+    size_t count, cap;
+    int nomem;
+};
+
+static char *check_line(int is_error, const char *line)
+{
+    const char *kind = is_error ? "error: " : "warning: ";
+    size_t len = strlen(kind) + strlen(line) + 1;
+    char *s = malloc(len);
+
+    if (s != NULL)
+        snprintf(s, len, "%s%s", kind, line);
+    return s;
+}
+
+static void keep_line(struct check_out *o, char *s)
+{
+    if (o->count == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 64;
+        char **lines = realloc(o->lines, cap * sizeof *lines);
+        if (lines == NULL) {
+            free(s);
+            o->nomem = 1;
+            return;
+        }
+        o->lines = lines;
+        o->cap = cap;
+    }
+    o->lines[o->count++] = s;
+}
+
+static void check_report(void *arg, int is_error, const char *line)
+{
+    struct check_out *o = arg;
+
+    if (!o->json) {
+        printf("%s %s\n", is_error ? "error:" : "warning:", line);
+        return;
+    }
+    char *s = check_line(is_error, line);
+    if (s == NULL)
+        o->nomem = 1;
+    else
+        keep_line(o, s);
+}
+
+static void check_json(const struct plx_check_report *r, const struct check_out *o)
+{
+    const struct {
+        const char *key;
+        uint64_t value;
+    } counts[] = {{"errors", r->errors},
+                  {"leaked_blocks", r->leaked_blocks},
+                  {"reachable_blocks", r->reachable_blocks},
+                  {"trees", r->trees},
+                  {"snapshots", r->snapshots}};
+    struct json_writer w;
+
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        json_key(&w, counts[i].key);
+        json_u64(&w, counts[i].value);
+    }
+    json_key(&w, "messages");
+    json_begin_array(&w);
+    for (size_t i = 0; i < o->count; i++)
+        json_string(&w, o->lines[i]);
+    json_end_array(&w);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+static int check_result(const struct plx_check_report *r, const struct check_out *o)
+{
+    if (o->json)
+        check_json(r, o);
+    else
+        printf("check: %llu errors, %llu leaked blocks, %llu trees, %llu snapshots\n",
+               (unsigned long long)r->errors, (unsigned long long)r->leaked_blocks,
+               (unsigned long long)r->trees, (unsigned long long)r->snapshots);
+    if (o->nomem)
+        return cli_error("check: out of memory keeping the messages");
+    if (r->errors > 0)
+        return cli_error("check found %llu error%s", (unsigned long long)r->errors,
+                         r->errors == 1 ? "" : "s");
+    return EXIT_OK;
+}
+
+int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
+{
+    struct check_out out = {0};
+    const struct cli_opt opts[] = {{"json", 0, NULL, &out.json}, {0}};
+    struct plx_check_report report = {0};
+    plx_store *st;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    int err = plx_check(st, &report, check_report, &out);
+    rc = err < 0 ? cli_engine_error(st, err) : check_result(&report, &out);
+    for (size_t i = 0; i < out.count; i++)
+        free(out.lines[i]);
+    free(out.lines);
+    return cli_close_store(st, rc);
+}
