@@ -18,7 +18,7 @@ UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
 all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax
 
 # ---- the library -------------------------------------------------------------------------------
-$(B)/obj/%.o: %.c $(LIB_HDRS) | $(B)
+$(B)/obj/%.o: %.c $(LIB_HDRS) | $(B) builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -fPIC $(INC) -c $< -o $@
 
@@ -28,21 +28,21 @@ $(B)/libparallax.a: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 $(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
 
-$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS)
+$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h) | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -o $@
 
 $(B):
 	@mkdir -p $(B)
 
 # ---- unit tests (Check), plain and sanitized -------------------------------------------------
-CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h
+$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
 
-$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h
+$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
 
@@ -55,27 +55,30 @@ unit: $(UNIT_BINS)
 unit-san: $(UNIT_SAN_BINS)
 	@PLX_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run-unit.sh $(UNIT_SAN_BINS)
 
-integration: all
+integration: all deps
 	@tests/run-integration.sh
 
-lint:
+lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
 	    libparallax tools gc tapdisk
 
-format:
+format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
 
 check: deps all unit unit-san integration lint
 	@echo "make check: all passed"
 
-deps:
+builddeps:
+	@scripts/install-deps.sh build
+
+deps: builddeps
 	@scripts/install-deps.sh test
 
-demo: all
+demo: builddeps all
 	@scripts/demo.sh
 
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check deps demo clean
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean

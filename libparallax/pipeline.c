@@ -743,11 +743,6 @@ static void do_snapshot(struct plx_req *r)
         nr = plx_cache_new(st, new_addr, v->height - 1);
         err = nr ? 0 : -ENOMEM;
     }
-    if (!err && !v->log_head) {
-        v->log_head = plx_block_alloc(1);
-    }
-    b->log_buf = err ? NULL : plx_block_alloc(1);
-    b->rec_buf = err ? NULL : plx_block_alloc(1);
     if (err) {
         if (nr)
             plx_cache_drop(st, nr);
@@ -755,6 +750,10 @@ static void do_snapshot(struct plx_req *r)
         req_finish(r);
         return;
     }
+    if (!v->log_head)
+        v->log_head = plx_block_alloc(1);
+    b->log_buf = plx_block_alloc(1);
+    b->rec_buf = plx_block_alloc(1);
     for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
         nr->links[i] = old->links[i] ? (old->links[i] | PLX_LINK_RO) : 0;
     nr->new_batch = b->seq;

@@ -161,7 +161,7 @@ int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
 {
     const struct cli_opt opts[] = {{0}};
     const char *pos[2];
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
 
     if (rc == EXIT_OK)

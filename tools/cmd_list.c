@@ -113,7 +113,7 @@ int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
     const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
     struct plx_vdi_info *vdis;
     size_t n;
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
     if (rc == EXIT_OK)
@@ -205,7 +205,7 @@ int cmd_snap_list(struct cli_ctx *ctx, int argc, char **argv)
     int json = 0;
     const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
     const char *vdi;
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
     if (rc == EXIT_OK)
@@ -282,7 +282,7 @@ int cmd_vdi_tree(struct cli_ctx *ctx, int argc, char **argv)
 {
     int dot = 0;
     const struct cli_opt opts[] = {{"dot", 0, NULL, &dot}, {0}};
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
     if (rc == EXIT_OK)

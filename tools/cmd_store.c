@@ -21,7 +21,7 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
 {
     struct plx_store_info info;
     char size[32], extent[32];
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_open_store(ctx, 1, &st);
 
     if (rc != EXIT_OK)
@@ -38,7 +38,7 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
 
 int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 {
-    const char *size_arg = NULL, *extent_arg = NULL, *path;
+    const char *size_arg = NULL, *extent_arg = NULL, *path = NULL;
     int force = 0;
     const struct cli_opt opts[] = {{"size", 1, &size_arg, NULL},
                                    {"extent-size", 1, &extent_arg, NULL},
@@ -139,7 +139,7 @@ int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
     const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
     struct plx_store_info info;
     const char *path = NULL;
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
     if (rc == EXIT_OK)
@@ -257,7 +257,7 @@ int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
     struct check_out out = {0};
     const struct cli_opt opts[] = {{"json", 0, NULL, &out.json}, {0}};
     struct plx_check_report report = {0};
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
     if (rc == EXIT_OK)

@@ -23,7 +23,7 @@ int cmd_vdi_create(struct cli_ctx *ctx, int argc, char **argv)
     const char *size_arg = NULL, *from = NULL, *name;
     const struct cli_opt opts[] = {{"size", 1, &size_arg, NULL}, {"from", 1, &from, NULL}, {0}};
     uint64_t size = 0;
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &name, 1, 1);
 
     if (rc != EXIT_OK)
@@ -47,7 +47,7 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     const struct cli_opt opts[] = {{0}};
     const char *vdi;
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
     if (rc == EXIT_OK)
@@ -77,7 +77,7 @@ int cmd_vdi_snapshot(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *label = NULL, *vdi;
     const struct cli_opt opts[] = {{"label", 1, &label, NULL}, {0}};
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
     if (rc == EXIT_OK)
@@ -91,7 +91,7 @@ int cmd_snap_label(struct cli_ctx *ctx, int argc, char **argv)
 {
     const struct cli_opt opts[] = {{0}};
     const char *pos[2];
-    plx_store *st;
+    plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
 
     if (rc == EXIT_OK)

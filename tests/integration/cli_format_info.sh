@@ -38,9 +38,9 @@ human=$(plx info)
 grep -Eq '^extents +16$' <<<"$human" || fail "info: extents line missing: $human"
 grep -Eq '^lock manager +none$' <<<"$human" || fail "info: lock manager line missing"
 
-expect_fail 1 plx format --size 256M
+expect_fail 1 plx format --size 256M --extent-size 16M
 plx vdi-create keep --size 1M >/dev/null
-plx format --size 256M --force | grep -q "^formatted $store: " || fail "format --force"
+plx format --size 256M --extent-size 16M --force | grep -q "^formatted $store: " || fail "format --force"
 json=$(plx info --json)
 assert_eq 0 "$(field .vdi_count)" "vdi_count after reformat"
 
