@@ -25,7 +25,7 @@
 #define PLX_FORMAT_VERSION 1u
 
 /* Block magics (ASCII, little-endian). */
-#define PLX_MAGIC_SUPER 0x5355504cu    /* "PLXS"-ish: superblock */
+#define PLX_MAGIC_SUPER 0x5355504cu    /* bytes "LPUS": superblock */
 #define PLX_MAGIC_STATE 0x5453504cu    /* system state block */
 #define PLX_MAGIC_CATALOG 0x5441434cu  /* extent catalogue block */
 #define PLX_MAGIC_VDI 0x4944564cu      /* VDI registry record */
@@ -85,7 +85,7 @@ struct plx_state_block {
     struct plx_blkhdr hdr;
     uint64_t seq;                /* incremented on every write */
     uint64_t next_vdi_id;        /* ids are never reused */
-    uint64_t registry_used;      /* slots ever used: [0, registry_used) are read at open */
+    uint64_t registry_used;      /* slots ever used: registry scans read [0, registry_used) */
     char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
 };
 
@@ -96,7 +96,8 @@ struct plx_extent_entry {
     uint16_t reserved0;
     uint32_t holder_pid;   /* process holding the allocation lock, 0 = none */
     uint64_t holder_host;  /* hash of the holder's host name, 0 = unlocked */
-    uint64_t holder_epoch; /* holder's start time (ns): tells a restarted pid apart */
+    uint64_t holder_epoch; /* holder process start time (clock ticks since boot, from
+                            * /proc/PID/stat): tells a reused pid apart */
     uint64_t reserved1;
 };
 static_assert(sizeof(struct plx_extent_entry) == 32, "extent entry layout");

@@ -37,7 +37,7 @@ void plx_registry_seal(struct plx_vdi_record *rec, uint64_t slot_addr, void *blo
 
 static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t slot)
 {
-    bool ok = r->id != 0 && r->id < st->state.next_vdi_id && r->size % PLX_BLOCK_SIZE == 0 &&
+    bool ok = r->id != 0 && r->size % PLX_BLOCK_SIZE == 0 &&
               r->size > 0 && r->size <= PLX_MAX_VDI_SIZE &&
               (r->height == PLX_HEIGHT_SMALL || r->height == PLX_HEIGHT_LARGE) &&
               r->height >= plx_height_for_size(r->size) && r->root != 0 &&
@@ -121,6 +121,10 @@ int plx_registry_scan(plx_store *st, struct plx_vdi_record **recs, uint64_t **sl
                 break;
             }
             memcpy(&r[*n], blk, sizeof *r);
+            /* A record whose id the state block never issued is a create that crashed before
+             * its last write: not part of the registry. */
+            if (r[*n].id >= st->state.next_vdi_id)
+                continue;
             rc = record_check(st, &r[*n], base + i);
             s[*n] = base + i;
             (*n)++;
@@ -349,12 +353,14 @@ static int vdi_create_common(plx_store *st, const char *name, uint64_t size, uns
         uint64_t idx = slot - st->sb.registry_start;
         if (idx >= st->state.registry_used)
             st->state.registry_used = idx + 1;
-        /* The state block first: a crash after it only skips an id or reads one free slot. */
-        rc = plx_state_write(st);
+        /* The record first, then the state block that counts its slot and id: until the state
+         * block lands, the record is invisible (beyond registry_used, or an id not yet issued),
+         * so a crash in between leaves the registry as it was. */
+        rc = plx_registry_write(st, slot, &rec);
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (!rc)
-            rc = plx_registry_write(st, slot, &rec);
+            rc = plx_state_write(st);
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (!rc && id_out)

@@ -1,0 +1,885 @@
+/*
+ * check.c - the consistency checker: walks the registry, every snapshot log and every radix tree
+ * of the store and compares what is reachable with the allocation bitmaps.
+ *
+ * The walk reads the medium directly (plx_sync_io into its own buffers), never through the node
+ * cache: the cache trusts nodes only after validating them, and the checker wants to see and
+ * report exactly what is on disk, on a store opened read-only too.
+ *
+ * Trees are walked level by level over all trees at once rather than recursively: every child
+ * address of a level is collected, sorted, and read in runs of consecutive blocks, so that a
+ * store of tens of GiB is read in large, mostly sequential I/Os. A node shared by many trees
+ * (through read-only links) is queued the first time it is reached and read once.
+ *
+ * Per block the checker keeps three bits:
+ *   reach  reached at least once (from a live tree, a snapshot log or as a root);
+ *   multi  reached again from another place (another link slot, another root, another log);
+ *   wr     reached writable: the block is a current root, a snapshot log block, or is reached
+ *          from a current root through writable links only. The engine writes such blocks in
+ *          place, so they must be referenced from exactly one place; a block that is both wr
+ *          and multi is an error.
+ * Links inside snapshot trees are not "writable" in that sense whatever their bit says: a
+ * snapshot's root is the VDI's former current root, frozen with its writable links, and nothing
+ * writes through it again. A fourth bit per block holds the allocation bitmaps.
+ *
+ * Levels: a tree of height h has its root at level h-1; links of level L >= 1 name nodes of
+ * level L-1 in metadata extents; links of level 0 name data blocks in data extents. Deleted VDIs
+ * and deleted snapshots are skipped: their blocks are garbage for the collector, so they show up
+ * as leaked (allocated, unreachable), which is not an error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+int plx_check(plx_store *st, struct plx_check_report *out,
+              void (*report)(void *arg, int is_error, const char *line), void *arg);
+
+#define CK_RUN 256u         /* blocks per read of radix nodes */
+#define CK_REG_BATCH 64u    /* registry slots per read */
+#define CK_MAX_LINES 10000u /* a badly damaged store must not flood the caller */
+#define CK_TYPE_BAD 0xffu   /* catalogue entry with an invalid type */
+
+struct ck_tree {
+    size_t vdi;    /* index in ck.vdis */
+    uint64_t snap; /* snapshot index, 0 = the VDI's current tree */
+    uint64_t root;
+};
+
+struct ck_item {
+    uint64_t addr;
+    size_t tree; /* the tree that reached the node first, for messages */
+};
+
+struct ck_list {
+    struct ck_item *v;
+    size_t n, cap;
+};
+
+struct ck_logblk {
+    uint64_t addr;
+    size_t vdi;
+};
+
+enum ck_ref_kind { REF_NODE, REF_CUR_ROOT, REF_SNAP_ROOT, REF_LOG };
+
+/* Where a reference comes from; only turned into text when something is wrong. */
+struct ck_ref {
+    enum ck_ref_kind kind;
+    size_t tree;    /* REF_NODE, REF_*_ROOT */
+    size_t vdi;     /* REF_LOG */
+    uint64_t node;  /* REF_NODE: the node holding the link */
+    unsigned level; /* REF_NODE: that node's level */
+    unsigned idx;   /* REF_NODE: the entry */
+};
+
+struct ck {
+    plx_store *st;
+    struct plx_check_report *out;
+    void (*report)(void *arg, int is_error, const char *line);
+    void *arg;
+    uint64_t nb, eb, bmb, next;   /* blocks, blocks per extent, bitmap blocks, extents */
+    struct plx_state_block state; /* as on disk now (falls back to the one read at open) */
+    uint8_t *types;               /* per extent: catalogue type or CK_TYPE_BAD */
+    uint8_t *bm_ok;               /* per extent: its allocation bitmap was read */
+    uint64_t *reach, *multi, *wr, *alloc;
+    struct plx_vdi_record *vdis; /* valid, live records */
+    size_t nvdis;
+    struct ck_tree *trees;
+    size_t ntrees, trees_cap;
+    struct ck_logblk *logs;
+    size_t nlogs, logs_cap;
+    struct ck_list levels[PLX_HEIGHT_LARGE];
+    uint8_t *iobuf;  /* CK_RUN blocks */
+    uint8_t *blkbuf; /* one block */
+    uint64_t lines, suppressed;
+    int nomem;
+};
+
+/* ---- Bits ------------------------------------------------------------------------------------ */
+
+static inline bool bit_test(const uint64_t *m, uint64_t i)
+{
+    return (m[i >> 6] >> (i & 63)) & 1;
+}
+
+static inline void bit_set(uint64_t *m, uint64_t i)
+{
+    m[i >> 6] |= 1ull << (i & 63);
+}
+
+static inline void bit_clear(uint64_t *m, uint64_t i)
+{
+    m[i >> 6] &= ~(1ull << (i & 63));
+}
+
+/* ---- Reporting ------------------------------------------------------------------------------- */
+
+static void problem(struct ck *c, int is_error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void problem(struct ck *c, int is_error, const char *fmt, ...)
+{
+    if (is_error)
+        c->out->errors++;
+    if (!c->report)
+        return;
+    if (c->lines >= CK_MAX_LINES) {
+        c->suppressed++;
+        return;
+    }
+    c->lines++;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    c->report(c->arg, is_error, line);
+}
+
+static const char *type_name(unsigned t)
+{
+    switch (t) {
+    case PLX_EXTENT_UNUSED:
+        return "unused";
+    case PLX_EXTENT_SYSTEM:
+        return "system";
+    case PLX_EXTENT_METADATA:
+        return "metadata";
+    case PLX_EXTENT_DATA:
+        return "data";
+    default:
+        return "invalid";
+    }
+}
+
+static void tree_name(const struct ck *c, size_t t, char *buf, size_t len)
+{
+    const struct ck_tree *tr = &c->trees[t];
+    if (tr->snap)
+        snprintf(buf, len, "snapshot %s@%llu", c->vdis[tr->vdi].name, (unsigned long long)tr->snap);
+    else
+        snprintf(buf, len, "VDI %s", c->vdis[tr->vdi].name);
+}
+
+static void ref_text(const struct ck *c, const struct ck_ref *r, char *buf, size_t len)
+{
+    char tn[PLX_NAME_MAX + 40];
+    switch (r->kind) {
+    case REF_NODE:
+        tree_name(c, r->tree, tn, sizeof tn);
+        snprintf(buf, len, "radix node %llu (level %u) entry %u in the tree of %s",
+                 (unsigned long long)r->node, r->level, r->idx, tn);
+        break;
+    case REF_CUR_ROOT:
+    case REF_SNAP_ROOT:
+        tree_name(c, r->tree, tn, sizeof tn);
+        snprintf(buf, len, "the root of %s", tn);
+        break;
+    case REF_LOG:
+        snprintf(buf, len, "the snapshot log of VDI %s", c->vdis[r->vdi].name);
+        break;
+    }
+}
+
+/* What a block that must be private is, for the message about it being shared. */
+static void block_role(const struct ck *c, uint64_t a, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (size_t t = 0; t < c->ntrees; t++) {
+        if (c->trees[t].snap == 0 && c->trees[t].root == a) {
+            snprintf(buf, len, "; it is the current root of VDI %s, which must be private",
+                     c->vdis[c->trees[t].vdi].name);
+            return;
+        }
+    }
+    for (size_t i = 0; i < c->nlogs; i++) {
+        if (c->logs[i].addr == a) {
+            snprintf(buf, len, "; it is a snapshot log block of VDI %s",
+                     c->vdis[c->logs[i].vdi].name);
+            return;
+        }
+    }
+}
+
+/* ---- Addresses and references -------------------------------------------------------------- */
+
+/* NULL if block a may hold something of extent type `want`; otherwise why not. */
+static const char *addr_problem(const struct ck *c, uint64_t a, unsigned want, char *buf,
+                                size_t len)
+{
+    if (a >= c->nb) {
+        snprintf(buf, len, "beyond the end of the store (%llu blocks)", (unsigned long long)c->nb);
+        return buf;
+    }
+    uint64_t e = a / c->eb;
+    unsigned t = c->types[e];
+    if (t == PLX_EXTENT_SYSTEM)
+        snprintf(buf, len, "in the system extent");
+    else if (t == PLX_EXTENT_UNUSED)
+        snprintf(buf, len, "in extent %llu, which is unused", (unsigned long long)e);
+    else if (t == CK_TYPE_BAD)
+        snprintf(buf, len, "in extent %llu, whose catalogue type is invalid",
+                 (unsigned long long)e);
+    else if (a % c->eb < c->bmb)
+        snprintf(buf, len, "in the allocation bitmap of extent %llu", (unsigned long long)e);
+    else if (t != want)
+        snprintf(buf, len, "in %s extent %llu (%s expected)", type_name(t), (unsigned long long)e,
+                 type_name(want));
+    else
+        return NULL;
+    return buf;
+}
+
+enum { REF_AGAIN = 0, REF_NEW = 1, REF_NEW_UNALLOCATED = 2 };
+
+/* Record one reference to block a (already known to be a valid address for its use). Reports a
+ * block that must be private and is reached from a second place, once per block. */
+static int ref_block(struct ck *c, uint64_t a, bool writable, const struct ck_ref *r)
+{
+    if (bit_test(c->reach, a)) {
+        bool w_old = bit_test(c->wr, a), m_old = bit_test(c->multi, a);
+        bit_set(c->multi, a);
+        if (writable)
+            bit_set(c->wr, a);
+        if (!(w_old && m_old) && (w_old || writable)) {
+            char from[PLX_NAME_MAX + 128], role[PLX_NAME_MAX + 64];
+            ref_text(c, r, from, sizeof from);
+            block_role(c, a, role, sizeof role);
+            problem(c, 1,
+                    "block %llu is reachable writable from more than one tree/place: "
+                    "reached again from %s%s",
+                    (unsigned long long)a, from, role);
+        }
+        return REF_AGAIN;
+    }
+    bit_set(c->reach, a);
+    if (writable)
+        bit_set(c->wr, a);
+    if (c->bm_ok[a / c->eb] && !bit_test(c->alloc, a))
+        return REF_NEW_UNALLOCATED;
+    return REF_NEW;
+}
+
+static int list_push(struct ck *c, struct ck_list *l, uint64_t addr, size_t tree)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct ck_item *v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            c->nomem = 1;
+            return -ENOMEM;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].addr = addr;
+    l->v[l->n].tree = tree;
+    l->n++;
+    return 0;
+}
+
+/* ---- Superblock, state, catalogue, bitmaps ------------------------------------------------- */
+
+static int check_system(struct ck *c)
+{
+    plx_store *st = c->st;
+    int rc = plx_sync_io(st, PLX_IO_READ, 0, 2, c->iobuf, 0);
+    if (rc)
+        return plx_err(st, rc, "check: reading the superblock and state block: %s", strerror(-rc));
+    const char *why = "";
+    if (plx_blkhdr_verify(c->iobuf, PLX_MAGIC_SUPER, 0, &why))
+        problem(c, 1, "superblock is corrupt: %s", why);
+    else if (memcmp(c->iobuf, &st->sb, sizeof st->sb) != 0)
+        problem(c, 1, "superblock differs from the one read when the store was opened");
+
+    const uint8_t *sblk = c->iobuf + PLX_BLOCK_SIZE;
+    c->state = st->state;
+    if (plx_blkhdr_verify(sblk, PLX_MAGIC_STATE, st->sb.state_block, &why))
+        problem(c, 1, "system state block is corrupt: %s (using the copy read at open)", why);
+    else
+        memcpy(&c->state, sblk, sizeof c->state);
+    if (c->state.registry_used > st->sb.registry_slots) {
+        problem(c, 1, "system state block: %llu registry slots used, beyond the %llu there are",
+                (unsigned long long)c->state.registry_used,
+                (unsigned long long)st->sb.registry_slots);
+        c->state.registry_used = st->sb.registry_slots;
+    }
+    if (c->state.next_vdi_id == 0)
+        problem(c, 1, "system state block: next VDI id is 0");
+
+    /* The catalogue: a block that does not validate is reported and its extents keep the types
+     * read at open, so the walk can still go on. */
+    for (uint64_t b0 = 0; b0 < st->sb.catalogue_blocks; b0 += CK_RUN) {
+        uint64_t n = st->sb.catalogue_blocks - b0 < CK_RUN ? st->sb.catalogue_blocks - b0 : CK_RUN;
+        rc = plx_sync_io(st, PLX_IO_READ, st->sb.catalogue_start + b0, (uint32_t)n, c->iobuf, 0);
+        if (rc)
+            return plx_err(st, rc, "check: reading the extent catalogue: %s", strerror(-rc));
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t b = b0 + i, addr = st->sb.catalogue_start + b;
+            const struct plx_catalog_block *cb =
+                (const struct plx_catalog_block *)(c->iobuf + i * PLX_BLOCK_SIZE);
+            uint64_t first = b * PLX_CATALOG_PER_BLOCK;
+            uint64_t want =
+                c->next - first < PLX_CATALOG_PER_BLOCK ? c->next - first : PLX_CATALOG_PER_BLOCK;
+            uint64_t have = 0;
+            if (plx_blkhdr_verify(cb, PLX_MAGIC_CATALOG, addr, &why))
+                problem(c, 1, "extent catalogue block %llu is corrupt: %s",
+                        (unsigned long long)addr, why);
+            else if (cb->first_extent != first || cb->count > PLX_CATALOG_PER_BLOCK)
+                problem(c, 1, "extent catalogue block %llu is corrupt: wrong extent range",
+                        (unsigned long long)addr);
+            else if (cb->count < want)
+                problem(c, 1, "extent catalogue block %llu holds %u entries, %llu expected",
+                        (unsigned long long)addr, cb->count, (unsigned long long)want);
+            if (cb->first_extent == first && cb->count <= PLX_CATALOG_PER_BLOCK &&
+                !plx_blkhdr_verify(cb, PLX_MAGIC_CATALOG, addr, &why))
+                have = cb->count < want ? cb->count : want;
+            for (uint64_t k = 0; k < want; k++) {
+                uint64_t e = first + k;
+                unsigned t = k < have ? cb->entries[k].type : st->cat[e].type;
+                bool ok = t <= PLX_EXTENT_DATA && (e == 0) == (t == PLX_EXTENT_SYSTEM);
+                if (!ok && k < have)
+                    problem(c, 1, "extent catalogue: extent %llu has invalid type %u",
+                            (unsigned long long)e, t);
+                c->types[e] = ok ? (uint8_t)t : CK_TYPE_BAD;
+            }
+        }
+    }
+    return 0;
+}
+
+static void read_bitmaps(struct ck *c)
+{
+    /* Extents up to 32 GiB have a bitmap that fits the run buffer; larger ones get their own. */
+    uint8_t *bits = c->iobuf;
+    uint8_t *own = NULL;
+    if (c->bmb > CK_RUN) {
+        own = plx_block_alloc(c->bmb);
+        bits = own;
+    }
+    for (uint64_t e = 1; e < c->next; e++) {
+        if (c->types[e] != PLX_EXTENT_METADATA && c->types[e] != PLX_EXTENT_DATA)
+            continue;
+        int rc = plx_sync_io(c->st, PLX_IO_READ, e * c->eb, (uint32_t)c->bmb, bits, 0);
+        if (rc) {
+            problem(c, 1,
+                    "reading the allocation bitmap of extent %llu: %s (its blocks are "
+                    "not checked against it)",
+                    (unsigned long long)e, strerror(-rc));
+            continue;
+        }
+        memcpy(c->alloc + e * c->eb / 64, bits, c->eb / 8);
+        c->bm_ok[e] = 1;
+        for (uint64_t b = 0; b < c->bmb; b++) {
+            if (!bit_test(c->alloc, e * c->eb + b)) {
+                problem(c, 1,
+                        "the allocation bitmap of extent %llu does not mark its own "
+                        "block %llu allocated",
+                        (unsigned long long)e, (unsigned long long)(e * c->eb + b));
+                break;
+            }
+        }
+    }
+    if (own)
+        plx_block_free(own);
+}
+
+/* ---- Registry -------------------------------------------------------------------------------- */
+
+static const char *record_problem(const struct ck *c, const struct plx_vdi_record *r)
+{
+    if (r->id == 0 || r->id >= c->state.next_vdi_id)
+        return "its id is outside the ids given out";
+    if (r->size == 0 || r->size % PLX_BLOCK_SIZE || r->size > PLX_MAX_VDI_SIZE)
+        return "invalid size";
+    if ((r->height != PLX_HEIGHT_SMALL && r->height != PLX_HEIGHT_LARGE) ||
+        r->height < plx_height_for_size(r->size))
+        return "invalid tree height";
+    if (r->root == 0 || r->root >= c->nb)
+        return "its root is beyond the store";
+    if (r->name[PLX_NAME_MAX] != 0 || r->name[0] == 0)
+        return "invalid name";
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    const struct plx_vdi_record *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+static int check_registry(struct ck *c)
+{
+    plx_store *st = c->st;
+    uint64_t used = c->state.registry_used;
+    struct plx_vdi_record *all = calloc(used ? used : 1, sizeof *all);
+    if (!all)
+        return -ENOMEM;
+    size_t nall = 0;
+    for (uint64_t first = 0; first < used; first += CK_REG_BATCH) {
+        uint64_t cnt = used - first < CK_REG_BATCH ? used - first : CK_REG_BATCH;
+        uint64_t base = st->sb.registry_start + first;
+        int rc = plx_sync_io(st, PLX_IO_READ, base, (uint32_t)cnt, c->iobuf, 0);
+        for (uint64_t i = 0; i < cnt; i++) {
+            const uint8_t *blk = c->iobuf + i * PLX_BLOCK_SIZE;
+            if (rc) {
+                /* Find out which slots cannot be read: the others are still checked. */
+                int src = plx_sync_io(st, PLX_IO_READ, base + i, 1, c->blkbuf, 0);
+                if (src) {
+                    problem(c, 1, "reading VDI registry slot %llu: %s",
+                            (unsigned long long)(base + i), strerror(-src));
+                    continue;
+                }
+                blk = c->blkbuf;
+            }
+            const char *why = "";
+            int vrc = plx_blkhdr_verify(blk, PLX_MAGIC_VDI, base + i, &why);
+            if (vrc == -ENODATA)
+                continue;
+            if (vrc) {
+                problem(c, 1, "VDI registry slot %llu is corrupt: %s",
+                        (unsigned long long)(base + i), why);
+                continue;
+            }
+            struct plx_vdi_record *r = &all[nall];
+            memcpy(r, blk, sizeof *r);
+            const char *bad = record_problem(c, r);
+            if (bad) {
+                problem(c, 1, "VDI registry slot %llu holds an invalid record: %s",
+                        (unsigned long long)(base + i), bad);
+                continue;
+            }
+            nall++;
+        }
+    }
+
+    /* Ids are never reused, deleted VDIs included; live names are unique. */
+    uint64_t *ids = calloc(nall ? nall : 1, sizeof *ids);
+    const struct plx_vdi_record **byname = calloc(nall ? nall : 1, sizeof *byname);
+    if (!ids || !byname) {
+        free(ids);
+        free(byname);
+        free(all);
+        return -ENOMEM;
+    }
+    size_t nlive = 0;
+    for (size_t i = 0; i < nall; i++) {
+        ids[i] = all[i].id;
+        if (!(all[i].flags & PLX_VDI_DELETED))
+            byname[nlive++] = &all[i];
+    }
+    qsort(ids, nall, sizeof *ids, cmp_u64);
+    for (size_t i = 1; i < nall; i++)
+        if (ids[i] == ids[i - 1] && (i == 1 || ids[i - 2] != ids[i]))
+            problem(c, 1, "VDI registry: more than one record has id %llu",
+                    (unsigned long long)ids[i]);
+    qsort(byname, nlive, sizeof *byname, cmp_name);
+    for (size_t i = 1; i < nlive; i++)
+        if (strcmp(byname[i]->name, byname[i - 1]->name) == 0 &&
+            (i == 1 || strcmp(byname[i - 2]->name, byname[i]->name) != 0))
+            problem(c, 1, "VDI registry: more than one live VDI is named '%s'", byname[i]->name);
+    free(ids);
+    free(byname);
+
+    /* Keep the live records only: deleted VDIs are not walked. */
+    size_t k = 0;
+    for (size_t i = 0; i < nall; i++)
+        if (!(all[i].flags & PLX_VDI_DELETED))
+            all[k++] = all[i];
+    c->vdis = all;
+    c->nvdis = k;
+    return 0;
+}
+
+/* ---- Snapshot logs ----------------------------------------------------------------------------
+ */
+
+static int tree_add(struct ck *c, size_t vdi, uint64_t snap, uint64_t root)
+{
+    if (c->ntrees == c->trees_cap) {
+        size_t cap = c->trees_cap ? 2 * c->trees_cap : 64;
+        struct ck_tree *t = realloc(c->trees, cap * sizeof *t);
+        if (!t)
+            return -ENOMEM;
+        c->trees = t;
+        c->trees_cap = cap;
+    }
+    c->trees[c->ntrees].vdi = vdi;
+    c->trees[c->ntrees].snap = snap;
+    c->trees[c->ntrees].root = root;
+    c->ntrees++;
+    return 0;
+}
+
+static int log_add(struct ck *c, uint64_t addr, size_t vdi)
+{
+    if (c->nlogs == c->logs_cap) {
+        size_t cap = c->logs_cap ? 2 * c->logs_cap : 64;
+        struct ck_logblk *l = realloc(c->logs, cap * sizeof *l);
+        if (!l)
+            return -ENOMEM;
+        c->logs = l;
+        c->logs_cap = cap;
+    }
+    c->logs[c->nlogs].addr = addr;
+    c->logs[c->nlogs].vdi = vdi;
+    c->nlogs++;
+    return 0;
+}
+
+/* Follow one VDI's log from its head; every complete, non-deleted snapshot becomes a tree.
+ * Records beyond snap_count belong to a snapshot that never completed and are ignored. */
+static int check_log(struct ck *c, size_t vi)
+{
+    const struct plx_vdi_record *rec = &c->vdis[vi];
+    uint64_t expect = rec->snap_count, addr = rec->snaplog_head, steps = 0;
+    struct plx_snaplog_block *b = (struct plx_snaplog_block *)c->blkbuf;
+    char why_buf[128];
+    if (expect == 0 && addr != 0) {
+        problem(c, 1,
+                "VDI %s: snapshot log head is block %llu but the record counts no "
+                "snapshots",
+                rec->name, (unsigned long long)addr);
+        return 0;
+    }
+    while (expect > 0) {
+        if (addr == 0) {
+            problem(c, 1,
+                    "snapshot log of VDI %s ends before snapshot %llu (the record counts "
+                    "%llu)",
+                    rec->name, (unsigned long long)expect, (unsigned long long)rec->snap_count);
+            return 0;
+        }
+        if (++steps > rec->snap_count) {
+            problem(c, 1, "snapshot log of VDI %s has more blocks than snapshots (a loop?)",
+                    rec->name);
+            return 0;
+        }
+        const char *why = addr_problem(c, addr, PLX_EXTENT_METADATA, why_buf, sizeof why_buf);
+        if (why) {
+            problem(c, 1,
+                    "snapshot log of VDI %s links to block %llu, outside the metadata "
+                    "extents: %s",
+                    rec->name, (unsigned long long)addr, why);
+            return 0;
+        }
+        struct ck_ref r = {.kind = REF_LOG, .vdi = vi};
+        int rr = ref_block(c, addr, true, &r);
+        if (rr == REF_AGAIN)
+            return 0; /* reported by ref_block; following it again could loop */
+        if (log_add(c, addr, vi))
+            return -ENOMEM;
+        if (rr == REF_NEW_UNALLOCATED)
+            problem(c, 1,
+                    "snapshot log block %llu of VDI %s is not allocated in the bitmap of "
+                    "extent %llu",
+                    (unsigned long long)addr, rec->name, (unsigned long long)(addr / c->eb));
+        int rc = plx_sync_io(c->st, PLX_IO_READ, addr, 1, b, 0);
+        if (rc) {
+            problem(c, 1, "reading snapshot log block %llu of VDI %s: %s", (unsigned long long)addr,
+                    rec->name, strerror(-rc));
+            return 0;
+        }
+        if (plx_blkhdr_verify(b, PLX_MAGIC_SNAPLOG, addr, &why)) {
+            problem(c, 1, "snapshot log block %llu of VDI %s is corrupt: %s",
+                    (unsigned long long)addr, rec->name, why);
+            return 0;
+        }
+        if (b->vdi_id != rec->id) {
+            problem(c, 1, "snapshot log block %llu of VDI %s belongs to VDI %llu",
+                    (unsigned long long)addr, rec->name, (unsigned long long)b->vdi_id);
+            return 0;
+        }
+        if (b->count == 0 || b->count > PLX_SNAPLOG_PER_BLOCK || b->first_index == 0) {
+            problem(c, 1, "snapshot log block %llu of VDI %s has a bad record count",
+                    (unsigned long long)addr, rec->name);
+            return 0;
+        }
+        uint64_t last = b->first_index + b->count - 1;
+        if (b->first_index > expect || last < expect) {
+            problem(c, 1,
+                    "snapshot log block %llu of VDI %s holds snapshots %llu to %llu, "
+                    "not snapshot %llu (the record counts %llu)",
+                    (unsigned long long)addr, rec->name, (unsigned long long)b->first_index,
+                    (unsigned long long)last, (unsigned long long)expect,
+                    (unsigned long long)rec->snap_count);
+            return 0;
+        }
+        for (uint64_t idx = b->first_index; idx <= expect; idx++) {
+            const struct plx_snap_record *sr = &b->records[idx - b->first_index];
+            if (sr->flags & PLX_SNAP_DELETED)
+                continue;
+            c->out->snapshots++;
+            if (tree_add(c, vi, idx, sr->root))
+                return -ENOMEM;
+        }
+        expect = b->first_index - 1;
+        addr = b->prev;
+    }
+    if (addr != 0)
+        problem(c, 1,
+                "snapshot log of VDI %s: the block holding snapshot 1 links to an older "
+                "block %llu",
+                rec->name, (unsigned long long)addr);
+    return 0;
+}
+
+/* ---- Radix trees ---------------------------------------------------------------------------- */
+
+static void add_root(struct ck *c, size_t t)
+{
+    const struct ck_tree *tr = &c->trees[t];
+    const struct plx_vdi_record *rec = &c->vdis[tr->vdi];
+    char tn[PLX_NAME_MAX + 40], why_buf[128];
+    tree_name(c, t, tn, sizeof tn);
+    const char *why = tr->root == 0
+                          ? "block 0"
+                          : addr_problem(c, tr->root, PLX_EXTENT_METADATA, why_buf, sizeof why_buf);
+    if (why) {
+        problem(c, 1, "the radix root %llu of %s is outside the metadata extents: %s",
+                (unsigned long long)tr->root, tn, why);
+        return;
+    }
+    c->out->trees++;
+    struct ck_ref r = {.kind = tr->snap ? REF_SNAP_ROOT : REF_CUR_ROOT, .tree = t};
+    int rr = ref_block(c, tr->root, tr->snap == 0, &r);
+    if (rr == REF_NEW_UNALLOCATED)
+        problem(c, 1, "the radix root %llu of %s is not allocated in the bitmap of extent %llu",
+                (unsigned long long)tr->root, tn, (unsigned long long)(tr->root / c->eb));
+    if (rr != REF_AGAIN)
+        list_push(c, &c->levels[rec->height - 1], tr->root, t);
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+    const struct ck_item *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static void node_links(struct ck *c, const struct ck_item *it, unsigned level,
+                       const uint64_t *links)
+{
+    bool node_wr = bit_test(c->wr, it->addr);
+    unsigned want = level ? PLX_EXTENT_METADATA : PLX_EXTENT_DATA;
+    unsigned nbad = 0, bad_idx = 0, nunalloc = 0, unalloc_idx = 0;
+    uint64_t bad_link = 0;
+    char bad_why[128] = "", why_buf[128];
+    struct ck_ref r = {.kind = REF_NODE, .tree = it->tree, .node = it->addr, .level = level};
+    for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++) {
+        uint64_t l = links[i];
+        if (!l)
+            continue;
+        const char *why = NULL;
+        if (l & PLX_LINK_RESERVED_MASK)
+            why = "has reserved bits set";
+        else
+            why = addr_problem(c, plx_link_addr(l), want, why_buf, sizeof why_buf);
+        if (why) {
+            if (nbad++ == 0) {
+                bad_idx = i;
+                bad_link = l;
+                snprintf(bad_why, sizeof bad_why, "%s", why);
+            }
+            continue;
+        }
+        uint64_t a = plx_link_addr(l);
+        r.idx = i;
+        int rr = ref_block(c, a, node_wr && !plx_link_ro(l), &r);
+        if (rr == REF_NEW_UNALLOCATED && nunalloc++ == 0)
+            unalloc_idx = i;
+        if (rr != REF_AGAIN && level > 0)
+            list_push(c, &c->levels[level - 1], a, it->tree);
+    }
+    if (!nbad && !nunalloc)
+        return;
+    char tn[PLX_NAME_MAX + 40];
+    tree_name(c, it->tree, tn, sizeof tn);
+    if (nbad)
+        problem(c, 1,
+                "radix node %llu (level %u, in the tree of %s) has %u invalid link%s: "
+                "entry %u = 0x%016llx %s",
+                (unsigned long long)it->addr, level, tn, nbad, nbad == 1 ? "" : "s", bad_idx,
+                (unsigned long long)bad_link, bad_why);
+    if (nunalloc)
+        problem(c, 1,
+                "radix node %llu (level %u, in the tree of %s) has %u link%s to "
+                "unallocated blocks: entry %u -> block %llu is not set in its extent's "
+                "bitmap",
+                (unsigned long long)it->addr, level, tn, nunalloc, nunalloc == 1 ? "" : "s",
+                unalloc_idx, (unsigned long long)plx_link_addr(links[unalloc_idx]));
+}
+
+/* Read every node queued at `level`, in address order and runs of consecutive blocks. */
+static void walk_level(struct ck *c, unsigned level)
+{
+    struct ck_list *l = &c->levels[level];
+    qsort(l->v, l->n, sizeof *l->v, cmp_item);
+    for (size_t i = 0; i < l->n;) {
+        size_t j = i + 1;
+        while (j < l->n && j - i < CK_RUN && l->v[j].addr == l->v[j - 1].addr + 1)
+            j++;
+        int rc = plx_sync_io(c->st, PLX_IO_READ, l->v[i].addr, (uint32_t)(j - i), c->iobuf, 0);
+        for (size_t k = i; k < j; k++) {
+            const uint64_t *links = (const uint64_t *)(c->iobuf + (k - i) * PLX_BLOCK_SIZE);
+            int krc = rc;
+            if (rc && j - i > 1) {
+                /* One bad block must not hide the others of its run. */
+                krc = plx_sync_io(c->st, PLX_IO_READ, l->v[k].addr, 1, c->blkbuf, 0);
+                links = (const uint64_t *)c->blkbuf;
+            }
+            if (krc) {
+                char tn[PLX_NAME_MAX + 40];
+                tree_name(c, l->v[k].tree, tn, sizeof tn);
+                problem(c, 1, "reading radix node %llu (level %u, in the tree of %s): %s",
+                        (unsigned long long)l->v[k].addr, level, tn, strerror(-krc));
+                continue;
+            }
+            node_links(c, &l->v[k], level, links);
+        }
+        i = j;
+    }
+    free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* ---- Leaks ------------------------------------------------------------------------------------
+ */
+
+static void check_leaks(struct ck *c)
+{
+    plx_store *st = c->st;
+    /* Blocks this process has claimed but not used yet are not leaks: closing the store gives
+     * them back. Bitmap blocks are allocated by definition and never reachable. */
+    for (int t = 0; t < 2; t++) {
+        const struct plx_alloc_pool *p = &st->alloc.pool[t];
+        if (!p->valid)
+            continue;
+        for (uint64_t b = p->next; b < p->end && b < c->nb; b++)
+            bit_clear(c->alloc, b);
+    }
+    for (uint64_t e = 1; e < c->next; e++) {
+        if (!c->bm_ok[e])
+            continue;
+        for (uint64_t b = 0; b < c->bmb; b++)
+            bit_clear(c->alloc, e * c->eb + b);
+        uint64_t count = 0, first = 0, last = 0;
+        for (uint64_t w = e * c->eb / 64; w < (e + 1) * c->eb / 64; w++) {
+            uint64_t leak = c->alloc[w] & ~c->reach[w];
+            if (!leak)
+                continue;
+            if (!count)
+                first = w * 64 + (uint64_t)__builtin_ctzll(leak);
+            last = w * 64 + 63 - (uint64_t)__builtin_clzll(leak);
+            count += (uint64_t)__builtin_popcountll(leak);
+        }
+        if (!count)
+            continue;
+        c->out->leaked_blocks += count;
+        const char *tn = type_name(c->types[e]);
+        if (count == 1)
+            problem(c, 0, "%s block %llu is allocated but not reachable", tn,
+                    (unsigned long long)first);
+        else
+            problem(c, 0,
+                    "%s extent %llu: %llu blocks are allocated but not reachable (first "
+                    "%llu, last %llu)",
+                    tn, (unsigned long long)e, (unsigned long long)count, (unsigned long long)first,
+                    (unsigned long long)last);
+    }
+}
+
+/* ---- Entry point ---------------------------------------------------------------------------- */
+
+static void ck_free(struct ck *c)
+{
+    free(c->types);
+    free(c->bm_ok);
+    free(c->reach);
+    free(c->multi);
+    free(c->wr);
+    free(c->alloc);
+    free(c->vdis);
+    free(c->trees);
+    free(c->logs);
+    for (unsigned i = 0; i < PLX_HEIGHT_LARGE; i++)
+        free(c->levels[i].v);
+    plx_block_free(c->iobuf);
+    plx_block_free(c->blkbuf);
+}
+
+int plx_check(plx_store *st, struct plx_check_report *out,
+              void (*report)(void *arg, int is_error, const char *line), void *arg)
+{
+    if (!st || !out)
+        return -EINVAL;
+    memset(out, 0, sizeof *out);
+    struct ck c;
+    memset(&c, 0, sizeof c);
+    c.st = st;
+    c.out = out;
+    c.report = report;
+    c.arg = arg;
+    c.nb = st->sb.block_count;
+    c.eb = st->sb.extent_blocks;
+    c.bmb = plx_bitmap_blocks(c.eb);
+    c.next = st->sb.extent_count;
+    size_t words = (size_t)((c.nb + 63) / 64);
+    c.types = calloc(c.next, 1);
+    c.bm_ok = calloc(c.next, 1);
+    c.reach = calloc(words, sizeof(uint64_t));
+    c.multi = calloc(words, sizeof(uint64_t));
+    c.wr = calloc(words, sizeof(uint64_t));
+    c.alloc = calloc(words, sizeof(uint64_t));
+    c.iobuf = plx_block_alloc(CK_RUN);
+    c.blkbuf = plx_block_alloc(1);
+    int rc = 0;
+    if (!c.types || !c.bm_ok || !c.reach || !c.multi || !c.wr || !c.alloc) {
+        rc = plx_err(st, -ENOMEM, "check: out of memory for the block maps of %llu blocks",
+                     (unsigned long long)c.nb);
+        goto out;
+    }
+    rc = check_system(&c);
+    if (rc)
+        goto out;
+    read_bitmaps(&c);
+    rc = check_registry(&c);
+    for (size_t i = 0; !rc && i < c.nvdis; i++)
+        rc = tree_add(&c, i, 0, c.vdis[i].root);
+    /* Logs before roots, current roots before snapshot roots: a block that must be private is
+     * then reported from the place that should not reach it. */
+    size_t ncurrent = c.ntrees;
+    for (size_t i = 0; !rc && i < c.nvdis; i++)
+        rc = check_log(&c, i);
+    for (size_t t = 0; !rc && t < ncurrent; t++)
+        add_root(&c, t);
+    for (size_t t = ncurrent; !rc && t < c.ntrees; t++)
+        add_root(&c, t);
+    for (int level = PLX_HEIGHT_LARGE - 1; !rc && !c.nomem && level >= 0; level--)
+        walk_level(&c, (unsigned)level);
+    if (!rc && c.nomem)
+        rc = -ENOMEM;
+    if (rc == -ENOMEM) {
+        plx_err(st, rc, "check: out of memory");
+        goto out;
+    }
+    check_leaks(&c);
+    for (size_t w = 0; w < words; w++)
+        out->reachable_blocks += (uint64_t)__builtin_popcountll(c.reach[w]);
+    if (c.suppressed && report) {
+        char line[128];
+        snprintf(line, sizeof line, "%llu more problems were found but are not listed",
+                 (unsigned long long)c.suppressed);
+        report(arg, 0, line);
+    }
+out:
+    ck_free(&c);
+    return rc;
+}

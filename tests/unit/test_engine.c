@@ -1,0 +1,1669 @@
+/*
+ * test_engine.c - the engine's behaviour through the public API (parallax.h), on memory media:
+ * formatting and opening, VDI administration, snapshots and clones, byte-granular I/O, trim,
+ * block status, the asynchronous interface and persistence across a reopen.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "backend_fault.h"
+#include "format.h"
+#include "parallax.h"
+#include "testutil.h"
+
+#define BS PLX_BLOCK_SIZE
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+#define TiB (1ull << 40)
+
+/* ---- A backend that forwards to a medium it does not own ------------------------------------
+ * plx_store_open_backend destroys its backend on close; opening through this wrapper keeps the
+ * medium, so a test can close the store and open it again on the same bytes. */
+struct keep_be {
+    plx_backend base;
+    plx_backend *inner;
+};
+
+static int keep_submit(plx_backend *be, struct plx_io *io)
+{
+    plx_backend *in = ((struct keep_be *)be)->inner;
+    return in->ops->submit(in, io);
+}
+
+static int keep_poll(plx_backend *be, int timeout_ms)
+{
+    plx_backend *in = ((struct keep_be *)be)->inner;
+    return in->ops->poll(in, timeout_ms);
+}
+
+static int keep_fd(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct keep_be *)be)->inner;
+    return in->ops->fd(in);
+}
+
+static unsigned keep_inflight(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct keep_be *)be)->inner;
+    return in->ops->inflight(in);
+}
+
+static void keep_destroy(plx_backend *be)
+{
+    free(be);
+}
+
+static const struct plx_backend_ops keep_ops = {
+    .submit = keep_submit,
+    .poll = keep_poll,
+    .fd = keep_fd,
+    .inflight = keep_inflight,
+    .destroy = keep_destroy,
+};
+
+static plx_backend *keep_wrap(plx_backend *inner)
+{
+    struct keep_be *k = calloc(1, sizeof(*k));
+    ck_assert_ptr_nonnull(k);
+    k->base.ops = &keep_ops;
+    k->base.nblocks = inner->nblocks;
+    snprintf(k->base.desc, sizeof(k->base.desc), "%s", inner->desc);
+    k->inner = inner;
+    return &k->base;
+}
+
+/* ---- Fixtures ---------------------------------------------------------------------------------- */
+
+/* A memory medium of `bytes`, formatted with 1 MiB extents. */
+static plx_backend *new_medium(uint64_t bytes)
+{
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(bytes / BS);
+    ck_assert_ptr_nonnull(mem);
+    int rc = plx_format_backend(mem, MiB, err, sizeof(err));
+    ck_assert_msg(rc == 0, "format: %d %s", rc, err);
+    return mem;
+}
+
+/* Open a store on `mem` without giving it away. */
+static plx_store *open_kept(plx_backend *mem)
+{
+    char err[256] = "";
+    plx_store *st = NULL;
+    int rc = plx_store_open_backend(keep_wrap(mem), NULL, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    ck_assert_ptr_nonnull(st);
+    return st;
+}
+
+/* Open a store on a medium, returning the error (the medium is kept). */
+static int try_open(plx_backend *mem, char *err, size_t errlen)
+{
+    plx_store *st = NULL;
+    err[0] = '\0';
+    int rc = plx_store_open_backend(keep_wrap(mem), NULL, &st, err, errlen);
+    if (rc == 0) {
+        ck_assert_ptr_nonnull(st);
+        ck_assert_int_eq(plx_store_close(st), 0);
+    } else {
+        ck_assert_ptr_null(st);
+    }
+    return rc;
+}
+
+static void close_ok(plx_store *st)
+{
+    int rc = plx_store_close(st);
+    ck_assert_msg(rc == 0, "close: %d", rc);
+}
+
+#define EXPECT_ERR(st, call, want)                                                                 \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        ck_assert_msg(rc_ == (want), "%s: got %d (%s), want %d", #call, rc_,                      \
+                      plx_store_errmsg(st), (want));                                               \
+        ck_assert_msg(plx_store_errmsg(st)[0] != '\0', "%s: no error message", #call);            \
+    } while (0)
+
+#define OK(st, call)                                                                               \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        ck_assert_msg(rc_ >= 0, "%s: %d (%s)", #call, rc_, plx_store_errmsg(st));                 \
+    } while (0)
+
+static plx_vdi *open_vdi(plx_store *st, const char *spec, unsigned flags)
+{
+    plx_vdi *v = NULL;
+    int rc = plx_vdi_open(st, spec, flags, &v);
+    ck_assert_msg(rc == 0, "open %s: %d (%s)", spec, rc, plx_store_errmsg(st));
+    ck_assert_ptr_nonnull(v);
+    return v;
+}
+
+static void close_vdi(plx_store *st, plx_vdi *v)
+{
+    int rc = plx_vdi_close(v);
+    ck_assert_msg(rc == 0, "vdi close: %d (%s)", rc, plx_store_errmsg(st));
+}
+
+static uint64_t create_vdi(plx_store *st, const char *name, uint64_t size)
+{
+    uint64_t id = 0;
+    int rc = plx_vdi_create(st, name, size, &id);
+    ck_assert_msg(rc == 0, "create %s: %d (%s)", name, rc, plx_store_errmsg(st));
+    ck_assert_uint_ne(id, 0);
+    return id;
+}
+
+static void pwrite_ok(plx_store *st, plx_vdi *v, const void *buf, uint64_t off, size_t len)
+{
+    int rc = plx_vdi_pwrite(v, buf, off, len, 0);
+    ck_assert_msg(rc == 0, "write %llu+%zu: %d (%s)", (unsigned long long)off, len, rc,
+                  plx_store_errmsg(st));
+}
+
+static void pread_ok(plx_store *st, plx_vdi *v, void *buf, uint64_t off, size_t len)
+{
+    int rc = plx_vdi_pread(v, buf, off, len);
+    ck_assert_msg(rc == 0, "read %llu+%zu: %d (%s)", (unsigned long long)off, len, rc,
+                  plx_store_errmsg(st));
+}
+
+/* Read [off, off+len) and compare with want; names the first differing byte. */
+static void expect_bytes(plx_store *st, plx_vdi *v, const unsigned char *want, uint64_t off,
+                         size_t len, const char *what)
+{
+    unsigned char *got = malloc(len ? len : 1);
+    ck_assert_ptr_nonnull(got);
+    memset(got, 0xa5, len);
+    pread_ok(st, v, got, off, len);
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(got[i] == want[i], "%s: byte %llu is 0x%02x, want 0x%02x", what,
+                      (unsigned long long)(off + i), got[i], want[i]);
+    free(got);
+}
+
+static void expect_zero(plx_store *st, plx_vdi *v, uint64_t off, size_t len, const char *what)
+{
+    unsigned char *got = malloc(len);
+    ck_assert_ptr_nonnull(got);
+    memset(got, 0xa5, len);
+    pread_ok(st, v, got, off, len);
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(got[i] == 0, "%s: byte %llu is 0x%02x, want 0", what,
+                      (unsigned long long)(off + i), got[i]);
+    free(got);
+}
+
+/* A block-sized pattern for block `blk` of generation `gen`. */
+static void pattern(unsigned char *buf, size_t len, uint64_t gen, uint64_t blk)
+{
+    tu_fill(buf, len, gen * 1000003ull + blk);
+}
+
+/* ---- Format, open, info ----------------------------------------------------------------------- */
+
+START_TEST(test_format_open_info)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    struct plx_store_info in;
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_eq(in.format_version, 1);
+    ck_assert_uint_eq(in.extent_size, MiB);
+    ck_assert_uint_eq(in.extent_count, 16);
+    ck_assert_uint_eq(in.block_count, 16 * MiB / BS);
+    ck_assert_uint_eq(in.size_bytes, 16 * MiB);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_SYSTEM], 1);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_UNUSED], 15);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_METADATA], 0);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_DATA], 0);
+    ck_assert_uint_eq(in.vdi_count, 0);
+    ck_assert_uint_gt(in.vdi_slots, 100);
+    ck_assert_uint_lt(in.vdi_slots, 256);
+    ck_assert_str_eq(in.lockd_addr, "");
+    for (int t = 0; t < 4; t++)
+        ck_assert_uint_eq(in.blocks_used_by_type[t] + in.blocks_free_by_type[t],
+                          in.extents_by_type[t] * (MiB / BS));
+
+    /* A VDI takes a metadata extent (its root); data takes a data extent. */
+    create_vdi(st, "disk", 4 * MiB);
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_eq(in.vdi_count, 1);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_METADATA], 1);
+    ck_assert_uint_eq(in.extents_by_type[PLX_EXTENT_DATA], 0);
+    plx_vdi *v = open_vdi(st, "disk", 0);
+    unsigned char *buf = malloc(MiB);
+    pattern(buf, MiB, 1, 0);
+    pwrite_ok(st, v, buf, 0, 512 * KiB);
+    close_vdi(st, v);
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_ge(in.extents_by_type[PLX_EXTENT_DATA], 1);
+    ck_assert_uint_ge(in.blocks_used_by_type[PLX_EXTENT_DATA], 128);
+    for (int t = 0; t < 4; t++)
+        ck_assert_uint_eq(in.blocks_used_by_type[t] + in.blocks_free_by_type[t],
+                          in.extents_by_type[t] * (MiB / BS));
+    ck_assert_uint_eq(in.extents_by_type[0] + in.extents_by_type[1] + in.extents_by_type[2] +
+                          in.extents_by_type[3],
+                      16);
+    create_vdi(st, "disk2", MiB);
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_eq(in.vdi_count, 2);
+    close_ok(st);
+
+    /* Round trip: the same counts after reopening. */
+    st = open_kept(mem);
+    struct plx_store_info again;
+    OK(st, plx_store_info(st, &again));
+    ck_assert_uint_eq(again.vdi_count, 2);
+    ck_assert_uint_eq(again.extent_count, 16);
+    ck_assert_uint_eq(again.extents_by_type[PLX_EXTENT_DATA], in.extents_by_type[PLX_EXTENT_DATA]);
+    v = open_vdi(st, "disk", PLX_OPEN_READONLY);
+    expect_bytes(st, v, buf, 0, 512 * KiB, "after reopen");
+    close_vdi(st, v);
+    close_ok(st);
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_format_refuses)
+{
+    char err[256] = "";
+    /* Fewer than three extents. */
+    plx_backend *mem = plx_backend_mem_create(2 * MiB / BS);
+    ck_assert_int_eq(plx_format_backend(mem, MiB, err, sizeof(err)), -EINVAL);
+    ck_assert_str_ne(err, "");
+    mem->ops->destroy(mem);
+    /* Extent size not a power of two, or below 1 MiB. */
+    mem = plx_backend_mem_create(16 * MiB / BS);
+    err[0] = '\0';
+    ck_assert_int_eq(plx_format_backend(mem, 3 * MiB, err, sizeof(err)), -EINVAL);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(plx_format_backend(mem, 512 * KiB, err, sizeof(err)), -EINVAL);
+    /* Nothing was written: the medium is not a store. */
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EUCLEAN);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_open_bad_magic)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    unsigned char *junk = malloc(BS);
+    tu_fill(junk, BS, 77);
+    plx_backend_mem_poke(mem, 0, junk);
+    char err[256];
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EUCLEAN);
+    ck_assert_msg(strstr(err, "magic") != NULL || strstr(err, "not a Parallax") != NULL,
+                  "message does not name the problem: '%s'", err);
+
+    /* An all-zero medium is not a store either. */
+    plx_backend_mem_poke(mem, 0, NULL);
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EUCLEAN);
+    ck_assert_str_ne(err, "");
+    free(junk);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_open_bad_checksum)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    unsigned char *sb = malloc(BS);
+    memcpy(sb, plx_backend_mem_peek(mem, 0), BS);
+    sb[200] ^= 0x40; /* past the header: only the checksum can tell */
+    plx_backend_mem_poke(mem, 0, sb);
+    char err[256];
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EUCLEAN);
+    ck_assert_msg(strstr(err, "checksum") != NULL, "message: '%s'", err);
+    free(sb);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_open_wrong_version)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    unsigned char *buf = malloc(BS);
+    memcpy(buf, plx_backend_mem_peek(mem, 0), BS);
+    struct plx_superblock sb;
+    memcpy(&sb, buf, sizeof(sb));
+    ck_assert_uint_eq(sb.version, PLX_FORMAT_VERSION);
+    sb.version = 2;
+    memcpy(buf, &sb, sizeof(sb));
+    plx_blkhdr_seal(buf, PLX_MAGIC_SUPER, 0);
+    plx_backend_mem_poke(mem, 0, buf);
+    char err[256];
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EPROTONOSUPPORT);
+    ck_assert_msg(strstr(err, "version") != NULL, "message: '%s'", err);
+
+    /* An unknown incompatible feature is refused the same way. */
+    sb.version = PLX_FORMAT_VERSION;
+    sb.incompat_features = 1ull << 40;
+    memcpy(buf, &sb, sizeof(sb));
+    plx_blkhdr_seal(buf, PLX_MAGIC_SUPER, 0);
+    plx_backend_mem_poke(mem, 0, buf);
+    ck_assert_int_eq(try_open(mem, err, sizeof(err)), -EPROTONOSUPPORT);
+    ck_assert_str_ne(err, "");
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_open_truncated)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_backend *small = plx_backend_mem_create(8 * MiB / BS);
+    for (uint64_t b = 0; b < small->nblocks; b++) {
+        const void *p = plx_backend_mem_peek(mem, b);
+        if (p != NULL)
+            plx_backend_mem_poke(small, b, p);
+    }
+    char err[256];
+    ck_assert_int_eq(try_open(small, err, sizeof(err)), -EUCLEAN);
+    ck_assert_msg(strstr(err, "truncated") != NULL, "message: '%s'", err);
+    small->ops->destroy(small);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* ---- VDI administration ----------------------------------------------------------------------- */
+
+START_TEST(test_vdi_create_rules)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    uint64_t id1 = create_vdi(st, "alpha", 1 * GiB);
+    EXPECT_ERR(st, plx_vdi_create(st, "alpha", GiB, NULL), -EEXIST);
+    EXPECT_ERR(st, plx_vdi_create(st, "", GiB, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "a@b", GiB, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "123", GiB, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "a b", GiB, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "a/b", GiB, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "tab\there", GiB, NULL), -EINVAL);
+    char name[300];
+    memset(name, 'n', 256);
+    name[256] = '\0';
+    EXPECT_ERR(st, plx_vdi_create(st, name, GiB, NULL), -EINVAL);
+    name[255] = '\0'; /* 255 bytes: the longest allowed */
+    uint64_t idlong = create_vdi(st, name, MiB);
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, name, &vi));
+    ck_assert_uint_eq(vi.id, idlong);
+    ck_assert_str_eq(vi.name, name);
+
+    EXPECT_ERR(st, plx_vdi_create(st, "zero", 0, NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_create(st, "huge", PLX_MAX_VDI_SIZE + 1, NULL), -EFBIG);
+    EXPECT_ERR(st, plx_vdi_create(st, "huger", UINT64_MAX, NULL), -EFBIG);
+    /* Failed creations took no id and no name. */
+    EXPECT_ERR(st, plx_vdi_lookup(st, "zero", &vi), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_lookup(st, "huge", &vi), -ENOENT);
+
+    OK(st, plx_vdi_lookup(st, "alpha", &vi));
+    ck_assert_uint_eq(vi.id, id1);
+    ck_assert_uint_eq(vi.size, GiB);
+    ck_assert_uint_eq(vi.height, 3);
+    ck_assert_uint_eq(vi.snap_count, 0);
+    ck_assert_uint_eq(vi.parent_id, 0);
+    ck_assert_int_eq(vi.deleted, 0);
+    ck_assert_str_eq(vi.lock_holder, "");
+    ck_assert_uint_ne(vi.root, 0);
+    ck_assert_uint_gt(vi.created_ns, 0);
+
+    uint64_t id600 = create_vdi(st, "big", 600 * GiB);
+    OK(st, plx_vdi_lookup(st, "big", &vi));
+    ck_assert_uint_eq(vi.id, id600);
+    ck_assert_uint_eq(vi.size, 600 * GiB);
+    ck_assert_uint_eq(vi.height, 4);
+    /* The three-level limit is exactly 512 GiB. */
+    create_vdi(st, "edge3", 512 * GiB);
+    OK(st, plx_vdi_lookup(st, "edge3", &vi));
+    ck_assert_uint_eq(vi.height, 3);
+    create_vdi(st, "edge4", 512 * GiB + BS);
+    OK(st, plx_vdi_lookup(st, "edge4", &vi));
+    ck_assert_uint_eq(vi.height, 4);
+    create_vdi(st, "max", PLX_MAX_VDI_SIZE);
+    OK(st, plx_vdi_lookup(st, "max", &vi));
+    ck_assert_uint_eq(vi.height, 4);
+    ck_assert_uint_eq(vi.size, PLX_MAX_VDI_SIZE);
+    /* Sizes are rounded up to whole blocks. */
+    create_vdi(st, "odd", 10000);
+    OK(st, plx_vdi_lookup(st, "odd", &vi));
+    ck_assert_uint_eq(vi.size, 3 * BS);
+
+    /* Ids are distinct and lookups by decimal id work. */
+    char idstr[32];
+    snprintf(idstr, sizeof(idstr), "%llu", (unsigned long long)id600);
+    OK(st, plx_vdi_lookup(st, idstr, &vi));
+    ck_assert_str_eq(vi.name, "big");
+    ck_assert_uint_ne(id1, id600);
+    EXPECT_ERR(st, plx_vdi_lookup(st, "nosuch", &vi), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_lookup(st, "999999", &vi), -ENOENT);
+
+    struct plx_vdi_info *list = NULL;
+    size_t n = 0;
+    OK(st, plx_vdi_list(st, &list, &n));
+    ck_assert_uint_eq(n, 7);
+    free(list);
+    struct plx_store_info in;
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_eq(in.vdi_count, 7);
+
+    /* A VDI of the largest size can be written at its very end and read back. */
+    plx_vdi *v = open_vdi(st, "max", 0);
+    ck_assert_uint_eq(plx_vdi_size(v), PLX_MAX_VDI_SIZE);
+    unsigned char b[BS], r[BS];
+    pattern(b, BS, 9, 9);
+    pwrite_ok(st, v, b, PLX_MAX_VDI_SIZE - BS, BS);
+    pread_ok(st, v, r, PLX_MAX_VDI_SIZE - BS, BS);
+    ck_assert_mem_eq(r, b, BS);
+    expect_zero(st, v, PLX_MAX_VDI_SIZE - 2 * BS, BS, "block before the last");
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_snapshot_names)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    uint64_t id = create_vdi(st, "vm", 8 * MiB);
+    uint64_t idx = 0;
+    OK(st, plx_vdi_snapshot(st, "vm", NULL, &idx));
+    ck_assert_uint_eq(idx, 1);
+    OK(st, plx_vdi_snapshot(st, "vm", "gold", &idx));
+    ck_assert_uint_eq(idx, 2);
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "vm", "gold", &idx), -EEXIST);
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "vm", "12", &idx), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "vm", "a@b", &idx), -EINVAL);
+    char longlabel[PLX_LABEL_MAX + 2];
+    memset(longlabel, 'l', PLX_LABEL_MAX + 1);
+    longlabel[PLX_LABEL_MAX + 1] = '\0';
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "vm", longlabel, &idx), -EINVAL);
+    longlabel[PLX_LABEL_MAX] = '\0';
+    OK(st, plx_vdi_snapshot(st, "vm", longlabel, &idx));
+    ck_assert_uint_eq(idx, 3);
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "nosuch", NULL, &idx), -ENOENT);
+
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "vm", &vi));
+    ck_assert_uint_eq(vi.snap_count, 3);
+
+    struct plx_snap_info s1, s2, s3, sg;
+    OK(st, plx_snap_lookup(st, "vm@1", &s1));
+    OK(st, plx_snap_lookup(st, "vm@2", &s2));
+    OK(st, plx_snap_lookup(st, "vm@gold", &sg));
+    char spec[PLX_LABEL_MAX + 8];
+    snprintf(spec, sizeof(spec), "vm@%s", longlabel);
+    OK(st, plx_snap_lookup(st, spec, &s3));
+    ck_assert_uint_eq(s3.index, 3);
+    ck_assert_uint_eq(s1.index, 1);
+    ck_assert_uint_eq(s1.vdi_id, id);
+    ck_assert_str_eq(s1.label, "");
+    ck_assert_uint_eq(s2.index, 2);
+    ck_assert_str_eq(s2.label, "gold");
+    ck_assert_uint_eq(sg.index, 2);
+    ck_assert_uint_eq(sg.root, s2.root);
+    ck_assert_uint_ne(s1.root, s2.root);
+    ck_assert_uint_ne(s2.root, vi.root);
+    ck_assert_int_eq(s1.deleted, 0);
+    /* The id works as the VDI part too. */
+    snprintf(spec, sizeof(spec), "%llu@gold", (unsigned long long)id);
+    OK(st, plx_snap_lookup(st, spec, &sg));
+    ck_assert_uint_eq(sg.index, 2);
+
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm@4", &sg), -ENOENT);
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm@0", &sg), -ENOENT);
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm@silver", &sg), -ENOENT);
+    EXPECT_ERR(st, plx_snap_lookup(st, "nosuch@1", &sg), -ENOENT);
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm", &sg), -EINVAL);
+
+    /* Relabelling. */
+    OK(st, plx_snap_label(st, "vm@gold", "silver"));
+    OK(st, plx_snap_lookup(st, "vm@silver", &sg));
+    ck_assert_uint_eq(sg.index, 2);
+    ck_assert_str_eq(sg.label, "silver");
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm@gold", &sg), -ENOENT);
+    OK(st, plx_snap_label(st, "vm@1", "gold"));
+    OK(st, plx_snap_lookup(st, "vm@gold", &sg));
+    ck_assert_uint_eq(sg.index, 1);
+    EXPECT_ERR(st, plx_snap_label(st, "vm@1", "silver"), -EEXIST);
+    EXPECT_ERR(st, plx_snap_label(st, "vm@1", "99"), -EINVAL);
+    EXPECT_ERR(st, plx_snap_label(st, "vm@7", "x"), -ENOENT);
+    /* Labelling a snapshot with its own label is not a clash. */
+    OK(st, plx_snap_label(st, "vm@1", "gold"));
+    /* Clearing. */
+    OK(st, plx_snap_label(st, "vm@silver", ""));
+    EXPECT_ERR(st, plx_snap_lookup(st, "vm@silver", &sg), -ENOENT);
+    OK(st, plx_snap_lookup(st, "vm@2", &sg));
+    ck_assert_str_eq(sg.label, "");
+    /* A freed label can be given to a new snapshot. */
+    OK(st, plx_vdi_snapshot(st, "vm", "silver", &idx));
+    ck_assert_uint_eq(idx, 4);
+
+    struct plx_snap_info *list = NULL;
+    size_t n = 0;
+    OK(st, plx_snap_list(st, id, &list, &n));
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(list[i].index, i + 1);
+    ck_assert_str_eq(list[0].label, "gold");
+    ck_assert_str_eq(list[1].label, "");
+    ck_assert_str_eq(list[3].label, "silver");
+    free(list);
+
+    /* Labels survive a reopen. */
+    close_ok(st);
+    st = open_kept(mem);
+    OK(st, plx_snap_lookup(st, "vm@gold", &sg));
+    ck_assert_uint_eq(sg.index, 1);
+    OK(st, plx_snap_lookup(st, "vm@silver", &sg));
+    ck_assert_uint_eq(sg.index, 4);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Many snapshots: the log spans several blocks; every snapshot keeps its own contents. */
+START_TEST(test_many_snapshots)
+{
+    const int nsnap = tu_quick() ? 70 : 140;
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "vm", 4 * MiB);
+    plx_vdi *v = open_vdi(st, "vm", 0);
+    unsigned char buf[BS], got[BS];
+    for (int i = 1; i <= nsnap; i++) {
+        pattern(buf, BS, (uint64_t)i, 0);
+        pwrite_ok(st, v, buf, 0, BS);
+        pattern(buf, BS, (uint64_t)i, 1);
+        pwrite_ok(st, v, buf, (uint64_t)(i % 7) * BS + BS, BS);
+        char label[16];
+        snprintf(label, sizeof(label), "s%d", i);
+        uint64_t idx = 0;
+        OK(st, plx_vdi_snapshot_open(v, i % 3 ? label : NULL, &idx));
+        ck_assert_uint_eq(idx, (uint64_t)i);
+    }
+    close_vdi(st, v);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i <= nsnap; i++) {
+            char spec[32];
+            snprintf(spec, sizeof(spec), "vm@%d", i);
+            v = open_vdi(st, spec, 0);
+            ck_assert(plx_vdi_readonly(v));
+            pread_ok(st, v, got, 0, BS);
+            pattern(buf, BS, (uint64_t)i, 0);
+            ck_assert_msg(memcmp(got, buf, BS) == 0, "pass %d: snapshot %d block 0", pass, i);
+            close_vdi(st, v);
+            if (i % 3) {
+                snprintf(spec, sizeof(spec), "vm@s%d", i);
+                struct plx_snap_info si;
+                OK(st, plx_snap_lookup(st, spec, &si));
+                ck_assert_uint_eq(si.index, (uint64_t)i);
+            }
+        }
+        close_ok(st);
+        st = open_kept(mem);
+    }
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "vm", &vi));
+    ck_assert_uint_eq(vi.snap_count, (uint64_t)nsnap);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_delete)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    uint64_t id = create_vdi(st, "gone", 2 * MiB);
+    OK(st, plx_vdi_snapshot(st, "gone", "s", NULL));
+    plx_vdi *v = open_vdi(st, "gone", 0);
+    EXPECT_ERR(st, plx_vdi_delete(st, "gone"), -EBUSY);
+    unsigned char buf[BS];
+    pattern(buf, BS, 5, 5);
+    pwrite_ok(st, v, buf, 0, BS);
+    close_vdi(st, v);
+    OK(st, plx_vdi_delete(st, "gone"));
+    struct plx_vdi_info vi;
+    EXPECT_ERR(st, plx_vdi_lookup(st, "gone", &vi), -ENOENT);
+    char idstr[32];
+    snprintf(idstr, sizeof(idstr), "%llu", (unsigned long long)id);
+    EXPECT_ERR(st, plx_vdi_lookup(st, idstr, &vi), -ENOENT);
+    struct plx_snap_info si;
+    EXPECT_ERR(st, plx_snap_lookup(st, "gone@s", &si), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_open(st, "gone", 0, &v), -ENOENT);
+    ck_assert_ptr_null(v);
+    EXPECT_ERR(st, plx_vdi_delete(st, "gone"), -ENOENT);
+
+    /* The list still shows it, marked deleted. */
+    struct plx_vdi_info *list = NULL;
+    size_t n = 0;
+    OK(st, plx_vdi_list(st, &list, &n));
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(list[0].deleted, 1);
+    ck_assert_uint_eq(list[0].id, id);
+    free(list);
+
+    /* The name can be used again, with a new id and fresh (zero) contents. */
+    uint64_t id2 = create_vdi(st, "gone", 2 * MiB);
+    ck_assert_uint_ne(id2, id);
+    OK(st, plx_vdi_lookup(st, "gone", &vi));
+    ck_assert_uint_eq(vi.id, id2);
+    ck_assert_uint_eq(vi.snap_count, 0);
+    v = open_vdi(st, "gone", 0);
+    expect_zero(st, v, 0, BS, "reused name");
+    close_vdi(st, v);
+    struct plx_store_info in;
+    OK(st, plx_store_info(st, &in));
+    ck_assert_uint_eq(in.vdi_count, 1);
+    close_ok(st);
+
+    st = open_kept(mem);
+    OK(st, plx_vdi_lookup(st, "gone", &vi));
+    ck_assert_uint_eq(vi.id, id2);
+    EXPECT_ERR(st, plx_vdi_lookup(st, idstr, &vi), -ENOENT);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* ---- I/O ----------------------------------------------------------------------------------------- */
+
+START_TEST(test_sparse_reads_zero)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "d", 700 * GiB); /* four levels */
+    create_vdi(st, "s", 8 * MiB);
+    plx_vdi *v = open_vdi(st, "d", 0);
+    expect_zero(st, v, 0, 3 * BS + 17, "fresh");
+    expect_zero(st, v, 700 * GiB - 100000, 100000, "fresh end");
+    expect_zero(st, v, 300 * GiB + 5, 1, "one byte");
+    /* A write far away leaves the neighbourhood zero. */
+    unsigned char buf[BS];
+    pattern(buf, BS, 1, 1);
+    pwrite_ok(st, v, buf, 513 * GiB, BS);
+    expect_zero(st, v, 513 * GiB - 2 * BS, 2 * BS, "before");
+    expect_zero(st, v, 513 * GiB + BS, 5 * BS, "after");
+    expect_bytes(st, v, buf, 513 * GiB, BS, "written");
+    close_vdi(st, v);
+    v = open_vdi(st, "s", 0);
+    expect_zero(st, v, 0, 8 * MiB, "whole small VDI");
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_unaligned_io)
+{
+    const uint64_t size = 2 * MiB;
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "u", size);
+    plx_vdi *v = open_vdi(st, "u", 0);
+    unsigned char *ref = calloc(1, size);
+    unsigned char *raw = malloc(size + 64);
+    unsigned char *got = malloc(size + 64);
+    ck_assert(ref && raw && got);
+    static const struct {
+        uint64_t off;
+        size_t len;
+    } cases[] = {
+        {4095, 2},      {1, 8191},         {0, 1},          {4096, 4096},     {8191, 1},
+        {12288 - 7, 7}, {100, 3 * BS + 5}, {0, 3 * BS - 1}, {5 * BS + 1, BS}, {65535, 65537},
+        {4097, 4094},   {2 * MiB - 1, 1},  {2 * MiB - 5000, 5000},
+        {123457, 301 * 1024},
+    };
+    uint64_t gen = 100;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        for (unsigned mis = 0; mis < 3; mis++) {
+            uint64_t off = cases[c].off;
+            size_t len = cases[c].len;
+            /* Buffers at odd addresses: 1, 3 and 0 mod 4096 (malloc'd, rarely aligned). */
+            unsigned char *src = raw + (mis == 0 ? 1 : mis == 1 ? 3 : 0);
+            tu_fill(src, len, ++gen);
+            pwrite_ok(st, v, src, off, len);
+            memcpy(ref + off, src, len);
+            /* Read the written range, a wider one and a narrower one. */
+            unsigned char *dst = got + 1 + mis;
+            memset(dst, 0x5a, len);
+            pread_ok(st, v, dst, off, len);
+            ck_assert_msg(memcmp(dst, ref + off, len) == 0, "case %zu/%u: %llu+%zu", c, mis,
+                          (unsigned long long)off, len);
+            uint64_t lo = off > 3000 ? off - 3000 : 0;
+            uint64_t hi = off + len + 3000 < size ? off + len + 3000 : size;
+            pread_ok(st, v, got + 5, lo, hi - lo);
+            ck_assert_msg(memcmp(got + 5, ref + lo, hi - lo) == 0, "case %zu/%u: around", c,
+                          mis);
+            if (len > 2) {
+                pread_ok(st, v, got + 7, off + 1, len - 2);
+                ck_assert_msg(memcmp(got + 7, ref + off + 1, len - 2) == 0, "case %zu: inside",
+                              c);
+            }
+        }
+    }
+    /* The whole VDI, once with an aligned buffer. */
+    unsigned char *al = plx_block_alloc(size / BS);
+    pread_ok(st, v, al, 0, size);
+    ck_assert(memcmp(al, ref, size) == 0);
+    /* Aligned writes from an aligned buffer go straight through; check they land too. */
+    tu_fill(al, 8 * BS, 4242);
+    pwrite_ok(st, v, al, 16 * BS, 8 * BS);
+    memcpy(ref + 16 * BS, al, 8 * BS);
+    pread_ok(st, v, got + 1, 0, size);
+    ck_assert(memcmp(got + 1, ref, size) == 0);
+    /* Zero-length requests complete. */
+    OK(st, plx_vdi_pwrite(v, got, 100, 0, 0));
+    OK(st, plx_vdi_pread(v, got, size, 0));
+    close_vdi(st, v);
+    close_ok(st);
+
+    st = open_kept(mem);
+    v = open_vdi(st, "u", PLX_OPEN_READONLY);
+    expect_bytes(st, v, ref, 0, size, "after reopen");
+    close_vdi(st, v);
+    close_ok(st);
+    plx_block_free(al);
+    free(ref);
+    free(raw);
+    free(got);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+static void count_cb(void *arg, int status)
+{
+    int *calls = arg;
+    (void)status;
+    (*calls)++;
+}
+
+START_TEST(test_range_and_readonly_errors)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "r", MiB);
+    plx_vdi *v = open_vdi(st, "r", 0);
+    ck_assert_uint_eq(plx_vdi_size(v), MiB);
+    ck_assert_int_eq(plx_vdi_readonly(v), 0);
+    unsigned char buf[2 * BS];
+    memset(buf, 1, sizeof(buf));
+    EXPECT_ERR(st, plx_vdi_pwrite(v, buf, MiB, 1, 0), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_pwrite(v, buf, MiB - 1, 2, 0), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_pwrite(v, buf, MiB - BS, 2 * BS, 0), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_pwrite(v, buf, UINT64_MAX - 1, 4, 0), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_pread(v, buf, MiB - 1, 2), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_pread(v, buf, 2 * MiB, 1), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_trim(v, MiB - BS, 2 * BS), -EINVAL);
+    uint64_t run = 0;
+    EXPECT_ERR(st, plx_vdi_block_status(v, MiB, BS, &run), -EINVAL);
+    /* The last byte is fine. */
+    OK(st, plx_vdi_pwrite(v, buf, MiB - 1, 1, 0));
+    /* A rejected asynchronous request never calls back. */
+    int calls = 0;
+    EXPECT_ERR(st, plx_vdi_submit_write(v, buf, MiB, BS, 0, count_cb, &calls), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_submit_read(v, buf, MiB, BS, count_cb, &calls), -EINVAL);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(calls, 0);
+    ck_assert_int_eq(plx_store_busy(st), 0);
+    close_vdi(st, v);
+
+    OK(st, plx_vdi_snapshot(st, "r", "one", NULL));
+    /* Snapshots are read-only, whichever way they are named and opened. */
+    const char *specs[] = {"r@1", "r@one"};
+    for (int i = 0; i < 2; i++) {
+        v = open_vdi(st, specs[i], 0);
+        ck_assert_int_ne(plx_vdi_readonly(v), 0);
+        EXPECT_ERR(st, plx_vdi_pwrite(v, buf, 0, BS, 0), -EROFS);
+        EXPECT_ERR(st, plx_vdi_pwrite(v, buf, 1, 10, 0), -EROFS);
+        EXPECT_ERR(st, plx_vdi_trim(v, 0, BS), -EROFS);
+        EXPECT_ERR(st, plx_vdi_snapshot_open(v, NULL, NULL), -EROFS);
+        calls = 0;
+        EXPECT_ERR(st, plx_vdi_submit_write(v, buf, 0, BS, 0, count_cb, &calls), -EROFS);
+        ck_assert_int_ge(plx_store_service(st), 0);
+        ck_assert_int_eq(calls, 0);
+        /* Reading and flushing a read-only VDI are fine. */
+        OK(st, plx_vdi_pread(v, buf, 0, BS));
+        OK(st, plx_vdi_flush(v));
+        close_vdi(st, v);
+    }
+    /* A VDI opened read-only refuses writes too. */
+    v = open_vdi(st, "r", PLX_OPEN_READONLY);
+    ck_assert_int_ne(plx_vdi_readonly(v), 0);
+    EXPECT_ERR(st, plx_vdi_pwrite(v, buf, 0, BS, 0), -EROFS);
+    close_vdi(st, v);
+    EXPECT_ERR(st, plx_vdi_open(st, "r@2", 0, &v), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_open(st, "nosuch", 0, &v), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_open(st, "r@nolabel", 0, &v), -ENOENT);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_single_writer)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "w", MiB);
+    plx_vdi *v = open_vdi(st, "w", 0);
+    plx_vdi *v2 = NULL;
+    EXPECT_ERR(st, plx_vdi_open(st, "w", 0, &v2), -EBUSY);
+    ck_assert_ptr_null(v2);
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "w", &vi));
+    ck_assert_str_ne(vi.lock_holder, "");
+    /* Readers are welcome; admin snapshots need the VDI closed. */
+    v2 = open_vdi(st, "w", PLX_OPEN_READONLY);
+    close_vdi(st, v2);
+    EXPECT_ERR(st, plx_vdi_snapshot(st, "w", NULL, NULL), -EBUSY);
+    close_vdi(st, v);
+    OK(st, plx_vdi_lookup(st, "w", &vi));
+    ck_assert_str_eq(vi.lock_holder, "");
+    /* Once closed it can be opened for writing again. */
+    v = open_vdi(st, "w", 0);
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_clone)
+{
+    const uint64_t size = 3 * MiB;
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    uint64_t src_id = create_vdi(st, "src", size);
+    unsigned char *ref = calloc(1, size), *snap = calloc(1, size), *cl = NULL;
+    unsigned char *buf = malloc(size);
+    plx_vdi *v = open_vdi(st, "src", 0);
+    /* Blocks 0..299 written, some partially; the rest sparse. */
+    tu_fill(buf, 300 * BS, 1);
+    pwrite_ok(st, v, buf, 0, 300 * BS);
+    memcpy(ref, buf, 300 * BS);
+    tu_fill(buf, 999, 2);
+    pwrite_ok(st, v, buf, 400 * BS + 3, 999);
+    memcpy(ref + 400 * BS + 3, buf, 999);
+    uint64_t idx = 0;
+    OK(st, plx_vdi_snapshot_open(v, "base", &idx));
+    ck_assert_uint_eq(idx, 1);
+    memcpy(snap, ref, size);
+    close_vdi(st, v);
+
+    uint64_t clone_id = 0;
+    OK(st, plx_vdi_clone(st, "cl", "src@base", &clone_id));
+    ck_assert_uint_ne(clone_id, 0);
+    ck_assert_uint_ne(clone_id, src_id);
+    EXPECT_ERR(st, plx_vdi_clone(st, "cl", "src@1", NULL), -EEXIST);
+    EXPECT_ERR(st, plx_vdi_clone(st, "cl2", "src@2", NULL), -ENOENT);
+    EXPECT_ERR(st, plx_vdi_clone(st, "cl2", "src", NULL), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_clone(st, "bad@name", "src@1", NULL), -EINVAL);
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "cl", &vi));
+    ck_assert_uint_eq(vi.id, clone_id);
+    ck_assert_uint_eq(vi.size, size);
+    ck_assert_uint_eq(vi.parent_id, src_id);
+    ck_assert_uint_eq(vi.parent_snap, 1);
+    ck_assert_uint_eq(vi.snap_count, 0);
+
+    cl = malloc(size);
+    memcpy(cl, snap, size);
+    plx_vdi *c = open_vdi(st, "cl", 0);
+    expect_bytes(st, c, cl, 0, size, "clone starts as the snapshot");
+    /* Overwrite part of the shared range, partially and wholly, and a sparse range. */
+    tu_fill(buf, 50 * BS + 10, 3);
+    pwrite_ok(st, c, buf, 10 * BS - 5, 50 * BS + 10);
+    memcpy(cl + 10 * BS - 5, buf, 50 * BS + 10);
+    tu_fill(buf, 7, 4);
+    pwrite_ok(st, c, buf, 299 * BS + 4090, 7);
+    memcpy(cl + 299 * BS + 4090, buf, 7);
+    tu_fill(buf, 5 * BS, 5);
+    pwrite_ok(st, c, buf, 600 * BS, 5 * BS);
+    memcpy(cl + 600 * BS, buf, 5 * BS);
+    expect_bytes(st, c, cl, 0, size, "clone after writes");
+    close_vdi(st, c);
+
+    /* The source and its snapshot are untouched. */
+    v = open_vdi(st, "src", 0);
+    expect_bytes(st, v, ref, 0, size, "source after clone writes");
+    plx_vdi *s = open_vdi(st, "src@1", 0);
+    expect_bytes(st, s, snap, 0, size, "snapshot after clone writes");
+    close_vdi(st, s);
+    /* Writing the source does not show in the clone or the snapshot. */
+    tu_fill(buf, 20 * BS, 6);
+    pwrite_ok(st, v, buf, 5 * BS, 20 * BS);
+    memcpy(ref + 5 * BS, buf, 20 * BS);
+    expect_bytes(st, v, ref, 0, size, "source after its writes");
+    close_vdi(st, v);
+    c = open_vdi(st, "cl", PLX_OPEN_READONLY);
+    expect_bytes(st, c, cl, 0, size, "clone after source writes");
+    close_vdi(st, c);
+    s = open_vdi(st, "src@base", 0);
+    expect_bytes(st, s, snap, 0, size, "snapshot after source writes");
+    close_vdi(st, s);
+
+    /* A clone of a clone's snapshot. */
+    OK(st, plx_vdi_snapshot(st, "cl", NULL, NULL));
+    OK(st, plx_vdi_clone(st, "cl2", "cl@1", NULL));
+    c = open_vdi(st, "cl2", 0);
+    expect_bytes(st, c, cl, 0, size, "clone of clone");
+    tu_fill(buf, BS, 7);
+    pwrite_ok(st, c, buf, 10 * BS, BS);
+    close_vdi(st, c);
+    c = open_vdi(st, "cl", PLX_OPEN_READONLY);
+    expect_bytes(st, c, cl, 0, size, "clone after its clone was written");
+    close_vdi(st, c);
+
+    /* Deleting the source leaves the clone readable. */
+    OK(st, plx_vdi_delete(st, "src"));
+    close_ok(st);
+    st = open_kept(mem);
+    c = open_vdi(st, "cl", 0);
+    expect_bytes(st, c, cl, 0, size, "clone after source deleted and reopen");
+    close_vdi(st, c);
+    close_ok(st);
+    free(ref);
+    free(snap);
+    free(cl);
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_clone_height4)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "big", 600 * GiB);
+    plx_vdi *v = open_vdi(st, "big", 0);
+    unsigned char a[BS], b[BS];
+    pattern(a, BS, 1, 1);
+    pwrite_ok(st, v, a, 550 * GiB, BS);
+    pwrite_ok(st, v, a, 3 * BS, BS);
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL));
+    close_vdi(st, v);
+    OK(st, plx_vdi_clone(st, "bigc", "big@1", NULL));
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "bigc", &vi));
+    ck_assert_uint_eq(vi.height, 4);
+    ck_assert_uint_eq(vi.size, 600 * GiB);
+    v = open_vdi(st, "bigc", 0);
+    expect_bytes(st, v, a, 550 * GiB, BS, "clone far block");
+    pattern(b, BS, 2, 2);
+    pwrite_ok(st, v, b, 550 * GiB, BS);
+    expect_bytes(st, v, b, 550 * GiB, BS, "clone rewritten");
+    expect_bytes(st, v, a, 3 * BS, BS, "clone near block");
+    close_vdi(st, v);
+    v = open_vdi(st, "big", PLX_OPEN_READONLY);
+    expect_bytes(st, v, a, 550 * GiB, BS, "source far block");
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_trim)
+{
+    const uint64_t size = 4 * MiB;
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "t", size);
+    plx_vdi *v = open_vdi(st, "t", 0);
+    unsigned char *ref = malloc(size), *snap = malloc(size);
+    tu_fill(ref, size, 11);
+    pwrite_ok(st, v, ref, 0, size);
+    uint64_t run = 0;
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, size, &run), 1);
+    ck_assert_uint_eq(run, size);
+    OK(st, plx_vdi_snapshot_open(v, "before", NULL));
+    memcpy(snap, ref, size);
+
+    /* Unaligned on both ends: blocks 11..19 become sparse, edges of 10 and 20 become zero. */
+    uint64_t off = 10 * BS + 100, len = 10 * BS;
+    OK(st, plx_vdi_trim(v, off, len));
+    memset(ref + off, 0, len);
+    expect_bytes(st, v, ref, 0, size, "after trim");
+    ck_assert_int_eq(plx_vdi_block_status(v, 11 * BS, 9 * BS, &run), 0);
+    ck_assert_uint_eq(run, 9 * BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 11 * BS, 20 * BS, &run), 0);
+    ck_assert_uint_eq(run, 9 * BS);
+    /* The edge blocks keep data outside the range, so they stay mapped. */
+    ck_assert_int_eq(plx_vdi_block_status(v, 10 * BS, BS, &run), 1);
+    ck_assert_int_eq(plx_vdi_block_status(v, 20 * BS, BS, &run), 1);
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, size, &run), 1);
+    ck_assert_uint_eq(run, 11 * BS);
+    /* Aligned trim of a large range. */
+    OK(st, plx_vdi_trim(v, MiB, 2 * MiB));
+    memset(ref + MiB, 0, 2 * MiB);
+    ck_assert_int_eq(plx_vdi_block_status(v, MiB, 2 * MiB, &run), 0);
+    ck_assert_uint_eq(run, 2 * MiB);
+    /* Within one block, and across one block boundary without a whole block. */
+    OK(st, plx_vdi_trim(v, 30 * BS + 5, 100));
+    memset(ref + 30 * BS + 5, 0, 100);
+    OK(st, plx_vdi_trim(v, 40 * BS - 50, 100));
+    memset(ref + 40 * BS - 50, 0, 100);
+    /* Trimming what is already sparse is fine. */
+    OK(st, plx_vdi_trim(v, MiB, MiB));
+    OK(st, plx_vdi_trim(v, 0, 0));
+    expect_bytes(st, v, ref, 0, size, "after all trims");
+    /* A trimmed block can be written again. */
+    unsigned char blk[BS];
+    pattern(blk, BS, 3, 15);
+    pwrite_ok(st, v, blk, 15 * BS, BS);
+    memcpy(ref + 15 * BS, blk, BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 15 * BS, BS, &run), 1);
+    expect_bytes(st, v, ref, 0, size, "after rewrite");
+    close_vdi(st, v);
+
+    v = open_vdi(st, "t@before", 0);
+    expect_bytes(st, v, snap, 0, size, "snapshot after trims");
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, size, &run), 1);
+    ck_assert_uint_eq(run, size);
+    close_vdi(st, v);
+    close_ok(st);
+    st = open_kept(mem);
+    v = open_vdi(st, "t", 0);
+    expect_bytes(st, v, ref, 0, size, "after reopen");
+    ck_assert_int_eq(plx_vdi_block_status(v, 12 * BS, BS, &run), 0);
+    close_vdi(st, v);
+    v = open_vdi(st, "t@1", 0);
+    expect_bytes(st, v, snap, 0, size, "snapshot after reopen");
+    close_vdi(st, v);
+    close_ok(st);
+    free(ref);
+    free(snap);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_block_status)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "b", 8 * MiB);
+    create_vdi(st, "h", 600 * GiB);
+    plx_vdi *v = open_vdi(st, "b", 0);
+    uint64_t run = 0;
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 8 * MiB, &run), 0);
+    ck_assert_uint_eq(run, 8 * MiB);
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 0, &run), 0);
+    ck_assert_uint_eq(run, 0);
+    unsigned char buf[4 * BS];
+    tu_fill(buf, sizeof(buf), 1);
+    pwrite_ok(st, v, buf, 100 * BS, 4 * BS);
+    pwrite_ok(st, v, buf, 2 * MiB + 10, 1); /* a byte maps its whole block */
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 8 * MiB, &run), 0);
+    ck_assert_uint_eq(run, 100 * BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 100 * BS, 8 * MiB - 100 * BS, &run), 1);
+    ck_assert_uint_eq(run, 4 * BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 101 * BS + 7, BS, &run), 1);
+    ck_assert_uint_eq(run, BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 102 * BS, 2 * BS, &run), 1);
+    ck_assert_uint_eq(run, 2 * BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 104 * BS, 8 * MiB - 104 * BS, &run), 0);
+    ck_assert_uint_eq(run, 2 * MiB - 104 * BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 2 * MiB, BS, &run), 1);
+    ck_assert_uint_eq(run, BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 2 * MiB + BS, 6 * MiB - BS, &run), 0);
+    ck_assert_uint_eq(run, 6 * MiB - BS);
+    close_vdi(st, v);
+
+    /* Snapshots and clones report what they share as mapped. */
+    OK(st, plx_vdi_snapshot(st, "b", NULL, NULL));
+    OK(st, plx_vdi_clone(st, "bc", "b@1", NULL));
+    v = open_vdi(st, "bc", 0);
+    ck_assert_int_eq(plx_vdi_block_status(v, 100 * BS, 8 * BS, &run), 1);
+    ck_assert_uint_eq(run, 4 * BS);
+    close_vdi(st, v);
+    v = open_vdi(st, "b@1", 0);
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 101 * BS, &run), 0);
+    ck_assert_uint_eq(run, 100 * BS);
+    close_vdi(st, v);
+
+    /* A huge sparse VDI answers without walking every block. */
+    v = open_vdi(st, "h", 0);
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 600 * GiB, &run), 0);
+    ck_assert_uint_eq(run, 600 * GiB);
+    pwrite_ok(st, v, buf, 599 * GiB, BS);
+    ck_assert_int_eq(plx_vdi_block_status(v, 0, 600 * GiB, &run), 0);
+    ck_assert_uint_eq(run, 599 * GiB);
+    ck_assert_int_eq(plx_vdi_block_status(v, 599 * GiB, GiB, &run), 1);
+    ck_assert_uint_eq(run, BS);
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* ---- The asynchronous interface -------------------------------------------------------------- */
+
+struct cb_rec {
+    int *in_submit; /* nonzero while a submit call is running */
+    int fired;
+    int status;
+    int bad_context;
+    int *order; /* completion order log */
+    int *norder;
+    int id;
+};
+
+static void rec_cb(void *arg, int status)
+{
+    struct cb_rec *r = arg;
+    if (*r->in_submit)
+        r->bad_context = 1;
+    r->fired++;
+    r->status = status;
+    if (r->order != NULL)
+        r->order[(*r->norder)++] = r->id;
+}
+
+/* Service until every record has fired, with a bound on idle rounds. */
+static void drain_all(plx_store *st, struct cb_rec *recs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = plx_store_wait(st, &recs[i].fired);
+        ck_assert_msg(rc == 0, "wait for request %d: %d (%s)", i, rc, plx_store_errmsg(st));
+    }
+}
+
+START_TEST(test_async_many_in_flight)
+{
+    enum { N = 256 };
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "a", 4 * MiB);
+    plx_vdi *v = open_vdi(st, "a", 0);
+    unsigned char *bufs = plx_block_alloc(N);
+    static struct cb_rec recs[N];
+    int in_submit = 0;
+    int order[N], norder = 0;
+    for (int i = 0; i < N; i++) {
+        /* Distinct blocks, in a scattered order. */
+        uint64_t blk = (uint64_t)(i * 37 % N) * 3;
+        pattern(bufs + (size_t)i * BS, BS, 7, blk);
+        recs[i] = (struct cb_rec){
+            .in_submit = &in_submit, .order = order, .norder = &norder, .id = i};
+        in_submit = 1;
+        int rc = plx_vdi_submit_write(v, bufs + (size_t)i * BS, blk * BS, BS, 0, rec_cb, &recs[i]);
+        in_submit = 0;
+        ck_assert_msg(rc == 0, "submit %d: %d (%s)", i, rc, plx_store_errmsg(st));
+        ck_assert_int_eq(recs[i].fired, 0);
+    }
+    ck_assert_int_ne(plx_store_busy(st), 0);
+    ck_assert_int_ge(plx_store_fd(st), 0);
+    drain_all(st, recs, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(recs[i].fired, 1);
+        ck_assert_int_eq(recs[i].status, 0);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+    }
+    ck_assert_int_eq(norder, N);
+    /* Nothing fires twice. */
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_ge(plx_store_service(st), 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(recs[i].fired, 1);
+
+    /* Read everything back asynchronously too, all in flight at once. */
+    unsigned char *rb = plx_block_alloc(N);
+    in_submit = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t blk = (uint64_t)(i * 37 % N) * 3;
+        recs[i] = (struct cb_rec){.in_submit = &in_submit, .id = i};
+        in_submit = 1;
+        OK(st, plx_vdi_submit_read(v, rb + (size_t)i * BS, blk * BS, BS, rec_cb, &recs[i]));
+        in_submit = 0;
+        ck_assert_int_eq(recs[i].fired, 0);
+    }
+    drain_all(st, recs, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(recs[i].status, 0);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+        ck_assert_msg(memcmp(rb + (size_t)i * BS, bufs + (size_t)i * BS, BS) == 0,
+                      "request %d read back wrong data", i);
+    }
+    /* And the blocks in between are still zero. */
+    expect_zero(st, v, BS, 2 * BS, "between");
+    close_vdi(st, v);
+    plx_block_free(bufs);
+    plx_block_free(rb);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Requests on the same block are carried out in submission order, reads included. */
+START_TEST(test_async_same_block_order)
+{
+    enum { N = 40 };
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "o", MiB);
+    plx_vdi *v = open_vdi(st, "o", 0);
+    unsigned char *w = malloc((size_t)N * BS);
+    unsigned char *r = malloc((size_t)N * BS);
+    unsigned char ref[3 * BS], want[N][64];
+    memset(ref, 0, sizeof(ref));
+    static struct cb_rec recs[2 * N];
+    int in_submit = 0;
+    for (int i = 0; i < N; i++) {
+        /* Overlapping unaligned writes around block 1, each followed by a read of 64 bytes. */
+        uint64_t off = BS - 30 + (uint64_t)(i * 13 % 60);
+        size_t len = 20 + (size_t)(i * 7 % 40);
+        tu_fill(w + (size_t)i * BS, len, 500 + (uint64_t)i);
+        memcpy(ref + off, w + (size_t)i * BS, len);
+        memcpy(want[i], ref + BS - 32, 64);
+        recs[2 * i] = (struct cb_rec){.in_submit = &in_submit};
+        recs[2 * i + 1] = (struct cb_rec){.in_submit = &in_submit};
+        in_submit = 1;
+        OK(st, plx_vdi_submit_write(v, w + (size_t)i * BS, off, len, 0, rec_cb, &recs[2 * i]));
+        OK(st, plx_vdi_submit_read(v, r + (size_t)i * BS, BS - 32, 64, rec_cb,
+                                   &recs[2 * i + 1]));
+        in_submit = 0;
+    }
+    drain_all(st, recs, 2 * N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(recs[2 * i].status, 0);
+        ck_assert_int_eq(recs[2 * i + 1].status, 0);
+        ck_assert_int_eq(recs[2 * i].bad_context + recs[2 * i + 1].bad_context, 0);
+        ck_assert_msg(memcmp(r + (size_t)i * BS, want[i], 64) == 0,
+                      "read %d did not see exactly the writes submitted before it", i);
+    }
+    expect_bytes(st, v, ref, 0, sizeof(ref), "final");
+    close_vdi(st, v);
+    close_ok(st);
+    free(w);
+    free(r);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_async_snapshot_between_batches)
+{
+    enum { N = 64 };
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "s", 2 * MiB);
+    plx_vdi *v = open_vdi(st, "s", 0);
+    unsigned char *a = plx_block_alloc(N), *b = plx_block_alloc(N);
+    static struct cb_rec recs[2 * N + 1];
+    int in_submit = 0;
+    uint64_t idx = 0;
+    /* First batch: blocks 0..N-1 with generation 1. */
+    for (int i = 0; i < N; i++) {
+        pattern(a + (size_t)i * BS, BS, 1, (uint64_t)i);
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+        in_submit = 1;
+        OK(st, plx_vdi_submit_write(v, a + (size_t)i * BS, (uint64_t)i * BS, BS, 0, rec_cb,
+                                    &recs[i]));
+        in_submit = 0;
+    }
+    recs[N] = (struct cb_rec){.in_submit = &in_submit};
+    in_submit = 1;
+    OK(st, plx_vdi_submit_snapshot(v, "mid", &idx, rec_cb, &recs[N]));
+    in_submit = 0;
+    /* Second batch: the same blocks, generation 2, plus blocks beyond. */
+    for (int i = 0; i < N; i++) {
+        uint64_t blk = (uint64_t)(i % 2 ? i : N + i);
+        pattern(b + (size_t)i * BS, BS, 2, blk);
+        recs[N + 1 + i] = (struct cb_rec){.in_submit = &in_submit};
+        in_submit = 1;
+        OK(st, plx_vdi_submit_write(v, b + (size_t)i * BS, blk * BS, BS, 0, rec_cb,
+                                    &recs[N + 1 + i]));
+        in_submit = 0;
+    }
+    drain_all(st, recs, 2 * N + 1);
+    for (int i = 0; i < 2 * N + 1; i++) {
+        ck_assert_msg(recs[i].status == 0, "request %d: %d", i, recs[i].status);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+        ck_assert_int_eq(recs[i].fired, 1);
+    }
+    ck_assert_uint_eq(idx, 1);
+    /* The VDI has generation 2 where it was rewritten. */
+    for (int i = 0; i < N; i++) {
+        uint64_t blk = (uint64_t)(i % 2 ? i : N + i);
+        expect_bytes(st, v, b + (size_t)i * BS, blk * BS, BS, "vdi, second batch");
+        if (i % 2 == 0)
+            expect_bytes(st, v, a + (size_t)i * BS, (uint64_t)i * BS, BS, "vdi, first batch");
+    }
+    close_vdi(st, v);
+    /* The snapshot has exactly the first batch. */
+    for (int pass = 0; pass < 2; pass++) {
+        v = open_vdi(st, pass ? "s@mid" : "s@1", 0);
+        expect_bytes(st, v, a, 0, (size_t)N * BS, "snapshot");
+        expect_zero(st, v, (uint64_t)N * BS, (size_t)N * BS, "snapshot beyond the first batch");
+        close_vdi(st, v);
+    }
+    close_ok(st);
+    plx_block_free(a);
+    plx_block_free(b);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Two snapshots submitted back to back, the second labelled: both succeed, in order, and the
+ * second label is unique. */
+START_TEST(test_async_two_snapshots)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "t", MiB);
+    plx_vdi *v = open_vdi(st, "t", 0);
+    unsigned char a[BS], b[BS];
+    pattern(a, BS, 1, 0);
+    pattern(b, BS, 2, 0);
+    int in_submit = 0;
+    struct cb_rec recs[4];
+    for (int i = 0; i < 4; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    uint64_t i1 = 0, i2 = 0;
+    OK(st, plx_vdi_submit_write(v, a, 0, BS, 0, rec_cb, &recs[0]));
+    int rc = plx_vdi_submit_snapshot(v, NULL, &i1, rec_cb, &recs[1]);
+    ck_assert_msg(rc == 0, "first snapshot: %d (%s)", rc, plx_store_errmsg(st));
+    OK(st, plx_vdi_submit_write(v, b, 0, BS, 0, rec_cb, &recs[2]));
+    rc = plx_vdi_submit_snapshot(v, "second", &i2, rec_cb, &recs[3]);
+    ck_assert_msg(rc == 0, "labelled snapshot submitted while another is in flight: %d (%s)", rc,
+                  plx_store_errmsg(st));
+    drain_all(st, recs, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(recs[i].status == 0, "request %d: %d (%s)", i, recs[i].status,
+                      plx_store_errmsg(st));
+    ck_assert_uint_eq(i1, 1);
+    ck_assert_uint_eq(i2, 2);
+    close_vdi(st, v);
+    v = open_vdi(st, "t@1", 0);
+    expect_bytes(st, v, a, 0, BS, "first snapshot");
+    close_vdi(st, v);
+    v = open_vdi(st, "t@second", 0);
+    expect_bytes(st, v, b, 0, BS, "second snapshot");
+    close_vdi(st, v);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* A label must stay unique even when two snapshots asking for it are in flight together. */
+START_TEST(test_async_duplicate_label_in_flight)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "t", MiB);
+    plx_vdi *v = open_vdi(st, "t", 0);
+    int in_submit = 0;
+    struct cb_rec recs[2];
+    for (int i = 0; i < 2; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_snapshot(v, "dup", NULL, rec_cb, &recs[0]));
+    int rc = plx_vdi_submit_snapshot(v, "dup", NULL, rec_cb, &recs[1]);
+    if (rc == 0) {
+        drain_all(st, recs, 2);
+        rc = recs[1].status;
+    } else {
+        drain_all(st, recs, 1);
+    }
+    ck_assert_int_eq(recs[0].status, 0);
+    ck_assert_msg(rc == -EEXIST, "second snapshot labelled 'dup': %d, want -EEXIST", rc);
+    close_vdi(st, v);
+    struct plx_snap_info *list = NULL;
+    size_t n = 0;
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "t", &vi));
+    OK(st, plx_snap_list(st, vi.id, &list, &n));
+    int with_label = 0;
+    for (size_t i = 0; i < n; i++)
+        with_label += strcmp(list[i].label, "dup") == 0;
+    free(list);
+    ck_assert_int_eq(with_label, 1);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+START_TEST(test_async_flush_trim_fua)
+{
+    plx_backend *mem = new_medium(16 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "f", MiB);
+    plx_vdi *v = open_vdi(st, "f", 0);
+    unsigned char *a = plx_block_alloc(8);
+    tu_fill(a, 8 * BS, 3);
+    int in_submit = 0;
+    struct cb_rec recs[5];
+    for (int i = 0; i < 5; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    in_submit = 1;
+    OK(st, plx_vdi_submit_write(v, a, 0, 8 * BS, PLX_WRITE_FUA, rec_cb, &recs[0]));
+    OK(st, plx_vdi_submit_trim(v, 2 * BS + 1, 3 * BS, rec_cb, &recs[1]));
+    OK(st, plx_vdi_submit_flush(v, rec_cb, &recs[2]));
+    OK(st, plx_vdi_submit_trim(v, 0, 0, rec_cb, &recs[3]));
+    OK(st, plx_vdi_submit_write(v, a, 100, 0, 0, rec_cb, &recs[4]));
+    in_submit = 0;
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(recs[i].fired, 0);
+    drain_all(st, recs, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(recs[i].status, 0);
+        ck_assert_int_eq(recs[i].fired, 1);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+    }
+    memset(a + 2 * BS + 1, 0, 3 * BS);
+    expect_bytes(st, v, a, 0, 8 * BS, "after FUA write and trim");
+    close_vdi(st, v);
+    close_ok(st);
+    plx_block_free(a);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Large writes spanning many extents and the 2048-block I/O split. */
+START_TEST(test_large_write)
+{
+    const uint64_t size = 24 * MiB;
+    plx_backend *mem = new_medium(96 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "L", size);
+    plx_vdi *v = open_vdi(st, "L", 0);
+    unsigned char *ref = malloc(size);
+    tu_fill(ref, size, 99);
+    pwrite_ok(st, v, ref + 3, 3, 10 * MiB);
+    unsigned char *al = plx_block_alloc(size / BS);
+    memcpy(al, ref, size);
+    pwrite_ok(st, v, al + 10 * MiB, 10 * MiB, 14 * MiB);
+    memset(ref, 0, 3);
+    memcpy(ref + 10 * MiB, al + 10 * MiB, 14 * MiB);
+    expect_bytes(st, v, ref, 0, size, "large writes");
+    close_vdi(st, v);
+    close_ok(st);
+    st = open_kept(mem);
+    v = open_vdi(st, "L", 0);
+    expect_bytes(st, v, ref, 0, size, "large writes after reopen");
+    close_vdi(st, v);
+    close_ok(st);
+    plx_block_free(al);
+    free(ref);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Persistence through a file blockstore and through a crash image of the fault backend. */
+START_TEST(test_reopen_file)
+{
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof(path), "%s/plx-test-engine-%d.img", tu_tmpdir(), (int)getpid());
+    unlink(path);
+    int rc = plx_format(path, 64 * MiB, MiB, 0, err, sizeof(err));
+    ck_assert_msg(rc == 0, "format %s: %d %s", path, rc, err);
+    /* A second format refuses without force. */
+    ck_assert_int_eq(plx_format(path, 0, MiB, 0, err, sizeof(err)), -EEXIST);
+    plx_store *st = NULL;
+    rc = plx_store_open(path, NULL, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open %s: %d %s", path, rc, err);
+    create_vdi(st, "p", 4 * MiB);
+    plx_vdi *v = open_vdi(st, "p", 0);
+    unsigned char *ref = calloc(1, 4 * MiB);
+    tu_fill(ref + 5, 700 * KiB, 8);
+    pwrite_ok(st, v, ref + 5, 5, 700 * KiB);
+    OK(st, plx_vdi_snapshot_open(v, "snap", NULL));
+    unsigned char *snap = malloc(4 * MiB);
+    memcpy(snap, ref, 4 * MiB);
+    tu_fill(ref + MiB, 3 * BS, 9);
+    pwrite_ok(st, v, ref + MiB, MiB, 3 * BS);
+    OK(st, plx_vdi_flush(v));
+    close_vdi(st, v);
+    close_ok(st);
+
+    struct plx_open_opts ro = {.struct_size = sizeof(ro), .read_only = 1};
+    rc = plx_store_open(path, &ro, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "reopen read-only: %d %s", rc, err);
+    EXPECT_ERR(st, plx_vdi_create(st, "x", MiB, NULL), -EROFS);
+    EXPECT_ERR(st, plx_vdi_open(st, "p", 0, &v), -EROFS);
+    v = open_vdi(st, "p", PLX_OPEN_READONLY);
+    expect_bytes(st, v, ref, 0, 4 * MiB, "file: VDI after reopen");
+    close_vdi(st, v);
+    v = open_vdi(st, "p@snap", 0);
+    expect_bytes(st, v, snap, 0, 4 * MiB, "file: snapshot after reopen");
+    close_vdi(st, v);
+    close_ok(st);
+    unlink(path);
+    free(ref);
+    free(snap);
+}
+END_TEST
+
+START_TEST(test_reopen_crash_image)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_backend *fault = plx_fault_create(mem, 0);
+    mem->ops->destroy(mem);
+    plx_store *st = open_kept(fault);
+    create_vdi(st, "c", 2 * MiB);
+    plx_vdi *v = open_vdi(st, "c", 0);
+    unsigned char *ref = calloc(1, 2 * MiB);
+    tu_fill(ref + BS, 100 * BS, 21);
+    pwrite_ok(st, v, ref + BS, BS, 100 * BS);
+    OK(st, plx_vdi_flush(v));
+    close_vdi(st, v);
+    close_ok(st);
+
+    /* Everything the store did was flushed before close returned: the durable image has it. */
+    struct plx_crash_cursor *c = plx_crash_cursor_new(fault);
+    plx_crash_cursor_seek(c, plx_fault_log_position(fault));
+    ck_assert_uint_eq(plx_crash_cursor_pending(c), 0);
+    plx_backend *img = plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0);
+    plx_crash_cursor_free(c);
+    char err[256] = "";
+    int rc = plx_store_open_backend(img, NULL, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open crash image: %d %s", rc, err);
+    v = open_vdi(st, "c", 0);
+    expect_bytes(st, v, ref, 0, 2 * MiB, "crash image");
+    close_vdi(st, v);
+    close_ok(st);
+    free(ref);
+    fault->ops->destroy(fault);
+}
+END_TEST
+
+/* A small node cache must not make requests fail: nodes are evicted and reloaded. */
+START_TEST(test_small_cache)
+{
+    const uint64_t size = 256 * MiB;
+    plx_backend *mem = new_medium(256 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "c", size);
+    close_ok(st);
+    char err[256] = "";
+    struct plx_open_opts o = {.struct_size = sizeof(o), .cache_bytes = 64 * BS};
+    int rc = plx_store_open_backend(keep_wrap(mem), &o, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    plx_vdi *v = open_vdi(st, "c", 0);
+    unsigned char *buf = malloc(3 * BS);
+    /* Touch one block in each of 100 leaves (100+ nodes), then snapshot and rewrite, so every
+     * write copies a read-only path through a cache too small to hold the tree. */
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t i = 0; i < 100; i++) {
+            uint64_t off = i * 512 * BS + (uint64_t)round * BS + 100;
+            pattern(buf, 2 * BS, (uint64_t)round, i);
+            rc = plx_vdi_pwrite(v, buf, off, 2 * BS, 0);
+            ck_assert_msg(rc == 0, "round %d write %llu: %d (%s)", round, (unsigned long long)i,
+                          rc, plx_store_errmsg(st));
+        }
+        OK(st, plx_vdi_snapshot_open(v, NULL, NULL));
+    }
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t i = 0; i < 100; i++) {
+            uint64_t off = i * 512 * BS + (uint64_t)round * BS + 100;
+            pattern(buf, 2 * BS, (uint64_t)round, i);
+            if (round < 2) /* later rounds overwrite the first 100 bytes after it */
+                expect_bytes(st, v, buf, off, BS - 100, "small cache");
+            else
+                expect_bytes(st, v, buf, off, 2 * BS, "small cache");
+        }
+    }
+    close_vdi(st, v);
+    close_ok(st);
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+static Suite *engine_suite(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("store");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_format_open_info);
+    tcase_add_test(tc, test_format_refuses);
+    tcase_add_test(tc, test_open_bad_magic);
+    tcase_add_test(tc, test_open_bad_checksum);
+    tcase_add_test(tc, test_open_wrong_version);
+    tcase_add_test(tc, test_open_truncated);
+    tcase_add_test(tc, test_reopen_file);
+    tcase_add_test(tc, test_reopen_crash_image);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("admin");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_vdi_create_rules);
+    tcase_add_test(tc, test_snapshot_names);
+    tcase_add_test(tc, test_many_snapshots);
+    tcase_add_test(tc, test_delete);
+    tcase_add_test(tc, test_single_writer);
+    tcase_add_test(tc, test_clone);
+    tcase_add_test(tc, test_clone_height4);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("io");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_sparse_reads_zero);
+    tcase_add_test(tc, test_unaligned_io);
+    tcase_add_test(tc, test_range_and_readonly_errors);
+    tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_block_status);
+    tcase_add_test(tc, test_large_write);
+    tcase_add_test(tc, test_small_cache);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("async");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_async_many_in_flight);
+    tcase_add_test(tc, test_async_same_block_order);
+    tcase_add_test(tc, test_async_snapshot_between_batches);
+    tcase_add_test(tc, test_async_two_snapshots);
+    tcase_add_test(tc, test_async_duplicate_label_in_flight);
+    tcase_add_test(tc, test_async_flush_trim_fua);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(engine_suite)
