@@ -11,16 +11,21 @@
  * store of tens of GiB is read in large, mostly sequential I/Os. A node shared by many trees
  * (through read-only links) is queued the first time it is reached and read once.
  *
- * Per block the checker keeps three bits:
+ * Per block the checker keeps these bits:
  *   reach  reached at least once (from a live tree, a snapshot log or as a root);
- *   multi  reached again from another place (another link slot, another root, another log);
  *   wr     reached writable: the block is a current root, a snapshot log block, or is reached
  *          from a current root through writable links only. The engine writes such blocks in
- *          place, so they must be referenced from exactly one place; a block that is both wr
- *          and multi is an error.
- * Links inside snapshot trees are not "writable" in that sense whatever their bit says: a
- * snapshot's root is the VDI's former current root, frozen with its writable links, and nothing
- * writes through it again. A fourth bit per block holds the allocation bitmaps.
+ *          place, so they must be referenced from exactly one place: any second reference to a
+ *          wr block is an error. Links inside snapshot trees do not make a block wr whatever
+ *          their bit says: a snapshot's root is the VDI's former current root, frozen with its
+ *          writable links, and nothing writes through it again (so the children of a snapshot
+ *          root are legitimately linked writable from it and read-only from the current root);
+ *   wl     has an owning reference: a writable link anywhere (snapshot trees included), or it
+ *          is a current root or log block. The engine only ever creates a writable link to a
+ *          block it has just allocated, and every copy of a link (copy-on-write, snapshot,
+ *          clone) is made read-only, so a second owning reference is an error too;
+ *   dup    already reported as shared, so a block is reported once;
+ *   alloc  the allocation bitmaps, as read from the medium.
  *
  * Levels: a tree of height h has its root at level h-1; links of level L >= 1 name nodes of
  * level L-1 in metadata extents; links of level 0 name data blocks in data extents. Deleted VDIs
@@ -32,9 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
-
-int plx_check(plx_store *st, struct plx_check_report *out,
-              void (*report)(void *arg, int is_error, const char *line), void *arg);
 
 #define CK_RUN 256u         /* blocks per read of radix nodes */
 #define CK_REG_BATCH 64u    /* registry slots per read */
@@ -83,7 +85,7 @@ struct ck {
     struct plx_state_block state; /* as on disk now (falls back to the one read at open) */
     uint8_t *types;               /* per extent: catalogue type or CK_TYPE_BAD */
     uint8_t *bm_ok;               /* per extent: its allocation bitmap was read */
-    uint64_t *reach, *multi, *wr, *alloc;
+    uint64_t *reach, *wr, *wl, *dup, *alloc;
     struct plx_vdi_record *vdis; /* valid, live records */
     size_t nvdis;
     struct ck_tree *trees;
@@ -95,6 +97,7 @@ struct ck {
     uint8_t *blkbuf; /* one block */
     uint64_t lines, suppressed;
     int nomem;
+    bool incomplete; /* some reference could not be followed: "leaks" may be live blocks */
 };
 
 /* ---- Bits ------------------------------------------------------------------------------------ */
@@ -202,7 +205,7 @@ static void block_role(const struct ck *c, uint64_t a, char *buf, size_t len)
     }
 }
 
-/* ---- Addresses and references -------------------------------------------------------------- */
+/* ---- Addresses and references ---------------------------------------------------------------- */
 
 /* NULL if block a may hold something of extent type `want`; otherwise why not. */
 static const char *addr_problem(const struct ck *c, uint64_t a, unsigned want, char *buf,
@@ -233,29 +236,36 @@ static const char *addr_problem(const struct ck *c, uint64_t a, unsigned want, c
 
 enum { REF_AGAIN = 0, REF_NEW = 1, REF_NEW_UNALLOCATED = 2 };
 
-/* Record one reference to block a (already known to be a valid address for its use). Reports a
- * block that must be private and is reached from a second place, once per block. */
-static int ref_block(struct ck *c, uint64_t a, bool writable, const struct ck_ref *r)
+/* Record one reference to block a (already known to be a valid address for its use). `wr`: the
+ * reference reaches the block writable from a current tree (see the top of the file); `wl`: it
+ * is an owning reference. Reports a block that is shared when it must not be, once per block. */
+static int ref_block(struct ck *c, uint64_t a, bool wr, bool wl, const struct ck_ref *r)
 {
     if (bit_test(c->reach, a)) {
-        bool w_old = bit_test(c->wr, a), m_old = bit_test(c->multi, a);
-        bit_set(c->multi, a);
-        if (writable)
+        bool shared_private = bit_test(c->wr, a) || wr;
+        bool two_owners = bit_test(c->wl, a) && wl;
+        if (wr)
             bit_set(c->wr, a);
-        if (!(w_old && m_old) && (w_old || writable)) {
+        if (wl)
+            bit_set(c->wl, a);
+        if ((shared_private || two_owners) && !bit_test(c->dup, a)) {
+            bit_set(c->dup, a);
             char from[PLX_NAME_MAX + 128], role[PLX_NAME_MAX + 64];
             ref_text(c, r, from, sizeof from);
             block_role(c, a, role, sizeof role);
             problem(c, 1,
-                    "block %llu is reachable writable from more than one tree/place: "
-                    "reached again from %s%s",
-                    (unsigned long long)a, from, role);
+                    "block %llu is reachable writable from more than one tree/place: %s again "
+                    "from %s%s",
+                    (unsigned long long)a, shared_private ? "reached" : "linked writable", from,
+                    role);
         }
         return REF_AGAIN;
     }
     bit_set(c->reach, a);
-    if (writable)
+    if (wr)
         bit_set(c->wr, a);
+    if (wl)
+        bit_set(c->wl, a);
     if (c->bm_ok[a / c->eb] && !bit_test(c->alloc, a))
         return REF_NEW_UNALLOCATED;
     return REF_NEW;
@@ -279,7 +289,7 @@ static int list_push(struct ck *c, struct ck_list *l, uint64_t addr, size_t tree
     return 0;
 }
 
-/* ---- Superblock, state, catalogue, bitmaps ------------------------------------------------- */
+/* ---- Superblock, state, catalogue, bitmaps --------------------------------------------------- */
 
 static int check_system(struct ck *c)
 {
@@ -322,19 +332,16 @@ static int check_system(struct ck *c)
             uint64_t first = b * PLX_CATALOG_PER_BLOCK;
             uint64_t want =
                 c->next - first < PLX_CATALOG_PER_BLOCK ? c->next - first : PLX_CATALOG_PER_BLOCK;
-            uint64_t have = 0;
+            uint64_t have = 0; /* entries of this block that can be believed */
             if (plx_blkhdr_verify(cb, PLX_MAGIC_CATALOG, addr, &why))
                 problem(c, 1, "extent catalogue block %llu is corrupt: %s",
                         (unsigned long long)addr, why);
             else if (cb->first_extent != first || cb->count > PLX_CATALOG_PER_BLOCK)
                 problem(c, 1, "extent catalogue block %llu is corrupt: wrong extent range",
                         (unsigned long long)addr);
-            else if (cb->count < want)
+            else if ((have = cb->count < want ? cb->count : want) < want)
                 problem(c, 1, "extent catalogue block %llu holds %u entries, %llu expected",
                         (unsigned long long)addr, cb->count, (unsigned long long)want);
-            if (cb->first_extent == first && cb->count <= PLX_CATALOG_PER_BLOCK &&
-                !plx_blkhdr_verify(cb, PLX_MAGIC_CATALOG, addr, &why))
-                have = cb->count < want ? cb->count : want;
             for (uint64_t k = 0; k < want; k++) {
                 uint64_t e = first + k;
                 unsigned t = k < have ? cb->entries[k].type : st->cat[e].type;
@@ -433,6 +440,7 @@ static int check_registry(struct ck *c)
                 /* Find out which slots cannot be read: the others are still checked. */
                 int src = plx_sync_io(st, PLX_IO_READ, base + i, 1, c->blkbuf, 0);
                 if (src) {
+                    c->incomplete = true;
                     problem(c, 1, "reading VDI registry slot %llu: %s",
                             (unsigned long long)(base + i), strerror(-src));
                     continue;
@@ -444,6 +452,7 @@ static int check_registry(struct ck *c)
             if (vrc == -ENODATA)
                 continue;
             if (vrc) {
+                c->incomplete = true;
                 problem(c, 1, "VDI registry slot %llu is corrupt: %s",
                         (unsigned long long)(base + i), why);
                 continue;
@@ -452,6 +461,7 @@ static int check_registry(struct ck *c)
             memcpy(r, blk, sizeof *r);
             const char *bad = record_problem(c, r);
             if (bad) {
+                c->incomplete = true;
                 problem(c, 1, "VDI registry slot %llu holds an invalid record: %s",
                         (unsigned long long)(base + i), bad);
                 continue;
@@ -498,8 +508,7 @@ static int check_registry(struct ck *c)
     return 0;
 }
 
-/* ---- Snapshot logs ----------------------------------------------------------------------------
- */
+/* ---- Snapshot logs --------------------------------------------------------------------------- */
 
 static int tree_add(struct ck *c, size_t vdi, uint64_t snap, uint64_t root)
 {
@@ -547,7 +556,7 @@ static int check_log(struct ck *c, size_t vi)
                 "VDI %s: snapshot log head is block %llu but the record counts no "
                 "snapshots",
                 rec->name, (unsigned long long)addr);
-        return 0;
+        goto stopped;
     }
     while (expect > 0) {
         if (addr == 0) {
@@ -555,12 +564,12 @@ static int check_log(struct ck *c, size_t vi)
                     "snapshot log of VDI %s ends before snapshot %llu (the record counts "
                     "%llu)",
                     rec->name, (unsigned long long)expect, (unsigned long long)rec->snap_count);
-            return 0;
+            goto stopped;
         }
         if (++steps > rec->snap_count) {
             problem(c, 1, "snapshot log of VDI %s has more blocks than snapshots (a loop?)",
                     rec->name);
-            return 0;
+            goto stopped;
         }
         const char *why = addr_problem(c, addr, PLX_EXTENT_METADATA, why_buf, sizeof why_buf);
         if (why) {
@@ -568,12 +577,12 @@ static int check_log(struct ck *c, size_t vi)
                     "snapshot log of VDI %s links to block %llu, outside the metadata "
                     "extents: %s",
                     rec->name, (unsigned long long)addr, why);
-            return 0;
+            goto stopped;
         }
         struct ck_ref r = {.kind = REF_LOG, .vdi = vi};
-        int rr = ref_block(c, addr, true, &r);
+        int rr = ref_block(c, addr, true, true, &r);
         if (rr == REF_AGAIN)
-            return 0; /* reported by ref_block; following it again could loop */
+            goto stopped; /* reported by ref_block; following it again could loop */
         if (log_add(c, addr, vi))
             return -ENOMEM;
         if (rr == REF_NEW_UNALLOCATED)
@@ -585,22 +594,22 @@ static int check_log(struct ck *c, size_t vi)
         if (rc) {
             problem(c, 1, "reading snapshot log block %llu of VDI %s: %s", (unsigned long long)addr,
                     rec->name, strerror(-rc));
-            return 0;
+            goto stopped;
         }
         if (plx_blkhdr_verify(b, PLX_MAGIC_SNAPLOG, addr, &why)) {
             problem(c, 1, "snapshot log block %llu of VDI %s is corrupt: %s",
                     (unsigned long long)addr, rec->name, why);
-            return 0;
+            goto stopped;
         }
         if (b->vdi_id != rec->id) {
             problem(c, 1, "snapshot log block %llu of VDI %s belongs to VDI %llu",
                     (unsigned long long)addr, rec->name, (unsigned long long)b->vdi_id);
-            return 0;
+            goto stopped;
         }
         if (b->count == 0 || b->count > PLX_SNAPLOG_PER_BLOCK || b->first_index == 0) {
             problem(c, 1, "snapshot log block %llu of VDI %s has a bad record count",
                     (unsigned long long)addr, rec->name);
-            return 0;
+            goto stopped;
         }
         uint64_t last = b->first_index + b->count - 1;
         if (b->first_index > expect || last < expect) {
@@ -610,7 +619,7 @@ static int check_log(struct ck *c, size_t vi)
                     (unsigned long long)addr, rec->name, (unsigned long long)b->first_index,
                     (unsigned long long)last, (unsigned long long)expect,
                     (unsigned long long)rec->snap_count);
-            return 0;
+            goto stopped;
         }
         for (uint64_t idx = b->first_index; idx <= expect; idx++) {
             const struct plx_snap_record *sr = &b->records[idx - b->first_index];
@@ -629,9 +638,12 @@ static int check_log(struct ck *c, size_t vi)
                 "block %llu",
                 rec->name, (unsigned long long)addr);
     return 0;
+stopped:
+    c->incomplete = true;
+    return 0;
 }
 
-/* ---- Radix trees ---------------------------------------------------------------------------- */
+/* ---- Radix trees ----------------------------------------------------------------------------- */
 
 static void add_root(struct ck *c, size_t t)
 {
@@ -643,13 +655,14 @@ static void add_root(struct ck *c, size_t t)
                           ? "block 0"
                           : addr_problem(c, tr->root, PLX_EXTENT_METADATA, why_buf, sizeof why_buf);
     if (why) {
+        c->incomplete = true;
         problem(c, 1, "the radix root %llu of %s is outside the metadata extents: %s",
                 (unsigned long long)tr->root, tn, why);
         return;
     }
     c->out->trees++;
     struct ck_ref r = {.kind = tr->snap ? REF_SNAP_ROOT : REF_CUR_ROOT, .tree = t};
-    int rr = ref_block(c, tr->root, tr->snap == 0, &r);
+    int rr = ref_block(c, tr->root, tr->snap == 0, tr->snap == 0, &r);
     if (rr == REF_NEW_UNALLOCATED)
         problem(c, 1, "the radix root %llu of %s is not allocated in the bitmap of extent %llu",
                 (unsigned long long)tr->root, tn, (unsigned long long)(tr->root / c->eb));
@@ -691,7 +704,7 @@ static void node_links(struct ck *c, const struct ck_item *it, unsigned level,
         }
         uint64_t a = plx_link_addr(l);
         r.idx = i;
-        int rr = ref_block(c, a, node_wr && !plx_link_ro(l), &r);
+        int rr = ref_block(c, a, node_wr && !plx_link_ro(l), !plx_link_ro(l), &r);
         if (rr == REF_NEW_UNALLOCATED && nunalloc++ == 0)
             unalloc_idx = i;
         if (rr != REF_AGAIN && level > 0)
@@ -699,6 +712,8 @@ static void node_links(struct ck *c, const struct ck_item *it, unsigned level,
     }
     if (!nbad && !nunalloc)
         return;
+    if (nbad)
+        c->incomplete = true;
     char tn[PLX_NAME_MAX + 40];
     tree_name(c, it->tree, tn, sizeof tn);
     if (nbad)
@@ -720,6 +735,8 @@ static void node_links(struct ck *c, const struct ck_item *it, unsigned level,
 static void walk_level(struct ck *c, unsigned level)
 {
     struct ck_list *l = &c->levels[level];
+    if (!l->n)
+        return;
     qsort(l->v, l->n, sizeof *l->v, cmp_item);
     for (size_t i = 0; i < l->n;) {
         size_t j = i + 1;
@@ -735,6 +752,7 @@ static void walk_level(struct ck *c, unsigned level)
                 links = (const uint64_t *)c->blkbuf;
             }
             if (krc) {
+                c->incomplete = true;
                 char tn[PLX_NAME_MAX + 40];
                 tree_name(c, l->v[k].tree, tn, sizeof tn);
                 problem(c, 1, "reading radix node %llu (level %u, in the tree of %s): %s",
@@ -750,8 +768,7 @@ static void walk_level(struct ck *c, unsigned level)
     l->n = l->cap = 0;
 }
 
-/* ---- Leaks ------------------------------------------------------------------------------------
- */
+/* ---- Leaks ----------------------------------------------------------------------------------- */
 
 static void check_leaks(struct ck *c)
 {
@@ -784,27 +801,33 @@ static void check_leaks(struct ck *c)
             continue;
         c->out->leaked_blocks += count;
         const char *tn = type_name(c->types[e]);
+        /* After damage, "unreachable" may only mean "below a reference that could not be
+         * followed": say so, so that nobody reclaims them on this report's word alone. */
+        const char *note = c->incomplete ? " (the walk was incomplete: some may belong to the "
+                                           "damaged trees reported above)"
+                                         : "";
         if (count == 1)
-            problem(c, 0, "%s block %llu is allocated but not reachable", tn,
-                    (unsigned long long)first);
+            problem(c, 0, "%s block %llu is allocated but not reachable%s", tn,
+                    (unsigned long long)first, note);
         else
             problem(c, 0,
-                    "%s extent %llu: %llu blocks are allocated but not reachable (first "
-                    "%llu, last %llu)",
+                    "%s extent %llu: %llu blocks are allocated but not reachable (first %llu, "
+                    "last %llu)%s",
                     tn, (unsigned long long)e, (unsigned long long)count, (unsigned long long)first,
-                    (unsigned long long)last);
+                    (unsigned long long)last, note);
     }
 }
 
-/* ---- Entry point ---------------------------------------------------------------------------- */
+/* ---- Entry point ----------------------------------------------------------------------------- */
 
 static void ck_free(struct ck *c)
 {
     free(c->types);
     free(c->bm_ok);
     free(c->reach);
-    free(c->multi);
     free(c->wr);
+    free(c->wl);
+    free(c->dup);
     free(c->alloc);
     free(c->vdis);
     free(c->trees);
@@ -835,13 +858,14 @@ int plx_check(plx_store *st, struct plx_check_report *out,
     c.types = calloc(c.next, 1);
     c.bm_ok = calloc(c.next, 1);
     c.reach = calloc(words, sizeof(uint64_t));
-    c.multi = calloc(words, sizeof(uint64_t));
     c.wr = calloc(words, sizeof(uint64_t));
+    c.wl = calloc(words, sizeof(uint64_t));
+    c.dup = calloc(words, sizeof(uint64_t));
     c.alloc = calloc(words, sizeof(uint64_t));
     c.iobuf = plx_block_alloc(CK_RUN);
     c.blkbuf = plx_block_alloc(1);
     int rc = 0;
-    if (!c.types || !c.bm_ok || !c.reach || !c.multi || !c.wr || !c.alloc) {
+    if (!c.types || !c.bm_ok || !c.reach || !c.wr || !c.wl || !c.dup || !c.alloc) {
         rc = plx_err(st, -ENOMEM, "check: out of memory for the block maps of %llu blocks",
                      (unsigned long long)c.nb);
         goto out;

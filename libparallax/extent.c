@@ -419,12 +419,18 @@ int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status
     return 0;
 }
 
-/* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
-int plx_alloc_shutdown(plx_store *st)
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+{
+    return catalogue_entry_write(st, e, ent);
+}
+
+/* Give claimed-but-unused blocks back to their bitmaps (in memory; the next allocator write
+ * carries it). Safe at any time: nothing links a block before it leaves the pool. */
+void plx_alloc_return_pools(plx_store *st);
+void plx_alloc_return_pools(plx_store *st)
 {
     struct plx_alloc *a = &st->alloc;
-    if (!a->ext)
-        return 0;
     for (int t = 0; t < 2; t++) {
         struct plx_alloc_pool *p = &a->pool[t];
         if (!p->valid)
@@ -439,6 +445,15 @@ int plx_alloc_shutdown(plx_store *st)
         }
         p->valid = false;
     }
+}
+
+/* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
+int plx_alloc_shutdown(plx_store *st)
+{
+    struct plx_alloc *a = &st->alloc;
+    if (!a->ext)
+        return 0;
+    plx_alloc_return_pools(st);
     int rc = 0;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
         struct plx_extent_state *x = &a->ext[e];
@@ -496,12 +511,8 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     for (uint64_t e = 0; e < st->sb.extent_count && !rc; e++) {
         unsigned t = st->cat[e].type;
         out->extents_by_type[t]++;
-        if (t == PLX_EXTENT_SYSTEM) {
-            uint64_t used = st->sb.registry_start + st->state.registry_used;
-            out->blocks_used_by_type[t] += used;
-            out->blocks_free_by_type[t] += eb(st) - used;
-            continue;
-        }
+        if (t == PLX_EXTENT_SYSTEM)
+            continue; /* counted below, from the registry */
         if (t == PLX_EXTENT_UNUSED) {
             out->blocks_free_by_type[t] += eb(st);
             continue;
@@ -525,8 +536,17 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     for (size_t i = 0; i < n; i++)
         if (!(recs[i].flags & PLX_VDI_DELETED))
             out->vdi_count++;
+    /* System extent: superblock, state, catalogue, and the registry slots holding a record. */
+    out->blocks_used_by_type[PLX_EXTENT_SYSTEM] = st->sb.registry_start + n;
+    out->blocks_free_by_type[PLX_EXTENT_SYSTEM] = eb(st) - st->sb.registry_start - n;
     free(recs);
     free(slots);
+    if (rc)
+        return rc;
+    struct plx_gc_report gr;
+    rc = plx_gc(st, 1, &gr);
+    for (int t = 0; !rc && t < 4; t++)
+        out->blocks_unreachable_by_type[t] = gr.freed_by_type[t];
     return rc;
 }
 

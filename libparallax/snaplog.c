@@ -253,3 +253,36 @@ int plx_snap_label(plx_store *st, const char *snap, const char *label)
     plx_admin_unlock(st);
     return rc;
 }
+
+int plx_snap_delete(plx_store *st, const char *snap)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    struct plx_vdi_record rec;
+    struct plx_snap_info si;
+    uint64_t log_block = 0;
+    rc = plx_snap_resolve(st, snap, &rec, NULL, &si, &log_block);
+    if (!rc && rec.lock_host &&
+        !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
+        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u); delete the snapshot there",
+                     rec.name, rec.lock_pid);
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    if (!rc)
+        rc = plx_snaplog_read_block(st, log_block, rec.id, b);
+    if (!rc) {
+        /* The record stays (indexes are positions in the log); only its root stops being one. */
+        b->records[si.index - b->first_index].flags |= PLX_SNAP_DELETED;
+        plx_blkhdr_seal(b, PLX_MAGIC_SNAPLOG, log_block);
+        rc = plx_sync_io(st, PLX_IO_WRITE, log_block, 1, b, 0);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "writing snapshot log block: %s", strerror(-rc));
+    }
+    plx_block_free(b);
+    plx_admin_unlock(st);
+    return rc;
+}

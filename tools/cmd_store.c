@@ -71,7 +71,8 @@ static void info_json(const struct plx_store_info *in)
         const uint64_t *by_type;
     } groups[] = {{"extents", in->extents_by_type},
                   {"blocks_used", in->blocks_used_by_type},
-                  {"blocks_free", in->blocks_free_by_type}};
+                  {"blocks_free", in->blocks_free_by_type},
+                  {"blocks_leaked", in->blocks_unreachable_by_type}};
     struct json_writer w;
 
     json_init(&w, stdout);
@@ -123,14 +124,17 @@ static void info_human(const char *path, const struct plx_store_info *in)
     printf("VDIs            %llu (%llu registry slots)\n", (unsigned long long)in->vdi_count,
            (unsigned long long)in->vdi_slots);
     printf("lock manager    %s\n", in->lockd_addr[0] != '\0' ? in->lockd_addr : "none");
-    printf("\n%-10s %12s %14s %14s\n", "TYPE", "EXTENTS", "USED BLOCKS", "FREE BLOCKS");
+    printf("\n%-10s %12s %14s %14s %14s\n", "TYPE", "EXTENTS", "USED BLOCKS", "FREE BLOCKS",
+           "LEAKED BLOCKS");
     for (int t = 1; t <= 4; t++) {
         int type = t % 4; /* unused last: it is the least interesting row */
-        printf("%-10s %12llu %14llu %14llu\n", extent_type_names[type],
+        printf("%-10s %12llu %14llu %14llu %14llu\n", extent_type_names[type],
                (unsigned long long)in->extents_by_type[type],
                (unsigned long long)in->blocks_used_by_type[type],
-               (unsigned long long)in->blocks_free_by_type[type]);
+               (unsigned long long)in->blocks_free_by_type[type],
+               (unsigned long long)in->blocks_unreachable_by_type[type]);
     }
+    printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees it)\n");
 }
 
 int cmd_info(struct cli_ctx *ctx, int argc, char **argv)

@@ -58,6 +58,21 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
+int cmd_snap_delete(struct cli_ctx *ctx, int argc, char **argv)
+{
+    const struct cli_opt opts[] = {{0}};
+    const char *snap;
+    plx_store *st = NULL;
+    int rc = cli_parse(ctx, argc, argv, opts, &snap, 1, 1);
+
+    if (rc == EXIT_OK)
+        rc = cli_open_store(ctx, 0, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    int err = plx_snap_delete(st, snap);
+    return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
+}
+
 static int snapshot(plx_store *st, const char *vdi, const char *label)
 {
     struct plx_vdi_info info;

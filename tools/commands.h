@@ -21,5 +21,7 @@ int cmd_snap_list(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_vdi_tree(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_vdi_import(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_snap_delete(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_gc(struct cli_ctx *ctx, int argc, char **argv);
 
 #endif

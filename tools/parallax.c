@@ -32,6 +32,8 @@ static const struct command commands[] = {
     {"vdi-tree", cmd_vdi_tree, "[--dot]", "draw VDIs, snapshots and clones as a forest"},
     {"vdi-import", cmd_vdi_import, "VDI FILE", "copy FILE (or - for stdin) into a VDI"},
     {"vdi-export", cmd_vdi_export, "VDI|SNAP FILE", "write a VDI or snapshot to FILE (or -)"},
+    {"snap-delete", cmd_snap_delete, "SNAP", "delete a snapshot (gc frees what nothing else uses)"},
+    {"gc", cmd_gc, "[--dry-run] [--json]", "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--json]", "check the blockstore's consistency"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

@@ -111,6 +111,9 @@ struct plx_store_info {
     uint64_t vdi_slots;                /* registry capacity */
     uint64_t vdi_count;                /* live (not deleted) VDIs */
     char lockd_addr[64];               /* lock manager address, "" when none */
+    /* Allocated blocks no live tree or log reaches (what gc would free): crash leftovers,
+     * deleted VDIs and snapshots, and blocks claimed right now by running writers. */
+    uint64_t blocks_unreachable_by_type[4];
 };
 int plx_store_info(plx_store *st, struct plx_store_info *out);
 
@@ -173,6 +176,29 @@ struct plx_check_report {
  * could not run. Blocking. */
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg);
+
+/* ---- Deletion and garbage collection ----------------------------------------------------------- */
+
+/* Mark one snapshot deleted. Its blocks come back when the collector runs, except those that a
+ * clone, a later snapshot or the VDI itself still reaches. Blocking. */
+int plx_snap_delete(plx_store *st, const char *snap);
+
+struct plx_gc_report {
+    uint64_t store_blocks;        /* blockstore processed, blocks */
+    uint64_t metadata_read;       /* radix nodes read while marking */
+    uint64_t reachable;           /* live blocks found */
+    uint64_t freed_by_type[4];    /* blocks given back (dry run: that would be) */
+    uint64_t extents_released;    /* extents that became unused */
+    uint64_t extents_skipped;     /* held by another live process: not collected this time */
+    uint64_t vdis_purged;         /* deleted VDI records removed from the registry */
+    double seconds;
+};
+/* The mark-and-sweep collector (thesis algorithm 1): checkpoint the allocation bitmaps, mark
+ * from every live root through the metadata extents in disk order, then free every block that
+ * was allocated in the checkpoint and is unmarked. Runs beside writers in other processes: an
+ * extent another live process holds is skipped (its claimed blocks may be linked at any time).
+ * In this process, open VDIs are first brought to a committed state. Blocking. */
+int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out);
 
 /* ---- VDI I/O ------------------------------------------------------------------------------------ */
 

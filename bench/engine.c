@@ -1,0 +1,1714 @@
+/*
+ * bench/engine.c - in-process benchmark of the Parallax engine against the raw file it runs on.
+ *
+ * One run measures, on files in one directory (removed at the end):
+ *   1. throughput: 4 KiB random read/write at QD 32 and 1 MiB sequential read/write at QD 8 for a
+ *      fixed time, on (a) a preallocated, fully written raw file driven through the same libaio +
+ *      O_DIRECT file backend the engine uses, and (b) a fully written Parallax VDI of the same
+ *      size, with a warm node cache (full untimed read pass first) and a cold one (store closed
+ *      and reopened right before the timed run); same access pattern and seeds on both;
+ *   2. snapshot latency: blocking snapshots of an idle VDI, and snapshots submitted back to back
+ *      in the request stream of a VDI under a 4 KiB random write load at QD 32;
+ *   3. snapshot frequency cost: 1 MiB sequential writes at QD 8 into a fresh region (a fresh
+ *      store per run) with no snapshots, then with a snapshot every 1 s, 100 ms, 20 ms, 10 ms;
+ *      throughput lost and metadata blocks consumed per snapshot;
+ *   4. single 4 KiB write latency at QD 1 to a writable, a sparse and a read-only (faulted) path,
+ *      each against a raw-file write (the thesis's figure 5.6).
+ * It prints a table (and, with --json FILE, the same numbers as JSON) with the machine it ran on.
+ *
+ * The event loop never spins: the Parallax side submits, calls plx_store_service() and, when no
+ * callback ran, waits in poll() on plx_store_fd(); the raw side waits in the backend's
+ * poll(be, -1) whenever its queue is full.
+ *
+ * Every 4 KiB block written carries a stamp (magic, block number); reads of written regions
+ * check it, so a misdirected read or write shows up as a data error (exit status 3).
+ *
+ * Build: make bench-engine     Run: build/bench-engine [--quick] [--dir DIR] [--json FILE] ...
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "parallax.h"
+
+#define KiB (1024ull)
+#define MiB (1024ull * 1024)
+#define GiB (1024ull * 1024 * 1024)
+#define BLK PLX_BLOCK_SIZE
+#define NS_PER_S 1000000000ull
+#define EXTENT_SIZE (64 * MiB)
+#define HANG_NS (60 * NS_PER_S) /* no completion for this long with work outstanding: a hang */
+#define STAMP_MAGIC 0x48434e4258414c50ull /* "PLXBNCH" */
+
+/* ---- Options -------------------------------------------------------------------------------- */
+
+enum { PART_THROUGHPUT = 1, PART_SNAPLAT = 2, PART_FREQ = 4, PART_WLAT = 8, PART_ALL = 15 };
+
+struct opts {
+    const char *dir;
+    uint64_t size;        /* VDI (and raw file) size */
+    double runtime;       /* seconds per timed run */
+    int quick;
+    const char *json;
+    unsigned snaps;       /* snapshots per latency test */
+    unsigned lat_writes;  /* QD 1 writes per latency test */
+    uint64_t cache_bytes; /* node cache, 0 = engine default */
+    uint64_t freq_size;   /* fresh region per snapshot-frequency run */
+    int check;            /* run plx_check on the main store at the end */
+    unsigned parts;
+    char command[1024];
+};
+
+/* ---- Small utilities ------------------------------------------------------------------------ */
+
+static char *g_paths[4]; /* files to remove on exit */
+
+static void cleanup_files(void)
+{
+    for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++)
+        if (g_paths[i] != NULL)
+            unlink(g_paths[i]);
+}
+
+static void on_signal(int sig)
+{
+    cleanup_files();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void track_path(const char *path)
+{
+    for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++) {
+        if (g_paths[i] == NULL) {
+            g_paths[i] = strdup(path);
+            return;
+        }
+    }
+}
+
+static void untrack_path(const char *path)
+{
+    for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++) {
+        if (g_paths[i] != NULL && strcmp(g_paths[i], path) == 0) {
+            unlink(g_paths[i]);
+            free(g_paths[i]);
+            g_paths[i] = NULL;
+        }
+    }
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench-engine: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1); /* atexit removes the files */
+}
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  .. ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    uint64_t mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = KiB; end++; break;
+    case 'm': case 'M': mult = MiB; end++; break;
+    case 'g': case 'G': mult = GiB; end++; break;
+    case 't': case 'T': mult = 1024 * GiB; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        return -1;
+    *out = (uint64_t)(v * (double)mult);
+    return 0;
+}
+
+static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+    if (b >= GiB && b % (GiB / 4) == 0)
+        snprintf(buf, len, "%.4g GiB", (double)b / GiB);
+    else if (b >= MiB)
+        snprintf(buf, len, "%.4g MiB", (double)b / MiB);
+    else
+        snprintf(buf, len, "%.4g KiB", (double)b / KiB);
+    return buf;
+}
+
+/* ---- Latency samples ------------------------------------------------------------------------ */
+
+struct lat {
+    double *us;
+    size_t n, cap;
+};
+
+struct lat_summary {
+    size_t n;
+    double mean, p50, p90, p99, max; /* microseconds */
+};
+
+static void lat_add(struct lat *l, uint64_t ns)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1024;
+        l->us = realloc(l->us, l->cap * sizeof *l->us);
+        if (l->us == NULL)
+            die("out of memory");
+    }
+    l->us[l->n++] = (double)ns / 1000.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted samples. */
+static double pct(const double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    size_t rank = (size_t)ceil(p / 100.0 * (double)n);
+    return v[rank ? rank - 1 : 0];
+}
+
+static struct lat_summary lat_summarize(const struct lat *l)
+{
+    struct lat_summary s = {0};
+    s.n = l->n;
+    if (l->n == 0)
+        return s;
+    double *v = malloc(l->n * sizeof *v);
+    if (v == NULL)
+        die("out of memory");
+    memcpy(v, l->us, l->n * sizeof *v);
+    qsort(v, l->n, sizeof *v, cmp_double);
+    double sum = 0;
+    for (size_t i = 0; i < l->n; i++)
+        sum += v[i];
+    s.mean = sum / (double)l->n;
+    s.p50 = pct(v, l->n, 50);
+    s.p90 = pct(v, l->n, 90);
+    s.p99 = pct(v, l->n, 99);
+    s.max = v[l->n - 1];
+    free(v);
+    return s;
+}
+
+static void lat_free(struct lat *l)
+{
+    free(l->us);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- Targets: the raw file (backend driven directly) or a Parallax VDI ---------------------- */
+
+enum target_kind { T_RAW, T_PLX };
+
+struct target {
+    enum target_kind kind;
+    const char *label;
+    plx_backend *be; /* T_RAW */
+    plx_store *st;   /* T_PLX */
+    plx_vdi *v;
+    uint64_t size;
+};
+
+struct run;
+
+/* One outstanding request. io is first: the raw backend hands the plx_io back on completion. */
+struct slot {
+    struct plx_io io;
+    struct run *run;
+    uint8_t *buf;
+    size_t len;
+    uint64_t off;
+    int write;
+    uint64_t t_submit, t_done;
+    int busy, done, status;
+};
+
+static void slot_complete(struct slot *s, int status);
+
+static void raw_io_done(struct plx_io *io, int status)
+{
+    slot_complete((struct slot *)io, status);
+}
+
+static void plx_req_done(void *arg, int status)
+{
+    slot_complete(arg, status);
+}
+
+static void die_store(plx_store *st, int rc, const char *what)
+{
+    die("%s: %s (%s)", what, strerror(-rc), st ? plx_store_errmsg(st) : "");
+}
+
+static void target_submit(struct target *t, struct slot *s)
+{
+    s->busy = 1;
+    s->done = 0;
+    s->status = 0;
+    s->t_submit = now_ns();
+    int rc;
+    if (t->kind == T_RAW) {
+        memset(&s->io, 0, sizeof s->io);
+        s->io.op = s->write ? PLX_IO_WRITE : PLX_IO_READ;
+        s->io.block = s->off / BLK;
+        s->io.nblocks = (uint32_t)(s->len / BLK);
+        s->io.buf = s->buf;
+        s->io.done = raw_io_done;
+        s->io.owner = s;
+        rc = t->be->ops->submit(t->be, &s->io);
+        if (rc < 0)
+            die("raw file: submit %s of %zu bytes at %" PRIu64 ": %s",
+                s->write ? "write" : "read", s->len, s->off, strerror(-rc));
+        return;
+    }
+    if (s->write)
+        rc = plx_vdi_submit_write(t->v, s->buf, s->off, s->len, 0, plx_req_done, s);
+    else
+        rc = plx_vdi_submit_read(t->v, s->buf, s->off, s->len, plx_req_done, s);
+    if (rc < 0) {
+        char what[128];
+        snprintf(what, sizeof what, "plx_vdi_submit_%s of %zu bytes at %" PRIu64,
+                 s->write ? "write" : "read", s->len, s->off);
+        die_store(t->st, rc, what);
+    }
+}
+
+/* Run completions; block only when none ran, at most until `until` (monotonic ns). Returns the
+ * number of completions (callbacks) delivered. */
+static int target_wait(struct target *t, uint64_t until)
+{
+    if (t->kind == T_RAW) {
+        if (t->be->ops->inflight(t->be) == 0)
+            return 0;
+        int n = t->be->ops->poll(t->be, -1);
+        if (n < 0 && n != -EINTR)
+            die("raw file: poll: %s", strerror(-n));
+        return n < 0 ? 0 : n;
+    }
+    int n = plx_store_service(t->st);
+    if (n < 0)
+        die_store(t->st, n, "plx_store_service");
+    if (n > 0)
+        return n;
+    uint64_t now = now_ns();
+    if (until <= now)
+        return 0;
+    uint64_t left = until - now;
+    if (left > NS_PER_S)
+        left = NS_PER_S; /* wake up now and then to notice a hang */
+    struct timespec ts = {(time_t)(left / NS_PER_S), (long)(left % NS_PER_S)};
+    struct pollfd pfd = {.fd = plx_store_fd(t->st), .events = POLLIN};
+    if (ppoll(&pfd, 1, &ts, NULL) < 0 && errno != EINTR)
+        die("poll on plx_store_fd: %s", strerror(errno));
+    return 0;
+}
+
+static void raw_open(struct target *t, const char *path, uint64_t size)
+{
+    char err[256];
+    int e = 0;
+    memset(t, 0, sizeof *t);
+    t->kind = T_RAW;
+    t->label = "raw";
+    t->size = size;
+    t->be = plx_backend_file_open(path, 0, &e, err, sizeof err);
+    if (t->be == NULL)
+        die("opening %s: %s", path, err);
+}
+
+static void raw_close(struct target *t)
+{
+    if (t->be != NULL)
+        t->be->ops->destroy(t->be);
+    t->be = NULL;
+}
+
+static plx_store *store_open(const char *path, uint64_t cache_bytes)
+{
+    struct plx_open_opts oo;
+    memset(&oo, 0, sizeof oo);
+    oo.struct_size = sizeof oo;
+    oo.cache_bytes = cache_bytes;
+    plx_store *st = NULL;
+    char err[512];
+    int rc = plx_store_open(path, &oo, &st, err, sizeof err);
+    if (rc < 0)
+        die("plx_store_open %s: %s", path, err);
+    return st;
+}
+
+static void store_close(plx_store *st)
+{
+    int rc = plx_store_close(st);
+    if (rc < 0)
+        die("plx_store_close: %s", strerror(-rc));
+}
+
+static void plx_target_open(struct target *t, const char *path, uint64_t cache_bytes,
+                            const char *vdi)
+{
+    memset(t, 0, sizeof *t);
+    t->kind = T_PLX;
+    t->label = "parallax";
+    t->st = store_open(path, cache_bytes);
+    int rc = plx_vdi_open(t->st, vdi, 0, &t->v);
+    if (rc < 0)
+        die_store(t->st, rc, "plx_vdi_open");
+    t->size = plx_vdi_size(t->v);
+}
+
+static void plx_target_close(struct target *t)
+{
+    if (t->v != NULL) {
+        int rc = plx_vdi_close(t->v);
+        if (rc < 0)
+            die_store(t->st, rc, "plx_vdi_close");
+        t->v = NULL;
+    }
+    if (t->st != NULL)
+        store_close(t->st);
+    t->st = NULL;
+}
+
+static void store_format(const char *path, uint64_t size)
+{
+    char err[512];
+    unlink(path);
+    track_path(path);
+    int rc = plx_format(path, size, EXTENT_SIZE, 1, err, sizeof err);
+    if (rc < 0)
+        die("plx_format %s: %s", path, err);
+}
+
+static void vdi_create(plx_store *st, const char *name, uint64_t size)
+{
+    uint64_t id;
+    int rc = plx_vdi_create(st, name, size, &id);
+    if (rc < 0)
+        die_store(st, rc, "plx_vdi_create");
+}
+
+static uint64_t metadata_blocks(plx_store *st, uint64_t *data_blocks)
+{
+    struct plx_store_info si;
+    int rc = plx_store_info(st, &si);
+    if (rc < 0)
+        die_store(st, rc, "plx_store_info");
+    if (data_blocks != NULL)
+        *data_blocks = si.blocks_used_by_type[PLX_EXTENT_DATA];
+    return si.blocks_used_by_type[PLX_EXTENT_METADATA];
+}
+
+/* ---- Block stamps ---------------------------------------------------------------------------- */
+
+static void stamp(uint8_t *buf, uint64_t off, size_t len, uint64_t tag)
+{
+    for (size_t i = 0; i < len; i += BLK) {
+        uint64_t *w = (uint64_t *)(buf + i);
+        w[0] = STAMP_MAGIC;
+        w[1] = (off + i) / BLK;
+        w[2] = tag;
+    }
+}
+
+static void fill_random(uint8_t *buf, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i + 8 <= len; i += 8) {
+        uint64_t v = splitmix64(&seed);
+        memcpy(buf + i, &v, 8);
+    }
+}
+
+/* ---- Timed runs: a workload on a target, with optional snapshots in the request stream ------- */
+
+struct workload {
+    const char *name;
+    int write;
+    size_t bs;
+    unsigned qd;
+    int random;
+    uint64_t seed;
+    uint64_t region_off, region_len;
+    int stop_at_end; /* sequential: stop once the region is covered (else wrap around) */
+    int verify;      /* reads: check block stamps */
+};
+
+enum snap_mode { SNAP_NONE, SNAP_PERIODIC, SNAP_BACK_TO_BACK };
+
+struct snapsched {
+    enum snap_mode mode;
+    uint64_t interval_ns;
+    uint64_t next_due;
+    unsigned want; /* back to back: how many */
+    unsigned submitted, completed, pending;
+    uint64_t first_submit, last_submit;
+    struct lat lat;
+};
+
+struct snap_token {
+    struct run *run;
+    uint64_t t0;
+    uint64_t index;
+};
+
+struct run {
+    struct target *t;
+    const struct workload *w;
+    struct slot *slots;
+    unsigned inflight;
+    uint64_t rng, seq_next, tag;
+    int exhausted, stopping;
+    uint64_t ops, bytes, errors, mismatches;
+    char first_err[512];
+    uint64_t t_start, t_end;
+    struct snapsched snap;
+};
+
+static uint64_t g_mismatches;   /* data errors over the whole run */
+static char g_first_mismatch[512];
+
+static void verify_read(struct run *r, struct slot *s)
+{
+    for (size_t i = 0; i < s->len; i += BLK) {
+        const uint64_t *w = (const uint64_t *)(s->buf + i);
+        uint64_t vb = (s->off + i) / BLK;
+        if (w[0] == STAMP_MAGIC && w[1] == vb)
+            continue;
+        r->mismatches++;
+        if (g_mismatches++ == 0)
+            snprintf(g_first_mismatch, sizeof g_first_mismatch,
+                     "%s %s: read of %zu bytes at offset %" PRIu64 ": block %" PRIu64
+                     " holds stamp (magic %016" PRIx64 ", block %" PRIu64 ", tag %" PRIu64 ")",
+                     r->t->label, r->w->name, s->len, s->off, vb, w[0], w[1], w[2]);
+        return;
+    }
+}
+
+static void slot_complete(struct slot *s, int status)
+{
+    struct run *r = s->run;
+    s->t_done = now_ns();
+    s->busy = 0;
+    s->done = 1;
+    s->status = status;
+    if (r == NULL)
+        return;
+    r->inflight--;
+    if (status != 0) {
+        if (r->errors++ == 0)
+            snprintf(r->first_err, sizeof r->first_err, "%s %s: %s of %zu bytes at %" PRIu64
+                     " failed: %s%s%s", r->t->label, r->w->name, s->write ? "write" : "read",
+                     s->len, s->off, strerror(-status), r->t->st ? ": " : "",
+                     r->t->st ? plx_store_errmsg(r->t->st) : "");
+        return;
+    }
+    r->ops++;
+    r->bytes += s->len;
+    if (!s->write && r->w->verify)
+        verify_read(r, s);
+}
+
+static void run_init(struct run *r, struct target *t, const struct workload *w)
+{
+    memset(r, 0, sizeof *r);
+    r->t = t;
+    r->w = w;
+    r->rng = w->seed;
+    r->tag = w->seed << 32;
+    if (w->region_len == 0 || w->region_len % w->bs != 0 || w->region_off % BLK != 0 ||
+        w->region_off + w->region_len > t->size)
+        die("workload %s: bad region %" PRIu64 "+%" PRIu64 " for a %" PRIu64 "-byte target",
+            w->name, w->region_off, w->region_len, t->size);
+    r->slots = calloc(w->qd, sizeof *r->slots);
+    if (r->slots == NULL)
+        die("out of memory");
+    for (unsigned i = 0; i < w->qd; i++) {
+        struct slot *s = &r->slots[i];
+        s->run = r;
+        s->len = w->bs;
+        s->write = w->write;
+        s->buf = plx_block_alloc(w->bs / BLK);
+        fill_random(s->buf, w->bs, w->seed * 1000003 + i);
+    }
+}
+
+static void run_free(struct run *r)
+{
+    for (unsigned i = 0; i < r->w->qd; i++)
+        plx_block_free(r->slots[i].buf);
+    free(r->slots);
+    lat_free(&r->snap.lat);
+}
+
+static int next_offset(struct run *r, uint64_t *off)
+{
+    const struct workload *w = r->w;
+    uint64_t units = w->region_len / w->bs;
+    if (w->random) {
+        *off = w->region_off + splitmix64(&r->rng) % units * w->bs;
+        return 1;
+    }
+    if (r->seq_next >= units) {
+        if (w->stop_at_end) {
+            r->exhausted = 1;
+            return 0;
+        }
+        r->seq_next = 0;
+    }
+    *off = w->region_off + r->seq_next++ * w->bs;
+    return 1;
+}
+
+static void refill(struct run *r)
+{
+    for (unsigned i = 0; i < r->w->qd && r->inflight < r->w->qd; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->busy)
+            continue;
+        if (!next_offset(r, &s->off))
+            return;
+        if (s->write)
+            stamp(s->buf, s->off, s->len, ++r->tag);
+        r->inflight++;
+        target_submit(r->t, s);
+    }
+}
+
+static void snap_done(void *arg, int status)
+{
+    struct snap_token *tok = arg;
+    struct run *r = tok->run;
+    r->snap.pending--;
+    if (status != 0) {
+        if (r->errors++ == 0)
+            snprintf(r->first_err, sizeof r->first_err, "%s %s: snapshot failed: %s: %s",
+                     r->t->label, r->w->name, strerror(-status), plx_store_errmsg(r->t->st));
+    } else {
+        r->snap.completed++;
+        lat_add(&r->snap.lat, now_ns() - tok->t0);
+    }
+    free(tok);
+}
+
+static void snap_submit(struct run *r, uint64_t now)
+{
+    struct snap_token *tok = calloc(1, sizeof *tok);
+    if (tok == NULL)
+        die("out of memory");
+    tok->run = r;
+    tok->t0 = now;
+    int rc = plx_vdi_submit_snapshot(r->t->v, "", &tok->index, snap_done, tok);
+    if (rc < 0)
+        die_store(r->t->st, rc, "plx_vdi_submit_snapshot");
+    if (r->snap.submitted++ == 0)
+        r->snap.first_submit = now;
+    r->snap.last_submit = now;
+    r->snap.pending++;
+}
+
+static void snap_tick(struct run *r, uint64_t now)
+{
+    struct snapsched *sc = &r->snap;
+    if (sc->mode == SNAP_PERIODIC && now >= sc->next_due) {
+        snap_submit(r, now);
+        sc->next_due += sc->interval_ns;
+        if (sc->next_due <= now) /* fell behind: no catch-up burst */
+            sc->next_due = now + sc->interval_ns;
+    } else if (sc->mode == SNAP_BACK_TO_BACK && sc->pending == 0 && sc->submitted < sc->want) {
+        snap_submit(r, now);
+    }
+}
+
+/* Run the workload until `seconds` pass (0: no time limit), the region is covered (stop_at_end),
+ * the wanted back-to-back snapshots completed, or an error; then drain. */
+static void run_exec(struct run *r, double seconds)
+{
+    uint64_t start = now_ns();
+    uint64_t deadline = seconds > 0 ? start + (uint64_t)(seconds * 1e9) : UINT64_MAX;
+    uint64_t last_progress = start;
+    r->t_start = start;
+    if (r->snap.mode == SNAP_PERIODIC)
+        r->snap.next_due = start + r->snap.interval_ns;
+    for (;;) {
+        uint64_t now = now_ns();
+        if (!r->stopping &&
+            (now >= deadline || r->exhausted || r->errors ||
+             (r->snap.mode == SNAP_BACK_TO_BACK && r->snap.completed >= r->snap.want)))
+            r->stopping = 1;
+        if (!r->stopping) {
+            refill(r);
+            if (r->snap.mode != SNAP_NONE)
+                snap_tick(r, now);
+        }
+        if (r->stopping && r->inflight == 0 && r->snap.pending == 0)
+            break;
+        uint64_t until = UINT64_MAX;
+        if (!r->stopping) {
+            until = deadline;
+            if (r->snap.mode == SNAP_PERIODIC && r->snap.next_due < until)
+                until = r->snap.next_due;
+        }
+        int n = target_wait(r->t, until);
+        now = now_ns();
+        if (n > 0) {
+            last_progress = now;
+        } else if (now - last_progress > HANG_NS) {
+            die("HANG: %s %s: no completion for %llu s with %u requests and %u snapshots "
+                "outstanding (plx_store_busy=%d)",
+                r->t->label, r->w->name, (unsigned long long)(HANG_NS / NS_PER_S), r->inflight,
+                r->snap.pending, r->t->st ? plx_store_busy(r->t->st) : -1);
+        }
+    }
+    r->t_end = now_ns();
+    if (r->errors)
+        die("%s", r->first_err);
+}
+
+static double run_secs(const struct run *r)
+{
+    return (double)(r->t_end - r->t_start) / 1e9;
+}
+
+static double run_iops(const struct run *r)
+{
+    return (double)r->ops / run_secs(r);
+}
+
+static double run_mibs(const struct run *r)
+{
+    return (double)r->bytes / MiB / run_secs(r);
+}
+
+/* Run a workload once on a target; returns the run (caller frees) for its counters. */
+static void run_workload(struct run *r, struct target *t, const struct workload *w,
+                         double seconds)
+{
+    run_init(r, t, w);
+    run_exec(r, seconds);
+}
+
+/* A single write at QD 1; returns its latency in ns. */
+static uint64_t one_write(struct target *t, struct slot *s, uint64_t off, uint64_t tag)
+{
+    s->off = off;
+    s->write = 1;
+    s->len = BLK;
+    s->run = NULL;
+    stamp(s->buf, off, BLK, tag);
+    target_submit(t, s);
+    uint64_t last = now_ns();
+    while (!s->done) {
+        if (target_wait(t, UINT64_MAX) > 0)
+            last = now_ns();
+        else if (now_ns() - last > HANG_NS)
+            die("HANG: %s: single 4 KiB write at %" PRIu64 " did not complete in %llu s",
+                t->label, off, (unsigned long long)(HANG_NS / NS_PER_S));
+    }
+    if (s->status != 0)
+        die("%s: single write at %" PRIu64 " failed: %s%s%s", t->label, off,
+            strerror(-s->status), t->st ? ": " : "", t->st ? plx_store_errmsg(t->st) : "");
+    return s->t_done - s->t_submit;
+}
+
+/* ---- Results ---------------------------------------------------------------------------------- */
+
+struct tp_result {
+    const char *name;
+    int iops_unit; /* 4 KiB: report IOPS; 1 MiB: MiB/s */
+    int is_read;
+    double raw, warm, cold; /* in the unit */
+};
+
+struct wlat_result {
+    const char *name;
+    const char *what;
+    struct lat_summary s;
+    double ratio_mean, ratio_p50;
+};
+
+struct freq_result {
+    double interval_ms; /* 0 = no snapshots */
+    double secs, mibs, loss;
+    uint64_t bytes;
+    int exhausted;
+    unsigned snaps;
+    double avg_interval_ms;
+    struct lat_summary snap_lat;
+    int64_t meta_blocks, data_blocks;
+    double kib_per_snap, excess_kib_per_snap;
+};
+
+struct machine {
+    long nproc;
+    char model[256];
+    char fs[64];
+    char kernel[256];
+    char io_mode[192];
+    uint64_t mem_bytes;
+};
+
+struct results {
+    char date[64];
+    struct machine m;
+    int have_tp, have_snaplat, have_freq, have_wlat;
+    struct tp_result tp[4];
+    struct lat_summary snap_idle, snap_loaded;
+    double loaded_write_iops, loaded_secs;
+    unsigned loaded_snaps;
+    struct freq_result freq[6];
+    size_t nfreq;
+    double freq_base_mibs, freq_base_meta_per_mib;
+    struct wlat_result wlat[5];
+    size_t nwlat;
+    int check_ran;
+    struct plx_check_report check;
+    uint64_t check_errors_reported;
+};
+
+/* ---- Machine ---------------------------------------------------------------------------------- */
+
+static const char *fs_name(long type)
+{
+    switch ((unsigned long)type) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x794c7630: return "overlayfs";
+    case 0x2fc12fc1: return "zfs";
+    case 0x6969: return "nfs";
+    case 0xF2F52010: return "f2fs";
+    case 0x65735546: return "fuse";
+    case 0x858458f6: return "ramfs";
+    default: return NULL;
+    }
+}
+
+static void machine_info(struct machine *m, const char *dir, const char *raw_path)
+{
+    memset(m, 0, sizeof *m);
+    m->nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(m->model, sizeof m->model, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f != NULL) {
+        char line[512];
+        while (fgets(line, sizeof line, f) != NULL) {
+            if (strncmp(line, "model name", 10) != 0)
+                continue;
+            char *p = strchr(line, ':');
+            if (p == NULL)
+                continue;
+            p++;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            p[strcspn(p, "\n")] = '\0';
+            snprintf(m->model, sizeof m->model, "%s", p);
+            break;
+        }
+        fclose(f);
+    }
+    struct statfs sf;
+    if (statfs(dir, &sf) == 0) {
+        const char *n = fs_name((long)sf.f_type);
+        if (n != NULL)
+            snprintf(m->fs, sizeof m->fs, "%s", n);
+        else
+            snprintf(m->fs, sizeof m->fs, "0x%lx", (unsigned long)sf.f_type);
+    } else {
+        snprintf(m->fs, sizeof m->fs, "unknown");
+    }
+    struct utsname u;
+    if (uname(&u) == 0)
+        snprintf(m->kernel, sizeof m->kernel, "%s %s %s", u.sysname, u.release, u.machine);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0)
+        m->mem_bytes = (uint64_t)pages * (uint64_t)psz;
+    /* Does the file backend get O_DIRECT on this filesystem? Its description says when not. */
+    snprintf(m->io_mode, sizeof m->io_mode, "libaio + O_DIRECT");
+    int fd = open(raw_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        track_path(raw_path);
+        if (ftruncate(fd, 1 * MiB) == 0) {
+            struct target t;
+            close(fd);
+            fd = -1;
+            raw_open(&t, raw_path, 1 * MiB);
+            if (strstr(t.be->desc, "buffered") != NULL)
+                snprintf(m->io_mode, sizeof m->io_mode, "libaio, buffered (O_DIRECT refused)");
+            raw_close(&t);
+        }
+        if (fd >= 0)
+            close(fd);
+        untrack_path(raw_path);
+    }
+}
+
+/* ---- Setup: the raw file and the filled VDI ------------------------------------------------- */
+
+struct ctx {
+    struct opts o;
+    char raw_path[PATH_MAX];
+    char store_path[PATH_MAX];
+    char freq_path[PATH_MAX];
+    struct target raw, plx;
+    int plx_open;
+    struct results res;
+};
+
+static const struct workload *fill_workload(uint64_t size)
+{
+    static struct workload w;
+    w = (struct workload){.name = "fill (1 MiB sequential writes, QD 8)",
+                          .write = 1, .bs = MiB, .qd = 8, .random = 0, .seed = 7,
+                          .region_off = 0, .region_len = size, .stop_at_end = 1};
+    return &w;
+}
+
+static const struct workload *warm_workload(uint64_t size)
+{
+    static struct workload w;
+    w = (struct workload){.name = "full read pass (1 MiB sequential reads, QD 8)",
+                          .write = 0, .bs = MiB, .qd = 8, .random = 0, .seed = 8,
+                          .region_off = 0, .region_len = size, .stop_at_end = 1, .verify = 1};
+    return &w;
+}
+
+static void pass(struct target *t, const struct workload *w)
+{
+    struct run r;
+    run_workload(&r, t, w, 0);
+    progress("%s %s: %.0f MiB/s (%.1f s)", t->label, w->name, run_mibs(&r), run_secs(&r));
+    run_free(&r);
+}
+
+static uint64_t main_store_size(const struct opts *o)
+{
+    /* The VDI, its radix nodes, and room for copy-on-write after the snapshot tests. */
+    uint64_t extra = o->size / 2 + (o->quick ? 256 * MiB : 2 * GiB);
+    uint64_t sz = 2 * o->size + extra;
+    return (sz + EXTENT_SIZE - 1) / EXTENT_SIZE * EXTENT_SIZE;
+}
+
+static void setup_raw(struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    int fd = open(c->raw_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die("creating %s: %s", c->raw_path, strerror(errno));
+    track_path(c->raw_path);
+    int e = posix_fallocate(fd, 0, (off_t)o->size);
+    if (e != 0 && ftruncate(fd, (off_t)o->size) != 0)
+        die("sizing %s: %s", c->raw_path, strerror(errno));
+    close(fd);
+    raw_open(&c->raw, c->raw_path, o->size);
+    pass(&c->raw, fill_workload(o->size));
+}
+
+static void setup_plx(struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    store_format(c->store_path, main_store_size(o));
+    plx_store *st = store_open(c->store_path, o->cache_bytes);
+    vdi_create(st, "bench", o->size);
+    store_close(st);
+    plx_target_open(&c->plx, c->store_path, o->cache_bytes, "bench");
+    c->plx_open = 1;
+    pass(&c->plx, fill_workload(o->size));
+    int rc = plx_vdi_flush(c->plx.v);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_flush");
+}
+
+static void reopen_plx(struct ctx *c)
+{
+    plx_target_close(&c->plx);
+    plx_target_open(&c->plx, c->store_path, c->o.cache_bytes, "bench");
+}
+
+/* ---- 1. Throughput ---------------------------------------------------------------------------- */
+
+static void tp_workloads(const struct opts *o, struct workload w[4])
+{
+    w[0] = (struct workload){.name = "4K randread QD32", .write = 0, .bs = 4 * KiB, .qd = 32,
+                             .random = 1, .seed = 101, .region_len = o->size, .verify = 1};
+    w[1] = (struct workload){.name = "4K randwrite QD32", .write = 1, .bs = 4 * KiB, .qd = 32,
+                             .random = 1, .seed = 102, .region_len = o->size};
+    w[2] = (struct workload){.name = "1M seqread QD8", .write = 0, .bs = MiB, .qd = 8,
+                             .random = 0, .seed = 103, .region_len = o->size, .verify = 1};
+    w[3] = (struct workload){.name = "1M seqwrite QD8", .write = 1, .bs = MiB, .qd = 8,
+                             .random = 0, .seed = 104, .region_len = o->size};
+}
+
+static double tp_value(const struct run *r)
+{
+    return r->w->bs == MiB ? run_mibs(r) : run_iops(r);
+}
+
+static double timed(struct target *t, const struct workload *w, double secs, const char *tag)
+{
+    struct run r;
+    run_workload(&r, t, w, secs);
+    double v = tp_value(&r);
+    progress("%-8s %-5s %-18s %10.0f %s", t->label, tag, w->name, v,
+             w->bs == MiB ? "MiB/s" : "IOPS");
+    run_free(&r);
+    return v;
+}
+
+static void bench_throughput(struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    struct workload w[4];
+    tp_workloads(o, w);
+    fprintf(stderr, "[1] throughput: raw file vs Parallax VDI (%.1f s per run)\n", o->runtime);
+    for (int i = 0; i < 4; i++) {
+        c->res.tp[i].name = w[i].name;
+        c->res.tp[i].iops_unit = w[i].bs != MiB;
+        c->res.tp[i].is_read = !w[i].write;
+    }
+    pass(&c->raw, warm_workload(o->size));
+    for (int i = 0; i < 4; i++)
+        c->res.tp[i].raw = timed(&c->raw, &w[i], o->runtime, "");
+    /* Warm: every radix node resident after one full read pass. */
+    pass(&c->plx, warm_workload(o->size));
+    for (int i = 0; i < 4; i++)
+        c->res.tp[i].warm = timed(&c->plx, &w[i], o->runtime, "warm");
+    /* Cold: the store is closed and reopened right before each timed run. */
+    for (int i = 0; i < 4; i++) {
+        reopen_plx(c);
+        c->res.tp[i].cold = timed(&c->plx, &w[i], o->runtime, "cold");
+    }
+    c->res.have_tp = 1;
+}
+
+/* ---- 4. Single-write latency (QD 1) --------------------------------------------------------- */
+
+static void wlat_record(struct ctx *c, const char *name, const char *what, struct lat *l)
+{
+    struct wlat_result *r = &c->res.wlat[c->res.nwlat++];
+    r->name = name;
+    r->what = what;
+    r->s = lat_summarize(l);
+    const struct wlat_result *raw = &c->res.wlat[0];
+    r->ratio_mean = raw->s.mean > 0 ? r->s.mean / raw->s.mean : 0;
+    r->ratio_p50 = raw->s.p50 > 0 ? r->s.p50 / raw->s.p50 : 0;
+    progress("%-22s mean %8.1f us  p50 %8.1f us  (x%.2f of raw)", name, r->s.mean, r->s.p50,
+             r->ratio_mean);
+    lat_free(l);
+}
+
+static void bench_write_latency(struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    unsigned n = o->lat_writes;
+    uint64_t blocks = o->size / BLK;
+    struct slot s;
+    memset(&s, 0, sizeof s);
+    s.buf = plx_block_alloc(1);
+    fill_random(s.buf, BLK, 42);
+    struct lat l = {0};
+    uint64_t rng, tag = 1;
+
+    fprintf(stderr, "[4] single 4 KiB write latency at QD 1 (%u writes each)\n", n);
+    /* Raw file and writable path: the same random blocks (the VDI has no snapshot yet, so every
+     * path is writable and the write goes in place). */
+    rng = 201;
+    for (unsigned i = 0; i < n; i++)
+        lat_add(&l, one_write(&c->raw, &s, splitmix64(&rng) % blocks * BLK, tag++));
+    wlat_record(c, "raw file", "4 KiB write to the preallocated, written raw file", &l);
+    rng = 201;
+    for (unsigned i = 0; i < n; i++)
+        lat_add(&l, one_write(&c->plx, &s, splitmix64(&rng) % blocks * BLK, tag++));
+    wlat_record(c, "writable", "overwrite of a block written since the last snapshot", &l);
+
+    /* Sparse: a fresh VDI; each write lands in its own 2 MiB leaf range, so it allocates the
+     * data block and a leaf (and, once per GiB, the level-1 node). */
+    vdi_create(c->plx.st, "sparse", (uint64_t)n * 2 * MiB);
+    plx_vdi *sv;
+    int rc = plx_vdi_open(c->plx.st, "sparse", 0, &sv);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_open sparse");
+    struct target st = c->plx;
+    st.v = sv;
+    st.size = plx_vdi_size(sv);
+    rng = 202;
+    for (unsigned i = 0; i < n; i++)
+        lat_add(&l, one_write(&st, &s, (uint64_t)i * 2 * MiB + splitmix64(&rng) % 512 * BLK,
+                              tag++));
+    rc = plx_vdi_close(sv);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_close sparse");
+    wlat_record(c, "sparse (leaf)", "first write into a never-written 2 MiB range: new data "
+                                    "block and new leaf node",
+                &l);
+
+    /* Sparse at the top of the tree, as instrumented in the thesis: a 512 GiB VDI (height 3),
+     * one write per 1 GiB root slot: new level-1 node, leaf and data block. */
+    unsigned ntop = n < 512 ? n : 512;
+    vdi_create(c->plx.st, "sparsetop", 512 * GiB);
+    rc = plx_vdi_open(c->plx.st, "sparsetop", 0, &sv);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_open sparsetop");
+    st.v = sv;
+    st.size = plx_vdi_size(sv);
+    rng = 203;
+    for (unsigned i = 0; i < ntop; i++)
+        lat_add(&l, one_write(&st, &s, (uint64_t)i * GiB + splitmix64(&rng) % (GiB / BLK) * BLK,
+                              tag++));
+    rc = plx_vdi_close(sv);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_close sparsetop");
+    wlat_record(c, "sparse (top)", "first write under an empty root slot: new level-1 node, "
+                                   "leaf and data block",
+                &l);
+
+    /* Read-only path: a snapshot (untimed) before each write, so every write faults at the top
+     * of the tree: copies of the level-1 node and the leaf, and a new data block. */
+    rng = 204;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t idx;
+        rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
+        if (rc < 0)
+            die_store(c->plx.st, rc, "plx_vdi_snapshot_open");
+        lat_add(&l, one_write(&c->plx, &s, splitmix64(&rng) % blocks * BLK, tag++));
+    }
+    wlat_record(c, "faulted (read-only)", "first write after a snapshot: copy-on-write of the "
+                                          "level-1 node, leaf and data block",
+                &l);
+    plx_block_free(s.buf);
+    c->res.have_wlat = 1;
+}
+
+/* ---- 2. Snapshot latency ------------------------------------------------------------------- */
+
+static void bench_snapshot_latency(struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    struct lat l = {0};
+    fprintf(stderr, "[2] snapshot latency (%u snapshots idle, %u under load)\n", o->snaps,
+            o->snaps);
+    for (unsigned i = 0; i < o->snaps; i++) {
+        uint64_t idx, t0 = now_ns();
+        int rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
+        if (rc < 0)
+            die_store(c->plx.st, rc, "plx_vdi_snapshot_open");
+        lat_add(&l, now_ns() - t0);
+    }
+    c->res.snap_idle = lat_summarize(&l);
+    lat_free(&l);
+    progress("idle:   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms",
+             c->res.snap_idle.p50 / 1000, c->res.snap_idle.p90 / 1000,
+             c->res.snap_idle.p99 / 1000, c->res.snap_idle.max / 1000);
+
+    /* Loaded: 4 KiB random writes at QD 32 on the same VDI, snapshots submitted back to back
+     * into the same request stream. */
+    struct workload w = {.name = "4K randwrite QD32 + snapshots", .write = 1, .bs = 4 * KiB,
+                         .qd = 32, .random = 1, .seed = 301, .region_len = o->size};
+    struct run r;
+    run_init(&r, &c->plx, &w);
+    r.snap.mode = SNAP_BACK_TO_BACK;
+    r.snap.want = o->snaps;
+    run_exec(&r, 0);
+    c->res.snap_loaded = lat_summarize(&r.snap.lat);
+    c->res.loaded_write_iops = run_iops(&r);
+    c->res.loaded_secs = run_secs(&r);
+    c->res.loaded_snaps = r.snap.completed;
+    progress("loaded: p50 %.3f ms  p99 %.3f ms  max %.3f ms  mean %.3f ms  (writes %.0f IOPS)",
+             c->res.snap_loaded.p50 / 1000, c->res.snap_loaded.p99 / 1000,
+             c->res.snap_loaded.max / 1000, c->res.snap_loaded.mean / 1000,
+             c->res.loaded_write_iops);
+    run_free(&r);
+    c->res.have_snaplat = 1;
+}
+
+/* ---- 3. Snapshot frequency cost -------------------------------------------------------------- */
+
+static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms)
+{
+    const struct opts *o = &c->o;
+    uint64_t store_size = o->freq_size + o->freq_size / 64 + 512 * MiB;
+    store_size = (store_size + EXTENT_SIZE - 1) / EXTENT_SIZE * EXTENT_SIZE;
+    store_format(c->freq_path, store_size);
+    plx_store *st = store_open(c->freq_path, o->cache_bytes);
+    vdi_create(st, "freq", o->freq_size);
+    store_close(st);
+    /* Metadata in use, measured on a freshly opened store (no claimed-but-unused blocks). */
+    st = store_open(c->freq_path, o->cache_bytes);
+    uint64_t d0, m0 = metadata_blocks(st, &d0);
+    store_close(st);
+
+    struct target t;
+    plx_target_open(&t, c->freq_path, o->cache_bytes, "freq");
+    struct workload w = {.name = "1M seqwrite QD8 (fresh region)", .write = 1, .bs = MiB,
+                         .qd = 8, .random = 0, .seed = 401, .region_len = o->freq_size,
+                         .stop_at_end = 1};
+    struct run r;
+    run_init(&r, &t, &w);
+    if (interval_ms > 0) {
+        r.snap.mode = SNAP_PERIODIC;
+        r.snap.interval_ns = (uint64_t)(interval_ms * 1e6);
+    }
+    run_exec(&r, o->runtime);
+    plx_target_close(&t);
+
+    st = store_open(c->freq_path, o->cache_bytes);
+    uint64_t d1, m1 = metadata_blocks(st, &d1);
+    store_close(st);
+    untrack_path(c->freq_path);
+
+    memset(fr, 0, sizeof *fr);
+    fr->interval_ms = interval_ms;
+    fr->secs = run_secs(&r);
+    fr->mibs = run_mibs(&r);
+    fr->bytes = r.bytes;
+    fr->exhausted = r.exhausted;
+    fr->snaps = r.snap.completed;
+    fr->snap_lat = lat_summarize(&r.snap.lat);
+    if (r.snap.submitted > 1)
+        fr->avg_interval_ms = (double)(r.snap.last_submit - r.snap.first_submit) / 1e6 /
+                              (double)(r.snap.submitted - 1);
+    fr->meta_blocks = (int64_t)m1 - (int64_t)m0;
+    fr->data_blocks = (int64_t)d1 - (int64_t)d0;
+    if (fr->snaps > 0)
+        fr->kib_per_snap = (double)fr->meta_blocks * (BLK / KiB) / fr->snaps;
+    run_free(&r);
+    progress("%-10s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
+             interval_ms > 0 ? "" : "none", fr->mibs, fr->secs,
+             fr->exhausted ? " (region full)" : "", fr->snaps, fr->meta_blocks);
+}
+
+static void bench_snapshot_frequency(struct ctx *c)
+{
+    static const double intervals[] = {0, 1000, 100, 20, 10, 0};
+    struct results *res = &c->res;
+    fprintf(stderr, "[3] snapshot frequency cost (1 MiB sequential writes, QD 8, fresh %s "
+                    "region per run)\n",
+            fmt_bytes(c->o.freq_size, (char[32]){0}, 32));
+    res->nfreq = sizeof intervals / sizeof intervals[0];
+    for (size_t i = 0; i < res->nfreq; i++) {
+        if (intervals[i] > 0)
+            fprintf(stderr, "  .. snapshot every %g ms\n", intervals[i]);
+        freq_one(c, &res->freq[i], intervals[i]);
+    }
+    /* Baseline: the mean of the runs without snapshots (first and last). */
+    const struct freq_result *b0 = &res->freq[0], *b1 = &res->freq[res->nfreq - 1];
+    res->freq_base_mibs = (b0->mibs + b1->mibs) / 2;
+    double mib = (double)(b0->bytes + b1->bytes) / MiB;
+    res->freq_base_meta_per_mib = mib > 0 ? (double)(b0->meta_blocks + b1->meta_blocks) / mib : 0;
+    for (size_t i = 0; i < res->nfreq; i++) {
+        struct freq_result *fr = &res->freq[i];
+        fr->loss = 1.0 - fr->mibs / res->freq_base_mibs;
+        if (fr->snaps > 0) {
+            double expected = res->freq_base_meta_per_mib * (double)fr->bytes / MiB;
+            fr->excess_kib_per_snap =
+                ((double)fr->meta_blocks - expected) * (BLK / KiB) / fr->snaps;
+        }
+    }
+    res->have_freq = 1;
+}
+
+/* ---- Consistency check ---------------------------------------------------------------------- */
+
+static void check_line(void *arg, int is_error, const char *line)
+{
+    struct results *res = arg;
+    if (is_error && res->check_errors_reported++ < 10)
+        fprintf(stderr, "plx_check: %s\n", line);
+}
+
+static void run_check(struct ctx *c)
+{
+    fprintf(stderr, "[check] plx_check on the main store\n");
+    int rc = plx_check(c->plx.st, &c->res.check, check_line, &c->res);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_check");
+    c->res.check_ran = 1;
+    progress("%" PRIu64 " trees, %" PRIu64 " reachable blocks, %" PRIu64 " errors",
+             c->res.check.trees, c->res.check.reachable_blocks, c->res.check.errors);
+}
+
+/* ---- Report ----------------------------------------------------------------------------------- */
+
+#define TARGET_WARM_READ 0.95
+#define TARGET_WARM_WRITE 0.90
+#define TARGET_SNAP_P50_MS 1.0
+#define TARGET_SNAP_MAX_MS 3.25
+#define TARGET_SNAP_LOADED_MEAN_MS 10.0
+#define TARGET_FREQ_LOSS 0.04
+#define TARGET_FREQ_KIB 5.84
+
+static const char *verdict(int ok)
+{
+    return ok ? "met" : "MISSED";
+}
+
+static void print_report(const struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    const struct results *r = &c->res;
+    char b1[32], b2[32], b3[32];
+    printf("\nParallax engine benchmark, %s\n", r->date);
+    printf("machine:  %ld CPUs, %s, %.1f GiB RAM, %s\n", r->m.nproc, r->m.model,
+           (double)r->m.mem_bytes / GiB, r->m.kernel);
+    printf("storage:  %s on %s, %s\n", o->dir, r->m.fs, r->m.io_mode);
+    printf("settings: VDI %s, runtime %.1f s, node cache %s, extents %s\n",
+           fmt_bytes(o->size, b1, sizeof b1), o->runtime,
+           o->cache_bytes ? fmt_bytes(o->cache_bytes, b2, sizeof b2) : "64 MiB (default)",
+           fmt_bytes(EXTENT_SIZE, b3, sizeof b3));
+    printf("command:  %s\n", o->command);
+
+    if (r->have_tp) {
+        printf("\n1. Throughput, raw file vs Parallax VDI (same pattern and seeds)\n");
+        printf("%-18s %6s %10s %10s %6s %10s %6s  %s\n", "workload", "unit", "raw", "warm",
+               "ratio", "cold", "ratio", "target (warm)");
+        for (int i = 0; i < 4; i++) {
+            const struct tp_result *t = &r->tp[i];
+            double target = t->is_read ? TARGET_WARM_READ : TARGET_WARM_WRITE;
+            double wr = t->warm / t->raw, cr = t->cold / t->raw;
+            printf("%-18s %6s %10.0f %10.0f %6.3f %10.0f %6.3f  >= %.2f %s\n", t->name,
+                   t->iops_unit ? "IOPS" : "MiB/s", t->raw, t->warm, wr, t->cold, cr, target,
+                   verdict(wr >= target));
+        }
+    }
+    if (r->have_snaplat) {
+        const struct lat_summary *i = &r->snap_idle, *l = &r->snap_loaded;
+        printf("\n2. Snapshot latency (ms)\n");
+        printf("%-34s %6s %7s %7s %7s %7s %7s  %s\n", "", "n", "p50", "p90", "p99", "max",
+               "mean", "target");
+        printf("%-34s %6zu %7.3f %7.3f %7.3f %7.3f %7.3f  p50 < %.2f %s, max < %.2f %s\n",
+               "idle VDI (plx_vdi_snapshot_open)", i->n, i->p50 / 1000, i->p90 / 1000,
+               i->p99 / 1000, i->max / 1000, i->mean / 1000, TARGET_SNAP_P50_MS,
+               verdict(i->p50 / 1000 < TARGET_SNAP_P50_MS), TARGET_SNAP_MAX_MS,
+               verdict(i->max / 1000 < TARGET_SNAP_MAX_MS));
+        printf("%-34s %6zu %7.3f %7.3f %7.3f %7.3f %7.3f  mean < %.0f %s\n",
+               "under 4K randwrite QD32 load", l->n, l->p50 / 1000, l->p90 / 1000,
+               l->p99 / 1000, l->max / 1000, l->mean / 1000, TARGET_SNAP_LOADED_MEAN_MS,
+               verdict(l->mean / 1000 < TARGET_SNAP_LOADED_MEAN_MS));
+        printf("   (thesis, idle: 90%% under 1 ms, max 3.25 ms; here p90 %.3f ms. Write load "
+               "during the loaded test: %.0f IOPS over %.2f s)\n",
+               i->p90 / 1000, r->loaded_write_iops, r->loaded_secs);
+    }
+    if (r->have_freq) {
+        printf("\n3. Snapshot frequency cost (1 MiB sequential writes QD 8 into a fresh %s "
+               "region)\n",
+               fmt_bytes(o->freq_size, b1, sizeof b1));
+        printf("%-10s %9s %7s %6s %7s %9s %9s %10s %11s %9s  %s\n", "interval", "MiB/s",
+               "loss", "secs", "snaps", "every ms", "snap p50", "meta blks", "KiB/snap",
+               "excess", "target");
+        for (size_t k = 0; k < r->nfreq; k++) {
+            const struct freq_result *f = &r->freq[k];
+            char iv[32];
+            if (f->interval_ms > 0)
+                snprintf(iv, sizeof iv, "%g ms", f->interval_ms);
+            else
+                snprintf(iv, sizeof iv, "none");
+            printf("%-10s %9.0f %6.1f%% %6.2f %7u %9.2f %9.3f %10" PRId64 " %11.2f %9.2f", iv,
+                   f->mibs, 100 * f->loss, f->secs, f->snaps, f->avg_interval_ms,
+                   f->snap_lat.p50 / 1000, f->meta_blocks, f->kib_per_snap,
+                   f->excess_kib_per_snap);
+            if (f->interval_ms == 10)
+                printf("  loss <= %.0f%% %s, <= %.2f KB/snap %s (excess %s)",
+                       100 * TARGET_FREQ_LOSS, verdict(f->loss <= TARGET_FREQ_LOSS),
+                       TARGET_FREQ_KIB, verdict(f->kib_per_snap <= TARGET_FREQ_KIB),
+                       verdict(f->excess_kib_per_snap <= TARGET_FREQ_KIB));
+            printf("%s\n", f->exhausted ? "  [region full before the run time]" : "");
+        }
+        printf("   (loss vs the mean of the two runs without snapshots, %.0f MiB/s. KiB/snap = "
+               "metadata blocks used after reopen / snapshots;\n    excess = the same minus "
+               "the radix nodes the same amount of data needs without snapshots, %.3f "
+               "blocks/MiB)\n",
+               r->freq_base_mibs, r->freq_base_meta_per_mib);
+    }
+    if (r->have_wlat) {
+        printf("\n4. Single 4 KiB write latency at QD 1 (us)\n");
+        printf("%-20s %6s %9s %9s %9s %9s %8s %8s\n", "path", "n", "mean", "p50", "p99",
+               "max", "x mean", "x p50");
+        for (size_t k = 0; k < r->nwlat; k++) {
+            const struct wlat_result *w = &r->wlat[k];
+            printf("%-20s %6zu %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f\n", w->name, w->s.n,
+                   w->s.mean, w->s.p50, w->s.p99, w->s.max, w->ratio_mean, w->ratio_p50);
+        }
+        printf("   (thesis fig. 5.6: writable ~ direct disk; sparse and faulted paths cost "
+               "extra serialized writes)\n");
+    }
+    if (r->check_ran)
+        printf("\nplx_check: %" PRIu64 " trees, %" PRIu64 " errors, %" PRIu64
+               " leaked blocks\n",
+               r->check.trees, r->check.errors, r->check.leaked_blocks);
+    if (g_mismatches)
+        printf("\nDATA ERRORS: %" PRIu64 " reads returned wrong blocks; first: %s\n",
+               g_mismatches, g_first_mismatch);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_lat(FILE *f, const struct lat_summary *s, double div)
+{
+    fprintf(f, "{\"n\": %zu, \"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, "
+               "\"max\": %.4f}",
+            s->n, s->mean / div, s->p50 / div, s->p90 / div, s->p99 / div, s->max / div);
+}
+
+static void write_json(const struct ctx *c, const char *path)
+{
+    const struct opts *o = &c->o;
+    const struct results *r = &c->res;
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        die("writing %s: %s", path, strerror(errno));
+    fprintf(f, "{\n  \"date\": ");
+    json_str(f, r->date);
+    fprintf(f, ",\n  \"command\": ");
+    json_str(f, o->command);
+    fprintf(f, ",\n  \"machine\": {\"nproc\": %ld, \"model\": ", r->m.nproc);
+    json_str(f, r->m.model);
+    fprintf(f, ", \"mem_bytes\": %" PRIu64 ", \"kernel\": ", r->m.mem_bytes);
+    json_str(f, r->m.kernel);
+    fprintf(f, ", \"dir\": ");
+    json_str(f, o->dir);
+    fprintf(f, ", \"fs\": ");
+    json_str(f, r->m.fs);
+    fprintf(f, ", \"io\": ");
+    json_str(f, r->m.io_mode);
+    fprintf(f, "},\n  \"settings\": {\"vdi_bytes\": %" PRIu64 ", \"runtime_s\": %.3f, "
+               "\"quick\": %s, \"cache_bytes\": %" PRIu64 ", \"extent_bytes\": %llu, "
+               "\"snapshots\": %u, \"latency_writes\": %u, \"freq_region_bytes\": %" PRIu64
+               "}",
+            o->size, o->runtime, o->quick ? "true" : "false",
+            (uint64_t)(o->cache_bytes ? o->cache_bytes : 64 * MiB), EXTENT_SIZE, o->snaps, o->lat_writes,
+            o->freq_size);
+    if (r->have_tp) {
+        fprintf(f, ",\n  \"throughput\": [");
+        for (int i = 0; i < 4; i++) {
+            const struct tp_result *t = &r->tp[i];
+            double target = t->is_read ? TARGET_WARM_READ : TARGET_WARM_WRITE;
+            fprintf(f, "%s\n    {\"workload\": ", i ? "," : "");
+            json_str(f, t->name);
+            fprintf(f, ", \"unit\": \"%s\", \"raw\": %.1f, \"warm\": %.1f, \"cold\": %.1f, "
+                       "\"warm_ratio\": %.4f, \"cold_ratio\": %.4f, \"target_warm_ratio\": "
+                       "%.2f, \"met\": %s}",
+                    t->iops_unit ? "IOPS" : "MiB/s", t->raw, t->warm, t->cold, t->warm / t->raw,
+                    t->cold / t->raw, target, t->warm / t->raw >= target ? "true" : "false");
+        }
+        fprintf(f, "\n  ]");
+    }
+    if (r->have_snaplat) {
+        fprintf(f, ",\n  \"snapshot_latency_ms\": {\n    \"idle\": ");
+        json_lat(f, &r->snap_idle, 1000);
+        fprintf(f, ",\n    \"loaded\": ");
+        json_lat(f, &r->snap_loaded, 1000);
+        fprintf(f, ",\n    \"loaded_write_iops\": %.1f,\n    \"targets\": {\"idle_p50_lt\": %.2f, "
+                   "\"idle_max_lt\": %.2f, \"loaded_mean_lt\": %.1f, \"idle_p50_met\": %s, "
+                   "\"idle_max_met\": %s, \"loaded_mean_met\": %s}\n  }",
+                r->loaded_write_iops, TARGET_SNAP_P50_MS, TARGET_SNAP_MAX_MS,
+                TARGET_SNAP_LOADED_MEAN_MS,
+                r->snap_idle.p50 / 1000 < TARGET_SNAP_P50_MS ? "true" : "false",
+                r->snap_idle.max / 1000 < TARGET_SNAP_MAX_MS ? "true" : "false",
+                r->snap_loaded.mean / 1000 < TARGET_SNAP_LOADED_MEAN_MS ? "true" : "false");
+    }
+    if (r->have_freq) {
+        fprintf(f, ",\n  \"snapshot_frequency\": {\"baseline_mibs\": %.1f, "
+                   "\"baseline_meta_blocks_per_mib\": %.4f, \"runs\": [",
+                r->freq_base_mibs, r->freq_base_meta_per_mib);
+        for (size_t k = 0; k < r->nfreq; k++) {
+            const struct freq_result *fr = &r->freq[k];
+            fprintf(f, "%s\n    {\"interval_ms\": %g, \"mibs\": %.1f, \"loss\": %.4f, "
+                       "\"secs\": %.3f, \"bytes\": %" PRIu64 ", \"region_full\": %s, "
+                       "\"snapshots\": %u, \"avg_interval_ms\": %.3f, \"meta_blocks\": %" PRId64
+                       ", \"data_blocks\": %" PRId64 ", \"kib_per_snapshot\": %.3f, "
+                       "\"excess_kib_per_snapshot\": %.3f, \"snapshot_latency_ms\": ",
+                    k ? "," : "", fr->interval_ms, fr->mibs, fr->loss, fr->secs, fr->bytes,
+                    fr->exhausted ? "true" : "false", fr->snaps, fr->avg_interval_ms,
+                    fr->meta_blocks, fr->data_blocks, fr->kib_per_snap,
+                    fr->excess_kib_per_snap);
+            json_lat(f, &fr->snap_lat, 1000);
+            fprintf(f, "}");
+        }
+        fprintf(f, "\n  ], \"targets\": {\"loss_at_10ms_le\": %.2f, \"kib_per_snapshot_at_10ms_le\": "
+                   "%.2f}}",
+                TARGET_FREQ_LOSS, TARGET_FREQ_KIB);
+    }
+    if (r->have_wlat) {
+        fprintf(f, ",\n  \"write_latency_us\": [");
+        for (size_t k = 0; k < r->nwlat; k++) {
+            const struct wlat_result *w = &r->wlat[k];
+            fprintf(f, "%s\n    {\"path\": ", k ? "," : "");
+            json_str(f, w->name);
+            fprintf(f, ", \"what\": ");
+            json_str(f, w->what);
+            fprintf(f, ", \"latency\": ");
+            json_lat(f, &w->s, 1);
+            fprintf(f, ", \"ratio_mean\": %.4f, \"ratio_p50\": %.4f}", w->ratio_mean,
+                    w->ratio_p50);
+        }
+        fprintf(f, "\n  ]");
+    }
+    if (r->check_ran)
+        fprintf(f, ",\n  \"check\": {\"trees\": %" PRIu64 ", \"errors\": %" PRIu64
+                   ", \"leaked_blocks\": %" PRIu64 "}",
+                r->check.trees, r->check.errors, r->check.leaked_blocks);
+    fprintf(f, ",\n  \"data_errors\": %" PRIu64 "\n}\n", g_mismatches);
+    if (fclose(f) != 0)
+        die("writing %s: %s", path, strerror(errno));
+}
+
+/* ---- Main ------------------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: bench-engine [options]\n"
+            "  --dir DIR        where to put the test files (default /var/tmp; removed at the end)\n"
+            "  --size SIZE      VDI and raw file size (default 4G; --quick 256M)\n"
+            "  --runtime SECS   seconds per timed run (default 5; --quick 1)\n"
+            "  --snapshots N    snapshots per latency test (default 1000; --quick 100)\n"
+            "  --writes N       QD 1 writes per latency test (default 2000; --quick 200)\n"
+            "  --freq-size SIZE fresh region per snapshot-frequency run (default 16G; --quick 1G)\n"
+            "  --cache SIZE     radix node cache (default: the engine's, 64 MiB)\n"
+            "  --only LIST      run only some of: throughput,snapshot,frequency,latency\n"
+            "  --check          run plx_check on the main store at the end (on with --quick)\n"
+            "  --json FILE      also write the results as JSON\n"
+            "  --quick          smoke run: 1 s runs and small sizes\n");
+}
+
+static unsigned parse_parts(const char *s)
+{
+    unsigned p = 0;
+    char *dup = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "throughput") == 0)
+            p |= PART_THROUGHPUT;
+        else if (strcmp(tok, "snapshot") == 0)
+            p |= PART_SNAPLAT;
+        else if (strcmp(tok, "frequency") == 0)
+            p |= PART_FREQ;
+        else if (strcmp(tok, "latency") == 0)
+            p |= PART_WLAT;
+        else
+            die("--only: unknown part '%s'", tok);
+    }
+    free(dup);
+    return p;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    enum { O_DIR = 256, O_SIZE, O_RUNTIME, O_SNAPS, O_WRITES, O_FREQ, O_CACHE, O_ONLY, O_CHECK,
+           O_JSON, O_QUICK, O_HELP };
+    static const struct option lo[] = {
+        {"dir", required_argument, 0, O_DIR},       {"size", required_argument, 0, O_SIZE},
+        {"runtime", required_argument, 0, O_RUNTIME}, {"snapshots", required_argument, 0, O_SNAPS},
+        {"writes", required_argument, 0, O_WRITES}, {"freq-size", required_argument, 0, O_FREQ},
+        {"cache", required_argument, 0, O_CACHE},   {"only", required_argument, 0, O_ONLY},
+        {"check", no_argument, 0, O_CHECK},         {"json", required_argument, 0, O_JSON},
+        {"quick", no_argument, 0, O_QUICK},         {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0}};
+    const char *size = NULL, *runtime = NULL, *snaps = NULL, *writes = NULL, *freq = NULL;
+    const char *cache = NULL;
+    memset(o, 0, sizeof *o);
+    o->dir = "/var/tmp";
+    o->parts = PART_ALL;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case O_DIR: o->dir = optarg; break;
+        case O_SIZE: size = optarg; break;
+        case O_RUNTIME: runtime = optarg; break;
+        case O_SNAPS: snaps = optarg; break;
+        case O_WRITES: writes = optarg; break;
+        case O_FREQ: freq = optarg; break;
+        case O_CACHE: cache = optarg; break;
+        case O_ONLY: o->parts = parse_parts(optarg); break;
+        case O_CHECK: o->check = 1; break;
+        case O_JSON: o->json = optarg; break;
+        case O_QUICK: o->quick = 1; break;
+        case O_HELP: usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        exit(2);
+    }
+    o->size = o->quick ? 256 * MiB : 4 * GiB;
+    o->runtime = o->quick ? 1.0 : 5.0;
+    o->snaps = o->quick ? 100 : 1000;
+    o->lat_writes = o->quick ? 200 : 2000;
+    o->freq_size = o->quick ? 1 * GiB : 16 * GiB;
+    if (o->quick)
+        o->check = 1;
+    if (size != NULL && parse_size(size, &o->size) < 0)
+        die("--size %s: not a size", size);
+    if (freq != NULL && parse_size(freq, &o->freq_size) < 0)
+        die("--freq-size %s: not a size", freq);
+    if (cache != NULL && parse_size(cache, &o->cache_bytes) < 0)
+        die("--cache %s: not a size", cache);
+    if (runtime != NULL && ((o->runtime = strtod(runtime, NULL)) <= 0 || o->runtime > 3600))
+        die("--runtime %s: want seconds in (0, 3600]", runtime);
+    if (snaps != NULL && (o->snaps = (unsigned)strtoul(snaps, NULL, 10)) == 0)
+        die("--snapshots %s: want a positive count", snaps);
+    if (writes != NULL && (o->lat_writes = (unsigned)strtoul(writes, NULL, 10)) == 0)
+        die("--writes %s: want a positive count", writes);
+    o->size = o->size / MiB * MiB;
+    o->freq_size = o->freq_size / MiB * MiB;
+    if (o->size < 16 * MiB || o->size > 512 * GiB)
+        die("--size: want 16 MiB .. 512 GiB");
+    if (o->freq_size < 16 * MiB)
+        die("--freq-size: want at least 16 MiB");
+    size_t n = 0;
+    for (int i = 0; i < argc && n + 2 < sizeof o->command; i++)
+        n += (size_t)snprintf(o->command + n, sizeof o->command - n, "%s%s", i ? " " : "",
+                              argv[i]);
+}
+
+static void check_space(const struct ctx *c)
+{
+    const struct opts *o = &c->o;
+    struct statvfs vf;
+    if (statvfs(o->dir, &vf) != 0)
+        die("%s: %s", o->dir, strerror(errno));
+    uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
+    uint64_t need = 0;
+    if (o->parts & (PART_THROUGHPUT | PART_WLAT | PART_SNAPLAT))
+        need = 2 * o->size + o->size / 2 + (o->quick ? 128 * MiB : 1 * GiB);
+    if ((o->parts & PART_FREQ) && o->freq_size + o->freq_size / 64 > need)
+        need = o->freq_size + o->freq_size / 64;
+    char b1[32], b2[32];
+    if (avail < need)
+        die("%s has %s free; this run needs about %s (use --size / --freq-size)", o->dir,
+            fmt_bytes(avail, b1, sizeof b1), fmt_bytes(need, b2, sizeof b2));
+}
+
+int main(int argc, char **argv)
+{
+    static struct ctx c;
+    parse_args(argc, argv, &c.o);
+    const struct opts *o = &c.o;
+    atexit(cleanup_files);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+
+    long pid = (long)getpid();
+    snprintf(c.raw_path, sizeof c.raw_path, "%s/plx-bench-%ld.raw", o->dir, pid);
+    snprintf(c.store_path, sizeof c.store_path, "%s/plx-bench-%ld.store", o->dir, pid);
+    snprintf(c.freq_path, sizeof c.freq_path, "%s/plx-bench-%ld.freq", o->dir, pid);
+    time_t now = time(NULL);
+    strftime(c.res.date, sizeof c.res.date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+    machine_info(&c.res.m, o->dir, c.raw_path);
+    check_space(&c);
+
+    char b1[32];
+    fprintf(stderr, "bench-engine: VDI %s, %.1f s runs, files in %s (%s, %s)\n",
+            fmt_bytes(o->size, b1, sizeof b1), o->runtime, o->dir, c.res.m.fs, c.res.m.io_mode);
+    unsigned main_parts = PART_THROUGHPUT | PART_WLAT | PART_SNAPLAT;
+    if (o->parts & main_parts) {
+        fprintf(stderr, "[setup] raw file and Parallax VDI, written in full\n");
+        if (o->parts & (PART_THROUGHPUT | PART_WLAT))
+            setup_raw(&c);
+        setup_plx(&c);
+        if (o->parts & PART_THROUGHPUT)
+            bench_throughput(&c);
+        /* Latency before the snapshot tests: the writable path needs a VDI never snapshotted. */
+        if (o->parts & PART_WLAT)
+            bench_write_latency(&c);
+        if (o->parts & PART_SNAPLAT)
+            bench_snapshot_latency(&c);
+        if (o->check)
+            run_check(&c);
+        plx_target_close(&c.plx);
+        raw_close(&c.raw);
+        untrack_path(c.store_path);
+        untrack_path(c.raw_path);
+    }
+    if (o->parts & PART_FREQ)
+        bench_snapshot_frequency(&c);
+
+    print_report(&c);
+    if (o->json != NULL)
+        write_json(&c, o->json);
+    fflush(stdout);
+    if (g_mismatches) {
+        fprintf(stderr, "bench-engine: DATA ERRORS: %" PRIu64 " reads returned wrong data; "
+                        "first: %s\n",
+                g_mismatches, g_first_mismatch);
+        return 3;
+    }
+    if (c.res.check_ran && c.res.check.errors) {
+        fprintf(stderr, "bench-engine: plx_check found %" PRIu64 " errors\n", c.res.check.errors);
+        return 4;
+    }
+    return 0;
+}

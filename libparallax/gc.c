@@ -1,0 +1,359 @@
+/*
+ * gc.c - the mark-and-sweep garbage collector (thesis section 3.4.3, algorithm 1).
+ *
+ * 1. Checkpoint the allocation bitmap of every extent this process may sweep: extents nobody
+ *    holds (or whose holder died), and the ones this process holds, after giving back its
+ *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
+ *    blocks may be linked into a tree at any moment, and only the holder knows which.
+ * 2. Mark the roots of every live VDI and live snapshot, and the snapshot-log blocks.
+ * 3. Pass over the metadata extents in disk order, reading every marked, not yet read radix
+ *    node and marking what it links, until a pass finds nothing new (at most one pass per tree
+ *    level). Each node is read once, in runs of consecutive blocks.
+ * 4. Per extent, under the admin lock and after checking the holder again, free every block that
+ *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
+ *    the checkpoint is never freed. An extent left empty goes back to "unused".
+ * 5. Remove the records of deleted VDIs from the registry.
+ *
+ * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
+ * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
+ * The registry is read under the admin lock, which clone and delete also take, so a clone
+ * cannot start sharing a snapshot this collector saw deleted. A crash at any point frees nothing
+ * reachable: marking is complete before the first bit is cleared.
+ *
+ * Memory: the reachability map is one bit per block of the store (1 GiB of memory covers
+ * 32 TiB of blockstore), plus one bit per metadata-extent block for "already read".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include "internal.h"
+
+#define GC_RUN 256u /* blocks per read */
+
+bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+int plx_wait_alloc_written(plx_store *st);
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
+void plx_alloc_return_pools(plx_store *st);
+
+struct gc {
+    plx_store *st;
+    uint64_t eb, bmb;         /* blocks per extent, bitmap blocks per extent */
+    uint64_t *rmap;           /* reachable, one bit per block */
+    uint64_t *scanned;        /* radix node already read, one bit per block */
+    uint8_t **ckpt;           /* per extent: checkpointed bitmap, NULL = not swept */
+    struct plx_vdi_record *recs;
+    uint64_t *slots;
+    size_t nrecs;
+    struct plx_gc_report *out;
+};
+
+static inline bool test_bit(const uint64_t *m, uint64_t i)
+{
+    return (m[i >> 6] >> (i & 63)) & 1;
+}
+
+static inline void set_bit(uint64_t *m, uint64_t i)
+{
+    m[i >> 6] |= 1ull << (i & 63);
+}
+
+static inline bool bm_get(const uint8_t *bits, uint64_t i)
+{
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline void bm_clear(uint8_t *bits, uint64_t i)
+{
+    bits[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+static bool is_candidate_holder(plx_store *st, const struct plx_extent_entry *c)
+{
+    return plx_holder_is_me(st, c->holder_host, c->holder_pid, c->holder_epoch) ||
+           plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch);
+}
+
+/* Bring this process's VDIs to a committed state, so the medium holds what memory holds. */
+static int drain_open_vdis(plx_store *st)
+{
+    for (struct plx_vdi *v = st->vdis; v; v = v->next) {
+        while (!plx_vdi_idle(v)) {
+            int rc = plx_store_service(st);
+            if (rc < 0)
+                return rc;
+            if (plx_vdi_idle(v))
+                break;
+            struct epoll_event e;
+            epoll_wait(st->epoll_fd, &e, 1, 100);
+        }
+    }
+    if (st->read_only)
+        return 0;
+    plx_alloc_return_pools(st);
+    return plx_wait_alloc_written(st);
+}
+
+/* Step 1 and the registry half of step 2, under the admin lock. */
+static int checkpoint(struct gc *g, bool dry_run)
+{
+    plx_store *st = g->st;
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_catalogue_read(st);
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        const struct plx_extent_entry *c = &st->cat[e];
+        if (c->type != PLX_EXTENT_METADATA && c->type != PLX_EXTENT_DATA)
+            continue;
+        if (!is_candidate_holder(st, c) && !dry_run) {
+            g->out->extents_skipped++;
+            continue;
+        }
+        g->ckpt[e] = plx_block_alloc(g->bmb);
+        if (st->alloc.ext[e].held)
+            memcpy(g->ckpt[e], st->alloc.ext[e].bitmap, g->bmb * PLX_BLOCK_SIZE);
+        else
+            rc = plx_bitmap_read(st, e, g->ckpt[e]);
+    }
+    if (!rc)
+        rc = plx_registry_scan(st, &g->recs, &g->slots, &g->nrecs);
+    /* Roots and logs are marked while the lock is held: a clone made after this point shares
+     * only snapshots that are live here. */
+    for (size_t i = 0; !rc && i < g->nrecs; i++) {
+        const struct plx_vdi_record *r = &g->recs[i];
+        if (r->flags & PLX_VDI_DELETED)
+            continue;
+        set_bit(g->rmap, r->root);
+        struct plx_snap_info *snaps = NULL;
+        uint64_t *where = NULL;
+        size_t n = 0;
+        rc = plx_snaplog_read(st, r, &snaps, &n, &where);
+        for (size_t k = 0; !rc && k < n; k++) {
+            if (!snaps[k].deleted && snaps[k].root < st->sb.block_count)
+                set_bit(g->rmap, snaps[k].root);
+            /* A log block is live but is not a radix node: never read it as one. */
+            set_bit(g->rmap, where[k]);
+            set_bit(g->scanned, where[k]);
+        }
+        free(snaps);
+        free(where);
+    }
+    plx_admin_unlock(st);
+    return rc;
+}
+
+static bool link_target_ok(const plx_store *st, uint64_t link)
+{
+    if (link & PLX_LINK_RESERVED_MASK)
+        return false;
+    uint64_t a = plx_link_addr(link);
+    if (a >= st->sb.block_count)
+        return false;
+    enum plx_extent_type t = plx_block_type(st, a);
+    return t == PLX_EXTENT_METADATA || t == PLX_EXTENT_DATA;
+}
+
+/* One pass over the metadata extents: read every marked, unread node, mark its links. Returns
+ * the number of nodes read, or a negative errno. */
+static long mark_pass(struct gc *g, uint64_t *buf)
+{
+    plx_store *st = g->st;
+    long read_now = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        if (st->cat[e].type != PLX_EXTENT_METADATA)
+            continue;
+        uint64_t base = e * g->eb;
+        uint64_t i = base + g->bmb, end = base + g->eb;
+        while (i < end) {
+            if (!test_bit(g->rmap, i) || test_bit(g->scanned, i)) {
+                i++;
+                continue;
+            }
+            /* A run of consecutive marked, unread blocks: one read. */
+            uint64_t j = i + 1;
+            while (j < end && j - i < GC_RUN && test_bit(g->rmap, j) && !test_bit(g->scanned, j))
+                j++;
+            int rc = plx_sync_io(st, PLX_IO_READ, i, (uint32_t)(j - i), buf, 0);
+            if (rc)
+                return plx_err(st, rc, "gc: reading radix nodes at block %llu: %s",
+                               (unsigned long long)i, strerror(-rc));
+            for (uint64_t b = i; b < j; b++) {
+                const uint64_t *links = buf + (b - i) * (PLX_BLOCK_SIZE / 8);
+                set_bit(g->scanned, b);
+                read_now++;
+                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++)
+                    if (links[k] && link_target_ok(st, links[k]))
+                        set_bit(g->rmap, plx_link_addr(links[k]));
+            }
+            i = j;
+        }
+    }
+    return read_now;
+}
+
+/* Step 4 for one extent. */
+static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
+{
+    plx_store *st = g->st;
+    struct plx_extent_state *x = &st->alloc.ext[e];
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_catalogue_read(st);
+    struct plx_extent_entry ent = st->cat[e];
+    if (rc || (!dry_run && !is_candidate_holder(st, &ent))) {
+        /* Taken by a live process since the checkpoint: leave it to a later run. */
+        if (!rc)
+            g->out->extents_skipped++;
+        plx_admin_unlock(st);
+        return rc;
+    }
+    uint8_t *cur = x->held ? x->bitmap : plx_block_alloc(g->bmb);
+    if (!x->held)
+        rc = plx_bitmap_read(st, e, cur);
+    uint64_t freed = 0, used = 0;
+    if (!rc) {
+        st->alloc.gen++;
+        for (uint64_t i = g->bmb; i < g->eb; i++) {
+            if (!bm_get(cur, i))
+                continue;
+            if (bm_get(g->ckpt[e], i) && !test_bit(g->rmap, e * g->eb + i)) {
+                freed++;
+                if (dry_run)
+                    continue;
+                bm_clear(cur, i);
+                if (x->held)
+                    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = st->alloc.gen;
+            } else {
+                used++;
+            }
+        }
+    }
+    g->out->freed_by_type[ent.type] += freed;
+    if (!rc && !dry_run && freed) {
+        if (x->held) {
+            x->free += freed;
+            rc = plx_wait_alloc_written(st);
+        } else {
+            rc = plx_sync_io(st, PLX_IO_WRITE, e * g->eb, (uint32_t)g->bmb, cur, 0);
+        }
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "gc: writing the bitmap of extent %llu: %s", (unsigned long long)e,
+                    strerror(-rc));
+        else if (ent.flags & PLX_EXTENT_FULL) {
+            ent.flags &= (uint8_t)~PLX_EXTENT_FULL;
+            rc = plx_extent_entry_write(st, e, &ent);
+        }
+    }
+    bool pooled = st->alloc.pool[0].valid && st->alloc.pool[0].extent == e;
+    pooled |= st->alloc.pool[1].valid && st->alloc.pool[1].extent == e;
+    if (!rc && !dry_run && used == 0 && !pooled) {
+        /* Nothing left in it: give the extent back to the unused pool, untyped. */
+        struct plx_extent_entry empty;
+        memset(&empty, 0, sizeof empty);
+        rc = plx_extent_entry_write(st, e, &empty);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc) {
+            g->out->extents_released++;
+            if (x->held) {
+                plx_block_free(x->bitmap);
+                free(x->dirty_blocks);
+                memset(x, 0, sizeof *x);
+                cur = NULL;
+            }
+        }
+    }
+    if (cur && cur != x->bitmap)
+        plx_block_free(cur);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+/* Step 5: deleted VDIs' records leave the registry once their blocks are gone. */
+static int purge_deleted(struct gc *g)
+{
+    plx_store *st = g->st;
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    uint8_t *zero = plx_block_alloc(1);
+    for (size_t i = 0; !rc && i < g->nrecs; i++) {
+        if (!(g->recs[i].flags & PLX_VDI_DELETED))
+            continue;
+        struct plx_vdi_record now;
+        if (plx_registry_read(st, g->slots[i], &now) != 0 || now.id != g->recs[i].id)
+            continue;
+        rc = plx_sync_io(st, PLX_IO_WRITE, g->slots[i], 1, zero, 0);
+        if (!rc)
+            g->out->vdis_purged++;
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_block_free(zero);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
+{
+    struct plx_gc_report local;
+    if (!out)
+        out = &local;
+    memset(out, 0, sizeof *out);
+    if (st->read_only && !dry_run)
+        return plx_err(st, -EROFS, "blockstore opened read-only: gc needs --dry-run");
+    double t0 = mono_seconds();
+    struct gc g = {.st = st, .eb = st->sb.extent_blocks, .out = out};
+    g.bmb = plx_bitmap_blocks(g.eb);
+    uint64_t words = (st->sb.block_count + 63) / 64;
+    g.rmap = calloc(words, sizeof *g.rmap);
+    g.scanned = calloc(words, sizeof *g.scanned);
+    g.ckpt = calloc(st->sb.extent_count, sizeof *g.ckpt);
+    uint64_t *buf = plx_block_alloc(GC_RUN);
+    int rc = (!g.rmap || !g.scanned || !g.ckpt) ? plx_err(st, -ENOMEM, "gc: out of memory") : 0;
+    if (!rc)
+        rc = drain_open_vdis(st);
+    if (!rc)
+        rc = checkpoint(&g, dry_run);
+    for (long n = 1; !rc && n > 0;) {
+        n = mark_pass(&g, buf);
+        if (n < 0)
+            rc = (int)n;
+        else
+            out->metadata_read += (uint64_t)n;
+    }
+    if (!rc) {
+        for (uint64_t i = 0; i < words; i++)
+            out->reachable += (uint64_t)__builtin_popcountll(g.rmap[i]);
+    }
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++)
+        if (g.ckpt[e])
+            rc = sweep_extent(&g, e, dry_run);
+    if (!rc && !dry_run)
+        rc = purge_deleted(&g);
+    out->store_blocks = st->sb.block_count;
+    out->seconds = mono_seconds() - t0;
+    for (uint64_t e = 0; g.ckpt && e < st->sb.extent_count; e++)
+        plx_block_free(g.ckpt[e]);
+    free(g.ckpt);
+    free(g.rmap);
+    free(g.scanned);
+    free(g.recs);
+    free(g.slots);
+    plx_block_free(buf);
+    return rc;
+}

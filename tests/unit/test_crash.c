@@ -1,0 +1,1975 @@
+/*
+ * test_crash.c - the proof of crash safety.
+ *
+ * Workloads run on the fault backend (backend_fault.h) through the asynchronous API, with up to
+ * 64 requests in flight. Every guest-visible event is recorded with its event-log position: at
+ * submission (before the submit call) and at completion (inside the callback). Afterwards, for
+ * a sample of crash positions, the medium as a power failure there could leave it is rebuilt
+ * with a crash cursor in three modes (only durable writes; every write; random subsets under
+ * several seeds), opened read-only, and checked against the model:
+ *   1. the store opens and plx_check finds no errors (leaked blocks are fine);
+ *   2. durability: every tracked block of every VDI holds an acceptable value. Let F be the last
+ *      flush of the VDI whose completion was logged before the crash. The base value is that of
+ *      the latest write (in submission order) acknowledged before F was submitted, or of a FUA
+ *      write acknowledged before the crash if later; acceptable are the base value (the initial
+ *      contents when there is none) and the value of any later write submitted before the crash.
+ *      Trims are writes of zeros;
+ *   3. snapshots: every snapshot whose callback ran before the crash exists and reads back
+ *      exactly what was submitted before it; one that had not completed may be missing, but if
+ *      it is there it must read back exactly too;
+ *   4. clones exist once plx_vdi_clone returned, and read as their source snapshot plus their
+ *      own writes under rule 2;
+ *   5. nothing else changed: untracked blocks read as zeros, no unknown VDI appears, and the
+ *      snapshot count lies between the completed and the submitted snapshots.
+ * Every written block holds a pattern naming the write (its id) and the virtual block, so the
+ * write whose data a block holds is read back exactly (torn, misplaced or foreign data shows).
+ *
+ * A second group injects EIO (data read, data write, metadata write, flush, and the n-th I/O
+ * for a range of n) into an asynchronous workload: the affected requests complete with -EIO,
+ * the others complete, later requests succeed, and the store reopened from the final image is
+ * clean with every acknowledged write intact.
+ *
+ * Everything is deterministic (fixed seeds, printed). PLX_TEST_QUICK=1 shrinks the workloads
+ * and the number of crash images. CK_VERBOSITY=verbose prints per-workload statistics.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "backend.h"
+#include "backend_fault.h"
+#include "format.h"
+#include "parallax.h"
+#include "testutil.h"
+
+/* plx_check lives in check.c, which may not exist yet in this tree: link weakly and skip the
+ * check (saying so) when it is absent. */
+#pragma weak plx_check
+
+#define BS PLX_BLOCK_SIZE
+#define MIB (1ull << 20)
+#define STORE_BYTES (48 * MIB)
+#define EXTENT_BYTES MIB
+#define MAXV 6      /* VDIs per workload */
+#define MAXR 6      /* tracked ranges per VDI */
+#define MAX_MSGS 40 /* violations printed per workload */
+#define IMG_MSGS 4  /* violations printed per crash image */
+#define PAT_MAGIC 0x4b53415243584c50ull
+
+/* ---- Totals shared across the forked test processes ------------------------------------------ */
+
+struct totals {
+    unsigned long long images; /* (position, mode, seed) images opened and verified */
+    unsigned long long positions;
+    unsigned long long workloads;
+    unsigned long long failures; /* model violations */
+    unsigned long long checks;   /* plx_check runs */
+    int check_missing;
+};
+static struct totals *g_tot;
+static struct totals g_tot_local;
+
+/* What the test is doing, printed if the process dies (engine crash on a corrupt image). */
+static char g_ctx[512];
+
+void __sanitizer_set_death_callback(void (*cb)(void));
+#pragma weak __sanitizer_set_death_callback
+
+static void print_ctx(void)
+{
+    if (g_ctx[0]) {
+        static const char pre[] = "test_crash: died while ";
+        ssize_t r = write(2, pre, sizeof pre - 1);
+        r = write(2, g_ctx, strlen(g_ctx));
+        r = write(2, "\n", 1);
+        (void)r;
+    }
+}
+
+static void on_fatal_signal(int sig)
+{
+    print_ctx();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_death_report(void)
+{
+    if (__sanitizer_set_death_callback) {
+        __sanitizer_set_death_callback(print_ctx);
+        return;
+    }
+    signal(SIGSEGV, on_fatal_signal);
+    signal(SIGBUS, on_fatal_signal);
+    signal(SIGABRT, on_fatal_signal);
+    signal(SIGFPE, on_fatal_signal);
+}
+
+/* ---- Block patterns ----------------------------------------------------------------------------
+ */
+
+static const uint8_t zero_blk[BS];
+
+static uint64_t pat_seed(uint32_t wid, uint64_t vb)
+{
+    uint64_t s = ((uint64_t)wid << 40) ^ vb ^ 0x5eed;
+    return tu_rand(&s);
+}
+
+static void pat_fill(uint8_t *blk, uint32_t wid, uint64_t vb)
+{
+    uint64_t w[BS / 8];
+    uint64_t s = pat_seed(wid, vb);
+    w[0] = PAT_MAGIC;
+    w[1] = wid;
+    w[2] = vb;
+    for (size_t i = 3; i < BS / 8; i++)
+        w[i] = s + i * 0x9e3779b97f4a7c15ull;
+    memcpy(blk, w, BS);
+}
+
+/* The write id a block holds (0 = zeros). Returns 0, or -1 with a description in why. */
+static int pat_decode(const uint8_t *blk, uint64_t vb, uint32_t *val, char *why, size_t wlen)
+{
+    uint64_t w[BS / 8];
+    memcpy(w, blk, BS);
+    if (w[0] == 0 && w[1] == 0 && w[2] == 0) {
+        if (memcmp(blk, zero_blk, BS) == 0) {
+            *val = 0;
+            return 0;
+        }
+        snprintf(why, wlen, "garbage (zero header, nonzero body)");
+        return -1;
+    }
+    if (w[0] != PAT_MAGIC || w[1] == 0 || w[1] > UINT32_MAX) {
+        snprintf(why, wlen, "garbage (first words %016llx %016llx)", (unsigned long long)w[0],
+                 (unsigned long long)w[1]);
+        return -1;
+    }
+    if (w[2] != vb) {
+        snprintf(why, wlen, "the data of virtual block %llu (write #%llu)",
+                 (unsigned long long)w[2], (unsigned long long)w[1]);
+        return -1;
+    }
+    uint64_t s = pat_seed((uint32_t)w[1], vb);
+    for (size_t i = 3; i < BS / 8; i++) {
+        if (w[i] != s + i * 0x9e3779b97f4a7c15ull) {
+            snprintf(why, wlen, "write #%llu torn or corrupt at byte %zu", (unsigned long long)w[1],
+                     i * 8);
+            return -1;
+        }
+    }
+    *val = (uint32_t)w[1];
+    return 0;
+}
+
+/* ---- The model ---------------------------------------------------------------------------------
+ */
+
+struct ivec {
+    uint32_t *v;
+    uint32_t n, cap;
+};
+
+static void ivec_push(struct ivec *iv, uint32_t x)
+{
+    if (iv->n == iv->cap) {
+        iv->cap = iv->cap ? iv->cap * 2 : 4;
+        iv->v = realloc(iv->v, iv->cap * sizeof *iv->v);
+        ck_assert_ptr_nonnull(iv->v);
+    }
+    iv->v[iv->n++] = x;
+}
+
+/* A run of tracked virtual blocks; writes never cross a range's end. */
+struct range {
+    uint64_t vb0;
+    uint32_t n;
+    uint32_t t0; /* tracked index of vb0 */
+};
+
+struct wrec { /* a write or a trim */
+    int vdi;
+    uint32_t t0, nb;
+    uint64_t b0;
+    uint32_t wid; /* 0: trim (zeros) */
+    bool fua, trim, acked;
+    int status;
+    uint64_t sub_seq, sub_pos, ack_seq, ack_pos;
+};
+
+struct frec {
+    int vdi;
+    bool done;
+    int status;
+    uint64_t sub_seq, sub_pos, done_seq, done_pos;
+};
+
+struct srec {
+    int vdi;
+    bool done;
+    int status;
+    uint64_t sub_seq, sub_pos, done_pos;
+    uint64_t index;      /* from the callback */
+    uint64_t pred_index; /* predicted at submission: snapshots are numbered in request order */
+    uint32_t *hlen;      /* per tracked block: writes submitted before the snapshot */
+};
+
+struct mvdi {
+    char name[48];
+    uint64_t id;
+    plx_vdi *h;
+    uint64_t size;
+    struct range r[MAXR];
+    int nr;
+    uint32_t nt;         /* tracked blocks */
+    uint32_t *init;      /* per tracked block: value before any write (clones: the source) */
+    struct ivec *hist;   /* per tracked block: writes in submission order */
+    struct ivec snaps;   /* srec indices in submission order */
+    struct ivec flushes; /* frec indices */
+    uint64_t create_pos; /* the VDI exists in any image from here on */
+    int parent;          /* clones: model index of the source VDI, else -1 */
+    uint64_t parent_index;
+    uint32_t cursor; /* sequential writes */
+    bool pred_ok;    /* snapshot numbering still predictable (no snapshot failed) */
+    uint64_t snaps_submitted;
+    unsigned label_seq;
+};
+
+struct wl {
+    const char *name;
+    uint64_t seed, rng;
+    plx_backend *fb; /* the fault backend: owned here, outlives the store */
+    plx_store *st;
+    struct mvdi v[MAXV];
+    int nv;
+    struct wrec *w;
+    size_t nw, capw;
+    struct frec *f;
+    size_t nf, capf;
+    struct srec *s;
+    size_t ns, caps;
+    uint64_t seq;
+    unsigned inflight;
+    uint32_t next_wid;
+    bool expect_ok; /* no error injected: every request must succeed */
+    /* results */
+    unsigned long long violations, msgs, img_msgs;
+    unsigned long long reads_checked, failed_reqs, completed;
+    unsigned long long images, positions;
+    char where[200]; /* prefix for violation messages */
+};
+
+static uint64_t rnd(struct wl *wl)
+{
+    return tu_rand(&wl->rng);
+}
+
+static uint64_t pos_of(const struct wl *wl)
+{
+    return plx_fault_log_position(wl->fb);
+}
+
+static void violation(struct wl *wl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void violation(struct wl *wl, const char *fmt, ...)
+{
+    wl->violations++;
+    if (wl->msgs >= MAX_MSGS || wl->img_msgs >= IMG_MSGS)
+        return;
+    wl->msgs++;
+    wl->img_msgs++;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "VIOLATION [%s seed %llu] %s: %s\n", wl->name, (unsigned long long)wl->seed,
+            wl->where, buf);
+}
+
+/* ---- A backend that forwards to the fault backend, so the store can own and destroy it while
+ * the fault backend and its event log live on for the crash cursor. -----------------------------
+ */
+
+struct fwd {
+    plx_backend base;
+    plx_backend *in;
+};
+
+static int fwd_submit(plx_backend *be, struct plx_io *io)
+{
+    plx_backend *in = ((struct fwd *)be)->in;
+    return in->ops->submit(in, io);
+}
+
+static int fwd_poll(plx_backend *be, int timeout_ms)
+{
+    plx_backend *in = ((struct fwd *)be)->in;
+    return in->ops->poll(in, timeout_ms);
+}
+
+static int fwd_fd(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct fwd *)be)->in;
+    return in->ops->fd(in);
+}
+
+static unsigned fwd_inflight(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct fwd *)be)->in;
+    return in->ops->inflight(in);
+}
+
+static void fwd_destroy(plx_backend *be)
+{
+    free(be);
+}
+
+static const struct plx_backend_ops fwd_ops = {
+    .submit = fwd_submit,
+    .poll = fwd_poll,
+    .fd = fwd_fd,
+    .inflight = fwd_inflight,
+    .destroy = fwd_destroy,
+};
+
+static plx_backend *fwd_new(plx_backend *in)
+{
+    struct fwd *f = calloc(1, sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    f->base.ops = &fwd_ops;
+    f->base.nblocks = in->nblocks;
+    snprintf(f->base.desc, sizeof f->base.desc, "%s", in->desc);
+    f->in = in;
+    return &f->base;
+}
+
+/* ---- Workload setup ----------------------------------------------------------------------------
+ */
+
+static void wl_init(struct wl *wl, const char *name, uint64_t seed, uint64_t cache_bytes)
+{
+    memset(wl, 0, sizeof *wl);
+    wl->name = name;
+    wl->seed = seed;
+    wl->rng = seed;
+    wl->next_wid = 1;
+    wl->expect_ok = true;
+    snprintf(wl->where, sizeof wl->where, "workload");
+
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(STORE_BYTES / BS);
+    ck_assert_ptr_nonnull(mem);
+    int rc = plx_format_backend(mem, EXTENT_BYTES, err, sizeof err);
+    ck_assert_msg(rc == 0, "format: %d %s", rc, err);
+    wl->fb = plx_fault_create(mem, 0);
+    ck_assert_ptr_nonnull(wl->fb);
+    mem->ops->destroy(mem);
+    struct plx_open_opts o = {.struct_size = sizeof o, .cache_bytes = cache_bytes};
+    rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->st, err, sizeof err);
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+}
+
+static void wl_free(struct wl *wl)
+{
+    for (int i = 0; i < wl->nv; i++) {
+        struct mvdi *m = &wl->v[i];
+        for (uint32_t t = 0; t < m->nt; t++)
+            free(m->hist[t].v);
+        free(m->hist);
+        free(m->init);
+        free(m->snaps.v);
+        free(m->flushes.v);
+    }
+    for (size_t i = 0; i < wl->ns; i++)
+        free(wl->s[i].hlen);
+    free(wl->w);
+    free(wl->f);
+    free(wl->s);
+    if (wl->fb)
+        wl->fb->ops->destroy(wl->fb);
+    memset(wl, 0, sizeof *wl);
+}
+
+static void vdi_setup(struct wl *wl, struct mvdi *m, const char *name, uint64_t size,
+                      const struct range *r, int nr)
+{
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->size = size;
+    m->nr = nr;
+    m->nt = 0;
+    for (int i = 0; i < nr; i++) {
+        m->r[i] = r[i];
+        m->r[i].t0 = m->nt;
+        ck_assert((r[i].vb0 + r[i].n) * BS <= size);
+        m->nt += r[i].n;
+    }
+    m->init = calloc(m->nt, sizeof *m->init);
+    m->hist = calloc(m->nt, sizeof *m->hist);
+    ck_assert(m->init && m->hist);
+    m->parent = -1;
+    m->pred_ok = true;
+    (void)wl;
+}
+
+static int add_vdi(struct wl *wl, const char *name, uint64_t size, const struct range *r, int nr)
+{
+    ck_assert_int_lt(wl->nv, MAXV);
+    struct mvdi *m = &wl->v[wl->nv];
+    vdi_setup(wl, m, name, size, r, nr);
+    int rc = plx_vdi_create(wl->st, name, size, &m->id);
+    ck_assert_msg(rc == 0, "create %s: %d %s", name, rc, plx_store_errmsg(wl->st));
+    m->create_pos = pos_of(wl);
+    return wl->nv++;
+}
+
+/* The value tracked block t holds in a view that saw the first hlen writes to it: the latest
+ * that succeeded (or the initial contents), or one that failed after it (a failed write may or
+ * may not have landed). Returns whether val is acceptable; *expect gets the definite value. */
+static bool prefix_ok(const struct wl *wl, const struct mvdi *m, uint32_t t, uint32_t hlen,
+                      uint32_t val, uint32_t *expect)
+{
+    const struct ivec *h = &m->hist[t];
+    bool ok = false;
+    int64_t j = (int64_t)hlen - 1;
+    while (j >= 0 && wl->w[h->v[j]].status != 0) {
+        if (wl->w[h->v[j]].wid == val)
+            ok = true;
+        j--;
+    }
+    *expect = j >= 0 ? wl->w[h->v[j]].wid : m->init[t];
+    return ok || val == *expect;
+}
+
+static int add_clone(struct wl *wl, const char *name, int parent, size_t srec_idx)
+{
+    ck_assert_int_lt(wl->nv, MAXV);
+    const struct srec *sr = &wl->s[srec_idx];
+    ck_assert(sr->done && sr->status == 0);
+    struct mvdi *pm = &wl->v[parent];
+    struct mvdi *m = &wl->v[wl->nv];
+    vdi_setup(wl, m, name, pm->size, pm->r, pm->nr);
+    for (uint32_t t = 0; t < m->nt; t++) {
+        uint32_t e;
+        prefix_ok(wl, pm, t, sr->hlen[t], 0, &e);
+        m->init[t] = e;
+    }
+    m->parent = parent;
+    m->parent_index = sr->index;
+    char spec[96];
+    snprintf(spec, sizeof spec, "%s@%llu", pm->name, (unsigned long long)sr->index);
+    int rc = plx_vdi_clone(wl->st, name, spec, &m->id);
+    ck_assert_msg(rc == 0, "clone %s from %s: %d %s", name, spec, rc, plx_store_errmsg(wl->st));
+    m->create_pos = pos_of(wl);
+    return wl->nv++;
+}
+
+static void open_vdi(struct wl *wl, int vi)
+{
+    struct mvdi *m = &wl->v[vi];
+    int rc = plx_vdi_open(wl->st, m->name, 0, &m->h);
+    ck_assert_msg(rc == 0, "open %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
+}
+
+static void close_vdi(struct wl *wl, int vi)
+{
+    struct mvdi *m = &wl->v[vi];
+    int rc = plx_vdi_close(m->h);
+    if (rc != 0 && wl->expect_ok)
+        violation(wl, "closing VDI %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
+    m->h = NULL;
+}
+
+/* The last successful snapshot of VDI vi that completed, or -1. */
+static long last_done_snap(const struct wl *wl, int vi)
+{
+    const struct mvdi *m = &wl->v[vi];
+    for (uint32_t k = m->snaps.n; k-- > 0;) {
+        const struct srec *s = &wl->s[m->snaps.v[k]];
+        if (s->done && s->status == 0)
+            return (long)m->snaps.v[k];
+    }
+    return -1;
+}
+
+/* ---- Requests ----------------------------------------------------------------------------------
+ */
+
+enum kind { K_WRITE, K_FLUSH, K_SNAP, K_READ };
+
+struct ctx {
+    struct wl *wl;
+    enum kind kind;
+    size_t idx;
+    void *mem;      /* buffer to free */
+    uint64_t index; /* snapshots: *index_out */
+    /* reads */
+    int vdi;
+    uint32_t t0, nb;
+    uint64_t b0;
+    uint8_t *buf;
+    uint32_t *hlen;
+};
+
+static void check_status(struct wl *wl, const char *what, int status)
+{
+    if (status != 0)
+        wl->failed_reqs++;
+    if (wl->expect_ok && status != 0)
+        violation(wl, "%s failed with %d (%s) with no error injected: %s", what, status,
+                  strerror(-status), plx_store_errmsg(wl->st));
+    else if (status != 0 && status != -EIO)
+        violation(wl, "%s failed with %d (%s), expected 0 or -EIO", what, status,
+                  strerror(-status));
+}
+
+static void req_done(void *arg, int status)
+{
+    struct ctx *c = arg;
+    struct wl *wl = c->wl;
+    uint64_t pos = pos_of(wl);
+    uint64_t seq = ++wl->seq;
+    char what[160];
+    wl->inflight--;
+    wl->completed++;
+    switch (c->kind) {
+    case K_WRITE: {
+        struct wrec *w = &wl->w[c->idx];
+        if (w->acked)
+            violation(wl, "write #%u: callback ran twice", w->wid);
+        w->acked = true;
+        w->status = status;
+        w->ack_seq = seq;
+        w->ack_pos = pos;
+        snprintf(what, sizeof what, "%s of %s blocks %llu+%u", w->trim ? "trim" : "write",
+                 wl->v[w->vdi].name, (unsigned long long)w->b0, w->nb);
+        check_status(wl, what, status);
+        break;
+    }
+    case K_FLUSH: {
+        struct frec *f = &wl->f[c->idx];
+        if (f->done)
+            violation(wl, "flush: callback ran twice");
+        f->done = true;
+        f->status = status;
+        f->done_seq = seq;
+        f->done_pos = pos;
+        snprintf(what, sizeof what, "flush of %s", wl->v[f->vdi].name);
+        check_status(wl, what, status);
+        break;
+    }
+    case K_SNAP: {
+        struct srec *s = &wl->s[c->idx];
+        struct mvdi *m = &wl->v[s->vdi];
+        if (s->done)
+            violation(wl, "snapshot: callback ran twice");
+        s->done = true;
+        s->status = status;
+        s->done_pos = pos;
+        snprintf(what, sizeof what, "snapshot of %s", m->name);
+        check_status(wl, what, status);
+        if (status == 0) {
+            s->index = c->index;
+            if (m->pred_ok && s->index != s->pred_index)
+                violation(wl, "snapshot of %s got index %llu, expected %llu", m->name,
+                          (unsigned long long)s->index, (unsigned long long)s->pred_index);
+        } else {
+            m->pred_ok = false;
+        }
+        break;
+    }
+    case K_READ: {
+        struct mvdi *m = &wl->v[c->vdi];
+        snprintf(what, sizeof what, "read of %s blocks %llu+%u", m->name, (unsigned long long)c->b0,
+                 c->nb);
+        check_status(wl, what, status);
+        for (uint32_t i = 0; status == 0 && i < c->nb; i++) {
+            uint32_t t = c->t0 + i, val = 0, e = 0;
+            char why[160] = "";
+            int d = pat_decode(c->buf + (size_t)i * BS, c->b0 + i, &val, why, sizeof why);
+            if (d == 0 && prefix_ok(wl, m, t, c->hlen[i], val, &e))
+                continue;
+            if (d == 0)
+                snprintf(why, sizeof why, "write #%u", val);
+            else
+                prefix_ok(wl, m, t, c->hlen[i], 0, &e);
+            violation(wl, "live read of %s block %llu returned %s, expected write #%u", m->name,
+                      (unsigned long long)(c->b0 + i), why, e);
+            break;
+        }
+        wl->reads_checked += c->nb;
+        free(c->hlen);
+        break;
+    }
+    }
+    free(c->mem);
+    free(c);
+}
+
+static struct ctx *ctx_new(struct wl *wl, enum kind k, size_t idx)
+{
+    struct ctx *c = calloc(1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    c->wl = wl;
+    c->kind = k;
+    c->idx = idx;
+    return c;
+}
+
+static void submit_failed(struct wl *wl, const char *what, int rc)
+{
+    violation(wl, "submitting %s failed: %d (%s) %s", what, rc, strerror(-rc),
+              plx_store_errmsg(wl->st));
+}
+
+/* Write (wid > 0) or trim (trim) tracked blocks [t0, t0 + nb) of VDI vi, one range. */
+static void sub_write(struct wl *wl, int vi, uint32_t t0, uint32_t nb, bool fua, bool trim)
+{
+    struct mvdi *m = &wl->v[vi];
+    int ri = 0;
+    while (ri + 1 < m->nr && t0 >= m->r[ri + 1].t0)
+        ri++;
+    const struct range *r = &m->r[ri];
+    ck_assert(t0 >= r->t0 && t0 + nb <= r->t0 + r->n && nb > 0);
+    uint64_t b0 = r->vb0 + (t0 - r->t0);
+    if (wl->nw == wl->capw) {
+        wl->capw = wl->capw ? wl->capw * 2 : 256;
+        wl->w = realloc(wl->w, wl->capw * sizeof *wl->w);
+        ck_assert_ptr_nonnull(wl->w);
+    }
+    size_t idx = wl->nw;
+    struct wrec *w = &wl->w[idx];
+    memset(w, 0, sizeof *w);
+    w->vdi = vi;
+    w->t0 = t0;
+    w->nb = nb;
+    w->b0 = b0;
+    w->fua = fua;
+    w->trim = trim;
+    w->wid = trim ? 0 : wl->next_wid++;
+
+    struct ctx *c = ctx_new(wl, K_WRITE, idx);
+    uint8_t *buf = NULL;
+    if (!trim) {
+        /* Mostly block-aligned buffers (the engine writes from them directly); some are not
+         * (the engine stages them). */
+        bool aligned = rnd(wl) % 5 != 0;
+        if (aligned) {
+            c->mem = aligned_alloc(BS, (size_t)nb * BS);
+            buf = c->mem;
+        } else {
+            c->mem = malloc((size_t)nb * BS + 64);
+            buf = (uint8_t *)c->mem + 8 * (1 + rnd(wl) % 7);
+        }
+        ck_assert_ptr_nonnull(c->mem);
+        for (uint32_t i = 0; i < nb; i++)
+            pat_fill(buf + (size_t)i * BS, w->wid, b0 + i);
+    }
+    w->sub_seq = ++wl->seq;
+    w->sub_pos = pos_of(wl);
+    wl->nw++;
+    for (uint32_t i = 0; i < nb; i++)
+        ivec_push(&m->hist[t0 + i], (uint32_t)idx);
+    wl->inflight++;
+    int rc = trim ? plx_vdi_submit_trim(m->h, b0 * BS, (uint64_t)nb * BS, req_done, c)
+                  : plx_vdi_submit_write(m->h, buf, b0 * BS, (size_t)nb * BS,
+                                         fua ? PLX_WRITE_FUA : 0, req_done, c);
+    if (rc != 0) {
+        /* No callback: the write never happened. */
+        wl->inflight--;
+        w->acked = true;
+        w->status = rc;
+        w->ack_seq = ++wl->seq;
+        w->ack_pos = pos_of(wl);
+        submit_failed(wl, trim ? "a trim" : "a write", rc);
+        free(c->mem);
+        free(c);
+    }
+}
+
+static void sub_flush(struct wl *wl, int vi)
+{
+    struct mvdi *m = &wl->v[vi];
+    if (wl->nf == wl->capf) {
+        wl->capf = wl->capf ? wl->capf * 2 : 64;
+        wl->f = realloc(wl->f, wl->capf * sizeof *wl->f);
+        ck_assert_ptr_nonnull(wl->f);
+    }
+    size_t idx = wl->nf++;
+    struct frec *f = &wl->f[idx];
+    memset(f, 0, sizeof *f);
+    f->vdi = vi;
+    f->sub_seq = ++wl->seq;
+    f->sub_pos = pos_of(wl);
+    ivec_push(&m->flushes, (uint32_t)idx);
+    struct ctx *c = ctx_new(wl, K_FLUSH, idx);
+    wl->inflight++;
+    int rc = plx_vdi_submit_flush(m->h, req_done, c);
+    if (rc != 0) {
+        wl->inflight--;
+        f->done = true;
+        f->status = rc;
+        submit_failed(wl, "a flush", rc);
+        free(c);
+    }
+}
+
+static void sub_snap(struct wl *wl, int vi, bool labelled)
+{
+    struct mvdi *m = &wl->v[vi];
+    if (wl->ns == wl->caps) {
+        wl->caps = wl->caps ? wl->caps * 2 : 64;
+        wl->s = realloc(wl->s, wl->caps * sizeof *wl->s);
+        ck_assert_ptr_nonnull(wl->s);
+    }
+    size_t idx = wl->ns++;
+    struct srec *s = &wl->s[idx];
+    memset(s, 0, sizeof *s);
+    s->vdi = vi;
+    s->hlen = malloc(m->nt * sizeof *s->hlen);
+    ck_assert_ptr_nonnull(s->hlen);
+    for (uint32_t t = 0; t < m->nt; t++)
+        s->hlen[t] = m->hist[t].n;
+    s->pred_index = ++m->snaps_submitted;
+    s->sub_seq = ++wl->seq;
+    s->sub_pos = pos_of(wl);
+    ivec_push(&m->snaps, (uint32_t)idx);
+    char label[PLX_LABEL_MAX + 1] = "";
+    if (labelled)
+        snprintf(label, sizeof label, "snap-%u", ++m->label_seq);
+    struct ctx *c = ctx_new(wl, K_SNAP, idx);
+    wl->inflight++;
+    int rc = plx_vdi_submit_snapshot(m->h, label, &c->index, req_done, c);
+    if (rc != 0) {
+        wl->inflight--;
+        s->done = true;
+        s->status = rc;
+        m->pred_ok = false;
+        char what[80];
+        snprintf(what, sizeof what, "a snapshot labelled '%s' of %s", label, m->name);
+        submit_failed(wl, what, rc);
+        free(c);
+    }
+}
+
+static void sub_read(struct wl *wl, int vi, uint32_t t0, uint32_t nb)
+{
+    struct mvdi *m = &wl->v[vi];
+    int ri = 0;
+    while (ri + 1 < m->nr && t0 >= m->r[ri + 1].t0)
+        ri++;
+    const struct range *r = &m->r[ri];
+    ck_assert(t0 + nb <= r->t0 + r->n);
+    struct ctx *c = ctx_new(wl, K_READ, 0);
+    c->vdi = vi;
+    c->t0 = t0;
+    c->nb = nb;
+    c->b0 = r->vb0 + (t0 - r->t0);
+    c->mem = aligned_alloc(BS, (size_t)nb * BS);
+    c->buf = c->mem;
+    c->hlen = malloc(nb * sizeof *c->hlen);
+    ck_assert(c->mem && c->hlen);
+    for (uint32_t i = 0; i < nb; i++)
+        c->hlen[i] = m->hist[t0 + i].n;
+    wl->inflight++;
+    int rc = plx_vdi_submit_read(m->h, c->buf, c->b0 * BS, (size_t)nb * BS, req_done, c);
+    if (rc != 0) {
+        wl->inflight--;
+        submit_failed(wl, "a read", rc);
+        free(c->hlen);
+        free(c->mem);
+        free(c);
+    }
+}
+
+/* ---- Driving -----------------------------------------------------------------------------------
+ */
+
+static void wait_events(struct wl *wl)
+{
+    if (!plx_store_busy(wl->st)) {
+        violation(wl, "%u requests in flight but the store is idle: callbacks lost", wl->inflight);
+        ck_abort_msg("[%s] %u requests never completed", wl->name, wl->inflight);
+    }
+    struct pollfd pfd = {.fd = plx_store_fd(wl->st), .events = POLLIN};
+    int n = poll(&pfd, 1, 2000);
+    ck_assert_msg(n >= 0, "poll: %s", strerror(errno));
+}
+
+static void service(struct wl *wl, bool need_progress)
+{
+    int rc = plx_store_service(wl->st);
+    ck_assert_msg(rc >= 0, "[%s] plx_store_service: %d %s", wl->name, rc, plx_store_errmsg(wl->st));
+    if (rc == 0 && need_progress && wl->inflight > 0)
+        wait_events(wl);
+}
+
+static void drain(struct wl *wl)
+{
+    while (wl->inflight > 0)
+        service(wl, true);
+}
+
+struct mix {
+    unsigned write, fua, trim, flush, snap, read; /* weights */
+    unsigned max_nb, max_trim;                    /* blocks per write / trim */
+    unsigned hot;       /* percent of writes and trims aimed at the first 48 tracked blocks */
+    bool seq;           /* writes walk the tracked blocks in order */
+    unsigned inflight;  /* most requests in flight */
+    unsigned max_snaps; /* per VDI */
+    unsigned label;     /* percent of snapshots with a label */
+};
+
+static uint32_t pick_start(struct wl *wl, const struct mvdi *m, const struct mix *mx)
+{
+    if (mx->hot && rnd(wl) % 100 < mx->hot)
+        return (uint32_t)(rnd(wl) % (m->nt < 48 ? m->nt : 48));
+    return (uint32_t)(rnd(wl) % m->nt);
+}
+
+/* Clip [t0, t0 + nb) to the range holding t0. */
+static uint32_t clip(const struct mvdi *m, uint32_t t0, uint32_t nb)
+{
+    int ri = 0;
+    while (ri + 1 < m->nr && t0 >= m->r[ri + 1].t0)
+        ri++;
+    uint32_t end = m->r[ri].t0 + m->r[ri].n;
+    return t0 + nb > end ? end - t0 : nb;
+}
+
+static void gen_op(struct wl *wl, const struct mix *mx, unsigned vmask)
+{
+    int cand[MAXV], nc = 0;
+    for (int i = 0; i < wl->nv; i++)
+        if ((vmask >> i) & 1)
+            cand[nc++] = i;
+    ck_assert_int_gt(nc, 0);
+    int vi = cand[rnd(wl) % (uint64_t)nc];
+    struct mvdi *m = &wl->v[vi];
+    unsigned total = mx->write + mx->fua + mx->trim + mx->flush + mx->snap + mx->read;
+    unsigned r = (unsigned)(rnd(wl) % total);
+    if (r < mx->write + mx->fua) {
+        uint32_t nb = 1 + (uint32_t)(rnd(wl) % mx->max_nb);
+        uint32_t t0;
+        if (mx->seq) {
+            if (m->cursor >= m->nt)
+                m->cursor = 0;
+            t0 = m->cursor;
+        } else {
+            t0 = pick_start(wl, m, mx);
+        }
+        nb = clip(m, t0, nb);
+        if (mx->seq)
+            m->cursor = t0 + nb;
+        sub_write(wl, vi, t0, nb, r >= mx->write, false);
+        return;
+    }
+    r -= mx->write + mx->fua;
+    if (r < mx->trim) {
+        uint32_t t0 = pick_start(wl, m, mx);
+        sub_write(wl, vi, t0, clip(m, t0, 1 + (uint32_t)(rnd(wl) % mx->max_trim)), false, true);
+        return;
+    }
+    r -= mx->trim;
+    if (r < mx->flush) {
+        sub_flush(wl, vi);
+        return;
+    }
+    r -= mx->flush;
+    if (r < mx->snap) {
+        if (m->snaps.n < mx->max_snaps)
+            sub_snap(wl, vi, rnd(wl) % 100 < mx->label);
+        else
+            sub_flush(wl, vi);
+        return;
+    }
+    uint32_t t0 = pick_start(wl, m, mx);
+    sub_read(wl, vi, t0, clip(m, t0, 1 + (uint32_t)(rnd(wl) % 16)));
+}
+
+/* Submit nops requests to the VDIs in vmask, in bursts, with at most mx->inflight in flight. */
+static void run_phase(struct wl *wl, const struct mix *mx, unsigned nops, unsigned vmask)
+{
+    unsigned done_ops = 0;
+    while (done_ops < nops) {
+        unsigned burst = 1 + (unsigned)(rnd(wl) % 24);
+        while (burst-- > 0 && done_ops < nops && wl->inflight < mx->inflight) {
+            gen_op(wl, mx, vmask);
+            done_ops++;
+        }
+        service(wl, wl->inflight >= mx->inflight);
+    }
+    drain(wl);
+}
+
+/* ---- Verification ------------------------------------------------------------------------------
+ */
+
+/* The base of rule 2 for VDI vi at crash position p: the sequence number of the submission of
+ * the last flush that completed before p (0 when none). */
+static uint64_t flush_seq_at(const struct wl *wl, int vi, uint64_t p)
+{
+    const struct mvdi *m = &wl->v[vi];
+    uint64_t best = 0;
+    for (uint32_t k = 0; k < m->flushes.n; k++) {
+        const struct frec *f = &wl->f[m->flushes.v[k]];
+        if (f->done && f->status == 0 && f->done_pos <= p && f->sub_seq > best)
+            best = f->sub_seq;
+    }
+    return best;
+}
+
+static void describe_hist(const struct wl *wl, const struct mvdi *m, uint32_t t, int64_t base,
+                          uint64_t p, char *out, size_t len)
+{
+    const struct ivec *h = &m->hist[t];
+    size_t o = (size_t)snprintf(out, len, "initial #%u", m->init[t]);
+    uint32_t from = h->n > 8 ? h->n - 8 : 0;
+    if (base >= 0 && (uint32_t)base < from)
+        from = (uint32_t)base;
+    for (uint32_t j = from; j < h->n && o < len; j++) {
+        const struct wrec *w = &wl->w[h->v[j]];
+        o += (size_t)snprintf(
+            out + o, len - o, "; %s#%u%s sub@%llu ack@%llu st%d%s%s", w->trim ? "trim" : "", w->wid,
+            w->fua ? " fua" : "", (unsigned long long)w->sub_pos,
+            w->acked ? (unsigned long long)w->ack_pos : 0ull, w->status,
+            (int64_t)j == base ? " [base]" : "", w->sub_pos < p ? "" : " [later]");
+    }
+}
+
+/* Rule 2 for tracked block t of VDI vi at crash position p (fseq from flush_seq_at). */
+static bool durable_ok(const struct wl *wl, int vi, uint32_t t, uint64_t p, uint64_t fseq,
+                       uint32_t val, int64_t *base_out)
+{
+    const struct mvdi *m = &wl->v[vi];
+    const struct ivec *h = &m->hist[t];
+    int64_t base = -1;
+    for (uint32_t j = 0; j < h->n; j++) {
+        const struct wrec *w = &wl->w[h->v[j]];
+        if (w->acked && w->status == 0 && (w->ack_seq < fseq || (w->fua && w->ack_pos <= p)))
+            base = j;
+    }
+    *base_out = base;
+    uint32_t bval = base < 0 ? m->init[t] : wl->w[h->v[base]].wid;
+    if (val == bval)
+        return true;
+    for (uint32_t j = (uint32_t)(base + 1); j < h->n; j++) {
+        const struct wrec *w = &wl->w[h->v[j]];
+        if (w->sub_pos < p && w->wid == val)
+            return true;
+    }
+    return false;
+}
+
+struct vctx {
+    struct wl *wl;
+    plx_store *st;
+    uint8_t *buf;
+    uint64_t p; /* crash position (UINT64_MAX: live store) */
+    bool live;  /* verifying the running store, not an image */
+};
+
+enum vmode { V_DURABLE, V_LIVE, V_SNAP };
+
+/* Read every tracked range of handle h (model VDI vi) and check each block: against rule 2
+ * (V_DURABLE), against all writes (V_LIVE) or against snapshot sr (V_SNAP); then a sample of
+ * untracked blocks, which must be zeros. */
+static void verify_blocks(struct vctx *x, int vi, plx_vdi *h, enum vmode mode,
+                          const struct srec *sr, const char *what)
+{
+    struct wl *wl = x->wl;
+    const struct mvdi *m = &wl->v[vi];
+    uint64_t fseq = mode == V_DURABLE ? flush_seq_at(wl, vi, x->p) : 0;
+    for (int ri = 0; ri < m->nr; ri++) {
+        const struct range *r = &m->r[ri];
+        int rc = plx_vdi_pread(h, x->buf, r->vb0 * BS, (size_t)r->n * BS);
+        if (rc != 0) {
+            violation(wl, "%s: reading blocks %llu+%u failed: %d %s", what,
+                      (unsigned long long)r->vb0, r->n, rc, plx_store_errmsg(x->st));
+            return;
+        }
+        for (uint32_t i = 0; i < r->n; i++) {
+            uint32_t t = r->t0 + i, val = 0, e = 0;
+            uint64_t vb = r->vb0 + i;
+            char why[160] = "";
+            int d = pat_decode(x->buf + (size_t)i * BS, vb, &val, why, sizeof why);
+            bool ok = false;
+            int64_t base = -1;
+            if (d == 0) {
+                if (mode == V_DURABLE)
+                    ok = durable_ok(wl, vi, t, x->p, fseq, val, &base);
+                else
+                    ok = prefix_ok(wl, m, t, mode == V_SNAP ? sr->hlen[t] : m->hist[t].n, val, &e);
+            }
+            if (ok)
+                continue;
+            char hist[700];
+            describe_hist(wl, m, t, base, x->p, hist, sizeof hist);
+            char found[200];
+            if (d)
+                snprintf(found, sizeof found, "%s", why);
+            else
+                snprintf(found, sizeof found, "write #%u", val);
+            if (mode == V_DURABLE)
+                violation(wl,
+                          "%s block %llu holds %s; not acceptable (last flush done: seq %llu). "
+                          "History: %s",
+                          what, (unsigned long long)vb, found, (unsigned long long)fseq, hist);
+            else
+                violation(wl, "%s block %llu holds %s; expected write #%u. History: %s", what,
+                          (unsigned long long)vb, found, e, hist);
+            return;
+        }
+    }
+    /* Untracked blocks: zeros. */
+    uint64_t nblocks = m->size / BS, tracked = m->nt;
+    for (int k = 0; k < 4 && nblocks > tracked; k++) {
+        uint64_t vb = rnd(wl) % nblocks;
+        bool in = false;
+        for (int ri = 0; ri < m->nr; ri++)
+            in = in || (vb >= m->r[ri].vb0 && vb < m->r[ri].vb0 + m->r[ri].n);
+        if (in)
+            continue;
+        int rc = plx_vdi_pread(h, x->buf, vb * BS, BS);
+        if (rc != 0)
+            violation(wl, "%s: reading untracked block %llu failed: %d %s", what,
+                      (unsigned long long)vb, rc, plx_store_errmsg(x->st));
+        else if (memcmp(x->buf, zero_blk, BS) != 0)
+            violation(wl, "%s: untracked block %llu is not zero", what, (unsigned long long)vb);
+    }
+}
+
+static void verify_snapshot(struct vctx *x, int vi, uint64_t index, const struct srec *sr)
+{
+    struct wl *wl = x->wl;
+    const struct mvdi *m = &wl->v[vi];
+    char spec[96], what[160];
+    snprintf(spec, sizeof spec, "%s@%llu", m->name, (unsigned long long)index);
+    snprintf(what, sizeof what, "snapshot %s (%s)", spec, sr->done ? "completed" : "incomplete");
+    plx_vdi *h = NULL;
+    int rc = plx_vdi_open(x->st, spec, PLX_OPEN_READONLY, &h);
+    if (rc != 0) {
+        violation(wl, "opening %s: %d %s", what, rc, plx_store_errmsg(x->st));
+        return;
+    }
+    verify_blocks(x, vi, h, V_SNAP, sr, what);
+    rc = plx_vdi_close(h);
+    if (rc != 0)
+        violation(wl, "closing %s: %d", what, rc);
+}
+
+/* The model's snapshot numbered `index` in VDI vi, or NULL when unknown. */
+static const struct srec *snap_by_index(const struct wl *wl, int vi, uint64_t index)
+{
+    const struct mvdi *m = &wl->v[vi];
+    for (uint32_t k = 0; k < m->snaps.n; k++) {
+        const struct srec *s = &wl->s[m->snaps.v[k]];
+        if (s->done && s->status == 0 && s->index == index)
+            return s;
+        if (m->pred_ok && s->pred_index == index)
+            return s;
+    }
+    return NULL;
+}
+
+static void check_report(void *arg, int is_error, const char *line)
+{
+    struct wl *wl = arg;
+    if (is_error)
+        violation(wl, "plx_check: %s", line);
+}
+
+static void run_check(struct vctx *x)
+{
+    struct wl *wl = x->wl;
+    if (!plx_check) {
+        g_tot->check_missing = 1;
+        return;
+    }
+    struct plx_check_report rep;
+    memset(&rep, 0, sizeof rep);
+    int rc = plx_check(x->st, &rep, check_report, wl);
+    g_tot->checks++;
+    if (rc != 0)
+        violation(wl, "plx_check could not run: %d %s", rc, plx_store_errmsg(x->st));
+    else if (rep.errors != 0)
+        violation(wl, "plx_check found %llu errors", (unsigned long long)rep.errors);
+}
+
+/* Rules 1-5 on a store (an image at crash position x->p, or the live store). nsnap: how many
+ * snapshots per VDI to read back (the newest ones and a random sample). */
+static void verify_store(struct vctx *x, unsigned nsnap)
+{
+    struct wl *wl = x->wl;
+    uint64_t p = x->p;
+    if (!x->live)
+        run_check(x);
+
+    struct plx_vdi_info *list = NULL;
+    size_t nlist = 0;
+    int rc = plx_vdi_list(x->st, &list, &nlist);
+    if (rc != 0) {
+        violation(wl, "plx_vdi_list: %d %s", rc, plx_store_errmsg(x->st));
+        return;
+    }
+    for (size_t i = 0; i < nlist; i++) {
+        bool known = list[i].deleted;
+        for (int vi = 0; vi < wl->nv && !known; vi++)
+            known = strcmp(list[i].name, wl->v[vi].name) == 0;
+        if (!known)
+            violation(wl, "unknown VDI '%s' (id %llu) in the registry", list[i].name,
+                      (unsigned long long)list[i].id);
+    }
+    free(list);
+
+    for (int vi = 0; vi < wl->nv; vi++) {
+        const struct mvdi *m = &wl->v[vi];
+        struct plx_vdi_info info;
+        rc = plx_vdi_lookup(x->st, m->name, &info);
+        if (rc == -ENOENT && p < m->create_pos)
+            continue; /* not created yet */
+        if (rc != 0) {
+            violation(wl, "VDI %s (created at position %llu) is missing: %d %s", m->name,
+                      (unsigned long long)m->create_pos, rc, plx_store_errmsg(x->st));
+            continue;
+        }
+        if (info.id != m->id || info.size != m->size)
+            violation(wl, "VDI %s has id %llu size %llu, expected id %llu size %llu", m->name,
+                      (unsigned long long)info.id, (unsigned long long)info.size,
+                      (unsigned long long)m->id, (unsigned long long)m->size);
+        if (m->parent >= 0 &&
+            (info.parent_id != wl->v[m->parent].id || info.parent_snap != m->parent_index))
+            violation(wl, "clone %s has parent %llu@%llu, expected %llu@%llu", m->name,
+                      (unsigned long long)info.parent_id, (unsigned long long)info.parent_snap,
+                      (unsigned long long)wl->v[m->parent].id, (unsigned long long)m->parent_index);
+
+        /* Rule 2 (or, live, every write). */
+        char what[160];
+        plx_vdi *h = m->h;
+        if (!x->live || !h) {
+            rc = plx_vdi_open(x->st, m->name, PLX_OPEN_READONLY, &h);
+            if (rc != 0) {
+                violation(wl, "opening VDI %s read-only: %d %s", m->name, rc,
+                          plx_store_errmsg(x->st));
+                continue;
+            }
+        }
+        snprintf(what, sizeof what, "VDI %s", m->name);
+        verify_blocks(x, vi, h, x->live ? V_LIVE : V_DURABLE, NULL, what);
+        if (h != m->h || !x->live) {
+            rc = plx_vdi_close(h);
+            if (rc != 0)
+                violation(wl, "closing VDI %s: %d", m->name, rc);
+        }
+
+        /* Rule 3: snapshots. */
+        struct plx_snap_info *sl = NULL;
+        size_t n = 0;
+        rc = plx_snap_list(x->st, info.id, &sl, &n);
+        if (rc != 0) {
+            violation(wl, "listing the snapshots of %s: %d %s", m->name, rc,
+                      plx_store_errmsg(x->st));
+            continue;
+        }
+        uint64_t submitted = 0;
+        for (uint32_t k = 0; k < m->snaps.n; k++) {
+            const struct srec *s = &wl->s[m->snaps.v[k]];
+            if (s->sub_pos < p)
+                submitted++;
+            if (!(s->done && s->status == 0 && s->done_pos <= p))
+                continue;
+            if (s->index > n || sl[s->index - 1].deleted)
+                violation(wl,
+                          "snapshot %s@%llu completed at position %llu but the log holds "
+                          "%zu snapshots",
+                          m->name, (unsigned long long)s->index, (unsigned long long)s->done_pos,
+                          n);
+        }
+        if (m->pred_ok && n > submitted)
+            violation(wl, "VDI %s has %zu snapshots but only %llu were submitted", m->name, n,
+                      (unsigned long long)submitted);
+        /* Read back the newest snapshots (most exposed to the crash) and a random sample. */
+        for (unsigned k = 0; k < nsnap && k < n; k++) {
+            uint64_t index = k < 2 ? n - k : 1 + rnd(wl) % n;
+            const struct srec *s = snap_by_index(wl, vi, index);
+            if (s)
+                verify_snapshot(x, vi, index, s);
+        }
+        free(sl);
+    }
+}
+
+static const char *mode_name(enum plx_crash_mode md)
+{
+    switch (md) {
+    case PLX_CRASH_DROP_UNFLUSHED:
+        return "drop-unflushed";
+    case PLX_CRASH_KEEP_ALL:
+        return "keep-all";
+    case PLX_CRASH_RANDOM:
+        return "random";
+    }
+    return "?";
+}
+
+/* Open image (consumed) as the medium after a crash at p, and verify it. */
+static void verify_image(struct wl *wl, plx_backend *img, uint64_t p, enum plx_crash_mode md,
+                         uint64_t seed, unsigned nsnap)
+{
+    snprintf(wl->where, sizeof wl->where, "crash at position %llu, mode %s, seed %llu",
+             (unsigned long long)p, mode_name(md), (unsigned long long)seed);
+    snprintf(g_ctx, sizeof g_ctx, "verifying [%s seed %llu] %s", wl->name,
+             (unsigned long long)wl->seed, wl->where);
+    wl->img_msgs = 0;
+    struct plx_open_opts o = {.struct_size = sizeof o, .read_only = 1, .cache_bytes = 2 * MIB};
+    plx_store *st = NULL;
+    char err[256] = "";
+    int rc = plx_store_open_backend(img, &o, &st, err, sizeof err);
+    wl->images++;
+    if (rc != 0) {
+        violation(wl, "the store does not open: %d %s", rc, err);
+        return;
+    }
+    uint8_t *buf = aligned_alloc(BS, 512 * BS);
+    ck_assert_ptr_nonnull(buf);
+    struct vctx x = {.wl = wl, .st = st, .buf = buf, .p = p, .live = false};
+    verify_store(&x, nsnap);
+    free(buf);
+    rc = plx_store_close(st);
+    if (rc != 0)
+        violation(wl, "closing the read-only store: %d", rc);
+    g_ctx[0] = 0;
+}
+
+/* Read everything back from the running store: every write, every snapshot. */
+static void verify_live(struct wl *wl)
+{
+    snprintf(wl->where, sizeof wl->where, "live store");
+    wl->img_msgs = 0;
+    uint8_t *buf = aligned_alloc(BS, 512 * BS);
+    ck_assert_ptr_nonnull(buf);
+    struct vctx x = {.wl = wl, .st = wl->st, .buf = buf, .p = UINT64_MAX, .live = true};
+    verify_store(&x, 1000000);
+    free(buf);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Close the workload's VDIs and store, then verify crash images at npos positions: a random
+ * sample of the crash points plus points at and just before guest-visible completions. */
+static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned nsnap)
+{
+    for (int vi = 0; vi < wl->nv; vi++)
+        if (wl->v[vi].h)
+            close_vdi(wl, vi);
+    int rc = plx_store_close(wl->st);
+    if (rc != 0 && wl->expect_ok)
+        violation(wl, "closing the store: %d", rc);
+    wl->st = NULL;
+
+    uint64_t total = plx_fault_crash_points(wl->fb, NULL, 0);
+    ck_assert_uint_gt(total, 0);
+    uint64_t *pts = malloc(total * sizeof *pts);
+    ck_assert_ptr_nonnull(pts);
+    plx_fault_crash_points(wl->fb, pts, total);
+
+    /* Candidates tied to guest events: acknowledgements (the earliest positions where a
+     * guarantee applies) and the position just before each. */
+    size_t ncand = 0, capc = 2 * (wl->nf + wl->ns + wl->nw + (size_t)wl->nv) + 2;
+    uint64_t *cand = malloc(capc * sizeof *cand);
+    ck_assert_ptr_nonnull(cand);
+    for (size_t i = 0; i < wl->nf; i++)
+        if (wl->f[i].done && wl->f[i].done_pos > 0) {
+            cand[ncand++] = wl->f[i].done_pos;
+            cand[ncand++] = wl->f[i].done_pos - 1;
+        }
+    for (size_t i = 0; i < wl->ns; i++)
+        if (wl->s[i].done && wl->s[i].done_pos > 0) {
+            cand[ncand++] = wl->s[i].done_pos;
+            cand[ncand++] = wl->s[i].done_pos - 1;
+        }
+    for (size_t i = 0; i < wl->nw; i++)
+        if (wl->w[i].fua && wl->w[i].acked && wl->w[i].ack_pos > 0)
+            cand[ncand++] = wl->w[i].ack_pos;
+    for (int i = 0; i < wl->nv; i++)
+        cand[ncand++] = wl->v[i].create_pos;
+
+    uint64_t *sel = malloc((npos + 1) * sizeof *sel);
+    ck_assert_ptr_nonnull(sel);
+    size_t nsel = 0;
+    sel[nsel++] = total; /* after everything, the store closed */
+    while (nsel < npos) {
+        uint64_t p;
+        if (ncand > 0 && rnd(wl) % 3 == 0)
+            p = cand[rnd(wl) % ncand];
+        else
+            p = pts[rnd(wl) % total];
+        if (p >= 1 && p <= total)
+            sel[nsel++] = p;
+    }
+    qsort(sel, nsel, sizeof *sel, cmp_u64);
+
+    struct plx_crash_cursor *c = plx_crash_cursor_new(wl->fb);
+    uint64_t last = 0;
+    for (size_t i = 0; i < nsel; i++) {
+        uint64_t p = sel[i];
+        if (i > 0 && p == last)
+            continue;
+        last = p;
+        plx_crash_cursor_seek(c, p);
+        wl->positions++;
+        verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0), p,
+                     PLX_CRASH_DROP_UNFLUSHED, 0, nsnap);
+        verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_KEEP_ALL, 0), p, PLX_CRASH_KEEP_ALL, 0,
+                     nsnap);
+        for (unsigned k = 0; k < nseeds; k++) {
+            uint64_t seed = wl->seed * 1000003 + p * 31 + k;
+            verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_RANDOM, seed), p, PLX_CRASH_RANDOM,
+                         seed, nsnap);
+        }
+    }
+    plx_crash_cursor_free(c);
+    free(sel);
+    free(cand);
+    free(pts);
+}
+
+static void report(struct wl *wl, double secs)
+{
+    g_tot->images += wl->images;
+    g_tot->positions += wl->positions;
+    g_tot->workloads++;
+    g_tot->failures += wl->violations;
+    printf("crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %llu blocks read "
+           "live, log %llu events, %llu positions, %llu images, %llu violations, %.1f s\n",
+           wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns,
+           (unsigned long long)wl->reads_checked,
+           (unsigned long long)plx_fault_log_position(wl->fb), (unsigned long long)wl->positions,
+           (unsigned long long)wl->images, (unsigned long long)wl->violations, secs);
+    fflush(stdout);
+}
+
+static void eio_report(struct wl *wl)
+{
+    g_tot->failures += wl->violations;
+    printf("crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %llu failed "
+           "requests, %llu errors injected, %llu violations\n",
+           wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns,
+           (unsigned long long)wl->failed_reqs,
+           (unsigned long long)plx_fault_errors_injected(wl->fb),
+           (unsigned long long)wl->violations);
+    fflush(stdout);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- Crash workloads ---------------------------------------------------------------------------
+ */
+
+static unsigned scale(unsigned full)
+{
+    return tu_quick() ? (full + 3) / 4 : full;
+}
+
+/* Positions per workload: ~260 x 6 images in full runs, ~14 x 4 in quick ones. */
+static unsigned npositions(void)
+{
+    return tu_quick() ? 14 : 260;
+}
+
+static unsigned nseeds(void)
+{
+    return tu_quick() ? 2 : 4;
+}
+
+#define R(a, b)                                                                                    \
+    {                                                                                              \
+        .vb0 = (a), .n = (b)                                                                       \
+    }
+
+static void wl_sequential(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 512), R(700, 300)};
+    int a = add_vdi(wl, "seq", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix mx = {
+        .write = 80, .fua = 5, .flush = 10, .read = 5, .max_nb = 16, .seq = true, .inflight = 32};
+    run_phase(wl, &mx, scale(420), 1u << a);
+}
+
+static void wl_random(struct wl *wl)
+{
+    static const struct range ra[] = {R(0, 200), R(400, 100), R(900, 124)};
+    static const struct range rb[] = {R(10, 300)};
+    int a = add_vdi(wl, "rand-a", 4 * MIB, ra, 3);
+    int b = add_vdi(wl, "rand-b", 2 * MIB, rb, 1);
+    open_vdi(wl, a);
+    open_vdi(wl, b);
+    struct mix mx = {.write = 64, .fua = 8, .flush = 8, .read = 12, .max_nb = 8, .inflight = 64};
+    run_phase(wl, &mx, scale(520), (1u << a) | (1u << b));
+}
+
+static void wl_snap_overwrite(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 256), R(300, 64)};
+    int a = add_vdi(wl, "snapow", 2 * MIB, r, 2);
+    open_vdi(wl, a);
+    /* Fill, snapshot, then overwrite the same hot blocks between snapshots. */
+    struct mix fill = {.write = 90, .flush = 10, .max_nb = 16, .seq = true, .inflight = 16};
+    run_phase(wl, &fill, scale(40), 1u << a);
+    struct mix mx = {.write = 70,
+                     .fua = 4,
+                     .flush = 6,
+                     .snap = 8,
+                     .read = 12,
+                     .max_nb = 6,
+                     .hot = 70,
+                     .inflight = 48,
+                     .max_snaps = 40,
+                     .label = 30};
+    run_phase(wl, &mx, scale(400), 1u << a);
+}
+
+static void wl_clone(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 160), R(512, 96), R(1000, 24)};
+    int a = add_vdi(wl, "base", 4 * MIB, r, 3);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 70,
+                     .fua = 5,
+                     .flush = 8,
+                     .snap = 5,
+                     .read = 12,
+                     .max_nb = 12,
+                     .hot = 30,
+                     .inflight = 48,
+                     .max_snaps = 30,
+                     .label = 20};
+    run_phase(wl, &mx, scale(160), 1u << a);
+    sub_snap(wl, a, false);
+    drain(wl);
+    long s1 = last_done_snap(wl, a);
+    ck_assert_int_ge(s1, 0);
+    int c1 = add_clone(wl, "clone1", a, (size_t)s1);
+    open_vdi(wl, c1);
+    /* The parent and the clone written at once; the clone's writes hit shared blocks. */
+    run_phase(wl, &mx, scale(200), (1u << a) | (1u << c1));
+    sub_snap(wl, c1, true);
+    drain(wl);
+    long s2 = last_done_snap(wl, c1);
+    ck_assert_int_ge(s2, 0);
+    int c2 = add_clone(wl, "clone2", c1, (size_t)s2);
+    /* A clone of an older snapshot of the parent, never opened: must stay as it was. */
+    long s0 = (long)wl->v[a].snaps.v[0];
+    int c3 = -1;
+    if (wl->s[s0].done && wl->s[s0].status == 0)
+        c3 = add_clone(wl, "clone-old", a, (size_t)s0);
+    (void)c3;
+    open_vdi(wl, c2);
+    run_phase(wl, &mx, scale(200), (1u << a) | (1u << c1) | (1u << c2));
+}
+
+static void wl_snap_storm(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 192), R(256, 64)};
+    int a = add_vdi(wl, "storm", 2 * MIB, r, 2);
+    open_vdi(wl, a);
+    /* About one request in four is a snapshot, with up to 64 requests in flight; over 63
+     * snapshots also fill the first snapshot-log block. */
+    struct mix mx = {.write = 56,
+                     .fua = 4,
+                     .flush = 4,
+                     .snap = 26,
+                     .read = 10,
+                     .max_nb = 8,
+                     .hot = 40,
+                     .inflight = 64,
+                     .max_snaps = 140,
+                     .label = 15};
+    run_phase(wl, &mx, scale(520), 1u << a);
+}
+
+static void wl_trim(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 384), R(600, 200)};
+    int a = add_vdi(wl, "trim", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 90, .flush = 10, .max_nb = 16, .seq = true, .inflight = 16};
+    run_phase(wl, &fill, scale(50), 1u << a);
+    struct mix mx = {.write = 48,
+                     .fua = 5,
+                     .trim = 25,
+                     .flush = 10,
+                     .snap = 3,
+                     .read = 9,
+                     .max_nb = 12,
+                     .max_trim = 40,
+                     .hot = 20,
+                     .inflight = 48,
+                     .max_snaps = 12};
+    run_phase(wl, &mx, scale(480), 1u << a);
+}
+
+/* A sparse 1 TiB VDI (four tree levels) with ranges straddling leaf, level-1 and level-2
+ * boundaries, through a node cache small enough to evict. */
+static void wl_sparse(struct wl *wl)
+{
+    static const struct range r[] = {
+        R(0, 64),
+        R(3 * 512 - 20, 48),
+        R((1ull << 18) - 16, 40),
+        R((1ull << 27) - 24, 48),
+        R((1ull << 28) - 100, 100),
+    };
+    int a = add_vdi(wl, "sparse", 1ull << 40, r, 5);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 60,
+                     .fua = 6,
+                     .trim = 8,
+                     .flush = 8,
+                     .snap = 6,
+                     .read = 12,
+                     .max_nb = 12,
+                     .max_trim = 16,
+                     .inflight = 48,
+                     .max_snaps = 24,
+                     .label = 10};
+    run_phase(wl, &mx, scale(420), 1u << a);
+}
+
+struct workload {
+    const char *name;
+    void (*run)(struct wl *wl);
+    uint64_t cache_bytes;
+};
+
+static const struct workload workloads[] = {
+    {"sequential", wl_sequential, 0},         {"random", wl_random, 0},
+    {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
+    {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
+    {"sparse-1TiB", wl_sparse, 256 * 1024},
+};
+#define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
+
+START_TEST(test_crash_workload)
+{
+    const struct workload *wk = &workloads[_i];
+    struct wl wl;
+    double t0 = now_s();
+    wl_init(&wl, wk->name, 0xc0ffee00u + (uint64_t)_i * 7919, wk->cache_bytes);
+    wk->run(&wl);
+    verify_live(&wl);
+    crash_sweep(&wl, npositions(), nseeds(), tu_quick() ? 3 : 4);
+    report(&wl, now_s() - t0);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "workload %s: %llu violations (see VIOLATION lines)", wk->name, v);
+}
+END_TEST
+
+/* ---- Error injection ---------------------------------------------------------------------------
+ */
+
+/* A store with VDI "eio" (2 MiB, blocks 0-383 tracked) filled and flushed. */
+static int eio_setup(struct wl *wl, const char *name, uint64_t seed)
+{
+    static const struct range r[] = {R(0, 384)};
+    wl_init(wl, name, seed, 0);
+    int a = add_vdi(wl, "eio", 2 * MIB, r, 1);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 100, .max_nb = 16, .seq = true, .inflight = 16};
+    run_phase(wl, &fill, 40, 1u << a);
+    sub_flush(wl, a);
+    drain(wl);
+    return a;
+}
+
+/* The physical block holding tracked block t of VDI vi (its latest write), found by scanning
+ * the medium for its pattern. */
+static uint64_t find_physical(struct wl *wl, int vi, uint32_t t)
+{
+    const struct mvdi *m = &wl->v[vi];
+    const struct ivec *h = &m->hist[t];
+    ck_assert_uint_gt(h->n, 0);
+    uint32_t wid = wl->w[h->v[h->n - 1]].wid;
+    int ri = 0;
+    while (ri + 1 < m->nr && t >= m->r[ri + 1].t0)
+        ri++;
+    uint64_t vb = m->r[ri].vb0 + (t - m->r[ri].t0);
+    uint8_t *buf = plx_block_alloc(256);
+    uint64_t found = UINT64_MAX;
+    for (uint64_t b = 0; b < wl->fb->nblocks && found == UINT64_MAX; b += 256) {
+        ck_assert_int_eq(tu_io(wl->fb, PLX_IO_READ, b, 256, buf, 0), 0);
+        for (uint64_t i = 0; i < 256; i++) {
+            uint32_t val;
+            char why[160];
+            if (pat_decode(buf + i * BS, vb, &val, why, sizeof why) == 0 && val == wid) {
+                found = b + i;
+                break;
+            }
+        }
+    }
+    plx_block_free(buf);
+    ck_assert_msg(found != UINT64_MAX, "no physical block holds write #%u of block %llu", wid,
+                  (unsigned long long)vb);
+    return found;
+}
+
+/* Close, then verify the images at the end of the log (every write kept, and only durable
+ * ones): plx_check clean, every acknowledged write intact. */
+static void eio_finish(struct wl *wl)
+{
+    plx_fault_clear(wl->fb);
+    verify_live(wl);
+    for (int vi = 0; vi < wl->nv; vi++)
+        if (wl->v[vi].h)
+            close_vdi(wl, vi);
+    int rc = plx_store_close(wl->st);
+    if (rc != 0)
+        violation(wl, "closing the store after the errors were cleared: %d", rc);
+    wl->st = NULL;
+    uint64_t end = plx_fault_log_position(wl->fb);
+    struct plx_crash_cursor *c = plx_crash_cursor_new(wl->fb);
+    plx_crash_cursor_seek(c, end);
+    verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_KEEP_ALL, 0), end, PLX_CRASH_KEEP_ALL, 0,
+                 1000000);
+    verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0), end,
+                 PLX_CRASH_DROP_UNFLUSHED, 0, 1000000);
+    plx_crash_cursor_free(c);
+}
+
+/* Requests after the errors are cleared must all succeed. */
+static void eio_after(struct wl *wl, int vi)
+{
+    wl->expect_ok = true;
+    snprintf(wl->where, sizeof wl->where, "after the injected error");
+    struct mix mx = {.write = 60,
+                     .fua = 5,
+                     .trim = 5,
+                     .flush = 10,
+                     .snap = 5,
+                     .read = 15,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .inflight = 16,
+                     .max_snaps = 1000};
+    run_phase(wl, &mx, 40, 1u << vi);
+    sub_flush(wl, vi);
+    drain(wl);
+}
+
+/* Completion statuses of the writes in [from, nw) and flushes in [ffrom, nf). */
+static unsigned count_failed(const struct wl *wl, size_t from, size_t ffrom, size_t sfrom)
+{
+    unsigned n = 0;
+    for (size_t i = from; i < wl->nw; i++)
+        n += wl->w[i].status != 0;
+    for (size_t i = ffrom; i < wl->nf; i++)
+        n += wl->f[i].status != 0;
+    for (size_t i = sfrom; i < wl->ns; i++)
+        n += wl->s[i].status != 0;
+    return n;
+}
+
+START_TEST(test_eio_data_read)
+{
+    struct wl wl;
+    int a = eio_setup(&wl, "eio-data-read", 101);
+    uint32_t target = 100;
+    uint64_t pb = find_physical(&wl, a, target);
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "read error on physical block %llu",
+             (unsigned long long)pb);
+    plx_fault_fail_blocks(wl.fb, PLX_IO_READ, pb, 1, -EIO, 1);
+    /* Reads in flight, one of them over the failing block, and writes elsewhere. */
+    unsigned long long failed0 = wl.failed_reqs, done0 = wl.completed;
+    for (uint32_t i = 0; i < 24; i++)
+        sub_read(&wl, a, (i * 16) % 368, 16);
+    sub_read(&wl, a, target - 3, 8);
+    for (uint32_t i = 0; i < 8; i++)
+        sub_write(&wl, a, 200 + i * 8, 8, false, false);
+    drain(&wl);
+    ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
+    ck_assert_uint_eq(wl.completed - done0, 33);
+    /* Exactly one read covers the block first: it alone fails. */
+    ck_assert_msg(wl.failed_reqs - failed0 == 1, "%llu requests failed, expected 1",
+                  wl.failed_reqs - failed0);
+    /* The block reads fine once the error is gone. */
+    sub_read(&wl, a, target, 1);
+    drain(&wl);
+    ck_assert_uint_eq(wl.failed_reqs - failed0, 1);
+    eio_after(&wl, a);
+    eio_finish(&wl);
+    eio_report(&wl);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "%llu violations", v);
+}
+END_TEST
+
+START_TEST(test_eio_data_write)
+{
+    struct wl wl;
+    int a = eio_setup(&wl, "eio-data-write", 202);
+
+    /* 1. An in-place overwrite (the block is mapped and writable) fails; other writes in
+     * flight succeed. */
+    uint32_t target = 50;
+    uint64_t pb = find_physical(&wl, a, target);
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "in-place write error on physical block %llu",
+             (unsigned long long)pb);
+    plx_fault_fail_blocks(wl.fb, PLX_IO_WRITE, pb, 1, -EIO, 1);
+    size_t w0 = wl.nw;
+    for (uint32_t i = 0; i < 12; i++)
+        sub_write(&wl, a, 100 + i * 8, 8, i % 4 == 0, false);
+    sub_write(&wl, a, target - 2, 4, false, false);
+    size_t wfail = wl.nw - 1;
+    for (uint32_t i = 0; i < 6; i++)
+        sub_read(&wl, a, 250 + i * 8, 8);
+    sub_flush(&wl, a);
+    drain(&wl);
+    ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
+    ck_assert_int_eq(wl.w[wfail].status, -EIO);
+    for (size_t i = w0; i < wl.nw; i++)
+        if (i != wfail)
+            ck_assert_msg(wl.w[i].status == 0, "write %zu: %d", i, wl.w[i].status);
+
+    /* 2. A write that needs a new block (the old one is in a snapshot) fails: the new link must
+     * not survive, the snapshot must not change. */
+    wl.expect_ok = true;
+    sub_snap(&wl, a, false);
+    drain(&wl);
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "write error on a newly allocated data block");
+    uint8_t cat[BS];
+    ck_assert_int_eq(tu_io(wl.fb, PLX_IO_READ, 2, 1, cat, 0), 0);
+    const struct plx_catalog_block *cb = (const struct plx_catalog_block *)cat;
+    uint64_t eb = EXTENT_BYTES / BS;
+    for (uint32_t e = 1; e < cb->count; e++)
+        if (cb->entries[e].type != PLX_EXTENT_METADATA)
+            plx_fault_fail_blocks(wl.fb, PLX_IO_WRITE, e * eb + 1, eb - 1, -EIO, -1);
+    uint64_t inj0 = plx_fault_errors_injected(wl.fb);
+    sub_write(&wl, a, 10, 3, false, false);
+    wfail = wl.nw - 1;
+    for (uint32_t i = 0; i < 8; i++)
+        sub_read(&wl, a, 20 + i * 4, 4);
+    drain(&wl);
+    ck_assert_uint_gt(plx_fault_errors_injected(wl.fb), inj0);
+    ck_assert_int_eq(wl.w[wfail].status, -EIO);
+    plx_fault_clear(wl.fb);
+    /* Read it back: the old contents. */
+    sub_read(&wl, a, 8, 8);
+    drain(&wl);
+    eio_after(&wl, a);
+    eio_finish(&wl);
+    eio_report(&wl);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "%llu violations", v);
+}
+END_TEST
+
+/* A write error anywhere in the first metadata extent (radix nodes, its bitmap, snapshot log
+ * blocks) while writes, trims and snapshots are in flight. _i = 0: one error under a write-heavy
+ * mix; 1: one error under a snapshot-heavy mix; 2: three errors. */
+START_TEST(test_eio_metadata_write)
+{
+    struct wl wl;
+    int a = eio_setup(&wl, "eio-metadata-write", 303 + (uint64_t)_i);
+    struct plx_vdi_info info;
+    ck_assert_int_eq(plx_vdi_lookup(wl.st, "eio", &info), 0);
+    uint64_t eb = EXTENT_BYTES / BS, ext = info.root / eb;
+    int times = _i == 2 ? 3 : 1;
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "%d write error(s) in metadata extent %llu", times,
+             (unsigned long long)ext);
+    size_t w0 = wl.nw, f0 = wl.nf, s0 = wl.ns;
+    uint64_t inj0 = plx_fault_errors_injected(wl.fb);
+    plx_fault_fail_blocks(wl.fb, PLX_IO_WRITE, ext * eb, eb, -EIO, times);
+    struct mix writes = {.write = 60,
+                         .fua = 8,
+                         .trim = 6,
+                         .flush = 8,
+                         .snap = 4,
+                         .read = 10,
+                         .max_nb = 8,
+                         .max_trim = 8,
+                         .inflight = 24,
+                         .max_snaps = 1000};
+    struct mix snaps = {.write = 50,
+                        .fua = 4,
+                        .flush = 4,
+                        .snap = 30,
+                        .read = 12,
+                        .max_nb = 8,
+                        .inflight = 32,
+                        .max_snaps = 1000};
+    run_phase(&wl, _i == 1 ? &snaps : &writes, 60, 1u << a);
+    uint64_t inj = plx_fault_errors_injected(wl.fb) - inj0;
+    ck_assert_msg(inj >= 1 && inj <= (uint64_t)times, "%llu errors injected",
+                  (unsigned long long)inj);
+    unsigned nfail = count_failed(&wl, w0, f0, s0);
+    ck_assert_msg(nfail > 0, "a metadata write failed but every request succeeded");
+    eio_after(&wl, a);
+    eio_finish(&wl);
+    eio_report(&wl);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "%llu violations", v);
+}
+END_TEST
+
+/* A failed flush: in-place writes complete (they need no flush), the user's flush fails and
+ * does not count as a durability point; the next flush succeeds. */
+START_TEST(test_eio_flush)
+{
+    struct wl wl;
+    int a = eio_setup(&wl, "eio-flush", 404);
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "flush error");
+    plx_fault_fail_blocks(wl.fb, PLX_IO_FLUSH, 0, 0, -EIO, 1);
+    size_t w0 = wl.nw;
+    for (uint32_t i = 0; i < 16; i++)
+        sub_write(&wl, a, i * 8, 8, false, false);
+    size_t f1 = wl.nf;
+    sub_flush(&wl, a);
+    for (uint32_t i = 0; i < 8; i++)
+        sub_read(&wl, a, 200 + i * 8, 8);
+    drain(&wl);
+    ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
+    ck_assert_int_eq(wl.f[f1].status, -EIO);
+    for (size_t i = w0; i < wl.nw; i++)
+        ck_assert_msg(wl.w[i].status == 0, "write %zu: %d", i, wl.w[i].status);
+    /* More writes, then a flush that works: everything acknowledged before it is durable
+     * (verified below on the drop-unflushed image at the end of the log). */
+    wl.expect_ok = true;
+    for (uint32_t i = 0; i < 8; i++)
+        sub_write(&wl, a, 300 + i * 8, 8, false, false);
+    drain(&wl);
+    sub_flush(&wl, a);
+    drain(&wl);
+
+    /* A flush error under a batch that must flush (new blocks after a snapshot, FUA). */
+    sub_snap(&wl, a, false);
+    drain(&wl);
+    wl.expect_ok = false;
+    plx_fault_fail_blocks(wl.fb, PLX_IO_FLUSH, 0, 0, -EIO, 1);
+    size_t w1 = wl.nw, f2 = wl.nf, s2 = wl.ns;
+    for (uint32_t i = 0; i < 10; i++)
+        sub_write(&wl, a, i * 12, 6, i % 3 == 0, false);
+    sub_flush(&wl, a);
+    drain(&wl);
+    ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 2);
+    ck_assert_msg(count_failed(&wl, w1, f2, s2) > 0, "a flush failed but every request "
+                                                     "succeeded");
+    eio_after(&wl, a);
+    eio_finish(&wl);
+    eio_report(&wl);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "%llu violations", v);
+}
+END_TEST
+
+/* Fail the n-th I/O for a range of n while a mixed workload runs: whatever it hits (data,
+ * node, bitmap or log write, node read, flush), every request completes with 0 or -EIO, later
+ * requests succeed and the final images are clean. */
+START_TEST(test_eio_nth)
+{
+    unsigned step = tu_quick() ? 7 : 1;
+    unsigned nmax = 90;
+    unsigned long long total_v = 0, hit = 0;
+    for (unsigned n = 1 + (unsigned)_i; n <= nmax; n += step) {
+        struct wl wl;
+        int a = eio_setup(&wl, "eio-nth", 500 + n);
+        sub_snap(&wl, a, false);
+        drain(&wl);
+        wl.expect_ok = false;
+        snprintf(wl.where, sizeof wl.where, "I/O #%u fails", n);
+        uint64_t inj0 = plx_fault_errors_injected(wl.fb);
+        size_t w0 = wl.nw, f0 = wl.nf, s0 = wl.ns;
+        plx_fault_fail_nth(wl.fb, n, -EIO);
+        struct mix mx = {.write = 60,
+                         .fua = 8,
+                         .trim = 6,
+                         .flush = 8,
+                         .snap = 6,
+                         .read = 12,
+                         .max_nb = 8,
+                         .max_trim = 8,
+                         .inflight = 16,
+                         .max_snaps = 1000};
+        run_phase(&wl, &mx, 40, 1u << a);
+        bool injected = plx_fault_errors_injected(wl.fb) > inj0;
+        unsigned nfail = count_failed(&wl, w0, f0, s0);
+        hit += injected;
+        if (injected && nfail == 0 && wl.failed_reqs == 0)
+            violation(&wl, "I/O #%u failed but every request succeeded", n);
+        eio_after(&wl, a);
+        eio_finish(&wl);
+        total_v += wl.violations;
+        g_tot->failures += wl.violations;
+        wl_free(&wl);
+    }
+    printf("crash[eio-nth/%d]: n = %u..%u step %u, %llu injected, %llu violations\n", _i,
+           1 + (unsigned)_i, nmax, step, hit, total_v);
+    ck_assert_msg(total_v == 0, "%llu violations", total_v);
+}
+END_TEST
+
+/* ---- Suite -------------------------------------------------------------------------------------
+ */
+
+static Suite *crash_suite(void)
+{
+    Suite *s = suite_create("crash");
+    TCase *tc = tcase_create("workloads");
+    tcase_set_timeout(tc, 900);
+    tcase_add_loop_test(tc, test_crash_workload, 0, NWORKLOADS);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("eio");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_eio_data_read);
+    tcase_add_test(tc, test_eio_data_write);
+    tcase_add_loop_test(tc, test_eio_metadata_write, 0, 3);
+    tcase_add_test(tc, test_eio_flush);
+    tcase_add_loop_test(tc, test_eio_nth, 0, tu_quick() ? 1 : 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    void *shared = mmap(NULL, sizeof(struct totals), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    g_tot = shared != MAP_FAILED ? shared : &g_tot_local;
+    memset(g_tot, 0, sizeof *g_tot);
+    install_death_report();
+    printf("test_crash: %s mode\n", tu_quick() ? "quick" : "full");
+    fflush(stdout);
+    int rc = tu_run_suite(crash_suite());
+    printf("crash: %llu crash points (positions x modes), %llu workloads, %llu failures "
+           "(%llu positions, %llu plx_check runs%s)\n",
+           g_tot->images, g_tot->workloads, g_tot->failures, g_tot->positions, g_tot->checks,
+           g_tot->check_missing ? "; plx_check is not in this build yet: not run" : "");
+    return rc;
+}
