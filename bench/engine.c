@@ -73,8 +73,11 @@ struct opts {
     uint64_t freq_size;   /* fresh region per snapshot-frequency run */
     int check;            /* run plx_check on the main store at the end */
     unsigned parts;
+    unsigned repeat;      /* throughput and frequency runs: repetitions, median reported */
     char command[1024];
 };
+
+#define MAX_REPEAT 15
 
 /* ---- Small utilities ------------------------------------------------------------------------ */
 
@@ -255,6 +258,31 @@ static void lat_free(struct lat *l)
     memset(l, 0, sizeof *l);
 }
 
+static void lat_append(struct lat *dst, const struct lat *src)
+{
+    for (size_t i = 0; i < src->n; i++)
+        lat_add(dst, (uint64_t)(src->us[i] * 1000.0));
+}
+
+/* Median, minimum and maximum of n values. */
+struct spread {
+    double med, min, max;
+};
+
+static struct spread spread_of(const double *v, unsigned n)
+{
+    struct spread sp = {0, 0, 0};
+    if (n == 0)
+        return sp;
+    double t[MAX_REPEAT];
+    memcpy(t, v, n * sizeof *t);
+    qsort(t, n, sizeof *t, cmp_double);
+    sp.min = t[0];
+    sp.max = t[n - 1];
+    sp.med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return sp;
+}
+
 /* ---- Targets: the raw file (backend driven directly) or a Parallax VDI ---------------------- */
 
 enum target_kind { T_RAW, T_PLX };
@@ -429,11 +457,15 @@ static void plx_target_close(struct target *t)
     t->st = NULL;
 }
 
-static void store_format(const char *path, uint64_t size)
+/* Format a store at path. A new file is created sparse; an existing one (prefilled=1) is
+ * formatted in place, so the filesystem has its blocks allocated already. */
+static void store_format(const char *path, uint64_t size, int prefilled)
 {
     char err[512];
-    unlink(path);
-    track_path(path);
+    if (!prefilled) {
+        unlink(path);
+        track_path(path);
+    }
     int rc = plx_format(path, size, EXTENT_SIZE, 1, err, sizeof err);
     if (rc < 0)
         die("plx_format %s: %s", path, err);
@@ -775,7 +807,9 @@ struct tp_result {
     const char *name;
     int iops_unit; /* 4 KiB: report IOPS; 1 MiB: MiB/s */
     int is_read;
-    double raw, warm, cold; /* in the unit */
+    unsigned n;    /* repetitions */
+    double raw_v[MAX_REPEAT], warm_v[MAX_REPEAT], cold_v[MAX_REPEAT]; /* in the unit */
+    struct spread raw, warm, cold;
 };
 
 struct wlat_result {
@@ -785,13 +819,20 @@ struct wlat_result {
     double ratio_mean, ratio_p50;
 };
 
+/* One snapshot interval, over all repetitions: throughput per repetition, the rest summed. */
 struct freq_result {
     double interval_ms; /* 0 = no snapshots */
-    double secs, mibs, loss;
+    unsigned n;
+    double mibs_v[MAX_REPEAT];
+    struct spread mibs;
+    double loss;        /* 1 - median / median without snapshots */
+    double secs;
     uint64_t bytes;
     int exhausted;
-    unsigned snaps;
+    unsigned snaps, submitted;
+    uint64_t span_ns;   /* first to last submission, summed over repetitions */
     double avg_interval_ms;
+    struct lat lat;
     struct lat_summary snap_lat;
     int64_t meta_blocks, data_blocks;
     double kib_per_snap, excess_kib_per_snap;
@@ -814,7 +855,7 @@ struct results {
     struct lat_summary snap_idle, snap_loaded;
     double loaded_write_iops, loaded_secs;
     unsigned loaded_snaps;
-    struct freq_result freq[6];
+    struct freq_result freq[5];
     size_t nfreq;
     double freq_base_mibs, freq_base_meta_per_mib;
     struct wlat_result wlat[5];
@@ -966,7 +1007,7 @@ static void setup_raw(struct ctx *c)
 static void setup_plx(struct ctx *c)
 {
     const struct opts *o = &c->o;
-    store_format(c->store_path, main_store_size(o));
+    store_format(c->store_path, main_store_size(o), 0);
     plx_store *st = store_open(c->store_path, o->cache_bytes);
     vdi_create(st, "bench", o->size);
     store_close(st);
@@ -1026,16 +1067,28 @@ static void bench_throughput(struct ctx *c)
         c->res.tp[i].is_read = !w[i].write;
     }
     pass(&c->raw, warm_workload(o->size));
-    for (int i = 0; i < 4; i++)
-        c->res.tp[i].raw = timed(&c->raw, &w[i], o->runtime, "");
-    /* Warm: every radix node resident after one full read pass. */
-    pass(&c->plx, warm_workload(o->size));
-    for (int i = 0; i < 4; i++)
-        c->res.tp[i].warm = timed(&c->plx, &w[i], o->runtime, "warm");
-    /* Cold: the store is closed and reopened right before each timed run. */
+    for (unsigned k = 0; k < o->repeat; k++) {
+        if (o->repeat > 1)
+            fprintf(stderr, "  repetition %u of %u\n", k + 1, o->repeat);
+        /* Warm: every radix node resident after a full read pass; each raw run right before
+         * the Parallax run of the same workload, so slow drifts of the medium hit both. */
+        pass(&c->plx, warm_workload(o->size));
+        for (int i = 0; i < 4; i++) {
+            c->res.tp[i].raw_v[k] = timed(&c->raw, &w[i], o->runtime, "");
+            c->res.tp[i].warm_v[k] = timed(&c->plx, &w[i], o->runtime, "warm");
+        }
+        /* Cold: the store is closed and reopened right before each timed run. */
+        for (int i = 0; i < 4; i++) {
+            reopen_plx(c);
+            c->res.tp[i].cold_v[k] = timed(&c->plx, &w[i], o->runtime, "cold");
+        }
+    }
     for (int i = 0; i < 4; i++) {
-        reopen_plx(c);
-        c->res.tp[i].cold = timed(&c->plx, &w[i], o->runtime, "cold");
+        struct tp_result *t = &c->res.tp[i];
+        t->n = o->repeat;
+        t->raw = spread_of(t->raw_v, t->n);
+        t->warm = spread_of(t->warm_v, t->n);
+        t->cold = spread_of(t->cold_v, t->n);
     }
     c->res.have_tp = 1;
 }
@@ -1182,12 +1235,18 @@ static void bench_snapshot_latency(struct ctx *c)
 
 /* ---- 3. Snapshot frequency cost -------------------------------------------------------------- */
 
-static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms)
+static uint64_t freq_store_size(const struct opts *o)
+{
+    uint64_t sz = o->freq_size + o->freq_size / 64 + 512 * MiB;
+    return (sz + EXTENT_SIZE - 1) / EXTENT_SIZE * EXTENT_SIZE;
+}
+
+/* Each run gets a freshly formatted store (so a fresh, never-written VDI region) on the same
+ * file, which was written in full once so that no run pays for filesystem block allocation. */
+static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, unsigned k)
 {
     const struct opts *o = &c->o;
-    uint64_t store_size = o->freq_size + o->freq_size / 64 + 512 * MiB;
-    store_size = (store_size + EXTENT_SIZE - 1) / EXTENT_SIZE * EXTENT_SIZE;
-    store_format(c->freq_path, store_size);
+    store_format(c->freq_path, freq_store_size(o), 1);
     plx_store *st = store_open(c->freq_path, o->cache_bytes);
     vdi_create(st, "freq", o->freq_size);
     store_close(st);
@@ -1213,51 +1272,74 @@ static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms)
     st = store_open(c->freq_path, o->cache_bytes);
     uint64_t d1, m1 = metadata_blocks(st, &d1);
     store_close(st);
-    untrack_path(c->freq_path);
 
-    memset(fr, 0, sizeof *fr);
     fr->interval_ms = interval_ms;
-    fr->secs = run_secs(&r);
-    fr->mibs = run_mibs(&r);
-    fr->bytes = r.bytes;
-    fr->exhausted = r.exhausted;
-    fr->snaps = r.snap.completed;
-    fr->snap_lat = lat_summarize(&r.snap.lat);
+    fr->mibs_v[k] = run_mibs(&r);
+    fr->n = k + 1;
+    fr->secs += run_secs(&r);
+    fr->bytes += r.bytes;
+    fr->exhausted |= r.exhausted;
+    fr->snaps += r.snap.completed;
+    fr->submitted += r.snap.submitted;
     if (r.snap.submitted > 1)
-        fr->avg_interval_ms = (double)(r.snap.last_submit - r.snap.first_submit) / 1e6 /
-                              (double)(r.snap.submitted - 1);
-    fr->meta_blocks = (int64_t)m1 - (int64_t)m0;
-    fr->data_blocks = (int64_t)d1 - (int64_t)d0;
-    if (fr->snaps > 0)
-        fr->kib_per_snap = (double)fr->meta_blocks * (BLK / KiB) / fr->snaps;
+        fr->span_ns += r.snap.last_submit - r.snap.first_submit;
+    lat_append(&fr->lat, &r.snap.lat);
+    fr->meta_blocks += (int64_t)m1 - (int64_t)m0;
+    fr->data_blocks += (int64_t)d1 - (int64_t)d0;
+    progress("%-8s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
+             interval_ms > 0 ? "" : "none", run_mibs(&r), run_secs(&r),
+             r.exhausted ? " (region full)" : "", r.snap.completed,
+             (int64_t)m1 - (int64_t)m0);
     run_free(&r);
-    progress("%-10s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
-             interval_ms > 0 ? "" : "none", fr->mibs, fr->secs,
-             fr->exhausted ? " (region full)" : "", fr->snaps, fr->meta_blocks);
 }
 
 static void bench_snapshot_frequency(struct ctx *c)
 {
-    static const double intervals[] = {0, 1000, 100, 20, 10, 0};
+    static const double intervals[] = {0, 1000, 100, 20, 10};
     struct results *res = &c->res;
     fprintf(stderr, "[3] snapshot frequency cost (1 MiB sequential writes, QD 8, fresh %s "
                     "region per run)\n",
             fmt_bytes(c->o.freq_size, (char[32]){0}, 32));
+    int fd = open(c->freq_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die("creating %s: %s", c->freq_path, strerror(errno));
+    track_path(c->freq_path);
+    uint64_t fsize = freq_store_size(&c->o);
+    if (posix_fallocate(fd, 0, (off_t)fsize) != 0 && ftruncate(fd, (off_t)fsize) != 0)
+        die("sizing %s: %s", c->freq_path, strerror(errno));
+    close(fd);
+    struct target t;
+    raw_open(&t, c->freq_path, fsize);
+    pass(&t, fill_workload(fsize));
+    raw_close(&t);
+
     res->nfreq = sizeof intervals / sizeof intervals[0];
-    for (size_t i = 0; i < res->nfreq; i++) {
-        if (intervals[i] > 0)
-            fprintf(stderr, "  .. snapshot every %g ms\n", intervals[i]);
-        freq_one(c, &res->freq[i], intervals[i]);
+    /* Repetitions interleave the intervals, so a slow drift of the medium spreads evenly. */
+    for (unsigned k = 0; k < c->o.repeat; k++) {
+        if (c->o.repeat > 1)
+            fprintf(stderr, "  repetition %u of %u\n", k + 1, c->o.repeat);
+        for (size_t i = 0; i < res->nfreq; i++) {
+            if (intervals[i] > 0)
+                fprintf(stderr, "  .. snapshot every %g ms\n", intervals[i]);
+            freq_one(c, &res->freq[i], intervals[i], k);
+        }
     }
-    /* Baseline: the mean of the runs without snapshots (first and last). */
-    const struct freq_result *b0 = &res->freq[0], *b1 = &res->freq[res->nfreq - 1];
-    res->freq_base_mibs = (b0->mibs + b1->mibs) / 2;
-    double mib = (double)(b0->bytes + b1->bytes) / MiB;
-    res->freq_base_meta_per_mib = mib > 0 ? (double)(b0->meta_blocks + b1->meta_blocks) / mib : 0;
+    untrack_path(c->freq_path);
+    /* Baseline: the runs without snapshots. */
+    const struct freq_result *b = &res->freq[0];
+    res->freq_base_mibs = spread_of(b->mibs_v, b->n).med;
+    double mib = (double)b->bytes / MiB;
+    res->freq_base_meta_per_mib = mib > 0 ? (double)b->meta_blocks / mib : 0;
     for (size_t i = 0; i < res->nfreq; i++) {
         struct freq_result *fr = &res->freq[i];
-        fr->loss = 1.0 - fr->mibs / res->freq_base_mibs;
+        fr->mibs = spread_of(fr->mibs_v, fr->n);
+        fr->loss = 1.0 - fr->mibs.med / res->freq_base_mibs;
+        fr->snap_lat = lat_summarize(&fr->lat);
+        lat_free(&fr->lat);
+        if (fr->submitted > fr->n)
+            fr->avg_interval_ms = (double)fr->span_ns / 1e6 / (double)(fr->submitted - fr->n);
         if (fr->snaps > 0) {
+            fr->kib_per_snap = (double)fr->meta_blocks * (BLK / KiB) / fr->snaps;
             double expected = res->freq_base_meta_per_mib * (double)fr->bytes / MiB;
             fr->excess_kib_per_snap =
                 ((double)fr->meta_blocks - expected) * (BLK / KiB) / fr->snaps;
@@ -1535,7 +1617,7 @@ static void usage(FILE *f)
             "  --runtime SECS   seconds per timed run (default 5; --quick 1)\n"
             "  --snapshots N    snapshots per latency test (default 1000; --quick 100)\n"
             "  --writes N       QD 1 writes per latency test (default 2000; --quick 200)\n"
-            "  --freq-size SIZE fresh region per snapshot-frequency run (default 16G; --quick 1G)\n"
+            "  --freq-size SIZE fresh region per snapshot-frequency run (default 24G; --quick 1G)\n"
             "  --cache SIZE     radix node cache (default: the engine's, 64 MiB)\n"
             "  --only LIST      run only some of: throughput,snapshot,frequency,latency\n"
             "  --check          run plx_check on the main store at the end (on with --quick)\n"
@@ -1606,7 +1688,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
     o->runtime = o->quick ? 1.0 : 5.0;
     o->snaps = o->quick ? 100 : 1000;
     o->lat_writes = o->quick ? 200 : 2000;
-    o->freq_size = o->quick ? 1 * GiB : 16 * GiB;
+    o->freq_size = o->quick ? 1 * GiB : 24 * GiB;
     if (o->quick)
         o->check = 1;
     if (size != NULL && parse_size(size, &o->size) < 0)
@@ -1643,8 +1725,8 @@ static void check_space(const struct ctx *c)
     uint64_t need = 0;
     if (o->parts & (PART_THROUGHPUT | PART_WLAT | PART_SNAPLAT))
         need = 2 * o->size + o->size / 2 + (o->quick ? 128 * MiB : 1 * GiB);
-    if ((o->parts & PART_FREQ) && o->freq_size + o->freq_size / 64 > need)
-        need = o->freq_size + o->freq_size / 64;
+    if ((o->parts & PART_FREQ) && freq_store_size(o) > need)
+        need = freq_store_size(o);
     char b1[32], b2[32];
     if (avail < need)
         die("%s has %s free; this run needs about %s (use --size / --freq-size)", o->dir,

@@ -148,6 +148,20 @@ void plx_cache_drop(plx_store *st, struct plx_node *n)
     free_node(n);
 }
 
+void plx_cache_drop_clean(plx_store *st)
+{
+    struct plx_cache *c = &st->cache;
+    for (size_t i = 0; i < c->hash_size; i++) {
+        struct plx_node *n = c->hash[i];
+        while (n) {
+            struct plx_node *next = n->hash_next;
+            if (!n->pins && n->state == NODE_VALID && !n->dirty_batch)
+                plx_cache_drop(st, n);
+            n = next;
+        }
+    }
+}
+
 void plx_cache_pin(struct plx_node *n)
 {
     n->pins++;

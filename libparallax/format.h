@@ -86,6 +86,9 @@ struct plx_state_block {
     uint64_t seq;                /* incremented on every write */
     uint64_t next_vdi_id;        /* ids are never reused */
     uint64_t registry_used;      /* slots ever used: registry scans read [0, registry_used) */
+    uint64_t gc_epoch;           /* bumped by every collection that freed blocks: a process
+                                  * that sees it change drops cached nodes, whose blocks may
+                                  * have been freed and reused */
     char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
 };
 

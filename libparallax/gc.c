@@ -36,6 +36,7 @@
 bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
 bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
 int plx_wait_alloc_written(plx_store *st);
+int plx_state_read(plx_store *st);
 int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
 void plx_alloc_return_pools(plx_store *st);
 
@@ -301,6 +302,26 @@ static int purge_deleted(struct gc *g)
     return rc;
 }
 
+/* Tell every process (this one included) that freed blocks may be reused: their cached nodes
+ * go (plx_state_read). */
+static int bump_epoch(plx_store *st)
+{
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_state_read(st);
+    if (!rc) {
+        st->state.gc_epoch++;
+        rc = plx_state_write(st);
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_admin_unlock(st);
+    if (!rc)
+        rc = plx_state_read(st); /* drops this process's clean nodes */
+    return rc;
+}
+
 static double mono_seconds(void)
 {
     struct timespec ts;
@@ -345,6 +366,9 @@ int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
             rc = sweep_extent(&g, e, dry_run);
     if (!rc && !dry_run)
         rc = purge_deleted(&g);
+    if (!rc && !dry_run && (out->freed_by_type[PLX_EXTENT_METADATA] ||
+                            out->freed_by_type[PLX_EXTENT_DATA]))
+        rc = bump_epoch(st);
     out->store_blocks = st->sb.block_count;
     out->seconds = mono_seconds() - t0;
     for (uint64_t e = 0; g.ckpt && e < st->sb.extent_count; e++)

@@ -132,6 +132,7 @@ struct plx_store {
     struct plx_ev *ready_head, *ready_tail; /* I/O completed, handler not yet run */
     unsigned internal_ios;             /* engine I/O in flight */
     int fatal;                          /* nonzero: the store stopped (negative errno) */
+    uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
 };
 
 /* ---- VDIs, requests and batches ---------------------------------------------------------------- */
@@ -301,6 +302,8 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
 void plx_cache_pin(struct plx_node *n);
 void plx_cache_unpin(plx_store *st, struct plx_node *n);
 void plx_cache_drop(plx_store *st, struct plx_node *n);
+/* Drop every node that is neither pinned nor changed: after blocks may have been freed. */
+void plx_cache_drop_clean(plx_store *st);
 bool plx_link_valid(const plx_store *st, uint64_t link, unsigned child_level);
 
 /* ---- pipeline.c --------------------------------------------------------------------------------- */

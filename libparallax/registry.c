@@ -199,9 +199,11 @@ void plx_record_to_info(const plx_store *st, const struct plx_vdi_record *rec,
     out->created_ns = rec->created_ns;
     out->deleted = (rec->flags & PLX_VDI_DELETED) != 0;
     if (rec->lock_host && !plx_holder_stale(st, rec->lock_host, rec->lock_pid, rec->lock_epoch)) {
-        if (rec->lock_host == st->host_hash)
+        if (rec->lock_host == st->host_hash) {
             snprintf(out->lock_holder, sizeof out->lock_holder, "%.40s pid %u", st->host,
                      rec->lock_pid);
+            out->lock_pid = rec->lock_pid;
+        }
         else
             snprintf(out->lock_holder, sizeof out->lock_holder, "host %016llx pid %u",
                      (unsigned long long)rec->lock_host, rec->lock_pid);
@@ -306,6 +308,9 @@ static int root_write(plx_store *st, const uint64_t *links, uint64_t *root)
     uint64_t *buf = plx_block_alloc(1);
     if (links)
         memcpy(buf, links, PLX_BLOCK_SIZE);
+    struct plx_node *stale = plx_cache_lookup(st, addr);
+    if (stale && !stale->pins)
+        plx_cache_drop(st, stale); /* the block was freed by gc and is reused here */
     rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, buf, 0);
     plx_block_free(buf);
     if (rc)

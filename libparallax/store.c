@@ -519,6 +519,14 @@ int plx_state_read(plx_store *st)
     if (rc == 0)
         memcpy(&st->state, buf, sizeof st->state);
     plx_block_free(buf);
+    if (rc == 0 && st->state.gc_epoch != st->seen_gc_epoch) {
+        /* A collector freed blocks since we last looked: a cached node may describe a block
+         * that now holds something else. Pinned nodes belong to open trees, which the
+         * collector never frees. */
+        if (st->cache.hash)
+            plx_cache_drop_clean(st);
+        st->seen_gc_epoch = st->state.gc_epoch;
+    }
     if (rc == -EIO)
         return plx_err(st, rc, "reading the system state block: %s", strerror(EIO));
     if (rc)

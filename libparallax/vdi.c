@@ -486,3 +486,81 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
     *run_len = (pos < end ? pos : end) - off;
     return first;
 }
+
+/* ---- Changing snapshot records of an open VDI ----------------------------------------------- */
+
+static bool snapshot_pending(const plx_vdi *v)
+{
+    return (v->open && v->open->snap) || (v->flight && v->flight->snap);
+}
+
+/* Rewrite one record of the VDI's log. Waits until no snapshot is being committed (it may be
+ * rewriting the same log block); the read-modify-write itself runs with the pipeline paused,
+ * since synchronous I/O runs no completion handlers. */
+static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
+{
+    plx_store *st = v->st;
+    if (v->ro)
+        return plx_err(st, -EROFS, "VDI %s is open read-only", v->rec.name);
+    if (label) {
+        int rc = plx_label_check(st, label);
+        if (rc)
+            return rc;
+    }
+    while (snapshot_pending(v)) {
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            return rc;
+        if (!snapshot_pending(v))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    struct plx_snap_info *list = NULL;
+    uint64_t *where = NULL;
+    size_t n = 0;
+    int rc = plx_snaplog_read(st, &v->rec, &list, &n, &where);
+    if (!rc && (index == 0 || index > n || list[index - 1].deleted))
+        rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
+                     (unsigned long long)index);
+    for (size_t i = 0; !rc && label && *label && i < n; i++)
+        if (!list[i].deleted && i + 1 != index && strcmp(list[i].label, label) == 0)
+            rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                         label);
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    uint64_t addr = rc ? 0 : where[index - 1];
+    if (!rc)
+        rc = plx_snaplog_read_block(st, addr, v->rec.id, b);
+    if (!rc) {
+        struct plx_snap_record *r = &b->records[index - b->first_index];
+        if (del)
+            r->flags |= PLX_SNAP_DELETED;
+        if (label) {
+            memset(r->label, 0, sizeof r->label);
+            memcpy(r->label, label, strlen(label));
+        }
+        plx_blkhdr_seal(b, PLX_MAGIC_SNAPLOG, addr);
+        rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, b, 0);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "writing snapshot log block %llu: %s", (unsigned long long)addr,
+                    strerror(-rc));
+        else if (addr == v->rec.snaplog_head && v->log_head)
+            memcpy(v->log_head, b, PLX_BLOCK_SIZE);
+    }
+    plx_block_free(b);
+    free(list);
+    free(where);
+    return rc;
+}
+
+int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label)
+{
+    return snap_modify(v, index, label ? label : "", false);
+}
+
+int plx_vdi_snap_delete(plx_vdi *v, uint64_t index)
+{
+    return snap_modify(v, index, NULL, true);
+}

@@ -1,10 +1,13 @@
 /*
  * cmd_vdi.c - commands that change the VDI registry: create/clone, delete, snapshot, label.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "control.h"
 
 static int create_or_clone(plx_store *st, const char *name, uint64_t size, const char *from)
 {
@@ -58,6 +61,36 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
+/* A VDI open for writing in a server on this host is changed by that server, inside its
+ * request stream (single writer): send it the command over its control socket. Returns 1 and
+ * sets *rc when the command was routed. */
+static int route(plx_store *st, uint64_t vdi_id, const char *line, char *reply, size_t len,
+                 int *rc)
+{
+    char id[32];
+    struct plx_vdi_info info;
+    snprintf(id, sizeof id, "%llu", (unsigned long long)vdi_id);
+    if (plx_vdi_lookup(st, id, &info) != 0 || info.lock_pid == 0)
+        return 0;
+    int err = control_request((int)info.lock_pid, line, reply, len);
+    *rc = err ? cli_error("%s (VDI %s, served by pid %u)", reply, info.name, info.lock_pid)
+              : EXIT_OK;
+    return 1;
+}
+
+/* snap-label and snap-delete of a snapshot whose VDI a server holds. */
+static int route_snap(plx_store *st, const char *snap, const char *cmd, const char *label,
+                      int *rc)
+{
+    struct plx_snap_info si;
+    char line[PLX_LABEL_MAX + 96], reply[400];
+    if (plx_snap_lookup(st, snap, &si) != 0)
+        return 0;
+    snprintf(line, sizeof line, "%s %llu %llu %s", cmd, (unsigned long long)si.vdi_id,
+             (unsigned long long)si.index, label ? label : "");
+    return route(st, si.vdi_id, line, reply, sizeof reply, rc);
+}
+
 int cmd_snap_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     const struct cli_opt opts[] = {{0}};
@@ -70,6 +103,8 @@ int cmd_snap_delete(struct cli_ctx *ctx, int argc, char **argv)
     if (rc != EXIT_OK)
         return rc;
     int err = plx_snap_delete(st, snap);
+    if (err == -EBUSY && route_snap(st, snap, "snap-delete", NULL, &rc))
+        return cli_close_store(st, rc);
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
@@ -79,6 +114,17 @@ static int snapshot(plx_store *st, const char *vdi, const char *label)
     uint64_t index;
     int err = plx_vdi_snapshot(st, vdi, label, &index);
 
+    if (err == -EBUSY && plx_vdi_lookup(st, vdi, &info) == 0 && info.lock_pid) {
+        char line[PLX_LABEL_MAX + 64], reply[400];
+        int rc;
+        snprintf(line, sizeof line, "snapshot %llu %s", (unsigned long long)info.id,
+                 label ? label : "");
+        route(st, info.id, line, reply, sizeof reply, &rc);
+        if (rc != EXIT_OK)
+            return rc;
+        index = strtoull(reply + 2, NULL, 10);
+        err = 0;
+    }
     /* VDI may be an id; the printed form uses the name so it can be pasted as a SNAP. */
     if (err == 0)
         err = plx_vdi_lookup(st, vdi, &info);
@@ -114,5 +160,7 @@ int cmd_snap_label(struct cli_ctx *ctx, int argc, char **argv)
     if (rc != EXIT_OK)
         return rc;
     int err = plx_snap_label(st, pos[0], pos[1]);
+    if (err == -EBUSY && route_snap(st, pos[0], "snap-label", pos[1], &rc))
+        return cli_close_store(st, rc);
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }

@@ -129,6 +129,7 @@ struct plx_vdi_info {
     uint64_t created_ns;      /* CLOCK_REALTIME */
     int deleted;
     char lock_holder[64];     /* "" when not open for writing */
+    uint32_t lock_pid;        /* the writer's pid, when it runs on this host (else 0) */
 };
 
 struct plx_snap_info {
@@ -235,6 +236,11 @@ int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, 
  * fires once the snapshot record is durable; *index_out (owned by the caller) receives N. */
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
                             void *arg);
+
+/* Label (or clear, with "") or delete snapshot N of a VDI this process has open for writing;
+ * the form a server uses for commands routed to it. Blocking. */
+int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label);
+int plx_vdi_snap_delete(plx_vdi *v, uint64_t index);
 
 /* Blocking forms of the above. */
 int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build build/bench-engine and run it, saving the results under bench/results/:
+#   bench/results/engine-HOST-YYYYmmddTHHMMSSZ.json   the numbers (--json)
+#   bench/results/engine-HOST-YYYYmmddTHHMMSSZ.txt    the printed table
+#
+#   bench/run-engine.sh                    full run (defaults: 4 GiB VDI, 5 s per run, /var/tmp)
+#   bench/run-engine.sh --quick            smoke run
+#   bench/run-engine.sh --dir /mnt/ssd     any bench-engine option is passed through
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if make -n bench-engine >/dev/null 2>&1; then
+    make bench-engine
+else
+    # Before the Makefile has the target: build it the same way by hand.
+    make build/libparallax.a
+    ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wno-unused-parameter -O2 -g -Ilibparallax/include -Ilibparallax \
+        bench/engine.c build/libparallax.a -laio -lpthread -lm -o build/bench-engine
+fi
+
+mkdir -p bench/results
+host=$(hostname -s 2>/dev/null || echo host)
+base=bench/results/engine-$host-$(date -u +%Y%m%dT%H%M%SZ)
+build/bench-engine --json "$base.json" "$@" | tee "$base.txt"
+echo "saved: $base.json $base.txt" >&2

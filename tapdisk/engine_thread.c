@@ -1,0 +1,162 @@
+/*
+ * engine_thread.c - the thread that owns a plx_store; see engine_thread.h.
+ */
+#include "engine_thread.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct et {
+    plx_store *st;
+    pthread_t thread;
+    pthread_mutex_t lock;       /* guards head/tail/stopping */
+    struct et_job *head, *tail;
+    int job_fd;                 /* eventfd: jobs queued */
+    int epoll_fd;
+    int stopping;
+};
+
+plx_store *et_store(struct et *et)
+{
+    return et->st;
+}
+
+void et_job_done(struct et_job *job, plx_store *st, int status)
+{
+    job->status = status;
+    if (status < 0 && st)
+        snprintf(job->errmsg, sizeof job->errmsg, "%s", plx_store_errmsg(st));
+    sem_post(&job->done);
+}
+
+int et_watch(struct et *et, struct et_fd_handler *h)
+{
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = h};
+    return epoll_ctl(et->epoll_fd, EPOLL_CTL_ADD, h->fd, &e) ? -errno : 0;
+}
+
+void et_unwatch(struct et *et, struct et_fd_handler *h)
+{
+    epoll_ctl(et->epoll_fd, EPOLL_CTL_DEL, h->fd, NULL);
+}
+
+static struct et_job *take_jobs(struct et *et, int *stopping)
+{
+    uint64_t n;
+    if (read(et->job_fd, &n, sizeof n) < 0) {
+        /* EAGAIN: woken for another reason. */
+    }
+    pthread_mutex_lock(&et->lock);
+    struct et_job *jobs = et->head;
+    et->head = et->tail = NULL;
+    *stopping = et->stopping;
+    pthread_mutex_unlock(&et->lock);
+    return jobs;
+}
+
+static void *engine_main(void *arg)
+{
+    struct et *et = arg;
+    /* Data pointers in epoll events: NULL = store, &job_fd = jobs, else a handler. */
+    for (;;) {
+        struct epoll_event ev[16];
+        int n = epoll_wait(et->epoll_fd, ev, 16, 1000);
+        int stopping = 0;
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr && ev[i].data.ptr != &et->job_fd) {
+                struct et_fd_handler *h = ev[i].data.ptr;
+                h->on_ready(h, et->st);
+            }
+        }
+        struct et_job *jobs = take_jobs(et, &stopping);
+        while (jobs) {
+            struct et_job *j = jobs;
+            jobs = j->next;
+            j->fn(j, et->st);
+        }
+        plx_store_service(et->st);
+        if (stopping && !plx_store_busy(et->st))
+            break;
+    }
+    return NULL;
+}
+
+int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char *err,
+             size_t errlen)
+{
+    struct et *et = calloc(1, sizeof *et);
+    if (!et) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct plx_open_opts opts = {.struct_size = sizeof opts, .cache_bytes = cache_bytes};
+    int rc = plx_store_open(blockstore, &opts, &et->st, err, errlen);
+    if (rc) {
+        free(et);
+        return rc;
+    }
+    pthread_mutex_init(&et->lock, NULL);
+    et->job_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    et->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+    epoll_ctl(et->epoll_fd, EPOLL_CTL_ADD, plx_store_fd(et->st), &e);
+    e.data.ptr = &et->job_fd;
+    epoll_ctl(et->epoll_fd, EPOLL_CTL_ADD, et->job_fd, &e);
+    rc = pthread_create(&et->thread, NULL, engine_main, et);
+    if (rc) {
+        snprintf(err, errlen, "starting the engine thread: %s", strerror(rc));
+        plx_store_close(et->st);
+        free(et);
+        return -rc;
+    }
+    *out = et;
+    return 0;
+}
+
+int et_call(struct et *et, struct et_job *job)
+{
+    sem_init(&job->done, 0, 0);
+    job->status = 0;
+    job->errmsg[0] = 0;
+    job->next = NULL;
+    pthread_mutex_lock(&et->lock);
+    if (et->tail)
+        et->tail->next = job;
+    else
+        et->head = job;
+    et->tail = job;
+    pthread_mutex_unlock(&et->lock);
+    uint64_t one = 1;
+    if (write(et->job_fd, &one, sizeof one) < 0) {
+        /* Cannot fail short of counter overflow; the thread also polls every second. */
+    }
+    while (sem_wait(&job->done) != 0 && errno == EINTR)
+        ;
+    sem_destroy(&job->done);
+    return job->status;
+}
+
+void et_stop(struct et *et)
+{
+    if (!et)
+        return;
+    pthread_mutex_lock(&et->lock);
+    et->stopping = 1;
+    pthread_mutex_unlock(&et->lock);
+    uint64_t one = 1;
+    if (write(et->job_fd, &one, sizeof one) < 0) {
+        /* see et_call */
+    }
+    pthread_join(et->thread, NULL);
+    plx_store_close(et->st);
+    close(et->job_fd);
+    close(et->epoll_fd);
+    pthread_mutex_destroy(&et->lock);
+    free(et);
+}

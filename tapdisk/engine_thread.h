@@ -1,0 +1,48 @@
+/*
+ * engine_thread.h - one thread that owns a plx_store, fed with jobs by other threads.
+ *
+ * The engine is single-threaded and never blocks; servers whose frameworks call them from many
+ * threads (nbdkit) hand each operation to this thread as a job and wait for its completion.
+ * A job's fn runs on the engine thread; it submits asynchronous engine requests (or does quick
+ * work) and eventually calls et_job_done(), which wakes the waiting caller.
+ */
+#ifndef PLX_ENGINE_THREAD_H
+#define PLX_ENGINE_THREAD_H
+
+#include <semaphore.h>
+#include <stdint.h>
+
+#include "parallax.h"
+
+struct et;
+
+struct et_job {
+    void (*fn)(struct et_job *job, plx_store *st); /* runs on the engine thread */
+    int status;                                    /* set by et_job_done: 0 or -errno */
+    char errmsg[256];                              /* message when status < 0 */
+    sem_t done;
+    struct et_job *next;
+};
+
+/* Extra file descriptors the engine thread watches (the control socket). */
+struct et_fd_handler {
+    int fd;
+    void (*on_ready)(struct et_fd_handler *h, plx_store *st);
+};
+
+/* Open the blockstore and start the thread. */
+int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char *err,
+             size_t errlen);
+/* Stop the thread (after the jobs queued so far) and close the store. */
+void et_stop(struct et *et);
+/* Run a job on the engine thread and wait for et_job_done. Returns job->status. */
+int et_call(struct et *et, struct et_job *job);
+/* Complete a job (engine thread). A failure copies the store's current message. */
+void et_job_done(struct et_job *job, plx_store *st, int status);
+/* Watch a descriptor from the engine thread (call on the engine thread, e.g. from a job). */
+int et_watch(struct et *et, struct et_fd_handler *h);
+void et_unwatch(struct et *et, struct et_fd_handler *h);
+/* The store (for code already running on the engine thread). */
+plx_store *et_store(struct et *et);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]`:
+ * export every VDI (read-write) and snapshot (read-only) over NBD. The server is nbdkit with the
+ * Parallax plugin (tapdisk/nbd_plugin.c): a well-kept protocol implementation, so this command
+ * only finds the plugin and replaces itself with nbdkit (same pid, so the VDI locks it takes
+ * name this process, and `parallax vdi-snapshot` finds its control socket).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+
+#define PLUGIN_NAME "nbdkit-parallax-plugin.so"
+
+/* $PARALLAX_NBDKIT_PLUGIN, else beside this binary (the build tree), else the install dir. */
+static int find_plugin(char *buf, size_t len)
+{
+    const char *env = getenv("PARALLAX_NBDKIT_PLUGIN");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return access(buf, R_OK) == 0 ? 0 : -errno;
+    }
+    char exe[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(buf, len, "%s/%s", exe, PLUGIN_NAME);
+            if (access(buf, R_OK) == 0)
+                return 0;
+            snprintf(buf, len, "%s/../lib/parallax/%s", exe, PLUGIN_NAME);
+            if (access(buf, R_OK) == 0)
+                return 0;
+        }
+    }
+    snprintf(buf, len, "%s", PLUGIN_NAME);
+    return -ENOENT;
+}
+
+int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
+{
+    const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL;
+    const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
+                                   {"port", 1, &port, NULL},
+                                   {"ipaddr", 1, &ipaddr, NULL},
+                                   {"cache", 1, &cache, NULL},
+                                   {0}};
+    const char *path = NULL;
+    int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
+    if (rc == EXIT_OK && !!unix_path == !!port)
+        rc = cli_usage_error(ctx, "give exactly one of --unix PATH and --port N");
+    if (rc == EXIT_OK)
+        rc = cli_blockstore(ctx, &path);
+    uint64_t cache_bytes = 0;
+    if (rc == EXIT_OK && cache)
+        rc = cli_parse_size(ctx, "--cache", cache, &cache_bytes);
+    if (rc != EXIT_OK)
+        return rc;
+    /* Fail here, with our own message, rather than inside nbdkit. */
+    plx_store *st = NULL;
+    rc = cli_open_store(ctx, 0, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    rc = cli_close_store(st, EXIT_OK);
+    if (rc != EXIT_OK)
+        return rc;
+
+    char plugin[PATH_MAX], abs[PATH_MAX], bs_arg[PATH_MAX + 16], cache_arg[64];
+    if (find_plugin(plugin, sizeof plugin) != 0)
+        return cli_error("cannot find %s (set PARALLAX_NBDKIT_PLUGIN)", PLUGIN_NAME);
+    if (!realpath(path, abs))
+        return cli_error("%s: %s", path, strerror(errno));
+    snprintf(bs_arg, sizeof bs_arg, "blockstore=%s", abs);
+    snprintf(cache_arg, sizeof cache_arg, "cache=%llu", (unsigned long long)cache_bytes);
+
+    const char *args[16];
+    int n = 0;
+    args[n++] = "nbdkit";
+    args[n++] = "--foreground";
+    if (unix_path) {
+        args[n++] = "--unix";
+        args[n++] = unix_path;
+    } else {
+        args[n++] = "--port";
+        args[n++] = port;
+        args[n++] = "--ipaddr";
+        args[n++] = ipaddr ? ipaddr : "127.0.0.1";
+    }
+    args[n++] = plugin;
+    args[n++] = bs_arg;
+    if (cache_bytes)
+        args[n++] = cache_arg;
+    args[n] = NULL;
+    fflush(NULL);
+    execvp("nbdkit", (char *const *)args);
+    return cli_error("cannot run nbdkit: %s (install the nbdkit package)", strerror(errno));
+}
