@@ -221,6 +221,8 @@ struct plx_vdi {
     uint64_t root_addr;
     struct plx_node *root;       /* pinned */
     struct plx_snaplog_block *log_head; /* newest log block image (NULL: none) */
+    struct plx_snap_info *snaps; /* writable VDIs: every snapshot, as committed or in flight */
+    size_t nsnaps;
     struct plx_req *active_head, *active_tail;
     struct plx_batch *open, *flight;
     uint64_t next_seq, batch_seq;
@@ -311,5 +313,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
 bool plx_vdi_idle(const struct plx_vdi *v);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
+/* Is `label` the label of a live snapshot of v (in memory: includes snapshots in flight)? */
+bool plx_label_taken(const struct plx_vdi *v, const char *label, uint64_t except_index);
 
 #endif

@@ -421,6 +421,11 @@ static void vdi_reload(struct plx_vdi *v)
         v->root_addr = rec.root;
         if (v->log_head && rec.snaplog_head)
             rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
+        free(v->snaps);
+        v->snaps = NULL;
+        v->nsnaps = 0;
+        if (rc == 0)
+            rc = plx_snaplog_read(st, &v->rec, &v->snaps, &v->nsnaps, NULL);
     }
     struct plx_node *root = NULL;
     if (rc == 0)
@@ -715,12 +720,46 @@ static void do_mutate(struct plx_req *r)
     batch_maybe_start(v);
 }
 
+bool plx_label_taken(const struct plx_vdi *v, const char *label, uint64_t except_index)
+{
+    if (!label || !*label)
+        return false;
+    for (size_t i = 0; i < v->nsnaps; i++)
+        if (!v->snaps[i].deleted && v->snaps[i].index != except_index &&
+            strcmp(v->snaps[i].label, label) == 0)
+            return true;
+    return false;
+}
+
+/* Remember a new snapshot in the VDI's in-memory list (labels are checked against it). */
+static int snaps_append(struct plx_vdi *v, uint64_t root, const char *label)
+{
+    struct plx_snap_info *n = realloc(v->snaps, (v->nsnaps + 1) * sizeof *n);
+    if (!n)
+        return -ENOMEM;
+    v->snaps = n;
+    struct plx_snap_info *si = &n[v->nsnaps++];
+    memset(si, 0, sizeof *si);
+    si->vdi_id = v->rec.id;
+    si->index = v->nsnaps;
+    si->root = root;
+    si->time_ns = plx_now_ns();
+    snprintf(si->label, sizeof si->label, "%s", label);
+    return 0;
+}
+
 static void do_snapshot(struct plx_req *r)
 {
     struct plx_vdi *v = r->v;
     plx_store *st = v->st;
     struct plx_batch *b = batch_open(v);
     int err = b ? b->status : -ENOMEM;
+    /* Checked again here: another snapshot asking for the label may have gone first. */
+    if (!err && plx_label_taken(v, r->label, 0))
+        err = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                      r->label);
+    if (!err && v->nsnaps != v->rec.snap_count)
+        err = plx_err(st, -EIO, "VDI %s: snapshot list out of step with the log", v->rec.name);
     struct plx_node *old = v->root;
     uint64_t new_addr = 0, log_addr = 0;
     if (!err) {
@@ -780,6 +819,8 @@ static void do_snapshot(struct plx_req *r)
     plx_blkhdr_seal(lb, PLX_MAGIC_SNAPLOG, log_addr);
     memcpy(v->log_head, lb, PLX_BLOCK_SIZE);
 
+    if (!err)
+        err = snaps_append(v, old->addr, r->label);
     v->rec.snap_count++;
     v->rec.snaplog_head = log_addr;
     v->rec.root = new_addr;

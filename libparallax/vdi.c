@@ -63,6 +63,7 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
         return plx_err(st, -ENOMEM, "out of memory");
     v->st = st;
     int rc;
+    bool locked = false; /* this call took the single-writer lock: undo it on failure */
     if (strchr(spec, '@')) {
         struct plx_snap_info si;
         rc = plx_snap_resolve(st, spec, &v->rec, &v->slot_addr, &si, NULL);
@@ -78,8 +79,10 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
             if (!o->ro && o->rec.id == v->rec.id)
                 rc = plx_err(st, -EBUSY, "VDI %s is already open for writing here",
                              v->rec.name);
-        if (!rc && !v->ro)
+        if (!rc && !v->ro) {
             rc = lock_record(st, v, true);
+            locked = rc == 0;
+        }
     }
     v->height = v->rec.height;
     v->nblocks = v->rec.size / PLX_BLOCK_SIZE;
@@ -90,10 +93,13 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
         v->log_head = plx_block_alloc(1);
         rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
     }
+    if (!rc && !v->ro)
+        rc = plx_snaplog_read(st, &v->rec, &v->snaps, &v->nsnaps, NULL);
     if (rc) {
-        if (!v->ro && v->rec.lock_pid == st->pid && v->rec.lock_host == st->host_hash)
+        if (locked)
             lock_record(st, v, false);
         plx_block_free(v->log_head);
+        free(v->snaps);
         free(v);
         return rc;
     }
@@ -134,6 +140,7 @@ int plx_vdi_close(plx_vdi *v)
         }
     }
     plx_block_free(v->log_head);
+    free(v->snaps);
     free(v);
     return rc;
 }
@@ -348,19 +355,9 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     int rc = plx_label_check(st, label);
     if (rc)
         return rc;
-    if (*label) {
-        struct plx_snap_info *list;
-        size_t n;
-        rc = plx_snaplog_read(st, &v->rec, &list, &n, NULL);
-        for (size_t i = 0; !rc && i < n; i++)
-            if (!list[i].deleted && strcmp(list[i].label, label) == 0)
-                rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
-                             v->rec.name, label);
-        if (list && (rc == 0 || rc == -EEXIST))
-            free(list);
-        if (rc)
-            return rc;
-    }
+    if (plx_label_taken(v, label, 0))
+        return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                       label);
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
     if (!r)
         return plx_err(st, -ENOMEM, "out of memory");
@@ -523,10 +520,9 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
     if (!rc && (index == 0 || index > n || list[index - 1].deleted))
         rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
                      (unsigned long long)index);
-    for (size_t i = 0; !rc && label && *label && i < n; i++)
-        if (!list[i].deleted && i + 1 != index && strcmp(list[i].label, label) == 0)
-            rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
-                         label);
+    if (!rc && label && plx_label_taken(v, label, index))
+        rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                     label);
     struct plx_snaplog_block *b = plx_block_alloc(1);
     uint64_t addr = rc ? 0 : where[index - 1];
     if (!rc)
@@ -548,6 +544,13 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
                     strerror(-rc));
         else if (addr == v->rec.snaplog_head && v->log_head)
             memcpy(v->log_head, b, PLX_BLOCK_SIZE);
+        if (!rc && index <= v->nsnaps) {
+            if (del)
+                v->snaps[index - 1].deleted = 1;
+            if (label)
+                snprintf(v->snaps[index - 1].label, sizeof v->snaps[index - 1].label, "%s",
+                         label);
+        }
     }
     plx_block_free(b);
     free(list);
