@@ -51,6 +51,10 @@ struct plx_backend_ops {
     unsigned (*inflight)(const plx_backend *be);
     /* Release everything. Only called with nothing in flight. */
     void (*destroy)(plx_backend *be);
+    /* Optional: the medium's admin lock, which serialises catalogue and registry changes
+     * between processes sharing the medium. take != 0: try to take it without waiting (0, or
+     * -EWOULDBLOCK when another holder has it); take == 0: release it. Not recursive. */
+    int (*lock)(plx_backend *be, int take);
 };
 
 struct plx_backend {

@@ -60,6 +60,7 @@ struct fault_backend {
     struct plx_blk_table *cur;     /* what reads see */
     int efd;
     unsigned inflight;
+    int admin_locked; /* the medium's admin lock */
     struct fault_req *head, *tail;
 
     struct fault_event *log;
@@ -333,12 +334,22 @@ static void fault_destroy(plx_backend *be)
     free(f);
 }
 
+static int fault_lock(plx_backend *be, int take)
+{
+    struct fault_backend *f = (struct fault_backend *)be;
+    if (take && f->admin_locked)
+        return -EWOULDBLOCK;
+    f->admin_locked = take != 0;
+    return 0;
+}
+
 static const struct plx_backend_ops fault_ops = {
     .submit = fault_submit,
     .poll = fault_poll,
     .fd = fault_fd,
     .inflight = fault_inflight,
     .destroy = fault_destroy,
+    .lock = fault_lock,
 };
 
 plx_backend *plx_fault_create(const plx_backend *initial, uint64_t nblocks)

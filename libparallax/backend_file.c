@@ -13,6 +13,7 @@
  * same eventfd, and a FUA write becomes a plain write followed by such a flush.
  */
 #include <errno.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <libaio.h>
 #include <poll.h>
@@ -495,12 +496,26 @@ static void file_destroy(plx_backend *be)
     free(f);
 }
 
+/* flock: between processes of this host (each store opens the file itself, so two stores in
+ * one process exclude each other too). The lock manager will take this role across hosts. */
+static int file_lock(plx_backend *be, int take)
+{
+    struct file_backend *f = (struct file_backend *)be;
+    for (;;) {
+        if (flock(f->fd, take ? LOCK_EX | LOCK_NB : LOCK_UN) == 0)
+            return 0;
+        if (errno != EINTR)
+            return errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+    }
+}
+
 static const struct plx_backend_ops file_ops = {
     .submit = file_submit,
     .poll = file_poll,
     .fd = file_fd,
     .inflight = file_inflight,
     .destroy = file_destroy,
+    .lock = file_lock,
 };
 
 /* ---- Opening --------------------------------------------------------------------------------- */

@@ -186,6 +186,7 @@ struct mem_backend {
     int efd;
     unsigned inflight;
     struct plx_io *head, *tail; /* submitted, delivered by the next poll */
+    int admin_locked;           /* the medium's admin lock (stores sharing it see it) */
 };
 
 static const struct plx_backend_ops mem_ops;
@@ -310,12 +311,22 @@ static void mem_destroy(plx_backend *be)
     free(m);
 }
 
+static int mem_lock(plx_backend *be, int take)
+{
+    struct mem_backend *m = (struct mem_backend *)be;
+    if (take && m->admin_locked)
+        return -EWOULDBLOCK;
+    m->admin_locked = take != 0;
+    return 0;
+}
+
 static const struct plx_backend_ops mem_ops = {
     .submit = mem_submit,
     .poll = mem_poll,
     .fd = mem_fd,
     .inflight = mem_inflight,
     .destroy = mem_destroy,
+    .lock = mem_lock,
 };
 
 plx_backend *plx_backend_mem_from_table(struct plx_blk_table *t)

@@ -322,6 +322,7 @@ struct bitmap_write {
 };
 
 static void sync_round_start(plx_store *st);
+static int round_finish_if_empty(plx_store *st);
 
 static void wake_alloc_waiters(plx_store *st, int status)
 {
@@ -355,8 +356,12 @@ static void bitmap_write_done(plx_store *st, struct plx_ev *ev)
     else
         plx_err(st, status, "writing an allocation bitmap: %s", strerror(-status));
     wake_alloc_waiters(st, status);
-    if (a->waiters)
+    while (a->waiters) {
         sync_round_start(st);
+        if (!round_finish_if_empty(st))
+            break;
+        wake_alloc_waiters(st, a->round_status);
+    }
 }
 
 /* Write every bitmap block changed since the last completed round. */
@@ -394,11 +399,17 @@ static void sync_round_start(plx_store *st)
             a->writes_inflight++;
         }
     }
-    if (a->writes_inflight == 0) {
-        if (!a->round_status)
-            a->written_gen = a->round_target;
-        wake_alloc_waiters(st, a->round_status);
-    }
+}
+
+/* A round with nothing to write (the changes were in extents since released) is done at once. */
+static int round_finish_if_empty(plx_store *st)
+{
+    struct plx_alloc *a = &st->alloc;
+    if (a->writes_inflight)
+        return 0;
+    if (!a->round_status)
+        a->written_gen = a->round_target;
+    return 1;
 }
 
 int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status), void *arg)
@@ -406,6 +417,14 @@ int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status
     struct plx_alloc *a = &st->alloc;
     if (gen <= a->written_gen)
         return 1;
+    if (a->writes_inflight == 0) {
+        /* Callbacks never fire from inside this call: a round that needs no I/O is answered
+         * by the return value. */
+        sync_round_start(st);
+        if (round_finish_if_empty(st))
+            return a->round_status ? a->round_status : 1;
+    }
+    /* A round is in flight; if it does not reach gen, its completion starts the next one. */
     struct plx_alloc_waiter *w = calloc(1, sizeof *w);
     if (!w)
         return -ENOMEM;
@@ -414,8 +433,6 @@ int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status
     w->arg = arg;
     w->next = a->waiters;
     a->waiters = w;
-    if (a->writes_inflight == 0)
-        sync_round_start(st);
     return 0;
 }
 

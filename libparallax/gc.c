@@ -50,6 +50,8 @@ struct gc {
     uint64_t *slots;
     size_t nrecs;
     struct plx_gc_report *out;
+    uint64_t epoch;           /* state.gc_epoch this collection expects (it bumps it once) */
+    bool bumped;
 };
 
 static inline bool test_bit(const uint64_t *m, uint64_t i)
@@ -122,6 +124,7 @@ static int checkpoint(struct gc *g, bool dry_run)
     }
     if (!rc)
         rc = plx_registry_scan(st, &g->recs, &g->slots, &g->nrecs);
+    g->epoch = st->state.gc_epoch;
     /* Roots and logs are marked while the lock is held: a clone made after this point shares
      * only snapshots that are live here. */
     for (size_t i = 0; !rc && i < g->nrecs; i++) {
@@ -196,6 +199,35 @@ static long mark_pass(struct gc *g, uint64_t *buf)
     return read_now;
 }
 
+/* Collections must not overlap: a block one collection freed may be allocated again before the
+ * other sweeps, and "allocated in my checkpoint and allocated now" would no longer mean the
+ * same allocation. So, under the admin lock before each sweep: if another collection bumped the
+ * epoch since our checkpoint, give up (a later run finishes the job); the first time we free,
+ * bump it ourselves, in the same lock hold, so a collection that overlaps ours gives up too. */
+static int claim_epoch(struct gc *g)
+{
+    plx_store *st = g->st;
+    int rc = plx_state_read(st);
+    if (rc)
+        return rc;
+    if (st->state.gc_epoch != g->epoch)
+        return plx_err(st, -EAGAIN,
+                       "gc: another collection freed blocks while this one was marking; run "
+                       "gc again");
+    if (g->bumped)
+        return 0;
+    st->state.gc_epoch++;
+    rc = plx_state_write(st);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (rc)
+        return rc;
+    g->epoch = st->state.gc_epoch;
+    st->seen_gc_epoch = g->epoch; /* our own bump: drop our cache once, at the end */
+    g->bumped = true;
+    return 0;
+}
+
 /* Step 4 for one extent. */
 static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
 {
@@ -205,6 +237,8 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     if (rc)
         return rc;
     rc = plx_catalogue_read(st);
+    if (!rc && !dry_run)
+        rc = claim_epoch(g);
     struct plx_extent_entry ent = st->cat[e];
     if (rc || (!dry_run && !is_candidate_holder(st, &ent))) {
         /* Taken by a live process since the checkpoint: leave it to a later run. */
@@ -302,26 +336,6 @@ static int purge_deleted(struct gc *g)
     return rc;
 }
 
-/* Tell every process (this one included) that freed blocks may be reused: their cached nodes
- * go (plx_state_read). */
-static int bump_epoch(plx_store *st)
-{
-    int rc = plx_admin_lock(st);
-    if (rc)
-        return rc;
-    rc = plx_state_read(st);
-    if (!rc) {
-        st->state.gc_epoch++;
-        rc = plx_state_write(st);
-    }
-    if (!rc)
-        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-    plx_admin_unlock(st);
-    if (!rc)
-        rc = plx_state_read(st); /* drops this process's clean nodes */
-    return rc;
-}
-
 static double mono_seconds(void)
 {
     struct timespec ts;
@@ -366,9 +380,10 @@ int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
             rc = sweep_extent(&g, e, dry_run);
     if (!rc && !dry_run)
         rc = purge_deleted(&g);
-    if (!rc && !dry_run && (out->freed_by_type[PLX_EXTENT_METADATA] ||
-                            out->freed_by_type[PLX_EXTENT_DATA]))
-        rc = bump_epoch(st);
+    if (!rc && g.bumped) {
+        /* Blocks we freed may be cached here, and may be reused from now on. */
+        plx_cache_drop_clean(st);
+    }
     out->store_blocks = st->sb.block_count;
     out->seconds = mono_seconds() - t0;
     for (uint64_t e = 0; g.ckpt && e < st->sb.extent_count; e++)

@@ -116,7 +116,7 @@ struct plx_store {
     struct plx_superblock sb;
     struct plx_state_block state;
     int read_only;
-    int lock_fd;                /* flock()ed around catalogue/registry changes; -1: memory */
+    unsigned admin_depth;       /* nested plx_admin_lock calls: only the outermost locks */
     int epoll_fd;               /* plx_store_fd(): backend fd + wake_fd */
     int wake_fd;                /* eventfd: callbacks are ready to run */
     char errmsg[512];

@@ -951,13 +951,21 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
             req_finish(r);
         else
             do_resolve(r); /* the old edge data has arrived */
-    } else if (r->op == REQ_READ) {
-        req_finish(r);
-    } else {
-        req_data_done(r);
+        return;
     }
+    if (r->op == REQ_READ) {
+        req_finish(r);
+        return;
+    }
+    /* Advance the batch before finishing a request early: finishing starts waiting requests,
+     * which may start (and even complete and free) a batch. */
+    bool early = r->status || !r->needs_batch || !b;
+    if (!early)
+        batch_wait(b, r);
     if (b)
         batch_advance(b->v, b);
+    if (early)
+        req_finish(r);
 }
 
 /* Start every waiting request that may now start. */

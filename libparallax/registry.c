@@ -391,26 +391,34 @@ int plx_vdi_create(plx_store *st, const char *name, uint64_t size, uint64_t *id_
 
 int plx_vdi_clone(plx_store *st, const char *name, const char *snap, uint64_t *id_out)
 {
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    /* From resolving the snapshot to writing the clone's record, under the admin lock: a
+     * collector reads the registry under it too, so it either sees the clone (and keeps what
+     * the clone shares) or the snapshot is still live when the clone copies its root. */
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
     struct plx_vdi_record parent;
     struct plx_snap_info si;
     uint64_t log_block = 0;
-    int rc = plx_snap_resolve(st, snap, &parent, NULL, &si, &log_block);
-    if (rc)
-        return rc;
-    struct plx_node *src;
-    rc = plx_cache_get_sync(st, si.root, parent.height - 1, &src);
-    if (rc)
-        return rc;
-    /* The clone's first root is a copy of the snapshot's root with every link read-only: the
-     * whole tree is shared until written. */
-    uint64_t *links = malloc(PLX_BLOCK_SIZE);
-    if (!links)
-        return plx_err(st, -ENOMEM, "out of memory");
-    for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
-        links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
-    rc = vdi_create_common(st, name, parent.size, parent.height, links, &parent, &si, log_block,
-                           id_out);
+    struct plx_node *src = NULL;
+    uint64_t *links = NULL;
+    rc = plx_snap_resolve(st, snap, &parent, NULL, &si, &log_block);
+    if (!rc)
+        rc = plx_cache_get_sync(st, si.root, parent.height - 1, &src);
+    if (!rc && !(links = malloc(PLX_BLOCK_SIZE)))
+        rc = plx_err(st, -ENOMEM, "out of memory");
+    if (!rc) {
+        /* The clone's first root is a copy of the snapshot's root with every link read-only:
+         * the whole tree is shared until written. */
+        for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
+            links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
+        rc = vdi_create_common(st, name, parent.size, parent.height, links, &parent, &si,
+                               log_block, id_out);
+    }
     free(links);
+    plx_admin_unlock(st);
     return rc;
 }
 

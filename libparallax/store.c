@@ -267,21 +267,43 @@ bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t
     return host == st->host_hash && pid == st->pid && epoch == st->epoch;
 }
 
+/* How long to wait for the admin lock: $PARALLAX_LOCK_TIMEOUT seconds, default 30. Holders keep
+ * it for one read-modify-write of a few blocks, so a long wait means a stuck holder: better a
+ * clear error than a hang. */
+static double lock_timeout(void)
+{
+    const char *env = getenv("PARALLAX_LOCK_TIMEOUT");
+    double t = env ? strtod(env, NULL) : 30.0;
+    return t > 0 ? t : 30.0;
+}
+
 int plx_admin_lock(plx_store *st)
 {
-    if (st->lock_fd < 0)
+    if (st->admin_depth++ || !st->be->ops->lock)
         return 0;
-    while (flock(st->lock_fd, LOCK_EX) != 0) {
-        if (errno != EINTR)
-            return plx_err(st, -errno, "locking the blockstore: %s", strerror(errno));
+    double waited = 0, limit = lock_timeout();
+    for (unsigned sleep_us = 1000;; sleep_us = sleep_us < 50000 ? sleep_us * 2 : 50000) {
+        int rc = st->be->ops->lock(st->be, 1);
+        if (rc == 0)
+            return 0;
+        if (rc != -EWOULDBLOCK || waited >= limit) {
+            st->admin_depth--;
+            if (rc == -EWOULDBLOCK)
+                return plx_err(st, -EBUSY,
+                               "%s: another process has held the blockstore's admin lock for "
+                               "%.0f s",
+                               st->be->desc, waited);
+            return plx_err(st, rc, "locking %s: %s", st->be->desc, strerror(-rc));
+        }
+        usleep(sleep_us);
+        waited += sleep_us / 1e6;
     }
-    return 0;
 }
 
 void plx_admin_unlock(plx_store *st)
 {
-    if (st->lock_fd >= 0)
-        flock(st->lock_fd, LOCK_UN);
+    if (--st->admin_depth == 0 && st->be->ops->lock)
+        st->be->ops->lock(st->be, 0);
 }
 
 /* ---- Format ------------------------------------------------------------------------------------ */
@@ -571,8 +593,6 @@ static void store_free(plx_store *st)
     free(st->cat);
     if (st->be)
         st->be->ops->destroy(st->be);
-    if (st->lock_fd >= 0)
-        close(st->lock_fd);
     if (st->wake_fd >= 0)
         close(st->wake_fd);
     if (st->epoll_fd >= 0)
@@ -580,20 +600,17 @@ static void store_free(plx_store *st)
     free(st);
 }
 
-static int store_open(plx_backend *be, int lock_fd, const struct plx_open_opts *opts,
+static int store_open(plx_backend *be, const struct plx_open_opts *opts,
                       plx_store **out, char *errbuf, size_t errlen)
 {
     *out = NULL;
     plx_store *st = calloc(1, sizeof *st);
     if (!st) {
         be->ops->destroy(be);
-        if (lock_fd >= 0)
-            close(lock_fd);
         set_errbuf(errbuf, errlen, "out of memory");
         return -ENOMEM;
     }
     st->be = be;
-    st->lock_fd = lock_fd;
     st->wake_fd = st->epoll_fd = -1;
     st->read_only = opts ? opts->read_only : 0;
     identity_init(st, opts ? opts->host : NULL);
@@ -621,7 +638,7 @@ static int store_open(plx_backend *be, int lock_fd, const struct plx_open_opts *
 int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
                            char *errbuf, size_t errlen)
 {
-    return store_open(be, -1, opts, out, errbuf, errlen);
+    return store_open(be, opts, out, errbuf, errlen);
 }
 
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
@@ -635,10 +652,7 @@ int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store
         *out = NULL;
         return err;
     }
-    /* The admin lock is a flock on a separate descriptor of the same file: it serialises
-     * catalogue and registry changes between processes of this host. */
-    int lock_fd = open(path, O_RDONLY | O_CLOEXEC);
-    return store_open(be, lock_fd, opts, out, errbuf, errlen);
+    return store_open(be, opts, out, errbuf, errlen);
 }
 
 int plx_vdi_close_all(plx_store *st);
