@@ -184,7 +184,16 @@ struct plx_req {
     struct plx_req *done_next;
 };
 
-enum plx_batch_state { B_OPEN, B_STAGE_A, B_FLUSH_A, B_STAGE_B, B_FLUSH_B, B_DONE };
+enum plx_batch_state {
+    B_OPEN,
+    B_STAGE_A,
+    B_FLUSH_A,
+    B_STAGE_B,
+    B_FLUSH_REC, /* snapshot: commit nodes durable before the record that counts it */
+    B_RECORD,
+    B_FLUSH_B,
+    B_DONE,
+};
 
 struct plx_batch {
     uint64_t seq;

@@ -95,8 +95,10 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
         return false;
     for (const struct plx_req *e = v->active_head; e && e != r; e = e->next) {
         if (r->op == REQ_SNAPSHOT) {
-            /* Everything before the snapshot must be in the tree it freezes. */
-            if (is_write(e) && !mutated(e))
+            /* Everything before the snapshot must be in the tree it freezes, with its data
+             * written: a write whose data fails puts its old link back, and only the leaf it
+             * changed knows it (after the swap, copies of that leaf could carry the link). */
+            if (is_write(e) && e->state != RQ_WAIT_BATCH && e->state != RQ_DONE)
                 return false;
             if (e->op == REQ_SNAPSHOT && !mutated(e))
                 return false;
@@ -192,8 +194,12 @@ static void batch_io_done(plx_store *st, struct plx_ev *ev)
     (void)st;
     if (ev->status && !b->status) {
         b->status = ev->status;
-        plx_err(st, ev->status, "committing VDI %s: write of block %llu failed: %s",
-                b->v->rec.name, (unsigned long long)ev->io.block, strerror(-ev->status));
+        if (ev->io.op == PLX_IO_FLUSH)
+            plx_err(st, ev->status, "committing VDI %s: flush failed: %s", b->v->rec.name,
+                    strerror(-ev->status));
+        else
+            plx_err(st, ev->status, "committing VDI %s: write of block %llu failed: %s",
+                    b->v->rec.name, (unsigned long long)ev->io.block, strerror(-ev->status));
     }
     b->io_pending--;
     batch_advance(b->v, b);
@@ -209,7 +215,13 @@ static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op 
     ev->io.buf = buf;
     ev->handler = batch_io_done;
     ev->ctx = b;
-    int rc = plx_submit(b->v->st, ev);
+    plx_store *st = b->v->st;
+    /* A batch writes radix nodes, bitmaps, log blocks and VDI records: never the superblock,
+     * state block or catalogue. A bug that aims there must not destroy the store. */
+    int rc = op == PLX_IO_WRITE && blk < st->sb.registry_start
+                 ? plx_err(st, -EIO, "refusing to write system block %llu from a commit (bug)",
+                           (unsigned long long)blk)
+                 : plx_submit(st, ev);
     if (rc) {
         if (!b->status)
             b->status = rc;
@@ -235,19 +247,20 @@ static void batch_write_stage(struct plx_batch *b, bool stage_a)
             batch_submit(b, &b->ios[i], PLX_IO_WRITE, img[i].addr, img[i].buf);
     if (b->snap && stage_a)
         batch_submit(b, &b->ios[b->nnodes], PLX_IO_WRITE, b->log_addr, b->log_buf);
-    if (b->snap && !stage_a)
-        batch_submit(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, b->v->slot_addr, b->rec_buf);
 }
 
-static bool batch_has_stage_b(const struct plx_batch *b)
+static bool batch_has_commit_nodes(const struct plx_batch *b)
 {
-    if (b->snap)
-        return true;
     const struct node_image *img = (const struct node_image *)b->images;
     for (size_t i = 0; i < b->nnodes; i++)
         if (!img[i].stage_a)
             return true;
     return false;
+}
+
+static bool batch_has_stage_b(const struct plx_batch *b)
+{
+    return b->snap || batch_has_commit_nodes(b);
 }
 
 static void batch_free(struct plx_vdi *v, struct plx_batch *b)
@@ -272,6 +285,16 @@ static void batch_free(struct plx_vdi *v, struct plx_batch *b)
 static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
 {
     int status = b->status;
+    if (status) {
+        /* The medium refused part of this commit. What is on disk is consistent, but the
+         * in-memory tree is ahead of it: fail what was built on top and reload. This comes
+         * before the members finish, so nothing queued behind them starts on the old tree. */
+        if (v->open)
+            v->open->status = status;
+        v->needs_reload = true;
+        for (size_t i = 0; i < b->nnodes; i++)
+            b->nodes[i]->stale = true;
+    }
     struct plx_req *r = b->reqs;
     b->reqs = NULL;
     while (r) {
@@ -282,15 +305,6 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
         r = next;
     }
     v->flight = NULL;
-    if (status) {
-        /* The medium refused part of this commit. What is on disk is consistent, but the
-         * in-memory tree is ahead of it: fail what was built on top and reload. */
-        if (v->open)
-            v->open->status = status;
-        v->needs_reload = true;
-        for (size_t i = 0; i < b->nnodes; i++)
-            b->nodes[i]->stale = true;
-    }
     batch_free(v, b);
     if (v->needs_reload && !v->open)
         vdi_reload(v);
@@ -361,9 +375,34 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
+            if (b->snap) {
+                /* The record makes the snapshot count: it goes last, after the commit nodes
+                 * of the requests before it are durable, so a snapshot that exists after a
+                 * crash holds every one of them. */
+                b->state = B_FLUSH_REC;
+                if (batch_has_commit_nodes(b))
+                    batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+                break;
+            }
             b->state = B_FLUSH_B;
             if (b->final_flush)
                 batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+            break;
+        case B_FLUSH_REC:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            b->state = B_RECORD;
+            batch_submit(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf);
+            break;
+        case B_RECORD:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            b->state = B_FLUSH_B;
+            batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
             break;
         case B_FLUSH_B:
             b->state = B_DONE;
@@ -419,8 +458,14 @@ static void vdi_reload(struct plx_vdi *v)
         rec.lock_time_ns = v->rec.lock_time_ns;
         v->rec = rec;
         v->root_addr = rec.root;
-        if (v->log_head && rec.snaplog_head)
+        if (!rec.snaplog_head) {
+            plx_block_free(v->log_head); /* the first snapshot never landed */
+            v->log_head = NULL;
+        } else {
+            if (!v->log_head)
+                v->log_head = plx_block_alloc(1);
             rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
+        }
         free(v->snaps);
         v->snaps = NULL;
         v->nsnaps = 0;
