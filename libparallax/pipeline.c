@@ -732,6 +732,7 @@ static void do_mutate(struct plx_req *r)
         free(phys);
         r->status = err;
         req_finish(r);
+        batch_maybe_start(v); /* nodes it shadowed are in the open batch: commit them */
         return;
     }
     r->needs_batch = r->nrelinks > 0 || (r->flags & PLX_WRITE_FUA);
@@ -832,6 +833,7 @@ static void do_snapshot(struct plx_req *r)
             plx_cache_drop(st, nr);
         r->status = err;
         req_finish(r);
+        batch_maybe_start(v);
         return;
     }
     if (!v->log_head)

@@ -98,6 +98,15 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
         if (rc < 0 && rc != -EINTR)
             return rc;
     }
+    /* A baseline message: callers with more context replace it. */
+    if (result[0]) {
+        static const char *const names[] = {"read", "write", "flush"};
+        if (op == PLX_IO_FLUSH)
+            plx_err(st, result[0], "flushing %s: %s", st->be->desc, strerror(-result[0]));
+        else
+            plx_err(st, result[0], "%s of block %llu on %s: %s", names[op],
+                    (unsigned long long)block, st->be->desc, strerror(-result[0]));
+    }
     return result[0];
 }
 

@@ -45,8 +45,12 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     }
     if (!rc)
         rc = plx_registry_write(st, v->slot_addr, &rec);
-    if (!rc)
+    if (!rc) {
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "%s VDI %s: flush failed: %s", take ? "opening" : "closing",
+                    rec.name, strerror(-rc));
+    }
     if (!rc) {
         rec.seq++;
         v->rec = rec;
