@@ -85,6 +85,10 @@ deps: builddeps
 demo: builddeps all
 	@scripts/demo.sh
 
+# The writer that bench/gc.sh runs beside the collector.
+$(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@
+
 clean:
 	rm -rf $(B)
 

@@ -36,7 +36,7 @@ static void report_json(const struct plx_gc_report *r, int dry_run)
     json_key(&w, "vdis_purged");
     json_u64(&w, r->vdis_purged);
     json_key(&w, "seconds");
-    fprintf(stdout, "%.6f", r->seconds);
+    json_double(&w, r->seconds);
     json_end_object(&w);
     json_finish(&w);
 }

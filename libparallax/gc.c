@@ -12,7 +12,8 @@
  * 4. Per extent, under the admin lock and after checking the holder again, free every block that
  *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
  *    the checkpoint is never freed. An extent left empty goes back to "unused".
- * 5. Remove the records of deleted VDIs from the registry.
+ * 5. Remove the records of deleted VDIs from the registry (their blocks are free, or will be
+ *    on a later run if their extents were held by a live process this time).
  *
  * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
  * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
@@ -20,8 +21,9 @@
  * cannot start sharing a snapshot this collector saw deleted. A crash at any point frees nothing
  * reachable: marking is complete before the first bit is cleared.
  *
- * Memory: the reachability map is one bit per block of the store (1 GiB of memory covers
- * 32 TiB of blockstore), plus one bit per metadata-extent block for "already read".
+ * Memory: two bits per block of the store, "reachable" and "already read" (1 GiB of memory
+ * covers 16 TiB of blockstore), plus a copy of the bitmaps of the extents being swept; when
+ * that cannot be allocated, gc stops with ENOMEM before any I/O.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -204,7 +206,7 @@ static long mark_pass(struct gc *g, uint64_t *buf)
  * same allocation. So, under the admin lock before each sweep: if another collection bumped the
  * epoch since our checkpoint, give up (a later run finishes the job); the first time we free,
  * bump it ourselves, in the same lock hold, so a collection that overlaps ours gives up too. */
-static int claim_epoch(struct gc *g)
+static int claim_epoch(struct gc *g, bool will_free)
 {
     plx_store *st = g->st;
     int rc = plx_state_read(st);
@@ -214,7 +216,7 @@ static int claim_epoch(struct gc *g)
         return plx_err(st, -EAGAIN,
                        "gc: another collection freed blocks while this one was marking; run "
                        "gc again");
-    if (g->bumped)
+    if (g->bumped || !will_free)
         return 0;
     st->state.gc_epoch++;
     rc = plx_state_write(st);
@@ -238,7 +240,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         return rc;
     rc = plx_catalogue_read(st);
     if (!rc && !dry_run)
-        rc = claim_epoch(g);
+        rc = claim_epoch(g, false);
     struct plx_extent_entry ent = st->cat[e];
     if (rc || (!dry_run && !is_candidate_holder(st, &ent))) {
         /* Taken by a live process since the checkpoint: leave it to a later run. */
@@ -269,6 +271,8 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         }
     }
     g->out->freed_by_type[ent.type] += freed;
+    if (!rc && !dry_run && freed)
+        rc = claim_epoch(g, true); /* still under the lock that the sweep holds */
     if (!rc && !dry_run && freed) {
         if (x->held) {
             x->free += freed;
@@ -323,8 +327,13 @@ static int purge_deleted(struct gc *g)
         if (!(g->recs[i].flags & PLX_VDI_DELETED))
             continue;
         struct plx_vdi_record now;
-        if (plx_registry_read(st, g->slots[i], &now) != 0 || now.id != g->recs[i].id)
-            continue;
+        int rrc = plx_registry_read(st, g->slots[i], &now);
+        if (rrc == -ENODATA || (rrc == 0 && now.id != g->recs[i].id))
+            continue; /* purged already, or the slot was reused */
+        if (rrc) {
+            rc = rrc;
+            break;
+        }
         rc = plx_sync_io(st, PLX_IO_WRITE, g->slots[i], 1, zero, 0);
         if (!rc)
             g->out->vdis_purged++;

@@ -79,6 +79,12 @@ void json_u64(struct json_writer *w, uint64_t v)
     fprintf(w->out, "%llu", (unsigned long long)v);
 }
 
+void json_double(struct json_writer *w, double v)
+{
+    before_item(w);
+    fprintf(w->out, "%.6f", v);
+}
+
 void json_null(struct json_writer *w)
 {
     before_item(w);

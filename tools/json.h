@@ -31,6 +31,7 @@ void json_end_array(struct json_writer *w);
 void json_key(struct json_writer *w, const char *key);
 void json_string(struct json_writer *w, const char *s);
 void json_u64(struct json_writer *w, uint64_t v);
+void json_double(struct json_writer *w, double v);
 void json_null(struct json_writer *w);
 /* End the document with a newline. */
 void json_finish(struct json_writer *w);
