@@ -45,13 +45,18 @@ $(B):
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h | builddeps
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+# Extra sources of a unit test besides the library: EXTRA_<test>.
+EXTRA_test_tapdisk := tapdisk/block-parallax.c tests/unit/tapdisk_double.c
+TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.h)
 
-$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) tests/unit/testutil.h | builddeps
+.SECONDEXPANSION:
+$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit $< $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+
+$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
 
 UNIT_BINS     := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit/%)
 UNIT_SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit-san/%)

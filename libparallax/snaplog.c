@@ -16,6 +16,11 @@ bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out)
 {
+    /* Another process may have typed a new extent since we read the catalogue: look again
+     * before calling the link bad. */
+    if (addr && addr < st->sb.block_count &&
+        plx_block_type(st, addr) != PLX_EXTENT_METADATA)
+        plx_catalogue_read(st);
     if (addr == 0 || addr >= st->sb.block_count || plx_block_type(st, addr) !=
                                                        PLX_EXTENT_METADATA)
         return plx_err(st, -EUCLEAN, "snapshot log of VDI %llu links to block %llu, outside "

@@ -77,7 +77,8 @@ static plx_backend *keep_wrap(plx_backend *inner)
     return &k->base;
 }
 
-/* ---- Fixtures ---------------------------------------------------------------------------------- */
+/* ---- Fixtures ----------------------------------------------------------------------------------
+ */
 
 /* A memory medium of `bytes`, formatted with 1 MiB extents. */
 static plx_backend *new_medium(uint64_t bytes)
@@ -116,6 +117,25 @@ static int try_open(plx_backend *mem, char *err, size_t errlen)
     return rc;
 }
 
+static void check_line(void *arg, int is_error, const char *line)
+{
+    int *shown = arg;
+    if (is_error && (*shown)++ < 10)
+        fprintf(stderr, "engine: check: %s\n", line);
+}
+
+/* plx_check must find nothing wrong. */
+static void check_clean(plx_store *st, const char *what)
+{
+    struct plx_check_report rep;
+    int shown = 0;
+    int rc = plx_check(st, &rep, check_line, &shown);
+    ck_assert_msg(rc == 0, "%s: plx_check could not run: %d (%s)", what, rc, plx_store_errmsg(st));
+    ck_assert_msg(rep.errors == 0, "%s: plx_check found %llu errors (see stderr)", what,
+                  (unsigned long long)rep.errors);
+    ck_assert_uint_gt(rep.trees, 0);
+}
+
 static void close_ok(plx_store *st)
 {
     int rc = plx_store_close(st);
@@ -125,15 +145,15 @@ static void close_ok(plx_store *st)
 #define EXPECT_ERR(st, call, want)                                                                 \
     do {                                                                                           \
         int rc_ = (call);                                                                          \
-        ck_assert_msg(rc_ == (want), "%s: got %d (%s), want %d", #call, rc_,                      \
-                      plx_store_errmsg(st), (want));                                               \
-        ck_assert_msg(plx_store_errmsg(st)[0] != '\0', "%s: no error message", #call);            \
+        ck_assert_msg(rc_ == (want), "%s: got %d (%s), want %d", #call, rc_, plx_store_errmsg(st), \
+                      (want));                                                                     \
+        ck_assert_msg(plx_store_errmsg(st)[0] != '\0', "%s: no error message", #call);             \
     } while (0)
 
 #define OK(st, call)                                                                               \
     do {                                                                                           \
         int rc_ = (call);                                                                          \
-        ck_assert_msg(rc_ >= 0, "%s: %d (%s)", #call, rc_, plx_store_errmsg(st));                 \
+        ck_assert_msg(rc_ >= 0, "%s: %d (%s)", #call, rc_, plx_store_errmsg(st));                  \
     } while (0)
 
 static plx_vdi *open_vdi(plx_store *st, const char *spec, unsigned flags)
@@ -202,8 +222,8 @@ static void expect_zero(plx_store *st, plx_vdi *v, uint64_t off, size_t len, con
     size_t i = 0;
     while (i < len && got[i] == 0)
         i++;
-    ck_assert_msg(i == len, "%s: byte %llu is 0x%02x, want 0", what,
-                  (unsigned long long)(off + i), i < len ? got[i] : 0);
+    ck_assert_msg(i == len, "%s: byte %llu is 0x%02x, want 0", what, (unsigned long long)(off + i),
+                  i < len ? got[i] : 0);
     free(got);
 }
 
@@ -213,7 +233,8 @@ static void pattern(unsigned char *buf, size_t len, uint64_t gen, uint64_t blk)
     tu_fill(buf, len, gen * 1000003ull + blk);
 }
 
-/* ---- Format, open, info ----------------------------------------------------------------------- */
+/* ---- Format, open, info -----------------------------------------------------------------------
+ */
 
 START_TEST(test_format_open_info)
 {
@@ -380,7 +401,8 @@ START_TEST(test_open_truncated)
 }
 END_TEST
 
-/* ---- VDI administration ----------------------------------------------------------------------- */
+/* ---- VDI administration -----------------------------------------------------------------------
+ */
 
 START_TEST(test_vdi_create_rules)
 {
@@ -622,6 +644,9 @@ START_TEST(test_many_snapshots)
     struct plx_vdi_info vi;
     OK(st, plx_vdi_lookup(st, "vm", &vi));
     ck_assert_uint_eq(vi.snap_count, (uint64_t)nsnap);
+    fprintf(stderr, "engine: %d snapshots of one VDI, each read back twice across reopens\n",
+            nsnap);
+    check_clean(st, "many snapshots");
     close_ok(st);
     mem->ops->destroy(mem);
 }
@@ -678,12 +703,14 @@ START_TEST(test_delete)
     OK(st, plx_vdi_lookup(st, "gone", &vi));
     ck_assert_uint_eq(vi.id, id2);
     EXPECT_ERR(st, plx_vdi_lookup(st, idstr, &vi), -ENOENT);
+    check_clean(st, "delete");
     close_ok(st);
     mem->ops->destroy(mem);
 }
 END_TEST
 
-/* ---- I/O ----------------------------------------------------------------------------------------- */
+/* ---- I/O
+ * ----------------------------------------------------------------------------------------- */
 
 START_TEST(test_sparse_reads_zero)
 {
@@ -726,9 +753,19 @@ START_TEST(test_unaligned_io)
         uint64_t off;
         size_t len;
     } cases[] = {
-        {4095, 2},      {1, 8191},         {0, 1},          {4096, 4096},     {8191, 1},
-        {12288 - 7, 7}, {100, 3 * BS + 5}, {0, 3 * BS - 1}, {5 * BS + 1, BS}, {65535, 65537},
-        {4097, 4094},   {2 * MiB - 1, 1},  {2 * MiB - 5000, 5000},
+        {4095, 2},
+        {1, 8191},
+        {0, 1},
+        {4096, 4096},
+        {8191, 1},
+        {12288 - 7, 7},
+        {100, 3 * BS + 5},
+        {0, 3 * BS - 1},
+        {5 * BS + 1, BS},
+        {65535, 65537},
+        {4097, 4094},
+        {2 * MiB - 1, 1},
+        {2 * MiB - 5000, 5000},
         {123457, 301 * 1024},
     };
     uint64_t gen = 100;
@@ -750,12 +787,10 @@ START_TEST(test_unaligned_io)
             uint64_t lo = off > 3000 ? off - 3000 : 0;
             uint64_t hi = off + len + 3000 < size ? off + len + 3000 : size;
             pread_ok(st, v, got + 5, lo, hi - lo);
-            ck_assert_msg(memcmp(got + 5, ref + lo, hi - lo) == 0, "case %zu/%u: around", c,
-                          mis);
+            ck_assert_msg(memcmp(got + 5, ref + lo, hi - lo) == 0, "case %zu/%u: around", c, mis);
             if (len > 2) {
                 pread_ok(st, v, got + 7, off + 1, len - 2);
-                ck_assert_msg(memcmp(got + 7, ref + off + 1, len - 2) == 0, "case %zu: inside",
-                              c);
+                ck_assert_msg(memcmp(got + 7, ref + off + 1, len - 2) == 0, "case %zu: inside", c);
             }
         }
     }
@@ -779,6 +814,7 @@ START_TEST(test_unaligned_io)
     v = open_vdi(st, "u", PLX_OPEN_READONLY);
     expect_bytes(st, v, ref, 0, size, "after reopen");
     close_vdi(st, v);
+    check_clean(st, "unaligned");
     close_ok(st);
     plx_block_free(al);
     free(ref);
@@ -982,6 +1018,7 @@ START_TEST(test_clone)
     c = open_vdi(st, "cl", 0);
     expect_bytes(st, c, cl, 0, size, "clone after source deleted and reopen");
     close_vdi(st, c);
+    check_clean(st, "clone");
     close_ok(st);
     free(ref);
     free(snap);
@@ -1090,6 +1127,7 @@ START_TEST(test_trim)
     v = open_vdi(st, "t@1", 0);
     expect_bytes(st, v, snap, 0, size, "snapshot after reopen");
     close_vdi(st, v);
+    check_clean(st, "trim");
     close_ok(st);
     free(ref);
     free(snap);
@@ -1203,8 +1241,8 @@ START_TEST(test_async_many_in_flight)
         /* Distinct blocks, in a scattered order. */
         uint64_t blk = (uint64_t)(i * 37 % N) * 3;
         pattern(bufs + (size_t)i * BS, BS, 7, blk);
-        recs[i] = (struct cb_rec){
-            .in_submit = &in_submit, .order = order, .norder = &norder, .id = i};
+        recs[i] =
+            (struct cb_rec){.in_submit = &in_submit, .order = order, .norder = &norder, .id = i};
         in_submit = 1;
         int rc = plx_vdi_submit_write(v, bufs + (size_t)i * BS, blk * BS, BS, 0, rec_cb, &recs[i]);
         in_submit = 0;
@@ -1244,6 +1282,7 @@ START_TEST(test_async_many_in_flight)
         ck_assert_msg(memcmp(rb + (size_t)i * BS, bufs + (size_t)i * BS, BS) == 0,
                       "request %d read back wrong data", i);
     }
+    fprintf(stderr, "engine: %d writes then %d reads in flight at once\n", N, N);
     /* And the blocks in between are still zero. */
     expect_zero(st, v, BS, 2 * BS, "between");
     close_vdi(st, v);
@@ -1279,8 +1318,7 @@ START_TEST(test_async_same_block_order)
         recs[2 * i + 1] = (struct cb_rec){.in_submit = &in_submit};
         in_submit = 1;
         OK(st, plx_vdi_submit_write(v, w + (size_t)i * BS, off, len, 0, rec_cb, &recs[2 * i]));
-        OK(st, plx_vdi_submit_read(v, r + (size_t)i * BS, BS - 32, 64, rec_cb,
-                                   &recs[2 * i + 1]));
+        OK(st, plx_vdi_submit_read(v, r + (size_t)i * BS, BS - 32, 64, rec_cb, &recs[2 * i + 1]));
         in_submit = 0;
     }
     drain_all(st, recs, 2 * N);
@@ -1316,8 +1354,8 @@ START_TEST(test_async_snapshot_between_batches)
         pattern(a + (size_t)i * BS, BS, 1, (uint64_t)i);
         recs[i] = (struct cb_rec){.in_submit = &in_submit};
         in_submit = 1;
-        OK(st, plx_vdi_submit_write(v, a + (size_t)i * BS, (uint64_t)i * BS, BS, 0, rec_cb,
-                                    &recs[i]));
+        OK(st,
+           plx_vdi_submit_write(v, a + (size_t)i * BS, (uint64_t)i * BS, BS, 0, rec_cb, &recs[i]));
         in_submit = 0;
     }
     recs[N] = (struct cb_rec){.in_submit = &in_submit};
@@ -1330,8 +1368,8 @@ START_TEST(test_async_snapshot_between_batches)
         pattern(b + (size_t)i * BS, BS, 2, blk);
         recs[N + 1 + i] = (struct cb_rec){.in_submit = &in_submit};
         in_submit = 1;
-        OK(st, plx_vdi_submit_write(v, b + (size_t)i * BS, blk * BS, BS, 0, rec_cb,
-                                    &recs[N + 1 + i]));
+        OK(st,
+           plx_vdi_submit_write(v, b + (size_t)i * BS, blk * BS, BS, 0, rec_cb, &recs[N + 1 + i]));
         in_submit = 0;
     }
     drain_all(st, recs, 2 * N + 1);
@@ -1356,6 +1394,7 @@ START_TEST(test_async_snapshot_between_batches)
         expect_zero(st, v, (uint64_t)N * BS, (size_t)N * BS, "snapshot beyond the first batch");
         close_vdi(st, v);
     }
+    check_clean(st, "async snapshot");
     close_ok(st);
     plx_block_free(a);
     plx_block_free(b);
@@ -1500,6 +1539,7 @@ START_TEST(test_large_write)
     v = open_vdi(st, "L", 0);
     expect_bytes(st, v, ref, 0, size, "large writes after reopen");
     close_vdi(st, v);
+    check_clean(st, "large write");
     close_ok(st);
     plx_block_free(al);
     free(ref);
@@ -1606,8 +1646,8 @@ START_TEST(test_small_cache)
             uint64_t off = i * 512 * BS + (uint64_t)round * BS + 100;
             pattern(buf, 2 * BS, (uint64_t)round, i);
             rc = plx_vdi_pwrite(v, buf, off, 2 * BS, 0);
-            ck_assert_msg(rc == 0, "round %d write %llu: %d (%s)", round, (unsigned long long)i,
-                          rc, plx_store_errmsg(st));
+            ck_assert_msg(rc == 0, "round %d write %llu: %d (%s)", round, (unsigned long long)i, rc,
+                          plx_store_errmsg(st));
         }
         OK(st, plx_vdi_snapshot_open(v, NULL, NULL));
     }
@@ -1622,6 +1662,7 @@ START_TEST(test_small_cache)
         }
     }
     close_vdi(st, v);
+    check_clean(st, "small cache");
     close_ok(st);
     free(buf);
     mem->ops->destroy(mem);
@@ -1660,6 +1701,7 @@ START_TEST(test_write_after_gc)
     v = open_vdi(st, "g", 0);
     expect_bytes(st, v, ref, 0, 4 * MiB, "after reopen");
     close_vdi(st, v);
+    check_clean(st, "gc");
     close_ok(st);
     free(ref);
     mem->ops->destroy(mem);

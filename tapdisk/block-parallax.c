@@ -1,0 +1,681 @@
+/*
+ * block-parallax.c - a blktap3 tapdisk driver serving a Parallax VDI ("parallax").
+ *
+ *   tap-ctl create -a parallax:<vdi>                   blockstore from configuration
+ *   tap-ctl create -a parallax:<blockstore>:<vdi>      blockstore given
+ *
+ * tapdisk splits "parallax:" off and hands the rest to open() (the params). <vdi> is anything
+ * plx_vdi_open accepts: a VDI name or id, or "VDI@N" / "VDI@LABEL" for a snapshot (read-only).
+ * Without a blockstore in the params, it comes from $PARALLAX_BLOCKSTORE, else from the first
+ * line of /etc/parallax/blockstore ($PARALLAX_BLOCKSTORE_FILE overrides that path).
+ *
+ * How the driver fits tapdisk (see docs/tapdisk.md):
+ * - tapdisk is one thread around a select() loop and nothing in a driver may block there. The
+ *   Parallax engine is built for exactly this: submit calls only queue work, and completions
+ *   are delivered by plx_store_service() when plx_store_fd() is readable. So open() registers
+ *   that descriptor as a tapdisk read event whose callback services the store, queue_read /
+ *   queue_write only submit, and the engine's completion callbacks call td_complete_request().
+ * - Every request gets a slot that lives until its completion; the slot carries the request
+ *   (tapdisk passes it by value) to the completion callback. The slot table is what bounds the
+ *   requests in flight; only when it is full does a request complete with -EBUSY, which makes
+ *   tapdisk resubmit it later.
+ * - One engine (plx_store) per blockstore per process. The engine tells its own extents from
+ *   other writers' by (host, pid), so two stores on the same blockstore in one process would
+ *   each take the other's claimed blocks for its own. Disks of one tapdisk on the same
+ *   blockstore therefore share one store and one registered event.
+ * - tapdisk has no flush request for drivers: a guest's barrier or cache flush is satisfied
+ *   by waiting for the writes before it to complete, i.e. tapdisk assumes a completed write is
+ *   durable (block-aio writes with O_DIRECT). Parallax writes are durable once completed only
+ *   with PLX_WRITE_FUA, so every write is submitted with it.
+ * - No queue_block_status: the engine's block status call (plx_vdi_block_status) may read
+ *   radix nodes synchronously, which would block tapdisk's loop. tapdisk answers -EOPNOTSUPP
+ *   for drivers without it.
+ *
+ * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
+ * the few names used, and tests/unit/tapdisk_double.c stands in for tapdisk.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "parallax.h"
+#include "tapdisk-iface.h"
+
+/* Requests in flight per open disk. Large enough that tapdisk rarely meets the limit (an
+ * 8-page blkif ring holds 256 requests of up to 11 segments, and tapdisk merges contiguous
+ * segments into one request to the driver), small enough to bound memory (about 100 KiB). */
+#define PLX_TD_SLOTS 1024
+
+#define PLX_TD_CONF_DEFAULT "/etc/parallax/blockstore"
+
+/* ---- State ---------------------------------------------------------------------------------- */
+
+struct plx_td_disk;
+struct plx_td_pool;
+
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_BUSY,      /* submitted to the engine; tapdisk waits for its completion */
+    SLOT_ABANDONED, /* already completed towards tapdisk (close or store failure); the engine
+                     * still owes its callback, which must then only release the slot */
+};
+
+struct plx_td_slot {
+    struct plx_td_pool *pool;
+    enum slot_state state;
+    td_request_t treq;
+    struct plx_td_slot *next_free;
+};
+
+/* The slots live outside tapdisk's private data (driver->data), because tapdisk frees that on
+ * close, and after an engine failure the engine may still owe callbacks naming a slot. A pool
+ * whose disk is gone is freed by the last such callback. */
+struct plx_td_pool {
+    struct plx_td_disk *disk; /* NULL once the disk is closed */
+    unsigned engine_pending;  /* callbacks the engine still owes (busy + abandoned slots) */
+    struct plx_td_slot *free;
+    struct plx_td_slot slots[PLX_TD_SLOTS];
+};
+
+/* One engine per blockstore in this process (tapdisk is single-threaded: no locking). */
+struct plx_td_store {
+    char path[PATH_MAX]; /* canonical (realpath) */
+    plx_store *st;
+    int read_only;
+    int refs;
+    int failed;       /* negative errno once plx_store_service reported the store stopped */
+    event_id_t event; /* -1 when not registered */
+    struct plx_td_disk *disks;
+    struct plx_td_store *next;
+};
+
+/* tapdisk's private data for one open image (driver->data, zeroed by tapdisk). */
+struct plx_td_disk {
+    td_driver_t *driver;
+    struct plx_td_store *store;
+    plx_vdi *vdi;
+    struct plx_td_pool *pool;
+    int read_only;
+    td_sector_t sectors;
+    unsigned inflight; /* busy slots: requests tapdisk is waiting for */
+    char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
+    struct plx_td_disk *next; /* on store->disks */
+};
+
+static struct plx_td_store *plx_td_stores;
+
+/* Unit-test hook: when set, used instead of plx_store_open, so that tests can give the driver
+ * a store on a memory or fault-injection backend. Never set in tapdisk. */
+int (*plx_td_test_store_open)(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                              char *errbuf, size_t errlen);
+
+/* ---- Slots ---------------------------------------------------------------------------------- */
+
+static struct plx_td_pool *pool_new(struct plx_td_disk *d)
+{
+    struct plx_td_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->disk = d;
+    for (int i = PLX_TD_SLOTS - 1; i >= 0; i--) {
+        p->slots[i].pool = p;
+        p->slots[i].next_free = p->free;
+        p->free = &p->slots[i];
+    }
+    return p;
+}
+
+static struct plx_td_slot *slot_get(struct plx_td_pool *p)
+{
+    struct plx_td_slot *s = p->free;
+    if (s) {
+        p->free = s->next_free;
+        s->next_free = NULL;
+        s->state = SLOT_BUSY;
+    }
+    return s;
+}
+
+static void slot_put(struct plx_td_slot *s)
+{
+    struct plx_td_pool *p = s->pool;
+    s->state = SLOT_FREE;
+    s->next_free = p->free;
+    p->free = s;
+}
+
+/* Complete every busy slot of d towards tapdisk with err, leaving the engine's callbacks only
+ * the release of the slot. Used when the engine can no longer be relied on to answer. */
+static void abandon_inflight(struct plx_td_disk *d, int err)
+{
+    for (unsigned i = 0; i < PLX_TD_SLOTS && d->inflight > 0; i++) {
+        struct plx_td_slot *s = &d->pool->slots[i];
+        if (s->state != SLOT_BUSY)
+            continue;
+        s->state = SLOT_ABANDONED;
+        d->inflight--;
+        td_complete_request(s->treq, err);
+    }
+}
+
+/* ---- Engine callbacks ---------------------------------------------------------------------- */
+
+/* Completion of one plx_vdi_submit_read/write. Runs from plx_store_service, i.e. from the
+ * tapdisk event callback below or from close()'s drain. */
+static void request_done(void *arg, int status)
+{
+    struct plx_td_slot *s = arg;
+    struct plx_td_pool *p = s->pool;
+    p->engine_pending--;
+    if (s->state == SLOT_ABANDONED) {
+        slot_put(s);
+        if (!p->disk && p->engine_pending == 0)
+            free(p);
+        return;
+    }
+    struct plx_td_disk *d = p->disk;
+    td_request_t treq = s->treq;
+    /* -EBUSY would make tapdisk resubmit at once; the engine never means that, so it must not
+     * reach tapdisk as such. */
+    if (status == -EBUSY)
+        status = -EIO;
+    if (status > 0)
+        status = -status;
+    /* Free the slot and count the request done before telling tapdisk: its completion path may
+     * queue the next request to this disk straight away. */
+    slot_put(s);
+    d->inflight--;
+    if (status)
+        tlog_syslog(TLOG_WARN, "parallax: %s: %s of %d sectors at %llu failed: %s", d->vdi_spec,
+                    treq.op == TD_OP_WRITE ? "write" : "read", treq.secs,
+                    (unsigned long long)treq.sec, strerror(-status));
+    td_complete_request(treq, status);
+}
+
+/* The store stopped (the medium failed): answer everything outstanding with the error, stop
+ * watching the descriptor (it may stay readable forever) and refuse new requests. */
+static void store_failed(struct plx_td_store *ps, int err)
+{
+    tlog_syslog(TLOG_WARN, "parallax: blockstore %s stopped: %s (%s)", ps->path, strerror(-err),
+                plx_store_errmsg(ps->st));
+    ps->failed = err;
+    if (ps->event >= 0) {
+        tapdisk_server_unregister_event(ps->event);
+        ps->event = -1;
+    }
+    for (struct plx_td_disk *d = ps->disks; d; d = d->next)
+        abandon_inflight(d, err);
+}
+
+/* tapdisk read event on plx_store_fd(): the engine has completions or I/O to advance. */
+static void store_event(event_id_t id, char mode, void *private)
+{
+    struct plx_td_store *ps = private;
+    int rc = plx_store_service(ps->st);
+    if (rc < 0)
+        store_failed(ps, rc);
+}
+
+/* ---- Stores --------------------------------------------------------------------------------- */
+
+static int store_open_engine(const char *path, int read_only, plx_store **out, char *err,
+                             size_t errlen)
+{
+    struct plx_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.read_only = read_only;
+    if (plx_td_test_store_open)
+        return plx_td_test_store_open(path, &o, out, err, errlen);
+    return plx_store_open(path, &o, out, err, errlen);
+}
+
+/* Find or open the process's store for `path`. Opening reads the blockstore synchronously;
+ * that is acceptable in open(), which tapdisk calls outside the I/O path (block-vhd reads its
+ * headers the same way). */
+static int store_get(const char *path, int want_ro, struct plx_td_store **out)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real)) {
+        int e = errno;
+        tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", path, strerror(e));
+        return -e;
+    }
+    for (struct plx_td_store *ps = plx_td_stores; ps; ps = ps->next) {
+        if (strcmp(ps->path, real) != 0)
+            continue;
+        if (ps->failed) {
+            tlog_syslog(TLOG_WARN, "parallax: blockstore %s has stopped after an error: %s", real,
+                        strerror(-ps->failed));
+            return ps->failed;
+        }
+        if (ps->read_only && !want_ro) {
+            tlog_syslog(TLOG_WARN,
+                        "parallax: blockstore %s is open read-only in this tapdisk; cannot open "
+                        "a VDI on it for writing",
+                        real);
+            return -EROFS;
+        }
+        ps->refs++;
+        *out = ps;
+        return 0;
+    }
+
+    struct plx_td_store *ps = calloc(1, sizeof *ps);
+    if (!ps)
+        return -ENOMEM;
+    memcpy(ps->path, real, sizeof ps->path);
+    ps->event = -1;
+    char err[512] = "";
+    /* The store is opened writable even for a read-only disk, so that a writable disk on the
+     * same blockstore can share it later; a read-only store only when that is all we may. */
+    int rc = store_open_engine(real, 0, &ps->st, err, sizeof err);
+    if (rc < 0 && want_ro && (rc == -EACCES || rc == -EPERM || rc == -EROFS)) {
+        ps->read_only = 1;
+        rc = store_open_engine(real, 1, &ps->st, err, sizeof err);
+    }
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: cannot open blockstore %s: %s", real,
+                    err[0] ? err : strerror(-rc));
+        free(ps);
+        return rc;
+    }
+    event_id_t ev = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, plx_store_fd(ps->st),
+                                                  TV_ZERO, store_event, ps);
+    if (ev < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: cannot register the engine descriptor of %s: %s", real,
+                    strerror(-ev));
+        plx_store_close(ps->st);
+        free(ps);
+        return ev;
+    }
+    ps->event = ev;
+    ps->refs = 1;
+    ps->next = plx_td_stores;
+    plx_td_stores = ps;
+    *out = ps;
+    return 0;
+}
+
+/* Drop a reference; the last one unregisters the event and closes the engine. Returns 1 when
+ * the store was closed (no engine callback can fire any more), 0 otherwise. */
+static int store_put(struct plx_td_store *ps)
+{
+    if (--ps->refs > 0)
+        return 0;
+    for (struct plx_td_store **pp = &plx_td_stores; *pp; pp = &(*pp)->next) {
+        if (*pp == ps) {
+            *pp = ps->next;
+            break;
+        }
+    }
+    if (ps->event >= 0)
+        tapdisk_server_unregister_event(ps->event);
+    int rc = plx_store_close(ps->st);
+    if (rc < 0)
+        tlog_syslog(TLOG_WARN, "parallax: closing blockstore %s: %s", ps->path, strerror(-rc));
+    free(ps);
+    return 1;
+}
+
+static void store_add_disk(struct plx_td_store *ps, struct plx_td_disk *d)
+{
+    d->next = ps->disks;
+    ps->disks = d;
+}
+
+static void store_remove_disk(struct plx_td_store *ps, struct plx_td_disk *d)
+{
+    for (struct plx_td_disk **pp = &ps->disks; *pp; pp = &(*pp)->next) {
+        if (*pp == d) {
+            *pp = d->next;
+            break;
+        }
+    }
+}
+
+/* ---- Parameters ----------------------------------------------------------------------------- */
+
+/* Copy src (n bytes) into dst as a string; -ENAMETOOLONG when it does not fit. */
+static int copy_str(char *dst, size_t dstlen, const char *src, size_t n)
+{
+    if (n >= dstlen)
+        return -ENAMETOOLONG;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return 0;
+}
+
+/* The configured blockstore: $PARALLAX_BLOCKSTORE, else the first line of the configuration
+ * file that is neither empty nor a # comment, trimmed. */
+static int default_blockstore(char *out, size_t outlen)
+{
+    const char *env = getenv("PARALLAX_BLOCKSTORE");
+    if (env && *env) {
+        int rc = copy_str(out, outlen, env, strlen(env));
+        if (rc < 0)
+            tlog_syslog(TLOG_WARN, "parallax: PARALLAX_BLOCKSTORE is too long");
+        return rc;
+    }
+    const char *conf = getenv("PARALLAX_BLOCKSTORE_FILE");
+    if (!conf || !*conf)
+        conf = PLX_TD_CONF_DEFAULT;
+    FILE *f = fopen(conf, "re");
+    if (!f) {
+        int e = errno;
+        tlog_syslog(TLOG_WARN,
+                    "parallax: no blockstore given (params <blockstore>:<vdi>), "
+                    "PARALLAX_BLOCKSTORE unset, and %s: %s",
+                    conf, strerror(e));
+        return -EINVAL;
+    }
+    char line[PATH_MAX + 2];
+    int rc = -EINVAL;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strlen(p);
+        while (n > 0 &&
+               (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+            p[--n] = '\0';
+        if (n == 0 || p[0] == '#')
+            continue;
+        rc = copy_str(out, outlen, p, n);
+        break;
+    }
+    fclose(f);
+    if (rc == -EINVAL)
+        tlog_syslog(TLOG_WARN, "parallax: %s names no blockstore", conf);
+    else if (rc < 0)
+        tlog_syslog(TLOG_WARN, "parallax: the blockstore named in %s is too long", conf);
+    return rc;
+}
+
+static int is_existing_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
+}
+
+/* Split params into blockstore and VDI spec.
+ *   "<vdi>"               no colon: the configured blockstore
+ *   "<blockstore>:<vdi>"  the blockstore is the text before the first colon whose prefix names
+ *                         an existing file or block device (paths such as
+ *                         /dev/disk/by-path/pci-0000:00:1f.2-ata-1 contain colons, and so may
+ *                         snapshot labels); if no prefix exists, the text before the first
+ *                         colon (and opening it then fails with its own message).
+ * Both parts must be non-empty. */
+static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, size_t vdilen)
+{
+    static const char syntax[] = "expected parallax:<vdi> or parallax:<blockstore>:<vdi>";
+    if (!params || !*params) {
+        tlog_syslog(TLOG_WARN, "parallax: empty disk parameters (%s)", syntax);
+        return -EINVAL;
+    }
+    const char *colon = strchr(params, ':');
+    if (!colon) {
+        if (strchr(params, '/')) {
+            tlog_syslog(TLOG_WARN,
+                        "parallax: '%s' looks like a path, not a VDI: VDI names contain no '/' "
+                        "(%s)",
+                        params, syntax);
+            return -EINVAL;
+        }
+        if (copy_str(vdi, vdilen, params, strlen(params)) < 0) {
+            tlog_syslog(TLOG_WARN, "parallax: VDI '%s' is too long", params);
+            return -EINVAL;
+        }
+        return default_blockstore(bs, bslen);
+    }
+    const char *split = colon;
+    for (const char *c = colon; c; c = strchr(c + 1, ':')) {
+        size_t n = (size_t)(c - params);
+        if (n == 0 || copy_str(bs, bslen, params, n) < 0)
+            continue;
+        if (is_existing_file(bs)) {
+            split = c;
+            break;
+        }
+    }
+    size_t bn = (size_t)(split - params);
+    const char *v = split + 1;
+    if (bn == 0 || *v == '\0') {
+        tlog_syslog(TLOG_WARN, "parallax: malformed disk parameters '%s': %s is empty (%s)", params,
+                    bn == 0 ? "the blockstore" : "the VDI", syntax);
+        return -EINVAL;
+    }
+    if (copy_str(bs, bslen, params, bn) < 0 || copy_str(vdi, vdilen, v, strlen(v)) < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: disk parameters '%s' are too long", params);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- Driver callbacks ----------------------------------------------------------------------- */
+
+static int plx_td_open(td_driver_t *driver, const char *params,
+                       struct td_vbd_encryption *encryption, td_flag_t flags)
+{
+    struct plx_td_disk *d = driver->data;
+    char bs[PATH_MAX];
+    char spec[sizeof d->vdi_spec];
+
+    if (encryption && encryption->encryption_key) {
+        tlog_syslog(TLOG_WARN, "parallax: %s: tapdisk encryption is not supported",
+                    params ? params : "");
+        return -EOPNOTSUPP;
+    }
+    int rc = parse_params(params, bs, sizeof bs, spec, sizeof spec);
+    if (rc < 0)
+        return rc;
+
+    memset(d, 0, sizeof *d);
+    d->driver = driver;
+    d->read_only = (flags & TD_OPEN_RDONLY) != 0;
+    memcpy(d->vdi_spec, spec, sizeof d->vdi_spec);
+    d->pool = pool_new(d);
+    if (!d->pool)
+        return -ENOMEM;
+
+    rc = store_get(bs, d->read_only, &d->store);
+    if (rc < 0)
+        goto fail_pool;
+    plx_store *st = d->store->st;
+    rc = plx_vdi_open(st, spec, d->read_only ? PLX_OPEN_READONLY : 0, &d->vdi);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: cannot open VDI %s on %s: %s", spec, d->store->path,
+                    plx_store_errmsg(st));
+        goto fail_store;
+    }
+    if (!d->read_only && plx_vdi_readonly(d->vdi)) {
+        /* A snapshot ("VDI@N") only opens read-only: say so now rather than failing every
+         * write of the guest. */
+        tlog_syslog(TLOG_WARN,
+                    "parallax: %s is a snapshot and read-only; open it read-only "
+                    "(tap-ctl create -R, or access=ro)",
+                    spec);
+        plx_vdi_close(d->vdi);
+        d->vdi = NULL;
+        rc = -EROFS;
+        goto fail_store;
+    }
+    uint64_t bytes = plx_vdi_size(d->vdi);
+    d->sectors = bytes >> SECTOR_SHIFT;
+    driver->info.size = d->sectors;
+    driver->info.sector_size = SECTOR_SIZE;
+    driver->info.info = 0;
+    store_add_disk(d->store, d);
+    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s)", spec, d->store->path,
+                (unsigned long long)d->sectors, d->read_only ? "ro" : "rw");
+    return 0;
+
+fail_store:
+    store_put(d->store);
+    d->store = NULL;
+fail_pool:
+    free(d->pool);
+    d->pool = NULL;
+    return rc;
+}
+
+/* Wait (blocking is allowed here: tapdisk calls close outside its I/O path) until the engine
+ * has answered every request of this disk. Returns 0, or a negative errno when the engine can
+ * no longer answer them. */
+static int drain(struct plx_td_disk *d)
+{
+    struct plx_td_store *ps = d->store;
+    while (d->inflight > 0) {
+        if (ps->failed)
+            return ps->failed;
+        int rc = plx_store_service(ps->st);
+        if (rc < 0) {
+            store_failed(ps, rc);
+            return rc;
+        }
+        if (d->inflight == 0)
+            break;
+        if (!plx_store_busy(ps->st))
+            return -EIO; /* nothing in flight could ever answer them */
+        struct pollfd pfd = {.fd = plx_store_fd(ps->st), .events = POLLIN};
+        if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+static int plx_td_close(td_driver_t *driver)
+{
+    struct plx_td_disk *d = driver->data;
+    if (!d->store)
+        return 0;
+    int rc = drain(d);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: %s: %u requests unanswered at close: %s", d->vdi_spec,
+                    d->inflight, strerror(-rc));
+        abandon_inflight(d, -EIO);
+    }
+    int crc = plx_vdi_close(d->vdi);
+    if (crc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: closing VDI %s: %s", d->vdi_spec,
+                    plx_store_errmsg(d->store->st));
+        if (!rc)
+            rc = crc;
+    }
+    d->vdi = NULL;
+    store_remove_disk(d->store, d);
+    int closed = store_put(d->store);
+    d->store = NULL;
+    /* With the engine gone, nothing can call back into the pool; otherwise the callbacks the
+     * engine still owes (only after a failure) free it. */
+    struct plx_td_pool *p = d->pool;
+    d->pool = NULL;
+    if (closed || p->engine_pending == 0)
+        free(p);
+    else
+        p->disk = NULL;
+    tlog_syslog(TLOG_INFO, "parallax: closed VDI %s", d->vdi_spec);
+    return rc;
+}
+
+static int plx_td_get_parent_id(td_driver_t *driver, td_disk_id_t *id)
+{
+    /* Snapshots and clones live inside Parallax's own trees: tapdisk sees no parent chain. */
+    return TD_NO_PARENT;
+}
+
+static int plx_td_validate_parent(td_driver_t *driver, td_driver_t *parent, td_flag_t flags)
+{
+    return -EINVAL;
+}
+
+/* Submit one request. Never waits: the engine only queues it, and the answer comes through
+ * request_done from the event callback. Everything refused here is completed at once. */
+static void queue_request(td_driver_t *driver, td_request_t treq, int write)
+{
+    struct plx_td_disk *d = driver->data;
+    if (!d->store) {
+        td_complete_request(treq, -EBADF);
+        return;
+    }
+    if (d->store->failed) {
+        td_complete_request(treq, d->store->failed);
+        return;
+    }
+    if (write && d->read_only) {
+        td_complete_request(treq, -EROFS);
+        return;
+    }
+    if (treq.secs <= 0 || treq.sec > d->sectors || (td_sector_t)treq.secs > d->sectors - treq.sec) {
+        tlog_syslog(TLOG_WARN,
+                    "parallax: %s: request of %d sectors at %llu is outside the disk "
+                    "(%llu sectors)",
+                    d->vdi_spec, treq.secs, (unsigned long long)treq.sec,
+                    (unsigned long long)d->sectors);
+        td_complete_request(treq, -EINVAL);
+        return;
+    }
+    struct plx_td_slot *s = slot_get(d->pool);
+    if (!s) {
+        /* The only -EBUSY this driver gives: tapdisk keeps the request and resubmits it. */
+        td_complete_request(treq, -EBUSY);
+        return;
+    }
+    s->treq = treq;
+    uint64_t off = (uint64_t)treq.sec << SECTOR_SHIFT;
+    size_t len = (size_t)treq.secs << SECTOR_SHIFT;
+    int rc = write
+                 ? plx_vdi_submit_write(d->vdi, treq.buf, off, len, PLX_WRITE_FUA, request_done, s)
+                 : plx_vdi_submit_read(d->vdi, treq.buf, off, len, request_done, s);
+    if (rc < 0) {
+        /* A refused submit never calls back: answer here. */
+        slot_put(s);
+        if (rc == -EBUSY)
+            rc = -EIO;
+        tlog_syslog(TLOG_WARN, "parallax: %s: %s of %d sectors at %llu refused: %s", d->vdi_spec,
+                    write ? "write" : "read", treq.secs, (unsigned long long)treq.sec,
+                    plx_store_errmsg(d->store->st));
+        td_complete_request(treq, rc);
+        return;
+    }
+    d->inflight++;
+    d->pool->engine_pending++;
+}
+
+static void plx_td_queue_read(td_driver_t *driver, td_request_t treq)
+{
+    queue_request(driver, treq, 0);
+}
+
+static void plx_td_queue_write(td_driver_t *driver, td_request_t treq)
+{
+    queue_request(driver, treq, 1);
+}
+
+static void plx_td_debug(td_driver_t *driver)
+{
+    struct plx_td_disk *d = driver->data;
+    tlog_syslog(TLOG_INFO, "parallax: %s on %s: %llu sectors, %s, %u requests in flight",
+                d->vdi_spec, d->store ? d->store->path : "(closed)", (unsigned long long)d->sectors,
+                d->read_only ? "ro" : "rw", d->inflight);
+}
+
+struct tap_disk tapdisk_parallax = {
+    .disk_type = "tapdisk_parallax",
+    .flags = 0,
+    .private_data_size = sizeof(struct plx_td_disk),
+    .td_open = plx_td_open,
+    .td_close = plx_td_close,
+    .td_get_parent_id = plx_td_get_parent_id,
+    .td_validate_parent = plx_td_validate_parent,
+    .td_queue_read = plx_td_queue_read,
+    .td_queue_write = plx_td_queue_write,
+    .td_queue_block_status = NULL,
+    .td_debug = plx_td_debug,
+    .td_stats = NULL,
+    .td_rrd = NULL,
+};
