@@ -78,7 +78,7 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit unit-san integration lint
+check: deps all unit unit-san integration lint bench-smoke
 	@echo "make check: all passed"
 
 builddeps:
@@ -90,6 +90,23 @@ deps: builddeps
 demo: builddeps all
 	@scripts/demo.sh
 
+# ---- engine benchmark (bench/README.md) ----------------------------------------------------------
+BENCH_DIR ?= /var/tmp
+
+$(B)/bench-engine: bench/engine.c $(B)/libparallax.a $(LIB_HDRS) | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -lpthread -lm -o $@
+
+bench-engine: $(B)/bench-engine
+
+# Smoke run for make check: fails on engine errors, hangs, wrong data or plx_check errors; never
+# judges times.
+bench-smoke: $(B)/bench-engine
+	@mkdir -p $(B)/test-logs
+	@$(B)/bench-engine --quick --dir $(BENCH_DIR) --json $(B)/test-logs/bench-engine-quick.json \
+	    > $(B)/test-logs/bench-engine-quick.txt 2>&1 \
+	    || { tail -40 $(B)/test-logs/bench-engine-quick.txt; exit 1; }
+	@echo "bench-engine --quick: ok"
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@
@@ -97,4 +114,4 @@ $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke

@@ -23,6 +23,12 @@
  * Every 4 KiB block written carries a stamp (magic, block number); reads of written regions
  * check it, so a misdirected read or write shows up as a data error (exit status 3).
  *
+ * The medium may be noisy (a VM disk, other tenants) and show order effects: throughput and
+ * frequency runs are repeated (--repeat, default 4) with the order of the compared runs
+ * alternating; values are medians, ratios the geometric means of the paired runs' ratios; the
+ * share of the disk's traffic during timed runs that this process did not issue is printed.
+ * --count-io adds the I/Os the engine issued per request.
+ *
  * Build: make bench-engine     Run: build/bench-engine [--quick] [--dir DIR] [--json FILE] ...
  */
 #include <errno.h>
@@ -39,8 +45,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,8 +72,8 @@ enum { PART_THROUGHPUT = 1, PART_SNAPLAT = 2, PART_FREQ = 4, PART_WLAT = 8, PART
 
 struct opts {
     const char *dir;
-    uint64_t size;        /* VDI (and raw file) size */
-    double runtime;       /* seconds per timed run */
+    uint64_t size;  /* VDI (and raw file) size */
+    double runtime; /* seconds per timed run */
     int quick;
     const char *json;
     unsigned snaps;       /* snapshots per latency test */
@@ -73,7 +82,7 @@ struct opts {
     uint64_t freq_size;   /* fresh region per snapshot-frequency run */
     int check;            /* run plx_check on the main store at the end */
     unsigned parts;
-    unsigned repeat;      /* throughput and frequency runs: repetitions, median reported */
+    unsigned repeat; /* throughput and frequency runs: repetitions, median reported */
     char command[1024];
 };
 
@@ -82,9 +91,16 @@ struct opts {
 /* ---- Small utilities ------------------------------------------------------------------------ */
 
 static char *g_paths[4]; /* files to remove on exit */
+static int g_keep;       /* --keep: leave them for inspection */
 
 static void cleanup_files(void)
 {
+    if (g_keep) {
+        for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++)
+            if (g_paths[i] != NULL)
+                fprintf(stderr, "bench-engine: kept %s\n", g_paths[i]);
+        return;
+    }
     for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++)
         if (g_paths[i] != NULL)
             unlink(g_paths[i]);
@@ -109,6 +125,8 @@ static void track_path(const char *path)
 
 static void untrack_path(const char *path)
 {
+    if (g_keep)
+        return;
     for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++) {
         if (g_paths[i] != NULL && strcmp(g_paths[i], path) == 0) {
             unlink(g_paths[i]);
@@ -164,11 +182,28 @@ static int parse_size(const char *s, uint64_t *out)
         return -1;
     uint64_t mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = KiB; end++; break;
-    case 'm': case 'M': mult = MiB; end++; break;
-    case 'g': case 'G': mult = GiB; end++; break;
-    case 't': case 'T': mult = 1024 * GiB; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mult = KiB;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = MiB;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = GiB;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1024 * GiB;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'I')
         end++;
@@ -269,6 +304,16 @@ struct spread {
     double med, min, max;
 };
 
+/* Geometric mean: for ratios of paired runs whose order alternates, so that a multiplicative
+ * order effect cancels. */
+static double geomean(const double *v, unsigned n)
+{
+    double sum = 0;
+    for (unsigned i = 0; i < n; i++)
+        sum += log(v[i]);
+    return n ? exp(sum / n) : 0;
+}
+
 static struct spread spread_of(const double *v, unsigned n)
 {
     struct spread sp = {0, 0, 0};
@@ -281,6 +326,161 @@ static struct spread spread_of(const double *v, unsigned n)
     sp.max = t[n - 1];
     sp.med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
     return sp;
+}
+
+/* ---- Process and device accounting --------------------------------------------------------- */
+
+static uint64_t cpu_now_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * NS_PER_S +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000;
+}
+
+/* Device traffic of the disk under --dir (/proc/diskstats), to tell how much I/O other
+ * processes did during a timed run. */
+static int g_dev_found;
+static unsigned g_dev_major, g_dev_minor;
+static char g_dev_name[64];
+
+static void dev_init(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return;
+    g_dev_major = major(sb.st_dev);
+    g_dev_minor = minor(sb.st_dev);
+    FILE *f = fopen("/proc/diskstats", "r");
+    if (f == NULL)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned ma, mi;
+        char name[64];
+        if (sscanf(line, "%u %u %63s", &ma, &mi, name) == 3 && ma == g_dev_major &&
+            mi == g_dev_minor) {
+            g_dev_found = 1;
+            snprintf(g_dev_name, sizeof g_dev_name, "%s", name);
+        }
+    }
+    fclose(f);
+}
+
+/* Bytes read + written on the device so far (0 when unknown). */
+static uint64_t dev_bytes(void)
+{
+    if (!g_dev_found)
+        return 0;
+    FILE *f = fopen("/proc/diskstats", "r");
+    if (f == NULL)
+        return 0;
+    char line[512];
+    uint64_t total = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned ma, mi;
+        unsigned long long rd_ios, rd_merged, rd_sec, rd_ms, wr_ios, wr_merged, wr_sec;
+        char name[64];
+        if (sscanf(line, "%u %u %63s %llu %llu %llu %llu %llu %llu %llu", &ma, &mi, name, &rd_ios,
+                   &rd_merged, &rd_sec, &rd_ms, &wr_ios, &wr_merged, &wr_sec) == 10 &&
+            ma == g_dev_major && mi == g_dev_minor)
+            total = (uint64_t)(rd_sec + wr_sec) * 512;
+    }
+    fclose(f);
+    return total;
+}
+
+/* Share of the device's traffic during timed runs that this benchmark did not issue. */
+#define MAX_FOREIGN 256
+static double g_foreign[MAX_FOREIGN];
+static unsigned g_nforeign;
+
+static void foreign_note(uint64_t dev, uint64_t own)
+{
+    if (!g_dev_found || dev == 0 || g_nforeign == MAX_FOREIGN)
+        return;
+    g_foreign[g_nforeign++] = dev > own ? (double)(dev - own) / (double)dev : 0;
+}
+
+/* ---- Counting the engine's I/O (--count-io) ------------------------------------------------- */
+
+/* --count-io: Parallax stores are opened on a wrapper of the file backend that counts the I/Os
+ * the engine issues (plx_store_open_backend instead of plx_store_open: the same backend and
+ * engine, without the admin flock, which only the rare extent claims take). */
+static int g_count_io;
+
+struct io_counts {
+    uint64_t n[3]; /* by enum plx_io_op */
+    uint64_t blocks[3];
+};
+
+static struct io_counts g_io;
+
+struct count_backend {
+    plx_backend base;
+    plx_backend *in;
+};
+
+static int count_submit(plx_backend *be, struct plx_io *io)
+{
+    struct count_backend *w = (struct count_backend *)be;
+    int rc = w->in->ops->submit(w->in, io);
+    if (rc == 0 && (unsigned)io->op < 3) {
+        g_io.n[io->op]++;
+        g_io.blocks[io->op] += io->nblocks;
+    }
+    return rc;
+}
+
+static int count_poll(plx_backend *be, int timeout_ms)
+{
+    struct count_backend *w = (struct count_backend *)be;
+    return w->in->ops->poll(w->in, timeout_ms);
+}
+
+static int count_fd(const plx_backend *be)
+{
+    const struct count_backend *w = (const struct count_backend *)be;
+    return w->in->ops->fd(w->in);
+}
+
+static unsigned count_inflight(const plx_backend *be)
+{
+    const struct count_backend *w = (const struct count_backend *)be;
+    return w->in->ops->inflight(w->in);
+}
+
+static void count_destroy(plx_backend *be)
+{
+    struct count_backend *w = (struct count_backend *)be;
+    w->in->ops->destroy(w->in);
+    free(w);
+}
+
+static const struct plx_backend_ops count_ops = {
+    .submit = count_submit,
+    .poll = count_poll,
+    .fd = count_fd,
+    .inflight = count_inflight,
+    .destroy = count_destroy,
+};
+
+static struct io_counts io_delta(const struct io_counts *since)
+{
+    struct io_counts d;
+    for (int i = 0; i < 3; i++) {
+        d.n[i] = g_io.n[i] - since->n[i];
+        d.blocks[i] = g_io.blocks[i] - since->blocks[i];
+    }
+    return d;
+}
+
+static void io_add(struct io_counts *sum, const struct io_counts *d)
+{
+    for (int i = 0; i < 3; i++) {
+        sum->n[i] += d->n[i];
+        sum->blocks[i] += d->blocks[i];
+    }
 }
 
 /* ---- Targets: the raw file (backend driven directly) or a Parallax VDI ---------------------- */
@@ -344,8 +544,8 @@ static void target_submit(struct target *t, struct slot *s)
         s->io.owner = s;
         rc = t->be->ops->submit(t->be, &s->io);
         if (rc < 0)
-            die("raw file: submit %s of %zu bytes at %" PRIu64 ": %s",
-                s->write ? "write" : "read", s->len, s->off, strerror(-rc));
+            die("raw file: submit %s of %zu bytes at %" PRIu64 ": %s", s->write ? "write" : "read",
+                s->len, s->off, strerror(-rc));
         return;
     }
     if (s->write)
@@ -418,7 +618,22 @@ static plx_store *store_open(const char *path, uint64_t cache_bytes)
     oo.cache_bytes = cache_bytes;
     plx_store *st = NULL;
     char err[512];
-    int rc = plx_store_open(path, &oo, &st, err, sizeof err);
+    int rc;
+    if (g_count_io) {
+        int e = 0;
+        plx_backend *in = plx_backend_file_open(path, 0, &e, err, sizeof err);
+        if (in == NULL)
+            die("opening %s: %s", path, err);
+        struct count_backend *w = calloc(1, sizeof *w);
+        if (w == NULL)
+            die("out of memory");
+        w->base = *in;
+        w->base.ops = &count_ops;
+        w->in = in;
+        rc = plx_store_open_backend(&w->base, &oo, &st, err, sizeof err);
+    } else {
+        rc = plx_store_open(path, &oo, &st, err, sizeof err);
+    }
     if (rc < 0)
         die("plx_store_open %s: %s", path, err);
     return st;
@@ -552,10 +767,13 @@ struct run {
     uint64_t ops, bytes, errors, mismatches;
     char first_err[512];
     uint64_t t_start, t_end;
+    uint64_t cpu_ns;     /* user + system CPU of the process during the run */
+    struct io_counts io; /* --count-io: engine I/O during the run */
+    uint64_t dev_bytes;  /* traffic of the device under --dir during the run */
     struct snapsched snap;
 };
 
-static uint64_t g_mismatches;   /* data errors over the whole run */
+static uint64_t g_mismatches; /* data errors over the whole run */
 static char g_first_mismatch[512];
 
 static void verify_read(struct run *r, struct slot *s)
@@ -587,10 +805,10 @@ static void slot_complete(struct slot *s, int status)
     r->inflight--;
     if (status != 0) {
         if (r->errors++ == 0)
-            snprintf(r->first_err, sizeof r->first_err, "%s %s: %s of %zu bytes at %" PRIu64
-                     " failed: %s%s%s", r->t->label, r->w->name, s->write ? "write" : "read",
-                     s->len, s->off, strerror(-status), r->t->st ? ": " : "",
-                     r->t->st ? plx_store_errmsg(r->t->st) : "");
+            snprintf(r->first_err, sizeof r->first_err,
+                     "%s %s: %s of %zu bytes at %" PRIu64 " failed: %s%s%s", r->t->label,
+                     r->w->name, s->write ? "write" : "read", s->len, s->off, strerror(-status),
+                     r->t->st ? ": " : "", r->t->st ? plx_store_errmsg(r->t->st) : "");
         return;
     }
     r->ops++;
@@ -714,7 +932,8 @@ static void snap_tick(struct run *r, uint64_t now)
  * the wanted back-to-back snapshots completed, or an error; then drain. */
 static void run_exec(struct run *r, double seconds)
 {
-    uint64_t start = now_ns();
+    uint64_t start = now_ns(), cpu0 = cpu_now_ns(), dev0 = dev_bytes();
+    struct io_counts io0 = g_io;
     uint64_t deadline = seconds > 0 ? start + (uint64_t)(seconds * 1e9) : UINT64_MAX;
     uint64_t last_progress = start;
     r->t_start = start;
@@ -751,6 +970,9 @@ static void run_exec(struct run *r, double seconds)
         }
     }
     r->t_end = now_ns();
+    r->cpu_ns = cpu_now_ns() - cpu0;
+    r->io = io_delta(&io0);
+    r->dev_bytes = dev_bytes() - dev0;
     if (r->errors)
         die("%s", r->first_err);
 }
@@ -771,8 +993,7 @@ static double run_mibs(const struct run *r)
 }
 
 /* Run a workload once on a target; returns the run (caller frees) for its counters. */
-static void run_workload(struct run *r, struct target *t, const struct workload *w,
-                         double seconds)
+static void run_workload(struct run *r, struct target *t, const struct workload *w, double seconds)
 {
     run_init(r, t, w);
     run_exec(r, seconds);
@@ -792,24 +1013,51 @@ static uint64_t one_write(struct target *t, struct slot *s, uint64_t off, uint64
         if (target_wait(t, UINT64_MAX) > 0)
             last = now_ns();
         else if (now_ns() - last > HANG_NS)
-            die("HANG: %s: single 4 KiB write at %" PRIu64 " did not complete in %llu s",
-                t->label, off, (unsigned long long)(HANG_NS / NS_PER_S));
+            die("HANG: %s: single 4 KiB write at %" PRIu64 " did not complete in %llu s", t->label,
+                off, (unsigned long long)(HANG_NS / NS_PER_S));
     }
     if (s->status != 0)
-        die("%s: single write at %" PRIu64 " failed: %s%s%s", t->label, off,
-            strerror(-s->status), t->st ? ": " : "", t->st ? plx_store_errmsg(t->st) : "");
+        die("%s: single write at %" PRIu64 " failed: %s%s%s", t->label, off, strerror(-s->status),
+            t->st ? ": " : "", t->st ? plx_store_errmsg(t->st) : "");
     return s->t_done - s->t_submit;
 }
 
-/* ---- Results ---------------------------------------------------------------------------------- */
+/* A flush (fdatasync) on the raw file at QD 1; returns its latency in ns. */
+static uint64_t raw_flush(struct target *t)
+{
+    struct slot f;
+    memset(&f, 0, sizeof f);
+    f.busy = 1;
+    f.t_submit = now_ns();
+    f.io.op = PLX_IO_FLUSH;
+    f.io.done = raw_io_done;
+    f.io.owner = &f;
+    int rc = t->be->ops->submit(t->be, &f.io);
+    if (rc < 0)
+        die("raw file: submit flush: %s", strerror(-rc));
+    while (!f.done)
+        target_wait(t, UINT64_MAX);
+    if (f.status != 0)
+        die("raw file: flush failed: %s", strerror(-f.status));
+    return f.t_done - f.t_submit;
+}
+
+/* ---- Results ----------------------------------------------------------------------------------
+ */
 
 struct tp_result {
     const char *name;
     int iops_unit; /* 4 KiB: report IOPS; 1 MiB: MiB/s */
     int is_read;
-    unsigned n;    /* repetitions */
+    unsigned n;                                                       /* repetitions */
     double raw_v[MAX_REPEAT], warm_v[MAX_REPEAT], cold_v[MAX_REPEAT]; /* in the unit */
     struct spread raw, warm, cold;
+    double raw_cpu_v[MAX_REPEAT], warm_cpu_v[MAX_REPEAT]; /* CPU us per request */
+    struct spread raw_cpu, warm_cpu;
+    struct spread warm_ratio, cold_ratio; /* of each repetition's run to its raw run */
+    double warm_gm, cold_gm;              /* their geometric means: the reported ratios */
+    uint64_t warm_ops, cold_ops;          /* --count-io: engine I/O over all repetitions */
+    struct io_counts warm_io, cold_io;
 };
 
 struct wlat_result {
@@ -825,15 +1073,16 @@ struct freq_result {
     unsigned n;
     double mibs_v[MAX_REPEAT];
     struct spread mibs;
-    double loss;        /* 1 - median / median without snapshots */
+    double loss; /* 1 - median / median without snapshots */
     double secs;
     uint64_t bytes;
     int exhausted;
     unsigned snaps, submitted;
-    uint64_t span_ns;   /* first to last submission, summed over repetitions */
+    uint64_t span_ns; /* first to last submission, summed over repetitions */
     double avg_interval_ms;
     struct lat lat;
     struct lat_summary snap_lat;
+    struct io_counts io; /* --count-io */
     int64_t meta_blocks, data_blocks;
     double kib_per_snap, excess_kib_per_snap;
 };
@@ -845,42 +1094,67 @@ struct machine {
     char kernel[256];
     char io_mode[192];
     uint64_t mem_bytes;
+    char load_start[64], load_end[64]; /* /proc/loadavg, first three fields */
 };
+
+static void read_loadavg(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f == NULL)
+        return;
+    double a, b, c;
+    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
+    fclose(f);
+}
 
 struct results {
     char date[64];
     struct machine m;
     int have_tp, have_snaplat, have_freq, have_wlat;
     struct tp_result tp[4];
-    struct lat_summary snap_idle, snap_loaded;
+    struct lat_summary snap_idle, snap_floor, snap_loaded;
     double loaded_write_iops, loaded_secs;
     unsigned loaded_snaps;
     struct freq_result freq[5];
     size_t nfreq;
     double freq_base_mibs, freq_base_meta_per_mib;
-    struct wlat_result wlat[5];
+    struct wlat_result wlat[7];
     size_t nwlat;
     int check_ran;
     struct plx_check_report check;
     uint64_t check_errors_reported;
 };
 
-/* ---- Machine ---------------------------------------------------------------------------------- */
+/* ---- Machine ----------------------------------------------------------------------------------
+ */
 
 static const char *fs_name(long type)
 {
     switch ((unsigned long)type) {
-    case 0xEF53: return "ext4";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
-    case 0x01021994: return "tmpfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x2fc12fc1: return "zfs";
-    case 0x6969: return "nfs";
-    case 0xF2F52010: return "f2fs";
-    case 0x65735546: return "fuse";
-    case 0x858458f6: return "ramfs";
-    default: return NULL;
+    case 0xEF53:
+        return "ext4";
+    case 0x58465342:
+        return "xfs";
+    case 0x9123683E:
+        return "btrfs";
+    case 0x01021994:
+        return "tmpfs";
+    case 0x794c7630:
+        return "overlayfs";
+    case 0x2fc12fc1:
+        return "zfs";
+    case 0x6969:
+        return "nfs";
+    case 0xF2F52010:
+        return "f2fs";
+    case 0x65735546:
+        return "fuse";
+    case 0x858458f6:
+        return "ramfs";
+    default:
+        return NULL;
     }
 }
 
@@ -925,21 +1199,20 @@ static void machine_info(struct machine *m, const char *dir, const char *raw_pat
         m->mem_bytes = (uint64_t)pages * (uint64_t)psz;
     /* Does the file backend get O_DIRECT on this filesystem? Its description says when not. */
     snprintf(m->io_mode, sizeof m->io_mode, "libaio + O_DIRECT");
-    int fd = open(raw_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char probe[PATH_MAX + 8];
+    snprintf(probe, sizeof probe, "%s.probe", raw_path);
+    int fd = open(probe, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        track_path(raw_path);
-        if (ftruncate(fd, 1 * MiB) == 0) {
+        int ok = ftruncate(fd, 1 * MiB) == 0;
+        close(fd);
+        if (ok) {
             struct target t;
-            close(fd);
-            fd = -1;
-            raw_open(&t, raw_path, 1 * MiB);
+            raw_open(&t, probe, 1 * MiB);
             if (strstr(t.be->desc, "buffered") != NULL)
                 snprintf(m->io_mode, sizeof m->io_mode, "libaio, buffered (O_DIRECT refused)");
             raw_close(&t);
         }
-        if (fd >= 0)
-            close(fd);
-        untrack_path(raw_path);
+        unlink(probe);
     }
 }
 
@@ -959,8 +1232,14 @@ static const struct workload *fill_workload(uint64_t size)
 {
     static struct workload w;
     w = (struct workload){.name = "fill (1 MiB sequential writes, QD 8)",
-                          .write = 1, .bs = MiB, .qd = 8, .random = 0, .seed = 7,
-                          .region_off = 0, .region_len = size, .stop_at_end = 1};
+                          .write = 1,
+                          .bs = MiB,
+                          .qd = 8,
+                          .random = 0,
+                          .seed = 7,
+                          .region_off = 0,
+                          .region_len = size,
+                          .stop_at_end = 1};
     return &w;
 }
 
@@ -968,8 +1247,15 @@ static const struct workload *warm_workload(uint64_t size)
 {
     static struct workload w;
     w = (struct workload){.name = "full read pass (1 MiB sequential reads, QD 8)",
-                          .write = 0, .bs = MiB, .qd = 8, .random = 0, .seed = 8,
-                          .region_off = 0, .region_len = size, .stop_at_end = 1, .verify = 1};
+                          .write = 0,
+                          .bs = MiB,
+                          .qd = 8,
+                          .random = 0,
+                          .seed = 8,
+                          .region_off = 0,
+                          .region_len = size,
+                          .stop_at_end = 1,
+                          .verify = 1};
     return &w;
 }
 
@@ -1025,18 +1311,41 @@ static void reopen_plx(struct ctx *c)
     plx_target_open(&c->plx, c->store_path, c->o.cache_bytes, "bench");
 }
 
-/* ---- 1. Throughput ---------------------------------------------------------------------------- */
+/* ---- 1. Throughput ----------------------------------------------------------------------------
+ */
 
 static void tp_workloads(const struct opts *o, struct workload w[4])
 {
-    w[0] = (struct workload){.name = "4K randread QD32", .write = 0, .bs = 4 * KiB, .qd = 32,
-                             .random = 1, .seed = 101, .region_len = o->size, .verify = 1};
-    w[1] = (struct workload){.name = "4K randwrite QD32", .write = 1, .bs = 4 * KiB, .qd = 32,
-                             .random = 1, .seed = 102, .region_len = o->size};
-    w[2] = (struct workload){.name = "1M seqread QD8", .write = 0, .bs = MiB, .qd = 8,
-                             .random = 0, .seed = 103, .region_len = o->size, .verify = 1};
-    w[3] = (struct workload){.name = "1M seqwrite QD8", .write = 1, .bs = MiB, .qd = 8,
-                             .random = 0, .seed = 104, .region_len = o->size};
+    w[0] = (struct workload){.name = "4K randread QD32",
+                             .write = 0,
+                             .bs = 4 * KiB,
+                             .qd = 32,
+                             .random = 1,
+                             .seed = 101,
+                             .region_len = o->size,
+                             .verify = 1};
+    w[1] = (struct workload){.name = "4K randwrite QD32",
+                             .write = 1,
+                             .bs = 4 * KiB,
+                             .qd = 32,
+                             .random = 1,
+                             .seed = 102,
+                             .region_len = o->size};
+    w[2] = (struct workload){.name = "1M seqread QD8",
+                             .write = 0,
+                             .bs = MiB,
+                             .qd = 8,
+                             .random = 0,
+                             .seed = 103,
+                             .region_len = o->size,
+                             .verify = 1};
+    w[3] = (struct workload){.name = "1M seqwrite QD8",
+                             .write = 1,
+                             .bs = MiB,
+                             .qd = 8,
+                             .random = 0,
+                             .seed = 104,
+                             .region_len = o->size};
 }
 
 static double tp_value(const struct run *r)
@@ -1044,13 +1353,22 @@ static double tp_value(const struct run *r)
     return r->w->bs == MiB ? run_mibs(r) : run_iops(r);
 }
 
-static double timed(struct target *t, const struct workload *w, double secs, const char *tag)
+static double timed(struct target *t, const struct workload *w, double secs, const char *tag,
+                    double *cpu_per_op, uint64_t *ops, struct io_counts *io)
 {
     struct run r;
     run_workload(&r, t, w, secs);
+    foreign_note(r.dev_bytes, r.bytes);
+    if (ops != NULL) {
+        *ops += r.ops;
+        io_add(io, &r.io);
+    }
     double v = tp_value(&r);
-    progress("%-8s %-5s %-18s %10.0f %s", t->label, tag, w->name, v,
-             w->bs == MiB ? "MiB/s" : "IOPS");
+    double cpu = r.ops ? (double)r.cpu_ns / 1000.0 / (double)r.ops : 0;
+    if (cpu_per_op != NULL)
+        *cpu_per_op = cpu;
+    progress("%-8s %-5s %-18s %10.0f %-5s  CPU %6.2f us/request", t->label, tag, w->name, v,
+             w->bs == MiB ? "MiB/s" : "IOPS", cpu);
     run_free(&r);
     return v;
 }
@@ -1066,21 +1384,33 @@ static void bench_throughput(struct ctx *c)
         c->res.tp[i].iops_unit = w[i].bs != MiB;
         c->res.tp[i].is_read = !w[i].write;
     }
-    pass(&c->raw, warm_workload(o->size));
     for (unsigned k = 0; k < o->repeat; k++) {
         if (o->repeat > 1)
             fprintf(stderr, "  repetition %u of %u\n", k + 1, o->repeat);
-        /* Warm: every radix node resident after a full read pass; each raw run right before
-         * the Parallax run of the same workload, so slow drifts of the medium hit both. */
+        /* Warm: every radix node resident after a full read pass. The raw file gets the same
+         * pass, so whatever caches below (the host's, for a VM disk) see both alike. The raw
+         * and the warm Parallax run of a workload are back to back, so slow drifts of the
+         * medium hit both. */
+        pass(&c->raw, warm_workload(o->size));
         pass(&c->plx, warm_workload(o->size));
         for (int i = 0; i < 4; i++) {
-            c->res.tp[i].raw_v[k] = timed(&c->raw, &w[i], o->runtime, "");
-            c->res.tp[i].warm_v[k] = timed(&c->plx, &w[i], o->runtime, "warm");
+            struct tp_result *t = &c->res.tp[i];
+            /* Alternate which side goes first, so an order effect cancels out. */
+            for (int side = 0; side < 2; side++) {
+                if ((side == 0) == (k % 2 == 0))
+                    t->raw_v[k] =
+                        timed(&c->raw, &w[i], o->runtime, "", &t->raw_cpu_v[k], NULL, NULL);
+                else
+                    t->warm_v[k] = timed(&c->plx, &w[i], o->runtime, "warm", &t->warm_cpu_v[k],
+                                         &t->warm_ops, &t->warm_io);
+            }
         }
         /* Cold: the store is closed and reopened right before each timed run. */
         for (int i = 0; i < 4; i++) {
             reopen_plx(c);
-            c->res.tp[i].cold_v[k] = timed(&c->plx, &w[i], o->runtime, "cold");
+            struct tp_result *t = &c->res.tp[i];
+            t->cold_v[k] =
+                timed(&c->plx, &w[i], o->runtime, "cold", NULL, &t->cold_ops, &t->cold_io);
         }
     }
     for (int i = 0; i < 4; i++) {
@@ -1089,106 +1419,141 @@ static void bench_throughput(struct ctx *c)
         t->raw = spread_of(t->raw_v, t->n);
         t->warm = spread_of(t->warm_v, t->n);
         t->cold = spread_of(t->cold_v, t->n);
+        t->raw_cpu = spread_of(t->raw_cpu_v, t->n);
+        t->warm_cpu = spread_of(t->warm_cpu_v, t->n);
+        double wr[MAX_REPEAT], cr[MAX_REPEAT];
+        for (unsigned k = 0; k < t->n; k++) {
+            wr[k] = t->warm_v[k] / t->raw_v[k];
+            cr[k] = t->cold_v[k] / t->raw_v[k];
+        }
+        t->warm_ratio = spread_of(wr, t->n);
+        t->cold_ratio = spread_of(cr, t->n);
+        t->warm_gm = geomean(wr, t->n);
+        t->cold_gm = geomean(cr, t->n);
     }
     c->res.have_tp = 1;
 }
 
 /* ---- 4. Single-write latency (QD 1) --------------------------------------------------------- */
 
-static void wlat_record(struct ctx *c, const char *name, const char *what, struct lat *l)
+/* The rows of the single-write latency table. Raw rows first: ratios are to row 0. */
+enum {
+    WL_RAW,       /* a 4 KiB write to the raw file */
+    WL_RAW_FLUSH, /* write, then flush */
+    WL_RAW_CHAIN, /* write, write, flush, write: the serial chain of an allocating write */
+    WL_WRITABLE,
+    WL_SPARSE,
+    WL_SPARSE_TOP,
+    WL_FAULTED,
+    WL_ROWS
+};
+
+static const char *const wl_names[WL_ROWS] = {
+    "raw write",     "raw write+flush", "raw w,w,flush,w",    "writable",
+    "sparse (leaf)", "sparse (top)",    "faulted (read-only)"};
+static const char *const wl_what[WL_ROWS] = {
+    "4 KiB write to the preallocated, fully written raw file",
+    "raw-file write, then a flush",
+    "raw-file write, write, flush, write, one after the other: the serial chain an allocating "
+    "Parallax write goes through (data; new nodes and bitmap; flush; commit node)",
+    "overwrite of a block already written since the last snapshot: in place",
+    "first write into a never-written 2 MiB range: new data block and leaf node",
+    "first write under an empty root slot (thesis fig. 5.6): new level-1 node, leaf, data block",
+    "first write after a snapshot (thesis fig. 5.6): copies of the level-1 node and leaf, new "
+    "data block"};
+
+static plx_vdi *open_extra_vdi(struct ctx *c, const char *name, uint64_t size, struct target *t)
 {
-    struct wlat_result *r = &c->res.wlat[c->res.nwlat++];
-    r->name = name;
-    r->what = what;
-    r->s = lat_summarize(l);
-    const struct wlat_result *raw = &c->res.wlat[0];
-    r->ratio_mean = raw->s.mean > 0 ? r->s.mean / raw->s.mean : 0;
-    r->ratio_p50 = raw->s.p50 > 0 ? r->s.p50 / raw->s.p50 : 0;
-    progress("%-22s mean %8.1f us  p50 %8.1f us  (x%.2f of raw)", name, r->s.mean, r->s.p50,
-             r->ratio_mean);
-    lat_free(l);
+    vdi_create(c->plx.st, name, size);
+    *t = c->plx;
+    int rc = plx_vdi_open(c->plx.st, name, 0, &t->v);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_open");
+    t->size = plx_vdi_size(t->v);
+    return t->v;
 }
 
+static void close_extra_vdi(struct ctx *c, struct target *t)
+{
+    int rc = plx_vdi_close(t->v);
+    if (rc < 0)
+        die_store(c->plx.st, rc, "plx_vdi_close");
+}
+
+/* All rows are measured interleaved (one sample of each in turn), so a slow drift or a bad
+ * moment of the medium hits every row alike. */
 static void bench_write_latency(struct ctx *c)
 {
     const struct opts *o = &c->o;
     unsigned n = o->lat_writes;
+    unsigned ntop = n < 512 ? n : 512; /* 512 root slots in a 512 GiB (height 3) VDI */
     uint64_t blocks = o->size / BLK;
+    uint64_t rng = 201, tag = 1;
     struct slot s;
     memset(&s, 0, sizeof s);
     s.buf = plx_block_alloc(1);
     fill_random(s.buf, BLK, 42);
-    struct lat l = {0};
-    uint64_t rng, tag = 1;
+    struct lat l[WL_ROWS];
+    memset(l, 0, sizeof l);
+    struct target sp, top;
+    open_extra_vdi(c, "sparse", (uint64_t)n * 2 * MiB, &sp);
+    open_extra_vdi(c, "sparsetop", 512 * GiB, &top);
 
-    fprintf(stderr, "[4] single 4 KiB write latency at QD 1 (%u writes each)\n", n);
-    /* Raw file and writable path: the same random blocks (the VDI has no snapshot yet, so every
-     * path is writable and the write goes in place). */
-    rng = 201;
-    for (unsigned i = 0; i < n; i++)
-        lat_add(&l, one_write(&c->raw, &s, splitmix64(&rng) % blocks * BLK, tag++));
-    wlat_record(c, "raw file", "4 KiB write to the preallocated, written raw file", &l);
-    rng = 201;
-    for (unsigned i = 0; i < n; i++)
-        lat_add(&l, one_write(&c->plx, &s, splitmix64(&rng) % blocks * BLK, tag++));
-    wlat_record(c, "writable", "overwrite of a block written since the last snapshot", &l);
-
-    /* Sparse: a fresh VDI; each write lands in its own 2 MiB leaf range, so it allocates the
-     * data block and a leaf (and, once per GiB, the level-1 node). */
-    vdi_create(c->plx.st, "sparse", (uint64_t)n * 2 * MiB);
-    plx_vdi *sv;
-    int rc = plx_vdi_open(c->plx.st, "sparse", 0, &sv);
-    if (rc < 0)
-        die_store(c->plx.st, rc, "plx_vdi_open sparse");
-    struct target st = c->plx;
-    st.v = sv;
-    st.size = plx_vdi_size(sv);
-    rng = 202;
-    for (unsigned i = 0; i < n; i++)
-        lat_add(&l, one_write(&st, &s, (uint64_t)i * 2 * MiB + splitmix64(&rng) % 512 * BLK,
-                              tag++));
-    rc = plx_vdi_close(sv);
-    if (rc < 0)
-        die_store(c->plx.st, rc, "plx_vdi_close sparse");
-    wlat_record(c, "sparse (leaf)", "first write into a never-written 2 MiB range: new data "
-                                    "block and new leaf node",
-                &l);
-
-    /* Sparse at the top of the tree, as instrumented in the thesis: a 512 GiB VDI (height 3),
-     * one write per 1 GiB root slot: new level-1 node, leaf and data block. */
-    unsigned ntop = n < 512 ? n : 512;
-    vdi_create(c->plx.st, "sparsetop", 512 * GiB);
-    rc = plx_vdi_open(c->plx.st, "sparsetop", 0, &sv);
-    if (rc < 0)
-        die_store(c->plx.st, rc, "plx_vdi_open sparsetop");
-    st.v = sv;
-    st.size = plx_vdi_size(sv);
-    rng = 203;
-    for (unsigned i = 0; i < ntop; i++)
-        lat_add(&l, one_write(&st, &s, (uint64_t)i * GiB + splitmix64(&rng) % (GiB / BLK) * BLK,
-                              tag++));
-    rc = plx_vdi_close(sv);
-    if (rc < 0)
-        die_store(c->plx.st, rc, "plx_vdi_close sparsetop");
-    wlat_record(c, "sparse (top)", "first write under an empty root slot: new level-1 node, "
-                                   "leaf and data block",
-                &l);
-
-    /* Read-only path: a snapshot (untimed) before each write, so every write faults at the top
-     * of the tree: copies of the level-1 node and the leaf, and a new data block. */
-    rng = 204;
+    fprintf(stderr, "[4] single 4 KiB write latency at QD 1 (%u writes per path, interleaved)\n",
+            n);
     for (unsigned i = 0; i < n; i++) {
+        uint64_t off = splitmix64(&rng) % blocks * BLK;
+        uint64_t off2 = splitmix64(&rng) % blocks * BLK;
+        uint64_t r = splitmix64(&rng);
+        lat_add(&l[WL_RAW], one_write(&c->raw, &s, off, tag++));
+
+        uint64_t t0 = now_ns();
+        one_write(&c->raw, &s, off, tag++);
+        raw_flush(&c->raw);
+        lat_add(&l[WL_RAW_FLUSH], now_ns() - t0);
+
+        t0 = now_ns();
+        one_write(&c->raw, &s, off, tag++);
+        one_write(&c->raw, &s, off2, tag++);
+        raw_flush(&c->raw);
+        one_write(&c->raw, &s, off, tag++);
+        lat_add(&l[WL_RAW_CHAIN], now_ns() - t0);
+
+        /* Writable: the first write makes the path writable again after the last iteration's
+         * snapshot; the second, timed, overwrites in place. */
+        one_write(&c->plx, &s, off, tag++);
+        lat_add(&l[WL_WRITABLE], one_write(&c->plx, &s, off, tag++));
+
+        lat_add(&l[WL_SPARSE], one_write(&sp, &s, (uint64_t)i * 2 * MiB + r % 512 * BLK, tag++));
+        if (i < ntop)
+            lat_add(&l[WL_SPARSE_TOP],
+                    one_write(&top, &s, (uint64_t)i * GiB + (r >> 16) % (GiB / BLK) * BLK, tag++));
+
+        /* Read-only: a snapshot (untimed), then the first write: faults at the top of the tree. */
         uint64_t idx;
-        rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
+        int rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
         if (rc < 0)
             die_store(c->plx.st, rc, "plx_vdi_snapshot_open");
-        lat_add(&l, one_write(&c->plx, &s, splitmix64(&rng) % blocks * BLK, tag++));
+        lat_add(&l[WL_FAULTED], one_write(&c->plx, &s, off2, tag++));
     }
-    wlat_record(c, "faulted (read-only)", "first write after a snapshot: copy-on-write of the "
-                                          "level-1 node, leaf and data block",
-                &l);
+    close_extra_vdi(c, &sp);
+    close_extra_vdi(c, &top);
+
+    struct results *res = &c->res;
+    res->nwlat = WL_ROWS;
+    for (int k = 0; k < WL_ROWS; k++) {
+        struct wlat_result *w = &res->wlat[k];
+        w->name = wl_names[k];
+        w->what = wl_what[k];
+        w->s = lat_summarize(&l[k]);
+        lat_free(&l[k]);
+        w->ratio_mean = w->s.mean / res->wlat[0].s.mean;
+        w->ratio_p50 = w->s.p50 / res->wlat[0].s.p50;
+        progress("%-20s mean %8.1f us  p50 %8.1f us  (x%.2f of a raw write)", w->name, w->s.mean,
+                 w->s.p50, w->ratio_p50);
+    }
     plx_block_free(s.buf);
-    c->res.have_wlat = 1;
+    res->have_wlat = 1;
 }
 
 /* ---- 2. Snapshot latency ------------------------------------------------------------------- */
@@ -1199,23 +1564,59 @@ static void bench_snapshot_latency(struct ctx *c)
     struct lat l = {0};
     fprintf(stderr, "[2] snapshot latency (%u snapshots idle, %u under load)\n", o->snaps,
             o->snaps);
+    /* Each snapshot is followed by the same I/O pattern on the raw file, done by hand: two
+     * block writes at once (new root, log block), flush, one write (VDI record), flush. That is
+     * the floor the medium sets for a snapshot. */
+    struct lat floor = {0};
+    struct slot a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.buf = plx_block_alloc(1);
+    b.buf = plx_block_alloc(1);
+    a.len = b.len = BLK;
+    a.write = b.write = 1;
     for (unsigned i = 0; i < o->snaps; i++) {
         uint64_t idx, t0 = now_ns();
         int rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
         if (rc < 0)
             die_store(c->plx.st, rc, "plx_vdi_snapshot_open");
         lat_add(&l, now_ns() - t0);
+
+        t0 = now_ns();
+        a.off = 0;
+        b.off = BLK;
+        stamp(a.buf, a.off, BLK, i);
+        stamp(b.buf, b.off, BLK, i);
+        target_submit(&c->raw, &a);
+        target_submit(&c->raw, &b);
+        while (!a.done || !b.done)
+            target_wait(&c->raw, UINT64_MAX);
+        if (a.status || b.status)
+            die("raw file: write failed: %s", strerror(-(a.status ? a.status : b.status)));
+        raw_flush(&c->raw);
+        one_write(&c->raw, &a, 2 * BLK, i);
+        raw_flush(&c->raw);
+        lat_add(&floor, now_ns() - t0);
     }
+    plx_block_free(a.buf);
+    plx_block_free(b.buf);
     c->res.snap_idle = lat_summarize(&l);
+    c->res.snap_floor = lat_summarize(&floor);
     lat_free(&l);
+    lat_free(&floor);
     progress("idle:   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms",
-             c->res.snap_idle.p50 / 1000, c->res.snap_idle.p90 / 1000,
-             c->res.snap_idle.p99 / 1000, c->res.snap_idle.max / 1000);
+             c->res.snap_idle.p50 / 1000, c->res.snap_idle.p90 / 1000, c->res.snap_idle.p99 / 1000,
+             c->res.snap_idle.max / 1000);
 
     /* Loaded: 4 KiB random writes at QD 32 on the same VDI, snapshots submitted back to back
      * into the same request stream. */
-    struct workload w = {.name = "4K randwrite QD32 + snapshots", .write = 1, .bs = 4 * KiB,
-                         .qd = 32, .random = 1, .seed = 301, .region_len = o->size};
+    struct workload w = {.name = "4K randwrite QD32 + snapshots",
+                         .write = 1,
+                         .bs = 4 * KiB,
+                         .qd = 32,
+                         .random = 1,
+                         .seed = 301,
+                         .region_len = o->size};
     struct run r;
     run_init(&r, &c->plx, &w);
     r.snap.mode = SNAP_BACK_TO_BACK;
@@ -1237,7 +1638,7 @@ static void bench_snapshot_latency(struct ctx *c)
 
 static uint64_t freq_store_size(const struct opts *o)
 {
-    uint64_t sz = o->freq_size + o->freq_size / 64 + 512 * MiB;
+    uint64_t sz = o->freq_size + o->freq_size / 64 + (o->quick ? 128 * MiB : 512 * MiB);
     return (sz + EXTENT_SIZE - 1) / EXTENT_SIZE * EXTENT_SIZE;
 }
 
@@ -1257,8 +1658,13 @@ static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, 
 
     struct target t;
     plx_target_open(&t, c->freq_path, o->cache_bytes, "freq");
-    struct workload w = {.name = "1M seqwrite QD8 (fresh region)", .write = 1, .bs = MiB,
-                         .qd = 8, .random = 0, .seed = 401, .region_len = o->freq_size,
+    struct workload w = {.name = "1M seqwrite QD8 (fresh region)",
+                         .write = 1,
+                         .bs = MiB,
+                         .qd = 8,
+                         .random = 0,
+                         .seed = 401,
+                         .region_len = o->freq_size,
                          .stop_at_end = 1};
     struct run r;
     run_init(&r, &t, &w);
@@ -1284,12 +1690,14 @@ static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, 
     if (r.snap.submitted > 1)
         fr->span_ns += r.snap.last_submit - r.snap.first_submit;
     lat_append(&fr->lat, &r.snap.lat);
+    io_add(&fr->io, &r.io);
+    /* Own traffic: the data plus the metadata blocks it allocated (an estimate). */
+    foreign_note(r.dev_bytes, r.bytes + (m1 - m0) * BLK);
     fr->meta_blocks += (int64_t)m1 - (int64_t)m0;
     fr->data_blocks += (int64_t)d1 - (int64_t)d0;
     progress("%-8s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
              interval_ms > 0 ? "" : "none", run_mibs(&r), run_secs(&r),
-             r.exhausted ? " (region full)" : "", r.snap.completed,
-             (int64_t)m1 - (int64_t)m0);
+             r.exhausted ? " (region full)" : "", r.snap.completed, (int64_t)m1 - (int64_t)m0);
     run_free(&r);
 }
 
@@ -1297,8 +1705,9 @@ static void bench_snapshot_frequency(struct ctx *c)
 {
     static const double intervals[] = {0, 1000, 100, 20, 10};
     struct results *res = &c->res;
-    fprintf(stderr, "[3] snapshot frequency cost (1 MiB sequential writes, QD 8, fresh %s "
-                    "region per run)\n",
+    fprintf(stderr,
+            "[3] snapshot frequency cost (1 MiB sequential writes, QD 8, fresh %s "
+            "region per run)\n",
             fmt_bytes(c->o.freq_size, (char[32]){0}, 32));
     int fd = open(c->freq_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -1318,7 +1727,8 @@ static void bench_snapshot_frequency(struct ctx *c)
     for (unsigned k = 0; k < c->o.repeat; k++) {
         if (c->o.repeat > 1)
             fprintf(stderr, "  repetition %u of %u\n", k + 1, c->o.repeat);
-        for (size_t i = 0; i < res->nfreq; i++) {
+        for (size_t j = 0; j < res->nfreq; j++) {
+            size_t i = k % 2 ? res->nfreq - 1 - j : j; /* every other repetition backwards */
             if (intervals[i] > 0)
                 fprintf(stderr, "  .. snapshot every %g ms\n", intervals[i]);
             freq_one(c, &res->freq[i], intervals[i], k);
@@ -1333,7 +1743,10 @@ static void bench_snapshot_frequency(struct ctx *c)
     for (size_t i = 0; i < res->nfreq; i++) {
         struct freq_result *fr = &res->freq[i];
         fr->mibs = spread_of(fr->mibs_v, fr->n);
-        fr->loss = 1.0 - fr->mibs.med / res->freq_base_mibs;
+        double rel[MAX_REPEAT];
+        for (unsigned k = 0; k < fr->n; k++)
+            rel[k] = fr->mibs_v[k] / b->mibs_v[k];
+        fr->loss = 1.0 - geomean(rel, fr->n);
         fr->snap_lat = lat_summarize(&fr->lat);
         lat_free(&fr->lat);
         if (fr->submitted > fr->n)
@@ -1368,7 +1781,8 @@ static void run_check(struct ctx *c)
              c->res.check.trees, c->res.check.reachable_blocks, c->res.check.errors);
 }
 
-/* ---- Report ----------------------------------------------------------------------------------- */
+/* ---- Report -----------------------------------------------------------------------------------
+ */
 
 #define TARGET_WARM_READ 0.95
 #define TARGET_WARM_WRITE 0.90
@@ -1378,9 +1792,33 @@ static void run_check(struct ctx *c)
 #define TARGET_FREQ_LOSS 0.04
 #define TARGET_FREQ_KIB 5.84
 
+static struct spread foreign_spread(void)
+{
+    double v[MAX_FOREIGN];
+    memcpy(v, g_foreign, g_nforeign * sizeof *v);
+    qsort(v, g_nforeign, sizeof *v, cmp_double);
+    struct spread sp = {0, 0, 0};
+    if (g_nforeign > 0) {
+        sp.min = v[0];
+        sp.max = v[g_nforeign - 1];
+        sp.med =
+            g_nforeign % 2 ? v[g_nforeign / 2] : (v[g_nforeign / 2 - 1] + v[g_nforeign / 2]) / 2;
+    }
+    return sp;
+}
+
 static const char *verdict(int ok)
 {
     return ok ? "met" : "MISSED";
+}
+
+static const char *fmt_spread(const struct spread *sp, char *buf, size_t len)
+{
+    if (sp->max > sp->min && sp->med > 0)
+        snprintf(buf, len, "%.0f +-%.0f%%", sp->med, 50 * (sp->max - sp->min) / sp->med);
+    else
+        snprintf(buf, len, "%.0f", sp->med);
+    return buf;
 }
 
 static void print_report(const struct ctx *c)
@@ -1392,38 +1830,76 @@ static void print_report(const struct ctx *c)
     printf("machine:  %ld CPUs, %s, %.1f GiB RAM, %s\n", r->m.nproc, r->m.model,
            (double)r->m.mem_bytes / GiB, r->m.kernel);
     printf("storage:  %s on %s, %s\n", o->dir, r->m.fs, r->m.io_mode);
-    printf("settings: VDI %s, runtime %.1f s, node cache %s, extents %s\n",
-           fmt_bytes(o->size, b1, sizeof b1), o->runtime,
+    printf("settings: VDI %s, runtime %.1f s x %u repetitions, node cache %s, extents %s\n",
+           fmt_bytes(o->size, b1, sizeof b1), o->runtime, o->repeat,
            o->cache_bytes ? fmt_bytes(o->cache_bytes, b2, sizeof b2) : "64 MiB (default)",
            fmt_bytes(EXTENT_SIZE, b3, sizeof b3));
     printf("command:  %s\n", o->command);
+    if (g_count_io)
+        printf("note:     --count-io: stores opened through a counting backend wrapper\n");
+    printf("load:     load average %s at the start, %s at the end\n", r->m.load_start,
+           r->m.load_end);
+    if (g_nforeign > 0) {
+        struct spread fs = foreign_spread();
+        printf("others:   share of %s's traffic not issued by this benchmark during its %u timed "
+               "throughput runs: median %.1f%%, max %.1f%%\n",
+               g_dev_name, g_nforeign, 100 * fs.med, 100 * fs.max);
+    }
 
     if (r->have_tp) {
         printf("\n1. Throughput, raw file vs Parallax VDI (same pattern and seeds)\n");
-        printf("%-18s %6s %10s %10s %6s %10s %6s  %s\n", "workload", "unit", "raw", "warm",
-               "ratio", "cold", "ratio", "target (warm)");
+        if (r->tp[0].n > 1)
+            printf("   median of %u runs each (+-: half the min-max range, in %% of the median); "
+                   "ratio: geometric mean of each repetition's\n   Parallax/raw, raw and warm runs "
+                   "back to back, alternating which goes first\n",
+                   r->tp[0].n);
+        printf("%-18s %6s %15s %15s %6s %15s %6s  %-16s %s\n", "workload", "unit", "raw", "warm",
+               "ratio", "cold", "ratio", "target (warm)", "CPU us/req raw/warm");
         for (int i = 0; i < 4; i++) {
             const struct tp_result *t = &r->tp[i];
             double target = t->is_read ? TARGET_WARM_READ : TARGET_WARM_WRITE;
-            double wr = t->warm / t->raw, cr = t->cold / t->raw;
-            printf("%-18s %6s %10.0f %10.0f %6.3f %10.0f %6.3f  >= %.2f %s\n", t->name,
-                   t->iops_unit ? "IOPS" : "MiB/s", t->raw, t->warm, wr, t->cold, cr, target,
-                   verdict(wr >= target));
+            double wr = t->warm_gm, cr = t->cold_gm;
+            char a[32], b[32], d[32];
+            char tg[32];
+            snprintf(tg, sizeof tg, ">= %.2f %s", target, verdict(wr >= target));
+            printf("%-18s %6s %15s %15s %6.3f %15s %6.3f  %-16s %6.2f / %.2f\n", t->name,
+                   t->iops_unit ? "IOPS" : "MiB/s", fmt_spread(&t->raw, a, sizeof a),
+                   fmt_spread(&t->warm, b, sizeof b), wr, fmt_spread(&t->cold, d, sizeof d), cr, tg,
+                   t->raw_cpu.med, t->warm_cpu.med);
+        }
+    }
+    if (r->have_tp && g_count_io) {
+        printf("   engine I/O per request (--count-io), warm | cold: reads (blocks), writes "
+               "(blocks), flushes\n");
+        for (int i = 0; i < 4; i++) {
+            const struct tp_result *t = &r->tp[i];
+            double wo = t->warm_ops ? (double)t->warm_ops : 1,
+                   co = t->cold_ops ? (double)t->cold_ops : 1;
+            printf("   %-18s %6.3f (%6.1f) %6.3f (%6.1f) %6.4f | %6.3f (%6.1f) %6.3f (%6.1f) "
+                   "%6.4f\n",
+                   t->name, t->warm_io.n[0] / wo, t->warm_io.blocks[0] / wo, t->warm_io.n[1] / wo,
+                   t->warm_io.blocks[1] / wo, t->warm_io.n[2] / wo, t->cold_io.n[0] / co,
+                   t->cold_io.blocks[0] / co, t->cold_io.n[1] / co, t->cold_io.blocks[1] / co,
+                   t->cold_io.n[2] / co);
         }
     }
     if (r->have_snaplat) {
         const struct lat_summary *i = &r->snap_idle, *l = &r->snap_loaded;
         printf("\n2. Snapshot latency (ms)\n");
-        printf("%-34s %6s %7s %7s %7s %7s %7s  %s\n", "", "n", "p50", "p90", "p99", "max",
-               "mean", "target");
+        printf("%-34s %6s %7s %7s %7s %7s %7s  %s\n", "", "n", "p50", "p90", "p99", "max", "mean",
+               "target");
         printf("%-34s %6zu %7.3f %7.3f %7.3f %7.3f %7.3f  p50 < %.2f %s, max < %.2f %s\n",
                "idle VDI (plx_vdi_snapshot_open)", i->n, i->p50 / 1000, i->p90 / 1000,
                i->p99 / 1000, i->max / 1000, i->mean / 1000, TARGET_SNAP_P50_MS,
                verdict(i->p50 / 1000 < TARGET_SNAP_P50_MS), TARGET_SNAP_MAX_MS,
                verdict(i->max / 1000 < TARGET_SNAP_MAX_MS));
+        const struct lat_summary *fl = &r->snap_floor;
+        printf("%-34s %6zu %7.3f %7.3f %7.3f %7.3f %7.3f  (the medium's floor)\n",
+               "raw floor: 2 writes,flush,write,flush", fl->n, fl->p50 / 1000, fl->p90 / 1000,
+               fl->p99 / 1000, fl->max / 1000, fl->mean / 1000);
         printf("%-34s %6zu %7.3f %7.3f %7.3f %7.3f %7.3f  mean < %.0f %s\n",
-               "under 4K randwrite QD32 load", l->n, l->p50 / 1000, l->p90 / 1000,
-               l->p99 / 1000, l->max / 1000, l->mean / 1000, TARGET_SNAP_LOADED_MEAN_MS,
+               "under 4K randwrite QD32 load", l->n, l->p50 / 1000, l->p90 / 1000, l->p99 / 1000,
+               l->max / 1000, l->mean / 1000, TARGET_SNAP_LOADED_MEAN_MS,
                verdict(l->mean / 1000 < TARGET_SNAP_LOADED_MEAN_MS));
         printf("   (thesis, idle: 90%% under 1 ms, max 3.25 ms; here p90 %.3f ms. Write load "
                "during the loaded test: %.0f IOPS over %.2f s)\n",
@@ -1433,20 +1909,24 @@ static void print_report(const struct ctx *c)
         printf("\n3. Snapshot frequency cost (1 MiB sequential writes QD 8 into a fresh %s "
                "region)\n",
                fmt_bytes(o->freq_size, b1, sizeof b1));
-        printf("%-10s %9s %7s %6s %7s %9s %9s %10s %11s %9s  %s\n", "interval", "MiB/s",
-               "loss", "secs", "snaps", "every ms", "snap p50", "meta blks", "KiB/snap",
+        if (r->freq[0].n > 1)
+            printf("   MiB/s: median of %u runs (+-: half the min-max range); the other columns "
+                   "are totals over the runs\n",
+                   r->freq[0].n);
+        printf("%-9s %13s %6s %6s %6s %8s %8s %8s %9s %9s %7s  %s\n", "interval", "MiB/s", "loss",
+               "secs", "snaps", "every ms", "snap p50", "snap max", "meta blks", "KiB/snap",
                "excess", "target");
         for (size_t k = 0; k < r->nfreq; k++) {
             const struct freq_result *f = &r->freq[k];
-            char iv[32];
+            char iv[32], mb[32];
             if (f->interval_ms > 0)
                 snprintf(iv, sizeof iv, "%g ms", f->interval_ms);
             else
                 snprintf(iv, sizeof iv, "none");
-            printf("%-10s %9.0f %6.1f%% %6.2f %7u %9.2f %9.3f %10" PRId64 " %11.2f %9.2f", iv,
-                   f->mibs, 100 * f->loss, f->secs, f->snaps, f->avg_interval_ms,
-                   f->snap_lat.p50 / 1000, f->meta_blocks, f->kib_per_snap,
-                   f->excess_kib_per_snap);
+            printf("%-9s %13s %5.1f%% %6.1f %6u %8.2f %8.3f %8.3f %9" PRId64 " %9.2f %7.2f", iv,
+                   fmt_spread(&f->mibs, mb, sizeof mb), 100 * f->loss, f->secs, f->snaps,
+                   f->avg_interval_ms, f->snap_lat.p50 / 1000, f->snap_lat.max / 1000,
+                   f->meta_blocks, f->kib_per_snap, f->excess_kib_per_snap);
             if (f->interval_ms == 10)
                 printf("  loss <= %.0f%% %s, <= %.2f KB/snap %s (excess %s)",
                        100 * TARGET_FREQ_LOSS, verdict(f->loss <= TARGET_FREQ_LOSS),
@@ -1454,31 +1934,43 @@ static void print_report(const struct ctx *c)
                        verdict(f->excess_kib_per_snap <= TARGET_FREQ_KIB));
             printf("%s\n", f->exhausted ? "  [region full before the run time]" : "");
         }
-        printf("   (loss vs the mean of the two runs without snapshots, %.0f MiB/s. KiB/snap = "
-               "metadata blocks used after reopen / snapshots;\n    excess = the same minus "
-               "the radix nodes the same amount of data needs without snapshots, %.3f "
-               "blocks/MiB)\n",
-               r->freq_base_mibs, r->freq_base_meta_per_mib);
+        printf(
+            "   (loss: 1 - geometric mean over repetitions of MiB/s / MiB/s of the same "
+            "repetition's run without snapshots (median %.0f MiB/s);\n    every other repetition "
+            "runs the intervals in reverse order. KiB/snap = "
+            "metadata blocks used after reopen / snapshots;\n    excess = the same minus "
+            "the radix nodes the same amount of data needs without snapshots, %.3f "
+            "blocks/MiB)\n",
+            r->freq_base_mibs, r->freq_base_meta_per_mib);
+    }
+    if (r->have_freq && g_count_io) {
+        printf("   engine I/O per MiB written (--count-io): writes, blocks written, flushes, "
+               "reads\n");
+        for (size_t k = 0; k < r->nfreq; k++) {
+            const struct freq_result *f = &r->freq[k];
+            double mib = f->bytes ? (double)f->bytes / MiB : 1;
+            printf("   %-9g %7.3f %8.2f %7.4f %7.4f\n", f->interval_ms, f->io.n[1] / mib,
+                   f->io.blocks[1] / mib, f->io.n[2] / mib, f->io.n[0] / mib);
+        }
     }
     if (r->have_wlat) {
         printf("\n4. Single 4 KiB write latency at QD 1 (us)\n");
-        printf("%-20s %6s %9s %9s %9s %9s %8s %8s\n", "path", "n", "mean", "p50", "p99",
-               "max", "x mean", "x p50");
+        printf("%-20s %6s %9s %9s %9s %9s %8s %8s\n", "path", "n", "mean", "p50", "p99", "max",
+               "x mean", "x p50");
         for (size_t k = 0; k < r->nwlat; k++) {
             const struct wlat_result *w = &r->wlat[k];
-            printf("%-20s %6zu %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f\n", w->name, w->s.n,
-                   w->s.mean, w->s.p50, w->s.p99, w->s.max, w->ratio_mean, w->ratio_p50);
+            printf("%-20s %6zu %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f\n", w->name, w->s.n, w->s.mean,
+                   w->s.p50, w->s.p99, w->s.max, w->ratio_mean, w->ratio_p50);
         }
         printf("   (thesis fig. 5.6: writable ~ direct disk; sparse and faulted paths cost "
                "extra serialized writes)\n");
     }
     if (r->check_ran)
-        printf("\nplx_check: %" PRIu64 " trees, %" PRIu64 " errors, %" PRIu64
-               " leaked blocks\n",
+        printf("\nplx_check: %" PRIu64 " trees, %" PRIu64 " errors, %" PRIu64 " leaked blocks\n",
                r->check.trees, r->check.errors, r->check.leaked_blocks);
     if (g_mismatches)
-        printf("\nDATA ERRORS: %" PRIu64 " reads returned wrong blocks; first: %s\n",
-               g_mismatches, g_first_mismatch);
+        printf("\nDATA ERRORS: %" PRIu64 " reads returned wrong blocks; first: %s\n", g_mismatches,
+               g_first_mismatch);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -1498,9 +1990,18 @@ static void json_str(FILE *f, const char *s)
 
 static void json_lat(FILE *f, const struct lat_summary *s, double div)
 {
-    fprintf(f, "{\"n\": %zu, \"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, "
-               "\"max\": %.4f}",
+    fprintf(f,
+            "{\"n\": %zu, \"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, "
+            "\"max\": %.4f}",
             s->n, s->mean / div, s->p50 / div, s->p90 / div, s->p99 / div, s->max / div);
+}
+
+static void json_values(FILE *f, const char *key, const double *v, unsigned n)
+{
+    fprintf(f, "\"%s\": [", key);
+    for (unsigned i = 0; i < n; i++)
+        fprintf(f, "%s%.1f", i ? ", " : "", v[i]);
+    fprintf(f, "]");
 }
 
 static void write_json(const struct ctx *c, const char *path)
@@ -1524,13 +2025,25 @@ static void write_json(const struct ctx *c, const char *path)
     json_str(f, r->m.fs);
     fprintf(f, ", \"io\": ");
     json_str(f, r->m.io_mode);
-    fprintf(f, "},\n  \"settings\": {\"vdi_bytes\": %" PRIu64 ", \"runtime_s\": %.3f, "
-               "\"quick\": %s, \"cache_bytes\": %" PRIu64 ", \"extent_bytes\": %llu, "
-               "\"snapshots\": %u, \"latency_writes\": %u, \"freq_region_bytes\": %" PRIu64
-               "}",
+    fprintf(f, ", \"loadavg_start\": ");
+    json_str(f, r->m.load_start);
+    fprintf(f, ", \"loadavg_end\": ");
+    json_str(f, r->m.load_end);
+    if (g_nforeign > 0) {
+        struct spread fs = foreign_spread();
+        fprintf(f, ", \"device\": ");
+        json_str(f, g_dev_name);
+        fprintf(f, ", \"foreign_io_share\": {\"runs\": %u, \"median\": %.4f, \"max\": %.4f}",
+                g_nforeign, fs.med, fs.max);
+    }
+    fprintf(f,
+            "},\n  \"settings\": {\"vdi_bytes\": %" PRIu64 ", \"runtime_s\": %.3f, "
+            "\"quick\": %s, \"cache_bytes\": %" PRIu64 ", \"extent_bytes\": %llu, "
+            "\"snapshots\": %u, \"latency_writes\": %u, \"freq_region_bytes\": %" PRIu64
+            ", \"repeat\": %u, \"count_io\": %s}",
             o->size, o->runtime, o->quick ? "true" : "false",
-            (uint64_t)(o->cache_bytes ? o->cache_bytes : 64 * MiB), EXTENT_SIZE, o->snaps, o->lat_writes,
-            o->freq_size);
+            (uint64_t)(o->cache_bytes ? o->cache_bytes : 64 * MiB), EXTENT_SIZE, o->snaps,
+            o->lat_writes, o->freq_size, o->repeat, g_count_io ? "true" : "false");
     if (r->have_tp) {
         fprintf(f, ",\n  \"throughput\": [");
         for (int i = 0; i < 4; i++) {
@@ -1538,22 +2051,43 @@ static void write_json(const struct ctx *c, const char *path)
             double target = t->is_read ? TARGET_WARM_READ : TARGET_WARM_WRITE;
             fprintf(f, "%s\n    {\"workload\": ", i ? "," : "");
             json_str(f, t->name);
-            fprintf(f, ", \"unit\": \"%s\", \"raw\": %.1f, \"warm\": %.1f, \"cold\": %.1f, "
-                       "\"warm_ratio\": %.4f, \"cold_ratio\": %.4f, \"target_warm_ratio\": "
-                       "%.2f, \"met\": %s}",
-                    t->iops_unit ? "IOPS" : "MiB/s", t->raw, t->warm, t->cold, t->warm / t->raw,
-                    t->cold / t->raw, target, t->warm / t->raw >= target ? "true" : "false");
+            double wr = t->warm_gm;
+            fprintf(f,
+                    ", \"unit\": \"%s\", \"raw\": %.1f, \"warm\": %.1f, \"cold\": %.1f, "
+                    "\"warm_ratio\": %.4f, \"cold_ratio\": %.4f, \"target_warm_ratio\": "
+                    "%.2f, \"met\": %s, \"runs\": {",
+                    t->iops_unit ? "IOPS" : "MiB/s", t->raw.med, t->warm.med, t->cold.med, wr,
+                    t->cold_gm, target, wr >= target ? "true" : "false");
+            json_values(f, "raw", t->raw_v, t->n);
+            fprintf(f, ", ");
+            json_values(f, "warm", t->warm_v, t->n);
+            fprintf(f, ", ");
+            json_values(f, "cold", t->cold_v, t->n);
+            fprintf(f, "}, \"cpu_us_per_request\": {\"raw\": %.3f, \"warm\": %.3f}", t->raw_cpu.med,
+                    t->warm_cpu.med);
+            if (g_count_io)
+                fprintf(f,
+                        ", \"engine_io\": {\"warm_requests\": %" PRIu64 ", \"warm_reads\": %" PRIu64
+                        ", \"warm_writes\": %" PRIu64 ", \"warm_flushes\": %" PRIu64
+                        ", \"cold_requests\": %" PRIu64 ", \"cold_reads\": %" PRIu64
+                        ", \"cold_writes\": %" PRIu64 ", \"cold_flushes\": %" PRIu64 "}",
+                        t->warm_ops, t->warm_io.n[0], t->warm_io.n[1], t->warm_io.n[2], t->cold_ops,
+                        t->cold_io.n[0], t->cold_io.n[1], t->cold_io.n[2]);
+            fprintf(f, "}");
         }
         fprintf(f, "\n  ]");
     }
     if (r->have_snaplat) {
         fprintf(f, ",\n  \"snapshot_latency_ms\": {\n    \"idle\": ");
         json_lat(f, &r->snap_idle, 1000);
+        fprintf(f, ",\n    \"raw_floor\": ");
+        json_lat(f, &r->snap_floor, 1000);
         fprintf(f, ",\n    \"loaded\": ");
         json_lat(f, &r->snap_loaded, 1000);
-        fprintf(f, ",\n    \"loaded_write_iops\": %.1f,\n    \"targets\": {\"idle_p50_lt\": %.2f, "
-                   "\"idle_max_lt\": %.2f, \"loaded_mean_lt\": %.1f, \"idle_p50_met\": %s, "
-                   "\"idle_max_met\": %s, \"loaded_mean_met\": %s}\n  }",
+        fprintf(f,
+                ",\n    \"loaded_write_iops\": %.1f,\n    \"targets\": {\"idle_p50_lt\": %.2f, "
+                "\"idle_max_lt\": %.2f, \"loaded_mean_lt\": %.1f, \"idle_p50_met\": %s, "
+                "\"idle_max_met\": %s, \"loaded_mean_met\": %s}\n  }",
                 r->loaded_write_iops, TARGET_SNAP_P50_MS, TARGET_SNAP_MAX_MS,
                 TARGET_SNAP_LOADED_MEAN_MS,
                 r->snap_idle.p50 / 1000 < TARGET_SNAP_P50_MS ? "true" : "false",
@@ -1561,25 +2095,35 @@ static void write_json(const struct ctx *c, const char *path)
                 r->snap_loaded.mean / 1000 < TARGET_SNAP_LOADED_MEAN_MS ? "true" : "false");
     }
     if (r->have_freq) {
-        fprintf(f, ",\n  \"snapshot_frequency\": {\"baseline_mibs\": %.1f, "
-                   "\"baseline_meta_blocks_per_mib\": %.4f, \"runs\": [",
+        fprintf(f,
+                ",\n  \"snapshot_frequency\": {\"baseline_mibs\": %.1f, "
+                "\"baseline_meta_blocks_per_mib\": %.4f, \"runs\": [",
                 r->freq_base_mibs, r->freq_base_meta_per_mib);
         for (size_t k = 0; k < r->nfreq; k++) {
             const struct freq_result *fr = &r->freq[k];
-            fprintf(f, "%s\n    {\"interval_ms\": %g, \"mibs\": %.1f, \"loss\": %.4f, "
-                       "\"secs\": %.3f, \"bytes\": %" PRIu64 ", \"region_full\": %s, "
-                       "\"snapshots\": %u, \"avg_interval_ms\": %.3f, \"meta_blocks\": %" PRId64
-                       ", \"data_blocks\": %" PRId64 ", \"kib_per_snapshot\": %.3f, "
-                       "\"excess_kib_per_snapshot\": %.3f, \"snapshot_latency_ms\": ",
-                    k ? "," : "", fr->interval_ms, fr->mibs, fr->loss, fr->secs, fr->bytes,
-                    fr->exhausted ? "true" : "false", fr->snaps, fr->avg_interval_ms,
-                    fr->meta_blocks, fr->data_blocks, fr->kib_per_snap,
+            fprintf(f, "%s\n    {\"interval_ms\": %g, \"mibs\": %.1f, ", k ? "," : "",
+                    fr->interval_ms, fr->mibs.med);
+            json_values(f, "mibs_runs", fr->mibs_v, fr->n);
+            fprintf(f,
+                    ", \"loss\": %.4f, "
+                    "\"secs\": %.3f, \"bytes\": %" PRIu64 ", \"region_full\": %s, "
+                    "\"snapshots\": %u, \"avg_interval_ms\": %.3f, \"meta_blocks\": %" PRId64
+                    ", \"data_blocks\": %" PRId64 ", \"kib_per_snapshot\": %.3f, "
+                    "\"excess_kib_per_snapshot\": %.3f, \"snapshot_latency_ms\": ",
+                    fr->loss, fr->secs, fr->bytes, fr->exhausted ? "true" : "false", fr->snaps,
+                    fr->avg_interval_ms, fr->meta_blocks, fr->data_blocks, fr->kib_per_snap,
                     fr->excess_kib_per_snap);
             json_lat(f, &fr->snap_lat, 1000);
+            if (g_count_io)
+                fprintf(f,
+                        ", \"engine_io\": {\"reads\": %" PRIu64 ", \"writes\": %" PRIu64
+                        ", \"blocks_written\": %" PRIu64 ", \"flushes\": %" PRIu64 "}",
+                        fr->io.n[0], fr->io.n[1], fr->io.blocks[1], fr->io.n[2]);
             fprintf(f, "}");
         }
-        fprintf(f, "\n  ], \"targets\": {\"loss_at_10ms_le\": %.2f, \"kib_per_snapshot_at_10ms_le\": "
-                   "%.2f}}",
+        fprintf(f,
+                "\n  ], \"targets\": {\"loss_at_10ms_le\": %.2f, \"kib_per_snapshot_at_10ms_le\": "
+                "%.2f}}",
                 TARGET_FREQ_LOSS, TARGET_FREQ_KIB);
     }
     if (r->have_wlat) {
@@ -1592,37 +2136,45 @@ static void write_json(const struct ctx *c, const char *path)
             json_str(f, w->what);
             fprintf(f, ", \"latency\": ");
             json_lat(f, &w->s, 1);
-            fprintf(f, ", \"ratio_mean\": %.4f, \"ratio_p50\": %.4f}", w->ratio_mean,
-                    w->ratio_p50);
+            fprintf(f, ", \"ratio_mean\": %.4f, \"ratio_p50\": %.4f}", w->ratio_mean, w->ratio_p50);
         }
         fprintf(f, "\n  ]");
     }
     if (r->check_ran)
-        fprintf(f, ",\n  \"check\": {\"trees\": %" PRIu64 ", \"errors\": %" PRIu64
-                   ", \"leaked_blocks\": %" PRIu64 "}",
+        fprintf(f,
+                ",\n  \"check\": {\"trees\": %" PRIu64 ", \"errors\": %" PRIu64
+                ", \"leaked_blocks\": %" PRIu64 "}",
                 r->check.trees, r->check.errors, r->check.leaked_blocks);
     fprintf(f, ",\n  \"data_errors\": %" PRIu64 "\n}\n", g_mismatches);
     if (fclose(f) != 0)
         die("writing %s: %s", path, strerror(errno));
 }
 
-/* ---- Main ------------------------------------------------------------------------------------- */
+/* ---- Main -------------------------------------------------------------------------------------
+ */
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench-engine [options]\n"
-            "  --dir DIR        where to put the test files (default /var/tmp; removed at the end)\n"
-            "  --size SIZE      VDI and raw file size (default 4G; --quick 256M)\n"
-            "  --runtime SECS   seconds per timed run (default 5; --quick 1)\n"
-            "  --snapshots N    snapshots per latency test (default 1000; --quick 100)\n"
-            "  --writes N       QD 1 writes per latency test (default 2000; --quick 200)\n"
-            "  --freq-size SIZE fresh region per snapshot-frequency run (default 24G; --quick 1G)\n"
-            "  --cache SIZE     radix node cache (default: the engine's, 64 MiB)\n"
-            "  --only LIST      run only some of: throughput,snapshot,frequency,latency\n"
-            "  --check          run plx_check on the main store at the end (on with --quick)\n"
-            "  --json FILE      also write the results as JSON\n"
-            "  --quick          smoke run: 1 s runs and small sizes\n");
+    fprintf(
+        f,
+        "usage: bench-engine [options]\n"
+        "  --dir DIR        where to put the test files (default /var/tmp; removed at the end)\n"
+        "  --size SIZE      VDI and raw file size (default 4G; --quick 256M)\n"
+        "  --runtime SECS   seconds per timed run (default 5; --quick 1)\n"
+        "  --snapshots N    snapshots per latency test (default 1000; --quick 100)\n"
+        "  --writes N       QD 1 writes per latency test (default 2000; --quick 200)\n"
+        "  --freq-size SIZE fresh region per snapshot-frequency run (default 24G; --quick 512M)\n"
+        "  --cache SIZE     radix node cache (default: the engine's, 64 MiB)\n"
+        "  --repeat N       throughput and frequency runs: repeat N times, interleaved, and\n"
+        "                   report medians and, for ratios, the geometric mean of the paired\n"
+        "                   runs (default 4, even so the alternating order balances; --quick 1)\n"
+        "  --only LIST      run only some of: throughput,snapshot,frequency,latency\n"
+        "  --check          run plx_check on the main store at the end (on with --quick)\n"
+        "  --json FILE      also write the results as JSON\n"
+        "  --keep           keep the test files (for inspection) instead of removing them\n"
+        "  --count-io       count the I/Os the engine issues (opens stores through a counting\n"
+        "                   wrapper of the file backend) and print them per request / MiB\n"
+        "  --quick          smoke run: 1 s runs and small sizes\n");
 }
 
 static unsigned parse_parts(const char *s)
@@ -1647,37 +2199,88 @@ static unsigned parse_parts(const char *s)
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
-    enum { O_DIR = 256, O_SIZE, O_RUNTIME, O_SNAPS, O_WRITES, O_FREQ, O_CACHE, O_ONLY, O_CHECK,
-           O_JSON, O_QUICK, O_HELP };
+    enum {
+        O_DIR = 256,
+        O_SIZE,
+        O_RUNTIME,
+        O_SNAPS,
+        O_WRITES,
+        O_FREQ,
+        O_CACHE,
+        O_ONLY,
+        O_CHECK,
+        O_JSON,
+        O_QUICK,
+        O_HELP,
+        O_REPEAT,
+        O_KEEP,
+        O_COUNT_IO
+    };
     static const struct option lo[] = {
-        {"dir", required_argument, 0, O_DIR},       {"size", required_argument, 0, O_SIZE},
+        {"dir", required_argument, 0, O_DIR},         {"size", required_argument, 0, O_SIZE},
         {"runtime", required_argument, 0, O_RUNTIME}, {"snapshots", required_argument, 0, O_SNAPS},
-        {"writes", required_argument, 0, O_WRITES}, {"freq-size", required_argument, 0, O_FREQ},
-        {"cache", required_argument, 0, O_CACHE},   {"only", required_argument, 0, O_ONLY},
-        {"check", no_argument, 0, O_CHECK},         {"json", required_argument, 0, O_JSON},
-        {"quick", no_argument, 0, O_QUICK},         {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0}};
+        {"writes", required_argument, 0, O_WRITES},   {"freq-size", required_argument, 0, O_FREQ},
+        {"cache", required_argument, 0, O_CACHE},     {"only", required_argument, 0, O_ONLY},
+        {"check", no_argument, 0, O_CHECK},           {"json", required_argument, 0, O_JSON},
+        {"quick", no_argument, 0, O_QUICK},           {"help", no_argument, 0, O_HELP},
+        {"repeat", required_argument, 0, O_REPEAT},   {"keep", no_argument, 0, O_KEEP},
+        {"count-io", no_argument, 0, O_COUNT_IO},     {0, 0, 0, 0}};
     const char *size = NULL, *runtime = NULL, *snaps = NULL, *writes = NULL, *freq = NULL;
-    const char *cache = NULL;
+    const char *cache = NULL, *repeat = NULL;
     memset(o, 0, sizeof *o);
     o->dir = "/var/tmp";
     o->parts = PART_ALL;
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case O_DIR: o->dir = optarg; break;
-        case O_SIZE: size = optarg; break;
-        case O_RUNTIME: runtime = optarg; break;
-        case O_SNAPS: snaps = optarg; break;
-        case O_WRITES: writes = optarg; break;
-        case O_FREQ: freq = optarg; break;
-        case O_CACHE: cache = optarg; break;
-        case O_ONLY: o->parts = parse_parts(optarg); break;
-        case O_CHECK: o->check = 1; break;
-        case O_JSON: o->json = optarg; break;
-        case O_QUICK: o->quick = 1; break;
-        case O_HELP: usage(stdout); exit(0);
-        default: usage(stderr); exit(2);
+        case O_DIR:
+            o->dir = optarg;
+            break;
+        case O_SIZE:
+            size = optarg;
+            break;
+        case O_RUNTIME:
+            runtime = optarg;
+            break;
+        case O_SNAPS:
+            snaps = optarg;
+            break;
+        case O_WRITES:
+            writes = optarg;
+            break;
+        case O_FREQ:
+            freq = optarg;
+            break;
+        case O_CACHE:
+            cache = optarg;
+            break;
+        case O_ONLY:
+            o->parts = parse_parts(optarg);
+            break;
+        case O_CHECK:
+            o->check = 1;
+            break;
+        case O_JSON:
+            o->json = optarg;
+            break;
+        case O_QUICK:
+            o->quick = 1;
+            break;
+        case O_REPEAT:
+            repeat = optarg;
+            break;
+        case O_KEEP:
+            g_keep = 1;
+            break;
+        case O_COUNT_IO:
+            g_count_io = 1;
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            exit(2);
         }
     }
     if (optind < argc) {
@@ -1688,9 +2291,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
     o->runtime = o->quick ? 1.0 : 5.0;
     o->snaps = o->quick ? 100 : 1000;
     o->lat_writes = o->quick ? 200 : 2000;
-    o->freq_size = o->quick ? 1 * GiB : 24 * GiB;
+    o->freq_size = o->quick ? 512 * MiB : 24 * GiB;
+    o->repeat = o->quick ? 1 : 4;
     if (o->quick)
         o->check = 1;
+    if (repeat != NULL &&
+        ((o->repeat = (unsigned)strtoul(repeat, NULL, 10)) == 0 || o->repeat > MAX_REPEAT))
+        die("--repeat %s: want 1 .. %d", repeat, MAX_REPEAT);
     if (size != NULL && parse_size(size, &o->size) < 0)
         die("--size %s: not a size", size);
     if (freq != NULL && parse_size(freq, &o->freq_size) < 0)
@@ -1711,8 +2318,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         die("--freq-size: want at least 16 MiB");
     size_t n = 0;
     for (int i = 0; i < argc && n + 2 < sizeof o->command; i++)
-        n += (size_t)snprintf(o->command + n, sizeof o->command - n, "%s%s", i ? " " : "",
-                              argv[i]);
+        n += (size_t)snprintf(o->command + n, sizeof o->command - n, "%s%s", i ? " " : "", argv[i]);
 }
 
 static void check_space(const struct ctx *c)
@@ -1750,6 +2356,8 @@ int main(int argc, char **argv)
     time_t now = time(NULL);
     strftime(c.res.date, sizeof c.res.date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
     machine_info(&c.res.m, o->dir, c.raw_path);
+    dev_init(o->dir);
+    read_loadavg(c.res.m.load_start, sizeof c.res.m.load_start);
     check_space(&c);
 
     char b1[32];
@@ -1758,8 +2366,7 @@ int main(int argc, char **argv)
     unsigned main_parts = PART_THROUGHPUT | PART_WLAT | PART_SNAPLAT;
     if (o->parts & main_parts) {
         fprintf(stderr, "[setup] raw file and Parallax VDI, written in full\n");
-        if (o->parts & (PART_THROUGHPUT | PART_WLAT))
-            setup_raw(&c);
+        setup_raw(&c);
         setup_plx(&c);
         if (o->parts & PART_THROUGHPUT)
             bench_throughput(&c);
@@ -1778,13 +2385,15 @@ int main(int argc, char **argv)
     if (o->parts & PART_FREQ)
         bench_snapshot_frequency(&c);
 
+    read_loadavg(c.res.m.load_end, sizeof c.res.m.load_end);
     print_report(&c);
     if (o->json != NULL)
         write_json(&c, o->json);
     fflush(stdout);
     if (g_mismatches) {
-        fprintf(stderr, "bench-engine: DATA ERRORS: %" PRIu64 " reads returned wrong data; "
-                        "first: %s\n",
+        fprintf(stderr,
+                "bench-engine: DATA ERRORS: %" PRIu64 " reads returned wrong data; "
+                "first: %s\n",
                 g_mismatches, g_first_mismatch);
         return 3;
     }

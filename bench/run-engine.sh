@@ -24,5 +24,8 @@ fi
 mkdir -p bench/results
 host=$(hostname -s 2>/dev/null || echo host)
 base=bench/results/engine-$host-$(date -u +%Y%m%dT%H%M%SZ)
-build/bench-engine --json "$base.json" "$@" | tee "$base.txt"
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if ! git diff --quiet HEAD -- libparallax 2>/dev/null; then rev="$rev+dirty"; fi
+echo "source:   libparallax at $rev" > "$base.txt"
+build/bench-engine --json "$base.json" "$@" | tee -a "$base.txt"
 echo "saved: $base.json $base.txt" >&2

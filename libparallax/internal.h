@@ -132,6 +132,7 @@ struct plx_store {
     struct plx_ev *ready_head, *ready_tail; /* I/O completed, handler not yet run */
     unsigned internal_ios;             /* engine I/O in flight */
     int fatal;                          /* nonzero: the store stopped (negative errno) */
+    bool in_service;                   /* inside plx_store_service: completions need no wake */
     uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
 };
 

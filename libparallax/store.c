@@ -128,7 +128,10 @@ void plx_complete(plx_store *st, struct plx_req *r)
     else
         st->done_head = r;
     st->done_tail = r;
-    plx_wake(st);
+    /* Inside the service loop the queue is drained before it returns: a wake-up would only
+     * cost a system call per request. */
+    if (!st->in_service)
+        plx_wake(st);
 }
 
 int plx_store_fd(const plx_store *st)
@@ -156,10 +159,13 @@ int plx_store_service(plx_store *st)
         /* EAGAIN: nothing was signalled. */
     }
     int ran = 0;
+    st->in_service = true;
     for (;;) {
         int rc = st->be->ops->poll(st->be, 0);
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
+            st->in_service = false;
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
+        }
         plx_run_ready(st);
         if (!st->done_head)
             break;
@@ -177,6 +183,7 @@ int plx_store_service(plx_store *st)
                 cb(arg, status);
         }
     }
+    st->in_service = false;
     return ran;
 }
 

@@ -1,0 +1,946 @@
+#!/usr/bin/env python3
+"""Helpers for bench/suite/run.sh (Python 3 standard library only).
+
+Clients spoken here, each a few lines of its protocol, so that snapshots can be taken in tight
+loops without starting a process per snapshot:
+  * NBD (fixed newstyle, NBD_OPT_GO, simple replies): hold a VDI open, write a little data;
+  * the Parallax server's control socket ("snapshot ID" -> "ok N"; tapdisk/control.h), which is
+    what `parallax vdi-snapshot` talks to when the VDI is served;
+  * QMP (qemu-storage-daemon): blockdev-snapshot-sync.
+
+Subcommands (all print one JSON document on stdout unless said otherwise):
+  hold     --nbd SOCK --export NAME                  keep a connection open until SIGTERM
+  grow     SYSTEM --count N [--write-kib K]          take N live snapshots, a little data between
+  snaplat  SYSTEM --count N [--cli ...]              N snapshots back to back: latencies
+  snaploop SYSTEM --interval S --stop-file F         one snapshot every S seconds until F exists
+  qmp      --qmp SOCK CMD [JSON-ARGS]                one QMP command; prints its return value
+  stats    FILE...                                   summary of latency lists (ms)
+  report   --results DIR                             results.json -> results.md + results.csv
+
+SYSTEM is given as options: --plx-ctl SOCK --vdi-id N   (Parallax: control socket of the server)
+                         or --qmp SOCK --qcow2-dir DIR  (qcow2: chain files go in DIR)
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+# ---- NBD --------------------------------------------------------------------------------------
+
+NBDMAGIC = 0x4E42444D41474943
+IHAVEOPT = 0x49484156454F5054
+REPLY_MAGIC = 0x3E889045565A9
+NBD_OPT_GO = 7
+NBD_REP_ACK = 1
+NBD_REP_INFO = 3
+NBD_CMD_WRITE, NBD_CMD_DISC, NBD_CMD_FLUSH = 1, 2, 3
+NBD_SIMPLE_REPLY_MAGIC = 0x67446698
+
+
+def _recvall(s, n):
+    b = b""
+    while len(b) < n:
+        d = s.recv(n - len(b))
+        if not d:
+            raise EOFError("connection closed")
+        b += d
+    return b
+
+
+class NBD:
+    def __init__(self, path, export):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(60)
+        self.s.connect(path)
+        magic, opt, flags = struct.unpack(">QQH", _recvall(self.s, 18))
+        if magic != NBDMAGIC or opt != IHAVEOPT:
+            raise RuntimeError("not a fixed-newstyle NBD server")
+        self.s.sendall(struct.pack(">I", 1 | (2 if flags & 2 else 0)))  # FIXED_NEWSTYLE, NO_ZEROES
+        name = export.encode()
+        data = struct.pack(">I", len(name)) + name + struct.pack(">H", 0)
+        self.s.sendall(struct.pack(">QII", IHAVEOPT, NBD_OPT_GO, len(data)) + data)
+        self.size = None
+        while True:
+            _, _, rtype, rlen = struct.unpack(">QIII", _recvall(self.s, 20))
+            payload = _recvall(self.s, rlen)
+            if rtype == NBD_REP_ACK:
+                break
+            if rtype == NBD_REP_INFO and len(payload) >= 12 and struct.unpack(">H", payload[:2])[0] == 0:
+                self.size = struct.unpack(">Q", payload[2:10])[0]
+            elif rtype & 0x80000000:
+                raise RuntimeError("NBD_OPT_GO refused (%#x): %s" % (rtype, payload[4:].decode(errors="replace")))
+        self.handle = 0
+
+    def _cmd(self, cmd, off, length, data=b""):
+        self.handle += 1
+        self.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, cmd, self.handle, off, length) + data)
+        magic, err, handle = struct.unpack(">IIQ", _recvall(self.s, 16))
+        if magic != NBD_SIMPLE_REPLY_MAGIC or handle != self.handle:
+            raise RuntimeError("bad NBD reply")
+        if err:
+            raise OSError(err, "NBD command %d failed" % cmd)
+
+    def write(self, off, data):
+        self._cmd(NBD_CMD_WRITE, off, len(data), data)
+
+    def flush(self):
+        self._cmd(NBD_CMD_FLUSH, 0, 0)
+
+    def close(self):
+        try:
+            self.handle += 1
+            self.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, NBD_CMD_DISC, self.handle, 0, 0))
+        except OSError:
+            pass
+        self.s.close()
+
+
+# ---- Parallax control socket ----------------------------------------------------------------
+
+
+class PlxSnap:
+    """Live snapshots through the server's control socket (one command per connection)."""
+
+    def __init__(self, ctl, vdi_id):
+        self.ctl, self.vdi_id = ctl, vdi_id
+
+    def snapshot(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        s.connect(self.ctl)
+        s.sendall(b"snapshot %d\n" % self.vdi_id)
+        r = b""
+        while True:
+            d = s.recv(256)
+            if not d:
+                break
+            r += d
+        s.close()
+        if not r.startswith(b"ok"):
+            raise RuntimeError("snapshot failed: %r" % r)
+        return int(r.split()[1])
+
+
+class CliSnap:
+    """Live snapshots through `parallax -b STORE vdi-snapshot VDI` (end to end: process start,
+    store open, finding the server, the server's work, exit)."""
+
+    def __init__(self, parallax, store, vdi):
+        self.argv = [parallax, "-b", store, "vdi-snapshot", vdi]
+
+    def snapshot(self):
+        r = subprocess.run(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode:
+            raise RuntimeError("parallax vdi-snapshot: " + r.stderr.decode().strip())
+        return r.stdout.decode().strip()
+
+
+# ---- QMP ------------------------------------------------------------------------------------
+
+
+class QMP:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(300)
+        self.s.connect(path)
+        self.f = self.s.makefile("rb")
+        json.loads(self.f.readline())  # greeting
+        self.execute("qmp_capabilities")
+
+    def execute(self, cmd, args=None):
+        msg = {"execute": cmd}
+        if args:
+            msg["arguments"] = args
+        self.s.sendall(json.dumps(msg).encode() + b"\n")
+        while True:
+            r = json.loads(self.f.readline())
+            if "event" in r:
+                continue
+            if "error" in r:
+                raise RuntimeError("QMP %s: %s" % (cmd, r["error"].get("desc")))
+            return r.get("return")
+
+
+class QcowSnap:
+    """Live external snapshots of a qemu-storage-daemon qcow2 chain. The node names are q0 (the
+    base), q1, q2, ... and the files DIR/q<N>.qcow2. blockdev-snapshot-sync puts the new overlay
+    on top of the old node, taking over its parents, so the NBD export (created on q0) follows
+    the new top (checked by run.sh: query-block-exports / query-named-block-nodes)."""
+
+    def __init__(self, qmp_path, qdir):
+        self.q = QMP(qmp_path)
+        self.dir = qdir
+        nodes = self.q.execute("query-named-block-nodes", {"flat": True})
+        names = [n["node-name"] for n in nodes if n["node-name"].startswith("q") and n["node-name"][1:].isdigit()]
+        self.top = max(int(n[1:]) for n in names)
+
+    def snapshot(self):
+        n = self.top + 1
+        self.q.execute("blockdev-snapshot-sync", {
+            "node-name": "q%d" % self.top, "snapshot-node-name": "q%d" % n,
+            "snapshot-file": os.path.join(self.dir, "q%d.qcow2" % n), "format": "qcow2"})
+        self.top = n
+        return n
+
+
+def make_snapper(a):
+    if a.plx_ctl:
+        return PlxSnap(a.plx_ctl, a.vdi_id)
+    if a.qmp:
+        return QcowSnap(a.qmp, a.qcow2_dir)
+    if a.cli:
+        return CliSnap(a.cli, a.store, a.vdi)
+    sys.exit("give --plx-ctl, --qmp or --cli")
+
+
+def add_system_args(p):
+    p.add_argument("--plx-ctl")
+    p.add_argument("--vdi-id", type=int)
+    p.add_argument("--qmp")
+    p.add_argument("--qcow2-dir")
+    p.add_argument("--cli", help="path of the parallax command (end-to-end latency)")
+    p.add_argument("--store")
+    p.add_argument("--vdi")
+
+
+# ---- subcommands ----------------------------------------------------------------------------
+
+
+def cmd_hold(a):
+    c = NBD(a.nbd, a.export)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    if a.ready:
+        open(a.ready, "w").close()
+    while not stop:
+        time.sleep(0.2)
+    c.close()
+
+
+def cmd_grow(a):
+    """Take --count live snapshots; before each, write --write-kib KiB (4 KiB blocks at random
+    offsets of the export) through a connection held for the whole run. Stops early when
+    --budget seconds have passed (the count reached is reported)."""
+    snap = make_snapper(a)
+    c = NBD(a.nbd, a.export)
+    rnd = random.Random(a.seed)
+    nblocks = c.size // 4096
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(a.count):
+        if a.budget and time.perf_counter() - t0 > a.budget:
+            break
+        for _ in range(a.write_kib // 4):
+            c.write(rnd.randrange(nblocks) * 4096, rnd.randbytes(4096))
+        c.flush()
+        t = time.perf_counter_ns()
+        snap.snapshot()
+        lat.append(time.perf_counter_ns() - t)
+    c.close()
+    json.dump({"asked": a.count, "count": len(lat), "seconds": time.perf_counter() - t0,
+               "snap_seconds": sum(lat) / 1e9, "latency_ns": lat}, sys.stdout)
+
+
+def cmd_snaplat(a):
+    """Snapshots back to back. With several systems given, they take turns snapshot by
+    snapshot (so a noisy neighbour hits all of them alike); --cli-count limits the end-to-end
+    `parallax vdi-snapshot` runs (each starts a process)."""
+    snappers = []
+    if a.plx_ctl:
+        snappers.append(("parallax-ctl", PlxSnap(a.plx_ctl, a.vdi_id), a.count))
+    if a.cli:
+        snappers.append(("parallax-cli", CliSnap(a.cli, a.store, a.vdi), a.cli_count or a.count))
+    if a.qmp:
+        snappers.append(("qcow2-qmp", QcowSnap(a.qmp, a.qcow2_dir), a.count))
+    out = {name: {"latency_ns": []} for name, _, _ in snappers}
+    for i in range(max(n for _, _, n in snappers)):
+        for name, sn, n in snappers:
+            if i >= n:
+                continue
+            t = time.perf_counter_ns()
+            sn.snapshot()
+            out[name]["latency_ns"].append(time.perf_counter_ns() - t)
+            if a.gap:
+                time.sleep(a.gap)
+    json.dump(out, sys.stdout)
+
+
+def cmd_snaploop(a):
+    """One snapshot every --interval seconds (the next starts at once when one takes longer),
+    until --stop-file exists or --duration passes. Reports the achieved mean interval: time
+    from the first snapshot's start to the last one's end over their count (as figure 5.8)."""
+    snap = make_snapper(a)
+    if a.ready:
+        open(a.ready, "w").close()
+    lat = []
+    t_start = time.perf_counter()
+    nxt = t_start
+    deadline = t_start + a.duration if a.duration else None
+    while True:
+        if a.stop_file and os.path.exists(a.stop_file):
+            break
+        if deadline and time.perf_counter() >= deadline:
+            break
+        now = time.perf_counter()
+        if now < nxt:
+            time.sleep(min(nxt - now, 0.05))
+            continue
+        t = time.perf_counter_ns()
+        snap.snapshot()
+        lat.append(time.perf_counter_ns() - t)
+        nxt += a.interval
+        if nxt < time.perf_counter() - a.interval:  # fell far behind: do not burst to catch up
+            nxt = time.perf_counter()
+    t_end = time.perf_counter()
+    n = len(lat)
+    json.dump({"interval_s": a.interval, "count": n, "seconds": t_end - t_start,
+               "mean_interval_s": (t_end - t_start) / n if n else None, "latency_ns": lat}, sys.stdout)
+
+
+def cmd_qmp(a):
+    q = QMP(a.qmp)
+    r = q.execute(a.cmd, json.loads(a.args) if a.args else None)
+    json.dump(r, sys.stdout)
+    print()
+
+
+def pct(v, p):
+    if not v:
+        return None
+    v = sorted(v)
+    k = (len(v) - 1) * p / 100.0
+    i = int(k)
+    j = min(i + 1, len(v) - 1)
+    return v[i] + (v[j] - v[i]) * (k - i)
+
+
+def lat_stats(ns):
+    ms = [x / 1e6 for x in ns]
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "min_ms": min(ms), "p50_ms": pct(ms, 50), "p90_ms": pct(ms, 90),
+            "p99_ms": pct(ms, 99), "max_ms": max(ms), "mean_ms": sum(ms) / len(ms),
+            "within_1ms": sum(1 for x in ms if x < 1.0) / len(ms)}
+
+
+def cmd_stats(a):
+    out = {}
+    for f in a.files:
+        out[f] = lat_stats(json.load(open(f))["latency_ns"])
+    json.dump(out, sys.stdout, indent=1)
+    print()
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+def fmt(x, nd=0):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if nd == 0:
+        return "{:,.0f}".format(x)
+    return ("{:,.%df}" % nd).format(x)
+
+
+def cmd_report(a):
+    """results.json (written by run.sh) -> results.md and results.csv in the same directory."""
+    R = json.load(open(os.path.join(a.results, "results.json")))
+    md, csv = [], ["section,system,metric,param,value,unit"]
+
+    def row(section, system, metric, param, value, unit):
+        csv.append("%s,%s,%s,%s,%s,%s" % (section, system, metric, param,
+                                          "" if value is None else ("%.6g" % value if isinstance(value, float) else value), unit))
+
+    m = R.get("machine", {})
+    md.append("# Side-by-side benchmark: Parallax vs qcow2 vs direct (%s)\n" % R.get("mode", "full"))
+    md.append("| | |\n|---|---|")
+    for k in ("date", "git_commit", "git_dirty", "hostname", "nproc", "cpu", "mem_gib", "kernel", "data_dir", "data_fs",
+              "qemu", "fio", "nbdkit", "load_before"):
+        if k in m:
+            md.append("| %s | %s |" % (k, m[k]))
+    md.append("\nAll three systems are reached the same way: NBD over a unix socket (fio's nbd engine, "
+              "or nbdfuse+loop for file systems), so only the storage behind the socket differs. "
+              "Parallax: `parallax serve` on a file blockstore (libaio, O_DIRECT). direct: "
+              "qemu-storage-daemon serving a preallocated raw file (cache.direct=on, aio=native). "
+              "qcow2: qemu-storage-daemon serving a qcow2 chain (cache.direct=on, aio=native), live "
+              "snapshots by QMP blockdev-snapshot-sync. The machine is shared with other jobs: "
+              "systems are interleaved at every step and the targets are ratios within one run.\n")
+    for n in R.get("notes", []):
+        md.append("- " + n)
+    md.append("")
+
+    # 1. depth
+    D = R.get("depth")
+    if D:
+        md.append("## 1. Throughput against snapshot depth (fio nbd engine; best of %d run(s) of %s s; %s disk)\n" % (D.get("reps", 1), D["runtime"], D["vdi_size"]))
+        md.append("Each disk is first filled with sequential writes. Depth d = d live snapshots taken while served "
+                  "(a qcow2 chain of d+1 images); before each snapshot %d KiB are written at random offsets. At each "
+                  "depth the jobs run in the order shown, and for each job the three systems take turns.\n" % D.get("write_kib", 0))
+        jobs = D["jobs"]
+        md.append("| system | depth | " + " | ".join(jobs) + " |")
+        md.append("|---|---|" + "---|" * len(jobs))
+        for sysname in D["systems"]:
+            for d in D["depths"]:
+                r = D["results"].get(sysname, {}).get(str(d))
+                if not r:
+                    continue
+                cells = []
+                for j in jobs:
+                    v = r.get(j)
+                    unit = "IOPS" if j.startswith("4k") else "MiB/s"
+                    cells.append("%s %s" % (fmt(v), unit) if v is not None else "-")
+                    row("depth", sysname, j, d, v, unit)
+                dl = str(d)
+                if sysname == "qcow2" and D.get("qcow2_depth", {}).get(str(d), d) < d:
+                    dl = "%d (reached %d)" % (d, D["qcow2_depth"][str(d)])
+                if sysname == "direct":
+                    dl = "%d (no snapshots)" % d
+                md.append("| %s | %s | %s |" % (sysname, dl, " | ".join(cells)))
+        md.append("")
+        md.append("Time to take the snapshots (live, %d KiB written before each):\n" % D.get("write_kib", 0))
+        md.append("| system | depth reached | seconds (snapshots + writes) | mean ms per snapshot | p50 ms | max ms |")
+        md.append("|---|---|---|---|---|---|")
+        for sysname, g in D.get("grow", {}).items():
+            if g.get("count"):
+                md.append("| %s | %d | %.1f | %.2f | %.2f | %.2f |" % (sysname, g["depth"], g["seconds"],
+                          1000 * g["snap_seconds"] / g["count"], g["p50_ms"], g["max_ms"]))
+                row("depth", sysname, "snapshot_time_total", g["depth"], g["seconds"], "s")
+        md.append("")
+    # 2. snapshot latency
+    L = R.get("latency")
+    if L:
+        md.append("## 2. Snapshot latency (back to back, as figure 5.7)\n")
+        md.append("| system | method | disk | n | p50 ms | p90 ms | p99 ms | max ms | < 1 ms |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
+        for key, s in L["stats"].items():
+            sysname, method, load = key.split("/")
+            md.append("| %s | %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.0f%% |" % (
+                sysname, method, load, s["n"], s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"], 100 * s["within_1ms"]))
+            for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
+                row("latency", sysname, "%s_%s_%s" % (method, load, k[:-3]), "", s[k], "ms")
+        if L.get("busy_load"):
+            md.append("\nbusy: %s\n" % L["busy_load"])
+        md.append("")
+    # 3. frequency
+    F = R.get("frequency")
+    if F:
+        md.append("## 3. Snapshot frequency (figures 5.8, 5.9)\n")
+        for wl in F["workloads"]:
+            W = F["results"].get(wl)
+            if not W:
+                continue
+            md.append("### %s\n" % F["workload_desc"][wl])
+            md.append("| system | interval asked | achieved | snapshots | result (best of rounds) | rounds | vs no snapshots | snapshot p50 / max ms | metadata per snapshot | beyond no-snapshot run |")
+            md.append("|---|---|---|---|---|---|---|---|---|---|")
+            for sysname in F["systems"]:
+                base = W.get(sysname, {}).get("none")
+                for iv in ["none"] + F["intervals"]:
+                    r = W.get(sysname, {}).get(iv)
+                    if not r:
+                        continue
+                    val, unit = r["value"], r["unit"]
+                    rel = None
+                    if base and base["value"] and val:
+                        rel = (val / base["value"]) if unit == "MiB/s" else (base["value"] / val)
+                    meta = r.get("meta_kb_per_snap")
+                    xm = r.get("extra_meta_kb_per_snap")
+                    md.append("| %s | %s | %s | %s | %s %s | %s | %s | %s | %s | %s |" % (
+                        sysname, iv if iv == "none" else "%g ms" % (1000 * float(iv)),
+                        ("%.1f ms" % (1000 * r["mean_interval_s"])) if r.get("mean_interval_s") else "-",
+                        fmt(r.get("snapshots")), fmt(val, 1 if unit == "MiB/s" else 2), unit,
+                        " / ".join(fmt(x, 1 if unit == "MiB/s" else 2) for x in r.get("rounds", [])),
+                        ("%.3f" % rel) if rel else "-",
+                        ("%.2f / %.2f" % (r["snap_p50_ms"], r["snap_max_ms"])) if r.get("snap_p50_ms") is not None else "-",
+                        ("%.2f KiB" % meta) if meta is not None else "-",
+                        ("%.2f KiB" % xm) if xm is not None else "-"))
+                    row("frequency", sysname, wl, iv, val, unit)
+                    if rel:
+                        row("frequency", sysname, wl + "_relative", iv, rel, "x")
+                    if meta is not None:
+                        row("frequency", sysname, wl + "_meta_per_snap", iv, meta, "KB")
+            md.append("")
+        for n in F.get("notes", []):
+            md.append("- " + n)
+        md.append("")
+    # 4. fs benchmarks
+    B = R.get("fs")
+    if B:
+        md.append("## 4. Bonnie++ and PostMark on ext4 (figures 5.1-5.4)\n")
+        md.append(B.get("desc", "") + "\n")
+        cols = B["metrics"]
+        md.append("| system | run | " + " | ".join(c["label"] for c in cols) + " |")
+        md.append("|---|---|" + "---|" * len(cols))
+        for sysname in B["systems"]:
+            for run in ("cold", "warm"):
+                r = B["results"].get(sysname, {}).get(run)
+                if not r:
+                    continue
+                cells = []
+                for c in cols:
+                    v = r.get(c["key"])
+                    cells.append(fmt(v, c.get("nd", 0)))
+                    row("fs", sysname, c["key"], run, v, c["unit"])
+                md.append("| %s | %s | %s |" % (sysname, run, " | ".join(cells)))
+        md.append("")
+        for n in B.get("notes", []):
+            md.append("- " + n)
+        md.append("")
+    # 5. placement
+    P = R.get("placement")
+    if P:
+        md.append("## 5. Random block placement (figure 5.5)\n")
+        md.append(P.get("desc", "") + "\n")
+        md.append("| system | written | seq read MiB/s | 4k rand read IOPS | seq read vs sequentially written | rand read vs sequentially written |")
+        md.append("|---|---|---|---|---|---|")
+        for sysname in P["systems"]:
+            rs = P["results"].get(sysname, {})
+            base = rs.get("sequential")
+            for order in ("sequential", "random"):
+                r = rs.get(order)
+                if not r:
+                    continue
+                rel_s = r["seqread"] / base["seqread"] if base and base.get("seqread") else None
+                rel_r = r["randread"] / base["randread"] if base and base.get("randread") else None
+                md.append("| %s | %s | %s | %s | %s | %s |" % (sysname, order, fmt(r["seqread"]), fmt(r["randread"]),
+                                                               ("%.3f" % rel_s) if rel_s else "-", ("%.3f" % rel_r) if rel_r else "-"))
+                row("placement", sysname, "seqread", order, r["seqread"], "MiB/s")
+                row("placement", sysname, "randread", order, r["randread"], "IOPS")
+        md.append("")
+    # targets
+    T = R.get("targets")
+    if T:
+        md.append("## Targets\n")
+        md.append("| target | measured | met |")
+        md.append("|---|---|---|")
+        for t in T:
+            md.append("| %s | %s | %s |" % (t["target"], t["measured"], {True: "yes", False: "**no**", None: "n/a"}[t["met"]]))
+            csv.append("target,,%s,,%s,%s" % (json.dumps(t["target"]), json.dumps(t["measured"]), t["met"]))
+        md.append("")
+    if R.get("plots"):
+        md.append("## Plots\n")
+        for p in R["plots"]:
+            md.append("- `%s`" % p)
+        md.append("")
+    md.append("Wall time of the suite: %.0f s.\n" % R.get("wall_seconds", 0))
+    open(os.path.join(a.results, "results.md"), "w").write("\n".join(md))
+    open(os.path.join(a.results, "results.csv"), "w").write("\n".join(csv) + "\n")
+
+
+# ---- assemble: raw/ -> results.json + plotdata/ ------------------------------------------------
+
+SYSTEMS = ["parallax", "qcow2", "direct"]
+DEPTH_JOBS = ["4k-randread", "4k-randwrite", "1M-read", "1M-write"]
+
+
+def _load(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def _fio_value(path):
+    j = _load(path)
+    if not j:
+        return None
+    job = j["jobs"][0]
+    bs = str(job["job options"].get("bs", "4k"))
+    if bs in ("4k", "4096"):
+        return job["read"]["iops"] + job["write"]["iops"]
+    return (job["read"]["bw_bytes"] + job["write"]["bw_bytes"]) / 1048576.0
+
+
+def _best(prefix):
+    """Best (highest) of the repetitions PREFIX-r1.json, PREFIX-r2.json, ... (or PREFIX.json)."""
+    import glob
+    vals = [_fio_value(f) for f in sorted(glob.glob(prefix + "-r*.json")) + glob.glob(prefix + ".json")]
+    vals = [v for v in vals if v is not None]
+    return max(vals) if vals else None
+
+
+def _num(path):
+    try:
+        return float(open(path).read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _hist(series, lo=0.1, hi=2000.0, per_decade=8):
+    """Log-spaced bins (ms): rows of (lo, hi, centre, count per series)."""
+    import math
+    edges = [lo]
+    while edges[-1] < hi:
+        edges.append(edges[-1] * 10 ** (1.0 / per_decade))
+    rows = []
+    for i in range(len(edges) - 1):
+        a, b = edges[i], edges[i + 1]
+        rows.append([a, b, math.sqrt(a * b)] + [sum(1 for x in ms if a <= x < b) for ms in series])
+    # trim empty bins at both ends
+    while rows and not any(rows[0][3:]):
+        rows.pop(0)
+    while rows and not any(rows[-1][3:]):
+        rows.pop()
+    return rows
+
+
+def cmd_assemble(a):
+    out, raw = a.out, os.path.join(a.out, "raw")
+    pd = os.path.join(out, "plotdata")
+    os.makedirs(pd, exist_ok=True)
+    R = {"mode": a.mode, "machine": _load(os.path.join(raw, "machine.json"), {}),
+         "notes": [l.strip() for l in open(os.path.join(raw, "notes.txt")) if l.strip()]
+         if os.path.exists(os.path.join(raw, "notes.txt")) else [],
+         "wall_seconds": _num(os.path.join(raw, "wall-seconds")) or 0,
+         "section_seconds": {s: _num(os.path.join(raw, "time-" + s)) for s in
+                             ("depth", "latency", "frequency", "fs", "placement")
+                             if os.path.exists(os.path.join(raw, "time-" + s))}}
+    targets = []
+    plots = []
+
+    # 1. depth
+    P = _load(os.path.join(raw, "depth", "params.json"))
+    if P:
+        res, grow, qd = {}, {}, {}
+        for sysname in SYSTEMS:
+            for d in P["depths"]:
+                for job in DEPTH_JOBS:
+                    v = _best(os.path.join(raw, "depth", "%s-d%d-%s" % (sysname, d, job)))
+                    if v is not None:
+                        res.setdefault(sysname, {}).setdefault(str(d), {})[job] = v
+        for d in P["depths"]:
+            qd[str(d)] = int(_num(os.path.join(raw, "depth", "qcow2-depth-at-%d" % d)) or 0)
+        for sysname in ("parallax", "qcow2"):
+            tot = {"depth": 0, "count": 0, "seconds": 0.0, "snap_seconds": 0.0, "latency_ns": []}
+            for d in P["depths"]:
+                g = _load(os.path.join(raw, "depth", "grow-%s-%d.json" % (sysname, d)))
+                if g:
+                    tot["count"] += g["count"]
+                    tot["seconds"] += g["seconds"]
+                    tot["snap_seconds"] += g["snap_seconds"]
+                    tot["latency_ns"] += g["latency_ns"]
+            tot["depth"] = tot["count"]
+            st = lat_stats(tot.pop("latency_ns"))
+            tot["p50_ms"], tot["max_ms"] = st.get("p50_ms"), st.get("max_ms")
+            grow[sysname] = tot
+        R["depth"] = {"runtime": P["runtime"], "vdi_size": P["vdi_size"], "depths": P["depths"], "reps": P.get("reps", 1),
+                      "write_kib": P["write_kib"], "jobs": DEPTH_JOBS, "systems": SYSTEMS,
+                      "results": res, "grow": grow, "qcow2_depth": qd}
+        for job in DEPTH_JOBS:
+            with open(os.path.join(pd, "depth-%s.dat" % job), "w") as f:
+                f.write("# depth parallax qcow2 direct qcow2_actual_depth\n")
+                for d in P["depths"]:
+                    vals = [res.get(s, {}).get(str(d), {}).get(job) for s in SYSTEMS]
+                    f.write("%d %s %d\n" % (d, " ".join("NaN" if v is None else "%.3f" % v for v in vals), max(qd[str(d)], 1)))
+        plots.append("suite-depth.png")
+        d1, dn = str(P["depths"][0]), str(P["depths"][-1])
+        pr = res.get("parallax", {})
+        r1 = pr.get(d1, {}).get("4k-randread")
+        rn = pr.get(dn, {}).get("4k-randread")
+        qn = res.get("qcow2", {}).get(dn, {}).get("4k-randread")
+        if r1 and rn:
+            targets.append({"target": "Parallax 4 KiB random-read IOPS at depth %s >= 0.95 x depth %s" % (dn, d1),
+                            "measured": "%.0f vs %.0f IOPS: %.3f" % (rn, r1, rn / r1), "met": rn / r1 >= 0.95})
+        if rn and qn:
+            capped = qd[dn] < int(dn)
+            targets.append({"target": "Parallax 4 KiB random-read IOPS at depth %s >= 5 x qcow2 at the same depth" % dn,
+                            "measured": "%.0f vs %.0f IOPS: %.1fx%s" % (rn, qn, rn / qn,
+                                                                      " (qcow2 capped at depth %d)" % qd[dn] if capped else ""),
+                            "met": rn / qn >= 5})
+        for job in ("4k-randread", "4k-randwrite"):
+            ratios = []
+            for d in P["depths"]:
+                p_, q_ = pr.get(str(d), {}).get(job), res.get("direct", {}).get(str(d), {}).get(job)
+                if p_ and q_:
+                    ratios.append((d, p_ / q_))
+            if ratios:
+                r0 = ratios[0][1]
+                targets.append({"target": "warm 4 KiB %s IOPS >= 0.95 x direct (depth %s, same step)" % (job[3:], d1),
+                                "measured": "%.3f (at every depth: %s)" % (r0, ", ".join("%.2f" % r for _, r in ratios)),
+                                "met": r0 >= 0.95})
+
+    # 2. latency
+    L = {}
+    for load in ("idle", "busy"):
+        j = _load(os.path.join(raw, "latency", load + ".json"))
+        if not j:
+            continue
+        names = {"parallax-ctl": ("parallax", "server (control socket)"),
+                 "parallax-cli": ("parallax", "parallax vdi-snapshot"),
+                 "qcow2-qmp": ("qcow2", "QMP blockdev-snapshot-sync")}
+        series = []
+        for key in ("parallax-ctl", "parallax-cli", "qcow2-qmp"):
+            ns = j.get(key, {}).get("latency_ns", [])
+            L["%s/%s/%s" % (names[key][0], names[key][1], load)] = lat_stats(ns)
+            series.append([x / 1e6 for x in ns])
+        with open(os.path.join(pd, "lat-%s.dat" % load), "w") as f:
+            f.write("# lo_ms hi_ms centre_ms parallax_ctl parallax_cli qcow2_qmp\n")
+            for row in _hist(series):
+                f.write("%.4f %.4f %.4f %d %d %d\n" % tuple(row))
+    if L:
+        busy = []
+        for s in ("parallax", "qcow2"):
+            v = _fio_value(os.path.join(raw, "latency", "busy-fio-%s.json" % s))
+            if v:
+                busy.append("%s %.0f IOPS" % (s, v))
+        R["latency"] = {"stats": L, "busy_load": "fio 4 KiB random writes, QD 32, on both disks at once, "
+                        "for the whole busy run (%s)" % ", ".join(busy) if busy else "fio 4 KiB random writes, QD 32"}
+        plots.append("suite-snapshot-latency.png")
+        s = L.get("parallax/server (control socket)/idle")
+        c = L.get("parallax/parallax vdi-snapshot/idle")
+        if s and s["n"]:
+            targets.append({"target": "idle snapshot p50 < 1 ms and max < 3.25 ms (Parallax, server round trip)",
+                            "measured": "p50 %.3f ms, max %.3f ms (n=%d); end to end with `parallax vdi-snapshot`: p50 %.2f ms, max %.2f ms"
+                                        % (s["p50_ms"], s["max_ms"], s["n"], c["p50_ms"] if c and c["n"] else float("nan"),
+                                           c["max_ms"] if c and c["n"] else float("nan")),
+                            "met": s["p50_ms"] < 1 and s["max_ms"] < 3.25})
+
+    # 3. frequency
+    FP = _load(os.path.join(raw, "freq", "params.json"))
+    if FP:
+        tb = _load(os.path.join(raw, "freq", "tarball.json"), {})
+        recs = {}
+        for fn in sorted(os.listdir(os.path.join(raw, "freq"))):
+            if fn.endswith(".json") and fn not in ("params.json", "tarball.json"):
+                r = _load(os.path.join(raw, "freq", fn))
+                recs.setdefault(r["workload"], {}).setdefault(r["system"], {}).setdefault(r["interval"], []).append(r)
+        res = {}
+        for wl, bysys in recs.items():
+            for sysname, byiv in bysys.items():
+                for iv, rs in byiv.items():
+                    # best of the rounds, as the thesis (highest MiB/s, shortest time)
+                    best = max(rs, key=lambda r: r["value"]) if rs[0]["unit"] == "MiB/s" else min(rs, key=lambda r: r["value"])
+                    e = {k: best[k] for k in ("value", "unit", "seconds", "snapshots", "mean_interval_s")}
+                    e["rounds"] = [r["value"] for r in rs]
+                    if best.get("meta_reachable_after") is not None:
+                        dm = best["meta_reachable_after"] - best["meta_reachable_before"]
+                        e["meta_blocks"] = dm
+                        if best["snapshots"]:
+                            e["meta_kb_per_snap"] = dm * 4096 / 1024.0 / best["snapshots"]
+                    st = lat_stats(best.get("snap_latency_ns", []))
+                    e["snap_p50_ms"], e["snap_max_ms"] = st.get("p50_ms"), st.get("max_ms")
+                    res.setdefault(wl, {}).setdefault(sysname, {})[iv] = e
+        # metadata per snapshot beyond what the same workload makes without snapshots
+        for wl, bysys in res.items():
+            for sysname, byiv in bysys.items():
+                base = byiv.get("none", {}).get("meta_blocks")
+                for iv, e in byiv.items():
+                    if iv != "none" and base is not None and e.get("meta_blocks") is not None and e["snapshots"]:
+                        e["extra_meta_kb_per_snap"] = (e["meta_blocks"] - base) * 4096 / 1024.0 / e["snapshots"]
+        desc = {"seqwrite": "Sequential 1 MiB writes (QD 8) over a fresh %s disk, %d pass(es); MiB/s"
+                            % (FP["seqwrite_size"], FP["seqwrite_loops"]),
+                "untar": "Unpacking %d copies of a tarball of %s (%.0f MiB, %d files) onto a fresh ext4 "
+                         "(%s disk, nbdfuse + loop), then sync; seconds" % (
+                             tb.get("copies", 0), tb.get("source", "?"), tb.get("bytes", 0) / 1048576.0,
+                             tb.get("files", 0), FP["untar_vdi"])}
+        R["frequency"] = {"workloads": [w for w in ("seqwrite", "untar") if w in res], "workload_desc": desc,
+                          "systems": ["parallax", "qcow2"], "intervals": FP["intervals"], "results": res,
+                          "notes": ["Interval: one snapshot every N seconds, the next one starting at once when "
+                                    "one takes longer; 'achieved' is the wall time over the count (figure 5.8's "
+                                    "definition). Best of %d round(s); rounds interleave systems and intervals."
+                                    % FP["rounds"],
+                                    "Metadata per snapshot (Parallax): reachable metadata blocks (used minus "
+                                    "leaked, from `parallax info --json`) after minus before the run, x 4 KiB, "
+                                    "over the snapshots taken (KiB). The 'extra' figure subtracts what the same "
+                                    "workload made without snapshots."]}
+        for wl in res:
+            with open(os.path.join(pd, "freq-%s.dat" % wl), "w") as f:
+                f.write("# label interval_ms parallax_rel qcow2_rel parallax_meta_kib parallax_achieved_ms qcow2_achieved_ms\n")
+                for iv in ["none"] + FP["intervals"]:
+                    vals = []
+                    for sysname in ("parallax", "qcow2"):
+                        e = res[wl].get(sysname, {}).get(iv)
+                        b = res[wl].get(sysname, {}).get("none")
+                        if e and b and e["value"]:
+                            vals.append(e["value"] / b["value"] if e["unit"] == "MiB/s" else b["value"] / e["value"])
+                        else:
+                            vals.append(None)
+                    pe = res[wl].get("parallax", {}).get(iv, {})
+                    qe = res[wl].get("qcow2", {}).get(iv, {})
+                    lab = "none" if iv == "none" else ("%g ms" % (float(iv) * 1000))
+                    f.write('"%s" %s %s %s %s %s\n' % (
+                        lab, "0" if iv == "none" else "%g" % (float(iv) * 1000),
+                        " ".join("NaN" if v is None else "%.4f" % v for v in vals),
+                        "%.3f" % pe["meta_kb_per_snap"] if pe.get("meta_kb_per_snap") is not None else "NaN",
+                        "%.2f" % (1000 * pe["mean_interval_s"]) if pe.get("mean_interval_s") else "NaN",
+                        "%.2f" % (1000 * qe["mean_interval_s"]) if qe.get("mean_interval_s") else "NaN"))
+        plots.append("suite-frequency.png")
+        fastest = min(FP["intervals"], key=float)
+        for wl in ("untar", "seqwrite"):
+            e = res.get(wl, {}).get("parallax", {}).get(fastest)
+            b = res.get(wl, {}).get("parallax", {}).get("none")
+            if e and b:
+                rel = e["value"] / b["value"] if e["unit"] == "MiB/s" else b["value"] / e["value"]
+                targets.append({"target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (float(fastest) * 1000, wl),
+                                "measured": "%.1f%% (%.3f of no snapshots; %d snapshots, achieved %.1f ms)" % (
+                                    100 * (1 - rel), rel, e["snapshots"], 1000 * (e["mean_interval_s"] or 0)),
+                                "met": rel >= 0.96})
+            if e and e.get("meta_kb_per_snap") is not None:
+                targets.append({"target": "<= 5.84 KB metadata per snapshot at %g ms (Parallax, %s)" % (float(fastest) * 1000, wl),
+                                "measured": "%.2f KiB per snapshot (%.2f KiB beyond the run without snapshots)" % (
+                                    e["meta_kb_per_snap"], e.get("extra_meta_kb_per_snap", float("nan"))),
+                                "met": e["meta_kb_per_snap"] <= 5.84})
+
+    # 4. fs
+    FSP = _load(os.path.join(raw, "fs", "params.json"))
+    if FSP:
+        res = {}
+        for sysname in SYSTEMS:
+            for run in ("cold", "warm"):
+                base = os.path.join(raw, "fs", "%s-%s" % (sysname, run))
+                if not os.path.exists(base + "-bonnie.csv"):
+                    continue
+                e = {}
+                fields = open(base + "-bonnie.csv").read().strip().split(",")
+
+                def bf(i):
+                    try:
+                        return float(fields[i]) / 1024.0
+                    except (IndexError, ValueError):
+                        return None
+                e["bonnie_write"], e["bonnie_rewrite"], e["bonnie_read"] = bf(11), bf(13), bf(17)
+                try:
+                    e["bonnie_seeks"] = float(fields[19])
+                except (IndexError, ValueError):
+                    e["bonnie_seeks"] = None
+                w, r = _num(base + "-ddwrite.s"), _num(base + "-ddread.s")
+                e["dd_write"] = FSP["dd_mib"] / w if w else None
+                e["dd_read"] = FSP["dd_mib"] / r if r else None
+                pm = open(base + "-postmark.txt").read() if os.path.exists(base + "-postmark.txt") else ""
+                import re
+                m = re.search(r"\((\d+) per second\)", pm.split("Time:")[-1]) if "Time:" in pm else None
+                e["postmark_tps"] = float(m.group(1)) if m else None
+                e["postmark_sync_s"] = _num(base + "-postmark.s")
+                res.setdefault(sysname, {})[run] = e
+        metrics = [{"key": "bonnie_write", "label": "Bonnie++ block write MiB/s", "unit": "MiB/s", "short": "Bonnie++ write"},
+                   {"key": "bonnie_rewrite", "label": "Bonnie++ rewrite MiB/s", "unit": "MiB/s", "short": "Bonnie++ rewrite"},
+                   {"key": "bonnie_read", "label": "Bonnie++ block read MiB/s (page cache)", "unit": "MiB/s"},
+                   {"key": "bonnie_seeks", "label": "Bonnie++ seeks/s (page cache)", "unit": "/s"},
+                   {"key": "dd_write", "label": "dd 1 MiB writes + fsync MiB/s", "unit": "MiB/s", "short": "dd write+fsync"},
+                   {"key": "dd_read", "label": "dd read after remount MiB/s", "unit": "MiB/s", "short": "dd read (cold cache)"},
+                   {"key": "postmark_tps", "label": "PostMark transactions/s", "unit": "tx/s", "short": "PostMark tx/s"},
+                   {"key": "postmark_sync_s", "label": "PostMark + sync s", "unit": "s", "nd": 2, "short": "PostMark+sync (1/time)"}]
+        R["fs"] = {"systems": SYSTEMS, "metrics": metrics, "results": res,
+                   "desc": "ext4 on each disk (%s, filled with data first, mkfs without discard) through nbdfuse + "
+                           "loop (direct I/O). cold: first run right after the servers were restarted (empty "
+                           "Parallax radix-node cache, empty qcow2 L2 caches); warm: the second run. Bonnie++ %d MiB "
+                           "(-r %d, -f -n 0); PostMark %d files, %d transactions." % (
+                               FSP["vdi"], FSP["bonnie_mib"], FSP["bonnie_ram_mib"], FSP["postmark_files"],
+                               FSP["postmark_transactions"]),
+                   "notes": ["Bonnie++'s write and rewrite phases end with fsync, so they reach the disk; its read "
+                             "phase re-reads a file that is still in the page cache (the machine has far more RAM "
+                             "than the file; '-' when Bonnie++ prints +++++), so a separate read of a %d MiB file "
+                             "after unmounting and mounting again (which empties the page cache of that file system "
+                             "only) gives the read throughput from the disk." % FSP["dd_mib"],
+                             "PostMark runs in the page cache; its transactions/s mostly measure the CPU. "
+                             "'PostMark + sync' includes writing everything back to the disk."]}
+        with open(os.path.join(pd, "fs.dat"), "w") as f:
+            f.write("# metric parallax_cold qcow2_cold parallax_warm qcow2_warm (relative to direct, same run; higher is better)\n")
+            for m in metrics:
+                if "short" not in m:
+                    continue
+                vals = []
+                for run in ("cold", "warm"):
+                    for sysname in ("parallax", "qcow2"):
+                        v = res.get(sysname, {}).get(run, {}).get(m["key"])
+                        d = res.get("direct", {}).get(run, {}).get(m["key"])
+                        if v and d:
+                            vals.append(d / v if m["unit"] == "s" else v / d)
+                        else:
+                            vals.append(None)
+                lab = m["short"]
+                f.write('"%s" %s\n' % (lab, " ".join("NaN" if v is None else "%.4f" % v for v in vals)))
+        plots.append("suite-fs.png")
+
+    # 5. placement
+    PP = _load(os.path.join(raw, "place", "params.json"))
+    if PP:
+        res = {}
+        for sysname in SYSTEMS:
+            for order, name in (("seq", "sequential"), ("rand", "random")):
+                sr = _best(os.path.join(raw, "place", "%s-%s-1M-read" % (sysname, order)))
+                rr = _best(os.path.join(raw, "place", "%s-%s-4k-randread" % (sysname, order)))
+                if sr is not None:
+                    res.setdefault(sysname, {})[name] = {"seqread": sr, "randread": rr}
+        R["placement"] = {"systems": SYSTEMS, "results": res,
+                          "desc": "Each system gets two fresh %s disks: one written with sequential 1 MiB writes, "
+                                  "one with 4 KiB writes covering every block once in random order (fio's random "
+                                  "map). Parallax and qcow2 place new blocks (clusters) in the order they are "
+                                  "written, so the second disk's logical order is scattered on the file; the raw "
+                                  "file (direct) is preallocated, so for it the order cannot matter (a control). "
+                                  "Servers are restarted before reading; then 1 MiB sequential reads (QD 8) and "
+                                  "4 KiB random reads (QD 32), %d s each." % (PP["size"], PP["runtime"])}
+        with open(os.path.join(pd, "place.dat"), "w") as f:
+            f.write("# system seqread_rel randread_rel (random-order written / sequentially written)\n")
+            for sysname in SYSTEMS:
+                s_, r_ = res.get(sysname, {}).get("sequential"), res.get(sysname, {}).get("random")
+                if s_ and r_:
+                    f.write('"%s" %.4f %.4f\n' % (sysname, r_["seqread"] / s_["seqread"], r_["randread"] / s_["randread"]))
+        plots.append("suite-placement.png")
+
+    R["targets"] = targets
+    R["plots"] = [os.path.join(a.plots, p) for p in plots]
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(R, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sp = ap.add_subparsers(dest="cmd", required=True)
+    p = sp.add_parser("hold")
+    p.add_argument("--nbd", required=True)
+    p.add_argument("--export", required=True)
+    p.add_argument("--ready")
+    p.set_defaults(fn=cmd_hold)
+    p = sp.add_parser("grow")
+    add_system_args(p)
+    p.add_argument("--nbd", required=True)
+    p.add_argument("--export", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--write-kib", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--budget", type=float, default=0)
+    p.set_defaults(fn=cmd_grow)
+    p = sp.add_parser("snaplat")
+    add_system_args(p)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--gap", type=float, default=0)
+    p.add_argument("--cli-count", type=int, default=0)
+    p.set_defaults(fn=cmd_snaplat)
+    p = sp.add_parser("snaploop")
+    add_system_args(p)
+    p.add_argument("--interval", type=float, required=True)
+    p.add_argument("--stop-file")
+    p.add_argument("--duration", type=float)
+    p.add_argument("--ready")
+    p.set_defaults(fn=cmd_snaploop)
+    p = sp.add_parser("qmp")
+    p.add_argument("--qmp", required=True)
+    p.add_argument("cmd")
+    p.add_argument("args", nargs="?")
+    p.set_defaults(fn=cmd_qmp)
+    p = sp.add_parser("stats")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(fn=cmd_stats)
+    p = sp.add_parser("assemble")
+    p.add_argument("--out", required=True)
+    p.add_argument("--mode", default="full")
+    p.add_argument("--plots", default="")
+    p.set_defaults(fn=cmd_assemble)
+    p = sp.add_parser("report")
+    p.add_argument("--results", required=True)
+    p.set_defaults(fn=cmd_report)
+    a = ap.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()
