@@ -9,10 +9,16 @@
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "xen_attach.h"
 #include "size.h"
 #include "table.h"
 #include "timefmt.h"
 #include "tree.h"
+
+/* Xen attachments for this listing (xen_attach.c); xen_known is 0 where no xenstore runs. */
+static struct xen_attach *att;
+static size_t n_att;
+static int xen_known;
 
 static const struct plx_vdi_info *vdi_by_id(const struct plx_vdi_info *v, size_t n, uint64_t id)
 {
@@ -52,6 +58,23 @@ static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
     json_u64(w, v->created_ns);
     json_key(w, "lock_holder");
     json_string(w, v->lock_holder);
+    json_key(w, "attached_to");
+    if (xen_known) {
+        json_begin_array(w);
+        for (size_t i = 0; i < n_att; i++) {
+            if (!xen_attach_names(&att[i], v->name))
+                continue;
+            json_begin_object(w);
+            json_key(w, "domid");
+            json_u64(w, att[i].domid);
+            json_key(w, "name");
+            json_string(w, att[i].domname);
+            json_end_object(w);
+        }
+        json_end_array(w);
+    } else {
+        json_null(w); /* no xenstore here: unknown, not "nowhere" */
+    }
     json_end_object(w);
 }
 
@@ -68,12 +91,30 @@ static void vdi_list_json(const struct plx_vdi_info *v, size_t n)
     json_finish(&w);
 }
 
+/* The domains a VDI is attached to, e.g. "web1 (3)", or "-". */
+static void attached_cell(const char *name, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n_att && used + 1 < len; i++) {
+        if (!xen_attach_names(&att[i], name))
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%s (%u)", used ? ", " : "",
+                         att[i].domname[0] ? att[i].domname : "domain", att[i].domid);
+        if (w > 0)
+            used += (size_t)w;
+    }
+    if (!buf[0])
+        snprintf(buf, len, "-");
+}
+
 static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
                    const struct plx_vdi_info *v)
 {
-    char id[24], size[32], snaps[24], parent[PLX_NAME_MAX + 32] = "-";
+    char id[24], size[32], snaps[24], parent[PLX_NAME_MAX + 32] = "-", attached[256];
     const char *locker = v->lock_holder[0] != '\0' ? v->lock_holder : "-";
-    const char *cells[] = {id, v->name, size, snaps, parent, locker};
+    const char *cells[] = {id, v->name, size, snaps, parent, locker, attached};
+    attached_cell(v->name, attached, sizeof attached);
 
     snprintf(id, sizeof id, "%llu", (unsigned long long)v->id);
     size_format(v->size, size, sizeof size);
@@ -92,11 +133,13 @@ static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
 
 static int vdi_list_table(const struct plx_vdi_info *v, size_t n)
 {
-    static const char *const head[] = {"ID", "NAME", "SIZE", "SNAPS", "PARENT", "LOCKED-BY"};
+    static const char *const head[] = {"ID",     "NAME",      "SIZE",    "SNAPS",
+                                       "PARENT", "LOCKED-BY", "ATTACHED"};
     struct table t;
     int err;
 
-    table_init(&t, 6);
+    /* The ATTACHED column only where a xenstore answers. */
+    table_init(&t, xen_known ? 7 : 6);
     err = table_add_row(&t, head);
     for (size_t i = 0; i < n && err == 0; i++)
         if (!v[i].deleted)
@@ -123,11 +166,13 @@ int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
     int err = plx_vdi_list(st, &vdis, &n);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
+    xen_known = xen_attachments(&att, &n_att);
     if (json)
         vdi_list_json(vdis, n);
     else
         rc = vdi_list_table(vdis, n);
     free(vdis);
+    free(att);
     return cli_close_store(st, rc);
 }
 

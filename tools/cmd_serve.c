@@ -1,19 +1,28 @@
 /*
- * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]`:
- * export every VDI (read-write) and snapshot (read-only) over NBD. The server is nbdkit with the
- * Parallax plugin (tapdisk/nbd_plugin.c): a well-kept protocol implementation, so this command
- * only finds the plugin and replaces itself with nbdkit (same pid, so the VDI locks it takes
- * name this process, and `parallax vdi-snapshot` finds its control socket).
+ * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]
+ * [--nbdkit [--threads N]]`: export every VDI (read-write) and snapshot (read-only) over NBD.
+ *
+ * By default the server is built in (tapdisk/nbd_server.c): it runs in this process, on the
+ * engine thread, next to the control socket, until SIGINT or SIGTERM. With --nbdkit the command
+ * instead finds the Parallax nbdkit plugin (tapdisk/nbd_plugin.c) and replaces itself with
+ * nbdkit (same pid, so the VDI locks it takes name this process, and `parallax vdi-snapshot`
+ * finds its control socket).
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#define PLX_CONTROL_SERVER
 #include "cli.h"
 #include "commands.h"
+#include "control.h"
+#include "engine_thread.h"
+#include "nbd_server.h"
 
 #define PLUGIN_NAME "nbdkit-parallax-plugin.so"
 
@@ -62,13 +71,46 @@ static const char *default_threads(void)
     return v >= 13204 && v < 13310 ? "1" : NULL;
 }
 
+/* The built-in server: runs until SIGINT or SIGTERM. */
+static int serve_builtin(const char *path, uint64_t cache_bytes, const char *unix_path,
+                         const char *port, const char *ipaddr)
+{
+    /* Block the stop signals in every thread (the engine thread inherits the mask); sigwait. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[512];
+    struct et *et = NULL;
+    if (et_start(path, cache_bytes, &et, err, sizeof err) != 0)
+        return cli_error("%s", err);
+    struct nbd_server *srv = NULL;
+    if (nbd_server_start(et, unix_path, port, ipaddr, &srv, err, sizeof err) != 0) {
+        et_stop(et);
+        return cli_error("%s", err);
+    }
+    if (control_start(et, nbd_server_find_writable, err, sizeof err) != 0)
+        cli_error("%s (live snapshots through `parallax` will not find this server)", err);
+    int sig = 0;
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    nbd_server_stop(srv); /* also stops the control socket */
+    et_stop(et);
+    return EXIT_OK;
+}
+
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL, *threads = NULL;
+    int use_nbdkit = 0;
     const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
                                    {"port", 1, &port, NULL},
                                    {"ipaddr", 1, &ipaddr, NULL},
                                    {"cache", 1, &cache, NULL},
+                                   {"nbdkit", 0, NULL, &use_nbdkit},
                                    {"threads", 1, &threads, NULL},
                                    {0}};
     const char *path = NULL;
@@ -80,8 +122,12 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     uint64_t cache_bytes = 0;
     if (rc == EXIT_OK && cache)
         rc = cli_parse_size(ctx, "--cache", cache, &cache_bytes);
+    if (rc == EXIT_OK && threads && !use_nbdkit)
+        rc = cli_usage_error(ctx, "--threads only applies to --nbdkit");
     if (rc != EXIT_OK)
         return rc;
+    if (!use_nbdkit)
+        return serve_builtin(path, cache_bytes, unix_path, port, ipaddr);
     /* Fail here, with our own message, rather than inside nbdkit. */
     plx_store *st = NULL;
     rc = cli_open_store(ctx, 0, &st);
