@@ -12,7 +12,8 @@ B       := build
 LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
 TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
 LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
-TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c
+TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
+             tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c
 PLUGIN_SRCS := tapdisk/nbd_plugin.c tapdisk/engine_thread.c tapdisk/control_server.c \
                tapdisk/control_client.c
 UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
@@ -30,8 +31,8 @@ $(B)/libparallax.a: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 $(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
 
-$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h) | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Itapdisk $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -o $@
+$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h tapdisk/*.h) | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Itapdisk $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lpthread -o $@
 
 # The NBD export: an nbdkit plugin with the engine linked in (`parallax serve` runs nbdkit).
 $(B)/nbdkit-parallax-plugin.so: $(PLUGIN_SRCS) $(wildcard tapdisk/*.h) $(B)/libparallax.a | builddeps

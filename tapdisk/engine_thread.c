@@ -20,6 +20,8 @@ struct et {
     int job_fd;                 /* eventfd: jobs queued */
     int epoll_fd;
     int stopping;
+    void (*idle)(void *arg, plx_store *st); /* engine thread only */
+    void *idle_arg;
 };
 
 plx_store *et_store(struct et *et)
@@ -37,8 +39,25 @@ void et_job_done(struct et_job *job, plx_store *st, int status)
 
 int et_watch(struct et *et, struct et_fd_handler *h)
 {
-    struct epoll_event e = {.events = EPOLLIN, .data.ptr = h};
+    return et_watch_events(et, h, EPOLLIN);
+}
+
+int et_watch_events(struct et *et, struct et_fd_handler *h, uint32_t events)
+{
+    struct epoll_event e = {.events = events, .data.ptr = h};
     return epoll_ctl(et->epoll_fd, EPOLL_CTL_ADD, h->fd, &e) ? -errno : 0;
+}
+
+int et_modify(struct et *et, struct et_fd_handler *h, uint32_t events)
+{
+    struct epoll_event e = {.events = events, .data.ptr = h};
+    return epoll_ctl(et->epoll_fd, EPOLL_CTL_MOD, h->fd, &e) ? -errno : 0;
+}
+
+void et_set_idle(struct et *et, void (*fn)(void *arg, plx_store *st), void *arg)
+{
+    et->idle = fn;
+    et->idle_arg = arg;
 }
 
 void et_unwatch(struct et *et, struct et_fd_handler *h)
@@ -71,6 +90,7 @@ static void *engine_main(void *arg)
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr && ev[i].data.ptr != &et->job_fd) {
                 struct et_fd_handler *h = ev[i].data.ptr;
+                h->revents = ev[i].events;
                 h->on_ready(h, et->st);
             }
         }
@@ -81,6 +101,8 @@ static void *engine_main(void *arg)
             j->fn(j, et->st);
         }
         plx_store_service(et->st);
+        if (et->idle)
+            et->idle(et->idle_arg, et->st);
         if (stopping && !plx_store_busy(et->st))
             break;
     }

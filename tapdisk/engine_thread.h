@@ -24,10 +24,11 @@ struct et_job {
     struct et_job *next;
 };
 
-/* Extra file descriptors the engine thread watches (the control socket). */
+/* Extra file descriptors the engine thread watches (the control socket, NBD connections). */
 struct et_fd_handler {
     int fd;
     void (*on_ready)(struct et_fd_handler *h, plx_store *st);
+    uint32_t revents; /* set before on_ready: the epoll events that fired */
 };
 
 /* Open the blockstore and start the thread. */
@@ -42,6 +43,14 @@ void et_job_done(struct et_job *job, plx_store *st, int status);
 /* Watch a descriptor from the engine thread (call on the engine thread, e.g. from a job). */
 int et_watch(struct et *et, struct et_fd_handler *h);
 void et_unwatch(struct et *et, struct et_fd_handler *h);
+/* The same with explicit epoll events (EPOLLIN, EPOLLOUT; et_watch is EPOLLIN), and a change of
+ * the events of a descriptor already watched. */
+int et_watch_events(struct et *et, struct et_fd_handler *h, uint32_t events);
+int et_modify(struct et *et, struct et_fd_handler *h, uint32_t events);
+/* A function the engine thread calls once per loop iteration, after the fd handlers, the jobs
+ * and plx_store_service() (so never inside a completion callback, and never while an epoll
+ * batch still refers to handlers: the place to free them). NULL removes it. Engine thread. */
+void et_set_idle(struct et *et, void (*fn)(void *arg, plx_store *st), void *arg);
 /* The store (for code already running on the engine thread). */
 plx_store *et_store(struct et *et);
 

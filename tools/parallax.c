@@ -35,8 +35,9 @@ static const struct command commands[] = {
     {"snap-delete", cmd_snap_delete, "SNAP", "delete a snapshot (gc frees what nothing else uses)"},
     {"gc", cmd_gc, "[--dry-run] [--json]", "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--json]", "check the blockstore's consistency"},
-    {"serve", cmd_serve, "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
-     "export every VDI and snapshot over NBD (runs nbdkit)"},
+    {"serve", cmd_serve,
+     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
+     "export every VDI and snapshot over NBD"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

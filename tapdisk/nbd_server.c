@@ -1,0 +1,1246 @@
+/*
+ * nbd_server.c - an event-driven NBD server on the engine thread; see nbd_server.h.
+ *
+ * Written from the NBD protocol specification (doc/proto.md of the NBD project): fixed
+ * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STRUCTURED_REPLY,
+ * SET_META_CONTEXT and LIST_META_CONTEXT ("base:allocation"), commands READ, WRITE, DISC,
+ * FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS.
+ *
+ * Life of a connection: its socket is watched for input while it may take more requests (fewer
+ * than NBD_MAX_INFLIGHT outstanding, output not piling up); complete requests in the input
+ * buffer are submitted to the engine; completion callbacks queue the reply and put the
+ * connection on the dirty list; the engine loop's idle hook (after plx_store_service) writes
+ * the replies out, resumes parsing, and frees connections that are finished: ones that hung up,
+ * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
+ * there means no callback and no pending epoll event can refer to a freed connection.
+ */
+#define PLX_CONTROL_SERVER
+#include "nbd_server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "control.h"
+
+/* ---- protocol constants -------------------------------------------------------------------- */
+
+#define NBD_MAGIC_INIT 0x4e42444d41474943ull /* "NBDMAGIC" */
+#define NBD_MAGIC_OPT 0x49484156454f5054ull  /* "IHAVEOPT" */
+#define NBD_MAGIC_REP 0x0003e889045565a9ull
+#define NBD_MAGIC_REQUEST 0x25609513u
+#define NBD_MAGIC_SIMPLE 0x67446698u
+#define NBD_MAGIC_STRUCTURED 0x668e33efu
+
+#define NBD_FLAG_FIXED_NEWSTYLE 1u
+#define NBD_FLAG_NO_ZEROES 2u
+
+#define NBD_OPT_EXPORT_NAME 1u
+#define NBD_OPT_ABORT 2u
+#define NBD_OPT_LIST 3u
+#define NBD_OPT_INFO 6u
+#define NBD_OPT_GO 7u
+#define NBD_OPT_STRUCTURED_REPLY 8u
+#define NBD_OPT_LIST_META_CONTEXT 9u
+#define NBD_OPT_SET_META_CONTEXT 10u
+
+#define NBD_REP_ACK 1u
+#define NBD_REP_SERVER 2u
+#define NBD_REP_INFO 3u
+#define NBD_REP_META_CONTEXT 4u
+#define NBD_REP_ERR_UNSUP 0x80000001u
+#define NBD_REP_ERR_INVALID 0x80000003u
+#define NBD_REP_ERR_PLATFORM 0x80000004u
+#define NBD_REP_ERR_UNKNOWN 0x80000006u
+
+#define NBD_INFO_EXPORT 0u
+#define NBD_INFO_BLOCK_SIZE 3u
+
+#define NBD_TFLAG_HAS_FLAGS (1u << 0)
+#define NBD_TFLAG_READ_ONLY (1u << 1)
+#define NBD_TFLAG_SEND_FLUSH (1u << 2)
+#define NBD_TFLAG_SEND_FUA (1u << 3)
+#define NBD_TFLAG_SEND_TRIM (1u << 5)
+#define NBD_TFLAG_SEND_WRITE_ZEROES (1u << 6)
+#define NBD_TFLAG_CAN_MULTI_CONN (1u << 8)
+
+#define NBD_CMD_READ 0u
+#define NBD_CMD_WRITE 1u
+#define NBD_CMD_DISC 2u
+#define NBD_CMD_FLUSH 3u
+#define NBD_CMD_TRIM 4u
+#define NBD_CMD_WRITE_ZEROES 6u
+#define NBD_CMD_BLOCK_STATUS 7u
+
+#define NBD_CMD_FLAG_FUA (1u << 0)
+#define NBD_CMD_FLAG_REQ_ONE (1u << 3)
+
+#define NBD_REPLY_FLAG_DONE 1u
+#define NBD_REPLY_TYPE_NONE 0u
+#define NBD_REPLY_TYPE_OFFSET_DATA 1u
+#define NBD_REPLY_TYPE_BLOCK_STATUS 5u
+#define NBD_REPLY_TYPE_ERROR 32769u
+
+#define NBD_STATE_HOLE 1u
+#define NBD_STATE_ZERO 2u
+
+#define NBD_EPERM 1u
+#define NBD_EIO 5u
+#define NBD_ENOMEM 12u
+#define NBD_EINVAL 22u
+#define NBD_ENOSPC 28u
+
+/* ---- limits ---------------------------------------------------------------------------------- */
+
+#define NBD_MAX_INFLIGHT 256        /* outstanding requests per connection */
+#define NBD_MAX_PAYLOAD (32u << 20) /* block size maximum we advertise */
+#define NBD_MAX_OPTION (64u << 10)  /* longest option we accept */
+#define NBD_OUT_LIMIT (64u << 20)   /* queued reply bytes before we stop reading */
+#define NBD_READ_CHUNK (256u << 10) /* input buffer growth */
+#define NBD_MAX_EXTENTS 1024        /* block status descriptors per reply */
+#define NBD_CONTEXT_ALLOCATION 1u   /* our id of "base:allocation" */
+#define NBD_MAX_LISTENERS 8
+
+/* ---- types ----------------------------------------------------------------------------------- */
+
+struct export
+{
+    char name[PLX_NAME_MAX + 64];
+    plx_vdi *v;
+    int refs;
+    struct export *next;
+};
+
+/* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
+struct msg {
+    struct msg *next;
+    size_t hlen, dlen, sent;
+    char *data;
+    unsigned char hdr[32];
+};
+
+enum conn_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
+
+struct conn {
+    struct et_fd_handler h; /* first: the handler is the connection */
+    struct nbd_server *srv;
+    enum conn_state state;
+    int no_zeroes, structured, meta_alloc;
+    struct export *ex;
+    uint64_t size;
+    int writable;
+    char *in;
+    size_t in_off, in_len, in_cap, need;
+    struct msg *out_head, *out_tail;
+    size_t out_bytes;
+    unsigned outstanding;
+    int eof;         /* the client closed its side (read returned 0) */
+    int quit;        /* DISC, ABORT, protocol error or broken socket: take no more requests */
+    int wr_broken;   /* replies cannot be delivered: drop them */
+    uint32_t events; /* as registered with epoll */
+    int watched;     /* registered at all (dropped once replies cannot be delivered) */
+    int dirty;
+    struct conn *dirty_next;
+    struct conn *prev, *next;
+};
+
+struct req {
+    struct conn *c;
+    uint16_t flags, type;
+    uint64_t handle, off;
+    uint32_t len;
+    int flushing; /* write zeroes with FUA: the trim is done, the flush runs */
+    char *buf;
+};
+
+struct nbd_server {
+    struct et *et;
+    struct et_fd_handler lis[NBD_MAX_LISTENERS];
+    int nlis;
+    char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct conn *conns;
+    struct conn *dirty_head;
+    struct export *exports;
+    int stopping;
+};
+
+static struct nbd_server *the_server;
+
+/* ---- byte order ------------------------------------------------------------------------------ */
+
+static void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    put16(p, (uint16_t)(v >> 16));
+    put16(p + 2, (uint16_t)v);
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static uint16_t get16(const unsigned char *p)
+{
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return ((uint32_t)get16(p) << 16) | get16(p + 2);
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    return ((uint64_t)get32(p) << 32) | get32(p + 4);
+}
+
+/* ---- exports --------------------------------------------------------------------------------- */
+
+plx_vdi *nbd_server_find_writable(uint64_t id)
+{
+    if (!the_server)
+        return NULL;
+    for (struct export *e = the_server->exports; e; e = e->next)
+        if (!plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+            return e->v;
+    return NULL;
+}
+
+/* Open (or share) the export `name`. Blocking: never from a completion callback. */
+static int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out)
+{
+    if (!*name) {
+        fprintf(stderr, "parallax: serve: a client asked for no export name: connect to a VDI "
+                        "by name, or VDI@N for a snapshot (list them with `nbdinfo --list`)\n");
+        return -ENOENT;
+    }
+    for (struct export *e = srv->exports; e; e = e->next) {
+        if (strcmp(e->name, name) == 0) {
+            e->refs++;
+            *out = e;
+            return 0;
+        }
+    }
+    struct export *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    int rc = plx_vdi_open(st, name, 0, &e->v);
+    if (rc) {
+        fprintf(stderr, "parallax: serve: export '%s': %s\n", name, plx_store_errmsg(st));
+        free(e);
+        return rc;
+    }
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->refs = 1;
+    e->next = srv->exports;
+    srv->exports = e;
+    *out = e;
+    return 0;
+}
+
+/* Blocking: never from a completion callback. */
+static void export_put(struct nbd_server *srv, struct export *e)
+{
+    if (--e->refs > 0)
+        return;
+    for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    }
+    int rc = plx_vdi_close(e->v);
+    if (rc)
+        fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
+    free(e);
+}
+
+static uint16_t export_flags(const struct conn *c)
+{
+    uint16_t f =
+        NBD_TFLAG_HAS_FLAGS | NBD_TFLAG_SEND_FLUSH | NBD_TFLAG_SEND_FUA | NBD_TFLAG_CAN_MULTI_CONN;
+    if (c->writable)
+        f |= NBD_TFLAG_SEND_TRIM | NBD_TFLAG_SEND_WRITE_ZEROES;
+    else
+        f |= NBD_TFLAG_READ_ONLY;
+    return f;
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+static void conn_kick(struct conn *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty = 1;
+    c->dirty_next = c->srv->dirty_head;
+    c->srv->dirty_head = c;
+}
+
+static void free_out(struct conn *c)
+{
+    while (c->out_head) {
+        struct msg *m = c->out_head;
+        c->out_head = m->next;
+        free(m->data);
+        free(m);
+    }
+    c->out_tail = NULL;
+    c->out_bytes = 0;
+}
+
+/* Queue hdr (copied) followed by data (taken over; freed with the message). */
+static int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen)
+{
+    if (c->wr_broken) {
+        free(data);
+        return 0;
+    }
+    struct msg *m = malloc(sizeof *m);
+    if (!m) {
+        free(data);
+        c->quit = c->wr_broken = 1; /* a lost reply would hang the client: drop it */
+        free_out(c);
+        return -ENOMEM;
+    }
+    memcpy(m->hdr, hdr, hlen);
+    m->hlen = hlen;
+    m->data = data;
+    m->dlen = dlen;
+    m->sent = 0;
+    m->next = NULL;
+    if (c->out_tail)
+        c->out_tail->next = m;
+    else
+        c->out_head = m;
+    c->out_tail = m;
+    c->out_bytes += hlen + dlen;
+    return 0;
+}
+
+/* Write as much queued output as the socket takes. */
+static void conn_flush(struct conn *c)
+{
+    while (c->out_head && !c->wr_broken) {
+        struct iovec iov[64];
+        int n = 0;
+        for (struct msg *m = c->out_head; m && n < 63; m = m->next) {
+            size_t s = m->sent;
+            if (s < m->hlen)
+                iov[n++] = (struct iovec){m->hdr + s, m->hlen - s};
+            s = s > m->hlen ? s - m->hlen : 0;
+            if (m->dlen > s)
+                iov[n++] = (struct iovec){m->data + s, m->dlen - s};
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t r = sendmsg(c->h.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                c->wr_broken = c->quit = 1;
+                free_out(c);
+            }
+            return;
+        }
+        size_t left = (size_t)r;
+        c->out_bytes -= left;
+        while (left && c->out_head) {
+            struct msg *m = c->out_head;
+            size_t rest = m->hlen + m->dlen - m->sent;
+            if (left < rest) {
+                m->sent += left;
+                break;
+            }
+            left -= rest;
+            c->out_head = m->next;
+            if (!c->out_head)
+                c->out_tail = NULL;
+            free(m->data);
+            free(m);
+        }
+    }
+}
+
+/* ---- replies -----------------------------------------------------------------------------------
+ */
+
+static uint32_t nbd_error(int rc)
+{
+    switch (-rc) {
+    case 0:
+        return 0;
+    case EPERM:
+    case EROFS:
+        return NBD_EPERM;
+    case ENOSPC:
+        return NBD_ENOSPC;
+    case EINVAL:
+    case EFBIG:
+        return NBD_EINVAL;
+    case ENOMEM:
+        return NBD_ENOMEM;
+    default:
+        return NBD_EIO;
+    }
+}
+
+static void reply_simple(struct conn *c, uint64_t handle, uint32_t err, char *data, size_t dlen)
+{
+    unsigned char h[16];
+    put32(h, NBD_MAGIC_SIMPLE);
+    put32(h + 4, err);
+    put64(h + 8, handle);
+    queue(c, h, sizeof h, data, dlen);
+}
+
+/* A structured chunk header (20 bytes) into h. */
+static void chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
+                         uint32_t length)
+{
+    put32(h, NBD_MAGIC_STRUCTURED);
+    put16(h + 4, flags);
+    put16(h + 6, type);
+    put64(h + 8, handle);
+    put32(h + 16, length);
+}
+
+static void reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err)
+{
+    if (c->structured && (type == NBD_CMD_READ || type == NBD_CMD_BLOCK_STATUS)) {
+        unsigned char h[26];
+        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, handle, 6);
+        put32(h + 20, err);
+        put16(h + 24, 0);
+        queue(c, h, sizeof h, NULL, 0);
+    } else {
+        reply_simple(c, handle, err, NULL, 0);
+    }
+}
+
+/* Success of a read: the data (taken over). */
+static void reply_read(struct conn *c, uint64_t handle, uint64_t off, char *buf, uint32_t len)
+{
+    if (!c->structured) {
+        reply_simple(c, handle, 0, buf, len);
+        return;
+    }
+    unsigned char h[28];
+    if (len == 0) {
+        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, handle, 0);
+        free(buf);
+        queue(c, h, 20, NULL, 0);
+        return;
+    }
+    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, handle, 8 + len);
+    put64(h + 20, off);
+    queue(c, h, sizeof h, buf, len);
+}
+
+/* ---- requests ----------------------------------------------------------------------------------
+ */
+
+static void req_finish(struct req *r, int status)
+{
+    struct conn *c = r->c;
+    if (status)
+        reply_error(c, r->type, r->handle, nbd_error(status));
+    else if (r->type == NBD_CMD_READ) {
+        reply_read(c, r->handle, r->off, r->buf, r->len);
+        r->buf = NULL;
+    } else
+        reply_simple(c, r->handle, 0, NULL, 0);
+    free(r->buf);
+    free(r);
+    c->outstanding--;
+    conn_kick(c);
+}
+
+static void req_done(void *arg, int status)
+{
+    struct req *r = arg;
+    struct conn *c = r->c;
+    /* Write zeroes with FUA: the trim, then a flush (zeroes and trims both leave holes). */
+    if (!status && r->type == NBD_CMD_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_FUA) &&
+        !r->flushing && !c->srv->stopping) {
+        r->flushing = 1;
+        int rc = plx_vdi_submit_flush(c->ex->v, req_done, r);
+        if (rc == 0)
+            return;
+        status = rc;
+    }
+    req_finish(r, status);
+}
+
+/* Block status, computed here (blocking reads of radix nodes, never inside a callback). */
+static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t len,
+                         uint16_t flags)
+{
+    if (!c->meta_alloc) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        return;
+    }
+    size_t max = (flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_MAX_EXTENTS;
+    unsigned char *d = malloc(max * 8);
+    if (!d) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
+        return;
+    }
+    size_t n = 0;
+    uint64_t pos = off, end = off + len;
+    int rc = 0;
+    while (pos < end && n < max) {
+        uint64_t run = 0;
+        rc = plx_vdi_block_status(c->ex->v, pos, end - pos, &run);
+        if (rc < 0)
+            break;
+        if (run == 0 || run > end - pos)
+            run = end - pos;
+        uint32_t state = rc ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
+        if (n > 0 && get32(d + (n - 1) * 8 + 4) == state) {
+            put32(d + (n - 1) * 8, get32(d + (n - 1) * 8) + (uint32_t)run);
+        } else {
+            put32(d + n * 8, (uint32_t)run);
+            put32(d + n * 8 + 4, state);
+            n++;
+        }
+        pos += run;
+        rc = 0;
+    }
+    if (rc < 0 && n == 0) {
+        free(d);
+        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
+        return;
+    }
+    unsigned char h[24];
+    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle,
+                 (uint32_t)(4 + n * 8));
+    put32(h + 20, NBD_CONTEXT_ALLOCATION);
+    queue(c, h, sizeof h, (char *)d, n * 8);
+}
+
+/* One request (header fields and, for a write, its payload). */
+static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle,
+                           uint64_t off, uint32_t len, const unsigned char *payload)
+{
+    if (type == NBD_CMD_DISC) {
+        c->quit = 1;
+        return;
+    }
+    if (type == NBD_CMD_FLUSH) {
+        if (!c->writable) {
+            reply_simple(c, handle, 0, NULL, 0);
+            return;
+        }
+    } else if (type == NBD_CMD_READ || type == NBD_CMD_WRITE || type == NBD_CMD_TRIM ||
+               type == NBD_CMD_WRITE_ZEROES || type == NBD_CMD_BLOCK_STATUS) {
+        int writes = type == NBD_CMD_WRITE || type == NBD_CMD_TRIM || type == NBD_CMD_WRITE_ZEROES;
+        if (writes && !c->writable) {
+            reply_error(c, type, handle, NBD_EPERM);
+            return;
+        }
+        if (off > c->size || len > c->size - off ||
+            (type == NBD_CMD_READ && len > NBD_MAX_PAYLOAD) ||
+            (type == NBD_CMD_BLOCK_STATUS && len == 0)) {
+            reply_error(c, type, handle, NBD_EINVAL);
+            return;
+        }
+        if (type == NBD_CMD_BLOCK_STATUS) {
+            block_status(c, handle, off, len, flags);
+            return;
+        }
+        if (len == 0) {
+            if (type == NBD_CMD_READ)
+                reply_read(c, handle, off, NULL, 0);
+            else
+                reply_simple(c, handle, 0, NULL, 0);
+            return;
+        }
+    } else {
+        reply_error(c, type, handle, NBD_EINVAL);
+        return;
+    }
+
+    struct req *r = calloc(1, sizeof *r);
+    if (r && (type == NBD_CMD_READ || type == NBD_CMD_WRITE)) {
+        r->buf = malloc(len);
+        if (!r->buf) {
+            free(r);
+            r = NULL;
+        } else if (type == NBD_CMD_WRITE) {
+            memcpy(r->buf, payload, len);
+        }
+    }
+    if (!r) {
+        reply_error(c, type, handle, NBD_ENOMEM);
+        return;
+    }
+    *r = (struct req){.c = c,
+                      .flags = flags,
+                      .type = type,
+                      .handle = handle,
+                      .off = off,
+                      .len = len,
+                      .buf = r->buf};
+    plx_vdi *v = c->ex->v;
+    int rc;
+    switch (type) {
+    case NBD_CMD_READ:
+        rc = plx_vdi_submit_read(v, r->buf, off, len, req_done, r);
+        break;
+    case NBD_CMD_WRITE:
+        rc = plx_vdi_submit_write(v, r->buf, off, len,
+                                  (flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
+        break;
+    case NBD_CMD_FLUSH:
+        rc = plx_vdi_submit_flush(v, req_done, r);
+        break;
+    default: /* TRIM, WRITE_ZEROES */
+        rc = plx_vdi_submit_trim(v, off, len, req_done, r);
+        break;
+    }
+    c->outstanding++;
+    if (rc)
+        req_finish(r, rc);
+}
+
+/* ---- options -----------------------------------------------------------------------------------
+ */
+
+static void opt_reply(struct conn *c, uint32_t opt, uint32_t type, const void *data, size_t len)
+{
+    unsigned char h[20];
+    put64(h, NBD_MAGIC_REP);
+    put32(h + 8, opt);
+    put32(h + 12, type);
+    put32(h + 16, (uint32_t)len);
+    char *copy = NULL;
+    if (len) {
+        copy = malloc(len);
+        if (!copy) {
+            c->quit = 1;
+            return;
+        }
+        memcpy(copy, data, len);
+    }
+    queue(c, h, sizeof h, copy, len);
+}
+
+static void opt_error(struct conn *c, uint32_t opt, uint32_t type, const char *msg)
+{
+    opt_reply(c, opt, type, msg, msg ? strlen(msg) : 0);
+}
+
+static int add_server_reply(struct conn *c, const char *name)
+{
+    size_t n = strlen(name);
+    unsigned char *d = malloc(4 + n);
+    if (!d)
+        return -ENOMEM;
+    put32(d, (uint32_t)n);
+    memcpy(d + 4, name, n);
+    opt_reply(c, NBD_OPT_LIST, NBD_REP_SERVER, d, 4 + n);
+    free(d);
+    return 0;
+}
+
+static void opt_list(struct conn *c, plx_store *st, uint32_t len)
+{
+    if (len) {
+        opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+        return;
+    }
+    struct plx_vdi_info *vdis = NULL;
+    size_t n = 0;
+    int rc = plx_vdi_list(st, &vdis, &n);
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (vdis[i].deleted)
+            continue;
+        rc = add_server_reply(c, vdis[i].name);
+        struct plx_snap_info *snaps = NULL;
+        size_t ns = 0;
+        if (!rc)
+            rc = plx_snap_list(st, vdis[i].id, &snaps, &ns);
+        for (size_t k = 0; !rc && k < ns; k++) {
+            if (snaps[k].deleted)
+                continue;
+            char name[PLX_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s@%llu", vdis[i].name,
+                     (unsigned long long)snaps[k].index);
+            rc = add_server_reply(c, name);
+        }
+        free(snaps);
+    }
+    free(vdis);
+    if (rc)
+        opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_PLATFORM, plx_store_errmsg(st));
+    else
+        opt_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
+}
+
+/* INFO and GO: u32 name length, name, u16 n, n x u16 info requests. */
+static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
+                        uint32_t len)
+{
+    uint32_t nlen = len >= 4 ? get32(d) : 0;
+    if (len < 6 || nlen > len - 6 || (len - 6 - nlen) != 2u * get16(d + 4 + nlen)) {
+        opt_error(c, opt, NBD_REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO");
+        return;
+    }
+    if (nlen > PLX_NAME_MAX + 63) {
+        opt_error(c, opt, NBD_REP_ERR_UNKNOWN, "export name too long");
+        return;
+    }
+    char name[PLX_NAME_MAX + 64];
+    memcpy(name, d + 4, nlen);
+    name[nlen] = 0;
+    struct export *e = NULL;
+    int rc = export_get(c->srv, name, st, &e);
+    if (rc) {
+        opt_error(c, opt, NBD_REP_ERR_UNKNOWN, *name ? plx_store_errmsg(st) : "no export name");
+        return;
+    }
+    struct export *old = c->ex;
+    c->ex = e;
+    c->size = plx_vdi_size(e->v);
+    c->writable = !plx_vdi_readonly(e->v);
+    unsigned char info[14];
+    put16(info, NBD_INFO_EXPORT);
+    put64(info + 2, c->size);
+    put16(info + 10, export_flags(c));
+    opt_reply(c, opt, NBD_REP_INFO, info, 12);
+    put16(info, NBD_INFO_BLOCK_SIZE);
+    put32(info + 2, 1);
+    put32(info + 6, PLX_BLOCK_SIZE);
+    put32(info + 10, NBD_MAX_PAYLOAD);
+    opt_reply(c, opt, NBD_REP_INFO, info, 14);
+    opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
+    if (old)
+        export_put(c->srv, old);
+    if (opt == NBD_OPT_GO) {
+        c->state = ST_TRANSMISSION;
+    } else {
+        c->ex = NULL;
+        export_put(c->srv, e);
+    }
+}
+
+/* LIST_META_CONTEXT and SET_META_CONTEXT: u32 name length, name, u32 n, n x (u32 len, query). */
+static void opt_meta(struct conn *c, uint32_t opt, const unsigned char *d, uint32_t len)
+{
+    int set = opt == NBD_OPT_SET_META_CONTEXT;
+    if (set && !c->structured) {
+        opt_error(c, opt, NBD_REP_ERR_INVALID, "structured replies were not negotiated");
+        return;
+    }
+    uint32_t nlen = len >= 4 ? get32(d) : 0;
+    if (len < 8 || nlen > len - 8) {
+        opt_error(c, opt, NBD_REP_ERR_INVALID, "malformed meta context option");
+        return;
+    }
+    uint32_t nq = get32(d + 4 + nlen), pos = 8 + nlen;
+    /* Validate every query first. */
+    uint32_t p = pos;
+    for (uint32_t i = 0; i < nq; i++) {
+        if (len - p < 4 || get32(d + p) > len - p - 4) {
+            opt_error(c, opt, NBD_REP_ERR_INVALID, "malformed meta context query");
+            return;
+        }
+        p += 4 + get32(d + p);
+    }
+    if (p != len) {
+        opt_error(c, opt, NBD_REP_ERR_INVALID, "trailing data in meta context option");
+        return;
+    }
+    static const char ctx[] = "base:allocation";
+    unsigned char rep[4 + sizeof ctx];
+    put32(rep, NBD_CONTEXT_ALLOCATION);
+    memcpy(rep + 4, ctx, sizeof ctx - 1);
+    int match = 0;
+    if (set)
+        c->meta_alloc = 0;
+    if (nq == 0 && !set)
+        match = 1;
+    for (uint32_t i = 0; i < nq; i++) {
+        uint32_t ql = get32(d + pos);
+        const char *q = (const char *)d + pos + 4;
+        pos += 4 + ql;
+        if ((ql == sizeof ctx - 1 && memcmp(q, ctx, ql) == 0) ||
+            (!set && ql == 5 && memcmp(q, "base:", 5) == 0))
+            match = 1;
+    }
+    if (match) {
+        opt_reply(c, opt, NBD_REP_META_CONTEXT, rep, sizeof rep - 1);
+        if (set)
+            c->meta_alloc = 1;
+    }
+    opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
+}
+
+static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
+                          uint32_t len)
+{
+    switch (opt) {
+    case NBD_OPT_EXPORT_NAME: {
+        char name[PLX_NAME_MAX + 64];
+        struct export *e = NULL;
+        if (len >= sizeof name) {
+            c->quit = 1;
+            return;
+        }
+        memcpy(name, d, len);
+        name[len] = 0;
+        if (export_get(c->srv, name, st, &e) != 0) {
+            c->quit = 1; /* the protocol's only answer to an unknown name: close */
+            return;
+        }
+        if (c->ex)
+            export_put(c->srv, c->ex);
+        c->ex = e;
+        c->size = plx_vdi_size(e->v);
+        c->writable = !plx_vdi_readonly(e->v);
+        unsigned char h[10];
+        put64(h, c->size);
+        put16(h + 8, export_flags(c));
+        char *zeroes = c->no_zeroes ? NULL : calloc(1, 124);
+        if (!c->no_zeroes && !zeroes) {
+            c->quit = 1;
+            return;
+        }
+        queue(c, h, sizeof h, zeroes, zeroes ? 124 : 0);
+        c->state = ST_TRANSMISSION;
+        return;
+    }
+    case NBD_OPT_ABORT:
+        opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
+        c->quit = 1;
+        return;
+    case NBD_OPT_LIST:
+        opt_list(c, st, len);
+        return;
+    case NBD_OPT_INFO:
+    case NBD_OPT_GO:
+        opt_info_go(c, st, opt, d, len);
+        return;
+    case NBD_OPT_STRUCTURED_REPLY:
+        if (len) {
+            opt_error(c, opt, NBD_REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY takes no data");
+            return;
+        }
+        c->structured = 1;
+        opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
+        return;
+    case NBD_OPT_LIST_META_CONTEXT:
+    case NBD_OPT_SET_META_CONTEXT:
+        opt_meta(c, opt, d, len);
+        return;
+    default:
+        opt_error(c, opt, NBD_REP_ERR_UNSUP, "option not supported");
+        return;
+    }
+}
+
+/* ---- input -------------------------------------------------------------------------------------
+ */
+
+static int may_read(const struct conn *c)
+{
+    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT && c->out_bytes < NBD_OUT_LIMIT;
+}
+
+/* Handle every complete message in the input buffer that may be handled now. */
+static void conn_parse(struct conn *c, plx_store *st)
+{
+    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT) {
+        const unsigned char *p = (const unsigned char *)c->in + c->in_off;
+        size_t avail = c->in_len - c->in_off;
+        if (c->state == ST_CLIENT_FLAGS) {
+            c->need = 4;
+            if (avail < 4)
+                break;
+            uint32_t f = get32(p);
+            c->in_off += 4;
+            if (f & ~(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES)) {
+                c->quit = 1;
+                break;
+            }
+            c->no_zeroes = !!(f & NBD_FLAG_NO_ZEROES);
+            c->state = ST_OPTIONS;
+        } else if (c->state == ST_OPTIONS) {
+            c->need = 16;
+            if (avail < 16)
+                break;
+            uint32_t len = get32(p + 12);
+            if (get64(p) != NBD_MAGIC_OPT || len > NBD_MAX_OPTION) {
+                c->quit = 1;
+                break;
+            }
+            c->need = 16 + (size_t)len;
+            if (avail < c->need)
+                break;
+            c->in_off += c->need;
+            handle_option(c, st, get32(p + 8), p + 16, len);
+        } else {
+            if (c->outstanding >= NBD_MAX_INFLIGHT)
+                break;
+            c->need = 28;
+            if (avail < 28)
+                break;
+            uint16_t type = get16(p + 6);
+            uint32_t len = get32(p + 24);
+            if (get32(p) != NBD_MAGIC_REQUEST || (type == NBD_CMD_WRITE && len > NBD_MAX_PAYLOAD)) {
+                fprintf(stderr, "parallax: serve: protocol error from a client (%s): closing\n",
+                        get32(p) != NBD_MAGIC_REQUEST ? "bad request magic"
+                                                      : "write larger than 32 MiB");
+                c->quit = 1;
+                break;
+            }
+            if (type == NBD_CMD_WRITE)
+                c->need += len;
+            if (avail < c->need)
+                break;
+            c->in_off += c->need;
+            handle_request(c, get16(p + 4), type, get64(p + 8), get64(p + 16), len, p + 28);
+        }
+    }
+    if (c->in_off == c->in_len)
+        c->in_off = c->in_len = 0;
+}
+
+/* One read from the socket into the input buffer, with room for the message being parsed. */
+static void conn_read(struct conn *c)
+{
+    size_t have = c->in_len - c->in_off;
+    size_t room = NBD_READ_CHUNK;
+    if (c->need > have && c->need - have > room)
+        room = c->need - have;
+    if (c->in_cap - c->in_len < room && c->in_off) {
+        memmove(c->in, c->in + c->in_off, have);
+        c->in_len = have;
+        c->in_off = 0;
+    }
+    if (c->in_cap - c->in_len < room) {
+        char *n = realloc(c->in, c->in_len + room);
+        if (!n) {
+            c->quit = 1;
+            return;
+        }
+        c->in = n;
+        c->in_cap = c->in_len + room;
+    }
+    ssize_t r = recv(c->h.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+    if (r > 0)
+        c->in_len += (size_t)r;
+    else if (r == 0)
+        c->eof = 1;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        c->eof = c->quit = c->wr_broken = 1;
+}
+
+static int conn_finished(const struct conn *c)
+{
+    return (c->eof || c->quit) && c->outstanding == 0 && (!c->out_head || c->wr_broken);
+}
+
+/* Register the events the connection wants now. */
+static void conn_update(struct conn *c)
+{
+    if (conn_finished(c)) {
+        conn_kick(c); /* freed by the idle hook */
+        return;
+    }
+    if (c->wr_broken) {
+        /* Nothing more to read or write: stop watching (a hung-up socket stays ready). */
+        if (c->watched)
+            et_unwatch(c->srv->et, &c->h);
+        c->watched = 0;
+        return;
+    }
+    uint32_t ev = 0;
+    if (may_read(c))
+        ev |= EPOLLIN;
+    if (c->out_head && !c->wr_broken)
+        ev |= EPOLLOUT;
+    if (ev != c->events && et_modify(c->srv->et, &c->h, ev) == 0)
+        c->events = ev;
+}
+
+static void conn_destroy(struct conn *c)
+{
+    struct nbd_server *srv = c->srv;
+    if (c->watched)
+        et_unwatch(srv->et, &c->h);
+    close(c->h.fd);
+    if (c->ex)
+        export_put(srv, c->ex);
+    free_out(c);
+    free(c->in);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+}
+
+static void conn_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct conn *c = (struct conn *)h;
+    if (h->revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (may_read(c))
+            conn_read(c);
+        else if (h->revents & (EPOLLHUP | EPOLLERR)) {
+            /* Hung up while we were not reading: nobody is left to answer. */
+            c->eof = c->quit = c->wr_broken = 1;
+            free_out(c);
+        }
+    }
+    conn_parse(c, st);
+    conn_flush(c);
+    conn_update(c);
+}
+
+/* The engine loop's idle hook: write replies, resume parsing, free finished connections. */
+static void server_idle(void *arg, plx_store *st)
+{
+    struct nbd_server *srv = arg;
+    while (srv->dirty_head) {
+        struct conn *c = srv->dirty_head;
+        srv->dirty_head = c->dirty_next;
+        c->dirty = 0;
+        conn_parse(c, st);
+        conn_flush(c);
+        if (conn_finished(c))
+            conn_destroy(c); /* may run other callbacks (closing a VDI): they only kick */
+        else
+            conn_update(c);
+    }
+}
+
+static void listener_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct nbd_server *srv = the_server;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on unix: fine */
+        struct conn *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->h.fd = fd;
+        c->h.on_ready = conn_ready;
+        c->srv = srv;
+        c->events = EPOLLIN;
+        c->watched = 1;
+        if (et_watch_events(srv->et, &c->h, EPOLLIN) != 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = srv->conns;
+        if (srv->conns)
+            srv->conns->prev = c;
+        srv->conns = c;
+        unsigned char g[18];
+        put64(g, NBD_MAGIC_INIT);
+        put64(g + 8, NBD_MAGIC_OPT);
+        put16(g + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+        queue(c, g, sizeof g, NULL, 0);
+        conn_flush(c);
+        conn_update(c);
+    }
+}
+
+/* ---- start and stop
+ * ------------------------------------------------------------------------------ */
+
+static int listen_unix(struct nbd_server *srv, const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "%s: socket path too long", path);
+        return -ENAMETOOLONG;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+        unlink(path); /* left behind by a server that died */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+    srv->lis[srv->nlis++].fd = fd;
+    return 0;
+}
+
+static int listen_tcp(struct nbd_server *srv, const char *port, const char *addr, char *err,
+                      size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(addr, port, &hints, &res);
+    if (rc) {
+        snprintf(err, errlen, "%s port %s: %s", addr, port, gai_strerror(rc));
+        return -EINVAL;
+    }
+    int e = 0;
+    for (struct addrinfo *ai = res; ai && srv->nlis < NBD_MAX_LISTENERS; ai = ai->ai_next) {
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ai->ai_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            e = errno;
+            close(fd);
+            continue;
+        }
+        srv->lis[srv->nlis++].fd = fd;
+    }
+    freeaddrinfo(res);
+    if (srv->nlis == 0) {
+        snprintf(err, errlen, "%s port %s: %s", addr, port, strerror(e ? e : EADDRNOTAVAIL));
+        return -(e ? e : EADDRNOTAVAIL);
+    }
+    return 0;
+}
+
+struct srv_job {
+    struct et_job job;
+    struct nbd_server *srv;
+};
+
+static void start_job(struct et_job *job, plx_store *st)
+{
+    struct nbd_server *srv = ((struct srv_job *)job)->srv;
+    int rc = 0;
+    the_server = srv;
+    et_set_idle(srv->et, server_idle, srv);
+    for (int i = 0; i < srv->nlis && !rc; i++) {
+        srv->lis[i].on_ready = listener_ready;
+        rc = et_watch(srv->et, &srv->lis[i]);
+    }
+    et_job_done(job, NULL, rc);
+}
+
+static void close_listeners(struct nbd_server *srv)
+{
+    for (int i = 0; i < srv->nlis; i++) {
+        if (srv->lis[i].on_ready)
+            et_unwatch(srv->et, &srv->lis[i]);
+        close(srv->lis[i].fd);
+    }
+    srv->nlis = 0;
+    if (srv->unix_path[0])
+        unlink(srv->unix_path);
+}
+
+int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,
+                     struct nbd_server **out, char *err, size_t errlen)
+{
+    struct nbd_server *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    srv->et = et;
+    int rc = unix_path ? listen_unix(srv, unix_path, err, errlen)
+                       : listen_tcp(srv, port, ipaddr ? ipaddr : "127.0.0.1", err, errlen);
+    if (rc == 0) {
+        struct srv_job j = {.job.fn = start_job, .srv = srv};
+        rc = et_call(et, &j.job);
+        if (rc)
+            snprintf(err, errlen, "watching the listening socket: %s", strerror(-rc));
+    }
+    if (rc) {
+        if (srv->nlis)
+            nbd_server_stop(srv);
+        else
+            free(srv);
+        return rc;
+    }
+    *out = srv;
+    return 0;
+}
+
+static void stop_job(struct et_job *job, plx_store *st)
+{
+    struct nbd_server *srv = ((struct srv_job *)job)->srv;
+    srv->stopping = 1;
+    et_set_idle(srv->et, NULL, NULL);
+    close_listeners(srv);
+    control_stop();
+    /* Disconnect every client; their replies are dropped from now on. */
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        if (c->watched)
+            et_unwatch(srv->et, &c->h);
+        c->watched = 0;
+        shutdown(c->h.fd, SHUT_RDWR);
+        c->quit = c->eof = c->wr_broken = 1;
+        free_out(c);
+    }
+    /* Closing a VDI completes its outstanding requests (their callbacks run now). */
+    while (srv->exports) {
+        struct export *e = srv->exports;
+        srv->exports = e->next;
+        int rc = plx_vdi_close(e->v);
+        if (rc)
+            fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
+        free(e);
+    }
+    while (srv->conns) {
+        struct conn *c = srv->conns;
+        srv->conns = c->next;
+        close(c->h.fd);
+        free_out(c);
+        free(c->in);
+        if (c->outstanding == 0)
+            free(c); /* else a request never completed: leak it rather than risk its callback */
+    }
+    srv->dirty_head = NULL;
+    the_server = NULL;
+    et_job_done(job, NULL, 0);
+}
+
+void nbd_server_stop(struct nbd_server *srv)
+{
+    if (!srv)
+        return;
+    struct srv_job j = {.job.fn = stop_job, .srv = srv};
+    et_call(srv->et, &j.job);
+    free(srv);
+}
