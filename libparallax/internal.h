@@ -287,6 +287,7 @@ int plx_state_write(plx_store *st);
 void plx_record_to_info(const plx_store *st, const struct plx_vdi_record *rec,
                         struct plx_vdi_info *out);
 unsigned plx_height_for_size(uint64_t size);
+bool plx_all_digits(const char *s);
 
 /* ---- snaplog.c ---------------------------------------------------------------------------------- */
 /* Read the log chain of a VDI: records 1..snap_count (newer records are an incomplete snapshot

@@ -20,6 +20,17 @@ int plx_state_read(plx_store *st);
 bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
 int plx_wait_alloc_written(plx_store *st);
 
+/* A VDI spec or snapshot suffix that is all digits is an id / index, not a name / label. */
+bool plx_all_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
 unsigned plx_height_for_size(uint64_t size)
 {
     uint64_t blocks = (size + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE;
@@ -143,16 +154,6 @@ out:
     return 0;
 }
 
-static bool all_digits(const char *s)
-{
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if (!isdigit((unsigned char)*s))
-            return false;
-    return true;
-}
-
 int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                       uint64_t *slot_addr)
 {
@@ -166,7 +167,7 @@ int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *re
     for (size_t i = 0; i < n && found < 0; i++)
         if (!(recs[i].flags & PLX_VDI_DELETED) && strcmp(recs[i].name, spec) == 0)
             found = (long)i;
-    if (found < 0 && all_digits(spec)) {
+    if (found < 0 && plx_all_digits(spec)) {
         uint64_t id = strtoull(spec, NULL, 10);
         for (size_t i = 0; i < n && found < 0; i++)
             if (!(recs[i].flags & PLX_VDI_DELETED) && recs[i].id == id)
@@ -250,7 +251,7 @@ static int name_check(plx_store *st, const char *name)
     size_t len = strlen(name);
     if (len == 0 || len > PLX_NAME_MAX)
         return plx_err(st, -EINVAL, "VDI name must be 1 to %u bytes", PLX_NAME_MAX);
-    if (all_digits(name))
+    if (plx_all_digits(name))
         return plx_err(st, -EINVAL, "VDI name '%s' is all digits: it would read as an id", name);
     for (const char *p = name; *p; p++)
         if (*p == '@' || *p == '/' || iscntrl((unsigned char)*p) || isspace((unsigned char)*p))

@@ -108,16 +108,6 @@ out:
     return 0;
 }
 
-static bool all_digits(const char *s)
-{
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if (!isdigit((unsigned char)*s))
-            return false;
-    return true;
-}
-
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block)
 {
@@ -141,7 +131,7 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
         return rc;
     const char *what = at + 1;
     long found = -1;
-    if (all_digits(what)) {
+    if (plx_all_digits(what)) {
         uint64_t idx = strtoull(what, NULL, 10);
         if (idx >= 1 && idx <= n && !list[idx - 1].deleted)
             found = (long)idx - 1;
@@ -201,7 +191,7 @@ int plx_label_check(plx_store *st, const char *label)
     if (strlen(label) > PLX_LABEL_MAX)
         return plx_err(st, -EINVAL, "snapshot label '%s' is longer than %u bytes", label,
                        PLX_LABEL_MAX);
-    if (*label && all_digits(label))
+    if (*label && plx_all_digits(label))
         return plx_err(st, -EINVAL, "snapshot label '%s' is all digits: it would read as N",
                        label);
     for (const char *p = label; *p; p++)
