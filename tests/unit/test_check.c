@@ -18,61 +18,6 @@
 #define EXTENT_BLOCKS (MiB / BS)
 #define MEDIUM_BLOCKS (16 * EXTENT_BLOCKS)
 
-/* ---- A backend that forwards to a medium it does not own ------------------------------------
- * plx_store_open_backend destroys its backend on close; the writer opens through this wrapper
- * so the medium survives it and can be reopened read-only, as `parallax check` does. */
-struct keep_be {
-    plx_backend base;
-    plx_backend *inner;
-};
-
-static int keep_submit(plx_backend *be, struct plx_io *io)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->submit(in, io);
-}
-
-static int keep_poll(plx_backend *be, int timeout_ms)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->poll(in, timeout_ms);
-}
-
-static int keep_fd(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->fd(in);
-}
-
-static unsigned keep_inflight(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->inflight(in);
-}
-
-static void keep_destroy(plx_backend *be)
-{
-    free(be);
-}
-
-static const struct plx_backend_ops keep_ops = {
-    .submit = keep_submit,
-    .poll = keep_poll,
-    .fd = keep_fd,
-    .inflight = keep_inflight,
-    .destroy = keep_destroy,
-};
-
-static plx_backend *keep_wrap(plx_backend *inner)
-{
-    struct keep_be *k = calloc(1, sizeof(*k));
-    ck_assert_ptr_nonnull(k);
-    k->base.ops = &keep_ops;
-    k->base.nblocks = inner->nblocks;
-    snprintf(k->base.desc, sizeof(k->base.desc), "%s", inner->desc);
-    k->inner = inner;
-    return &k->base;
-}
 
 /* ---- Collecting the report ------------------------------------------------------------------- */
 
@@ -201,7 +146,7 @@ static struct fx setup_populated(void)
 {
     struct fx f;
     f.mem = new_medium();
-    plx_store *w = open_store(keep_wrap(f.mem), 0);
+    plx_store *w = open_store(tu_keep_wrap(f.mem), 0);
     populate(w);
     ck_assert_int_eq(plx_store_close(w), 0);
     f.st = open_store(f.mem, 1); /* the store owns the medium from here */
@@ -305,7 +250,7 @@ static uint64_t slot_of(plx_backend *mem, const char *name)
 START_TEST(test_fresh_store_clean)
 {
     plx_backend *mem = new_medium();
-    plx_store *st = open_store(keep_wrap(mem), 0);
+    plx_store *st = open_store(tu_keep_wrap(mem), 0);
     struct lines l;
     struct plx_check_report r = run_check(st, &l);
     ck_assert_uint_eq(r.errors, 0);
@@ -328,7 +273,7 @@ END_TEST
 START_TEST(test_populated_store_clean)
 {
     plx_backend *mem = new_medium();
-    plx_store *w = open_store(keep_wrap(mem), 0);
+    plx_store *w = open_store(tu_keep_wrap(mem), 0);
     populate(w);
 
     /* The writer itself, with blocks claimed but not used yet: those are not leaks. */
@@ -400,11 +345,11 @@ END_TEST
 START_TEST(test_deleted_trees_skipped)
 {
     plx_backend *mem = new_medium();
-    plx_store *w = open_store(keep_wrap(mem), 0);
+    plx_store *w = open_store(tu_keep_wrap(mem), 0);
     populate(w);
     ck_assert_msg(plx_vdi_delete(w, "b") == 0, "delete: %s", plx_store_errmsg(w));
     ck_assert_int_eq(plx_store_close(w), 0);
-    plx_store *st = open_store(keep_wrap(mem), 1);
+    plx_store *st = open_store(tu_keep_wrap(mem), 1);
     struct lines l;
     struct plx_check_report r = run_check(st, &l);
     ck_assert_uint_eq(r.errors, 0);
@@ -414,7 +359,7 @@ START_TEST(test_deleted_trees_skipped)
     uint64_t leaked_b = r.leaked_blocks;
     ck_assert_int_eq(plx_store_close(st), 0);
 
-    w = open_store(keep_wrap(mem), 0);
+    w = open_store(tu_keep_wrap(mem), 0);
     ck_assert_msg(plx_snap_delete(w, "a@1") == 0, "snap delete: %s", plx_store_errmsg(w));
     ck_assert_int_eq(plx_store_close(w), 0);
     st = open_store(mem, 1);
@@ -704,10 +649,10 @@ END_TEST
 START_TEST(test_io_errors)
 {
     plx_backend *mem = new_medium();
-    plx_store *w = open_store(keep_wrap(mem), 0);
+    plx_store *w = open_store(tu_keep_wrap(mem), 0);
     populate(w);
     ck_assert_int_eq(plx_store_close(w), 0);
-    w = open_store(keep_wrap(mem), 1);
+    w = open_store(tu_keep_wrap(mem), 1);
     uint64_t leaf = leaf_of(w, mem, "a", 1024);
     ck_assert_int_eq(plx_store_close(w), 0);
 
@@ -715,7 +660,7 @@ START_TEST(test_io_errors)
     plx_backend *fb = plx_fault_create(mem, 0);
     ck_assert_ptr_nonnull(fb);
     mem->ops->destroy(mem);
-    plx_store *st = open_store(keep_wrap(fb), 1);
+    plx_store *st = open_store(tu_keep_wrap(fb), 1);
 
     /* An unreadable node is an error; the walk goes on and still counts every tree. */
     plx_fault_fail_blocks(fb, PLX_IO_READ, leaf, 1, -EIO, -1);

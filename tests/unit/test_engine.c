@@ -21,61 +21,6 @@
 #define GiB (1ull << 30)
 #define TiB (1ull << 40)
 
-/* ---- A backend that forwards to a medium it does not own ------------------------------------
- * plx_store_open_backend destroys its backend on close; opening through this wrapper keeps the
- * medium, so a test can close the store and open it again on the same bytes. */
-struct keep_be {
-    plx_backend base;
-    plx_backend *inner;
-};
-
-static int keep_submit(plx_backend *be, struct plx_io *io)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->submit(in, io);
-}
-
-static int keep_poll(plx_backend *be, int timeout_ms)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->poll(in, timeout_ms);
-}
-
-static int keep_fd(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->fd(in);
-}
-
-static unsigned keep_inflight(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->inflight(in);
-}
-
-static void keep_destroy(plx_backend *be)
-{
-    free(be);
-}
-
-static const struct plx_backend_ops keep_ops = {
-    .submit = keep_submit,
-    .poll = keep_poll,
-    .fd = keep_fd,
-    .inflight = keep_inflight,
-    .destroy = keep_destroy,
-};
-
-static plx_backend *keep_wrap(plx_backend *inner)
-{
-    struct keep_be *k = calloc(1, sizeof(*k));
-    ck_assert_ptr_nonnull(k);
-    k->base.ops = &keep_ops;
-    k->base.nblocks = inner->nblocks;
-    snprintf(k->base.desc, sizeof(k->base.desc), "%s", inner->desc);
-    k->inner = inner;
-    return &k->base;
-}
 
 /* ---- Fixtures ----------------------------------------------------------------------------------
  */
@@ -96,7 +41,7 @@ static plx_store *open_kept(plx_backend *mem)
 {
     char err[256] = "";
     plx_store *st = NULL;
-    int rc = plx_store_open_backend(keep_wrap(mem), NULL, &st, err, sizeof(err));
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), NULL, &st, err, sizeof(err));
     ck_assert_msg(rc == 0, "open: %d %s", rc, err);
     ck_assert_ptr_nonnull(st);
     return st;
@@ -107,7 +52,7 @@ static int try_open(plx_backend *mem, char *err, size_t errlen)
 {
     plx_store *st = NULL;
     err[0] = '\0';
-    int rc = plx_store_open_backend(keep_wrap(mem), NULL, &st, err, errlen);
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), NULL, &st, err, errlen);
     if (rc == 0) {
         ck_assert_ptr_nonnull(st);
         ck_assert_int_eq(plx_store_close(st), 0);
@@ -1635,7 +1580,7 @@ START_TEST(test_small_cache)
     close_ok(st);
     char err[256] = "";
     struct plx_open_opts o = {.struct_size = sizeof(o), .cache_bytes = 64 * BS};
-    int rc = plx_store_open_backend(keep_wrap(mem), &o, &st, err, sizeof(err));
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), &o, &st, err, sizeof(err));
     ck_assert_msg(rc == 0, "open: %d %s", rc, err);
     plx_vdi *v = open_vdi(st, "c", 0);
     unsigned char *buf = malloc(3 * BS);

@@ -28,59 +28,6 @@
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
-/* ---- A backend that forwards to a medium it does not own (so a store can be reopened) ---- */
-struct keep_be {
-    plx_backend base;
-    plx_backend *inner;
-};
-
-static int keep_submit(plx_backend *be, struct plx_io *io)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->submit(in, io);
-}
-
-static int keep_poll(plx_backend *be, int timeout_ms)
-{
-    plx_backend *in = ((struct keep_be *)be)->inner;
-    return in->ops->poll(in, timeout_ms);
-}
-
-static int keep_fd(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->fd(in);
-}
-
-static unsigned keep_inflight(const plx_backend *be)
-{
-    const plx_backend *in = ((const struct keep_be *)be)->inner;
-    return in->ops->inflight(in);
-}
-
-static void keep_destroy(plx_backend *be)
-{
-    free(be);
-}
-
-static const struct plx_backend_ops keep_ops = {
-    .submit = keep_submit,
-    .poll = keep_poll,
-    .fd = keep_fd,
-    .inflight = keep_inflight,
-    .destroy = keep_destroy,
-};
-
-static plx_backend *keep_wrap(plx_backend *inner)
-{
-    struct keep_be *k = calloc(1, sizeof(*k));
-    ck_assert_ptr_nonnull(k);
-    k->base.ops = &keep_ops;
-    k->base.nblocks = inner->nblocks;
-    snprintf(k->base.desc, sizeof(k->base.desc), "%s", inner->desc);
-    k->inner = inner;
-    return &k->base;
-}
 
 /* ---- The model: images of refcounted 4 KiB blocks, shared copy-on-write ------------------- */
 
@@ -279,7 +226,7 @@ static void store_open(struct run *r)
     if (r->cfg->file)
         rc = plx_store_open(r->path, &o, &r->st, err, sizeof(err));
     else
-        rc = plx_store_open_backend(keep_wrap(r->mem), &o, &r->st, err, sizeof(err));
+        rc = plx_store_open_backend(tu_keep_wrap(r->mem), &o, &r->st, err, sizeof(err));
     ck_assert_msg(rc == 0, "%s: open store: %d %s", where(r), rc, err);
 }
 

@@ -36,4 +36,9 @@ void tu_wait_io(plx_backend *be, int *done);
 int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, void *buf,
           unsigned flags);
 
+/* A backend that forwards everything (the admin lock included) to a medium it does not own:
+ * plx_store_open_backend destroys its backend on close, and opening through this wrapper keeps
+ * the medium, so a test can close a store and open it again on the same bytes. */
+plx_backend *tu_keep_wrap(plx_backend *inner);
+
 #endif
