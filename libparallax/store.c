@@ -242,7 +242,10 @@ static uint64_t process_start_ticks(pid_t pid)
     unsigned long long v = 0;
     int field = 2;
     for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
-        if (++field == 22) {
+        /* A zombie (state Z) is gone as a lock holder, even before its parent reaps it. */
+        if (++field == 3 && tok[0] == 'Z')
+            return 0;
+        if (field == 22) {
             v = strtoull(tok, NULL, 10);
             break;
         }

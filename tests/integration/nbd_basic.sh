@@ -20,7 +20,8 @@ uri() { echo "nbd+unix:///$1?socket=$sock"; }
 start_server() {
     local i
     rm -f "$sock"
-    "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >>"$T/serve.log" 2>&1 &
+    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+    "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
     for ((i = 0; i < 100; i++)); do

@@ -26,7 +26,8 @@ plx vdi-create disk --size 64M >/dev/null
 start_server() {
     local i
     rm -f "$1"
-    "$PARALLAX" -b "$T/store.img" serve --unix "$1" >"$2" 2>&1 &
+    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+    "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$1" >"$2" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
     for ((i = 0; i < 100; i++)); do

@@ -19,7 +19,8 @@ uri() { echo "nbd+unix:///$1?socket=$sock"; }
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create disk --size 64M >/dev/null
 
-"$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve.log" 2>&1 &
+# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+"$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"
 for ((i = 0; i < 100; i++)); do [[ -S $sock ]] && break; sleep 0.1; done
