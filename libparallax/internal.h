@@ -77,9 +77,6 @@ struct plx_cache {
 struct plx_extent_state {
     uint8_t *bitmap;            /* in-memory bitmap of a held extent, NULL otherwise */
     uint64_t free;              /* clear bits */
-    uint64_t dirty_gen;         /* generation of the last change to the bitmap */
-    uint64_t written_gen;       /* generation of the last write that completed */
-    uint64_t inflight_gen;      /* generation being written (0 = none in flight) */
     uint64_t *dirty_blocks;     /* per bitmap block: generation of its last change */
     bool held;
 };
@@ -236,9 +233,7 @@ struct plx_vdi {
     struct plx_req *active_head, *active_tail;
     struct plx_batch *open, *flight;
     uint64_t next_seq, batch_seq;
-    unsigned mutating;           /* requests that arrived before a pending snapshot swap */
     bool needs_reload;
-    bool closing;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
 };
 

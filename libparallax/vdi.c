@@ -119,7 +119,6 @@ int plx_vdi_close(plx_vdi *v)
 {
     plx_store *st = v->st;
     int rc = 0;
-    v->closing = true;
     while (!plx_vdi_idle(v)) {
         rc = plx_store_service(st);
         if (rc < 0)
