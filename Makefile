@@ -108,6 +108,10 @@ bench-smoke: $(B)/bench-engine
 	    || { tail -40 $(B)/test-logs/bench-engine-quick.txt; exit 1; }
 	@echo "bench-engine --quick: ok"
 
+# The side-by-side suite (bench/suite/run.sh: Parallax vs qcow2 vs direct, plots in bench/plots).
+bench: all $(B)/bench-engine
+	bench/suite/run.sh
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@
@@ -115,4 +119,4 @@ $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench

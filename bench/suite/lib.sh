@@ -113,12 +113,24 @@ qsd_start() {
 fio_nbd() {
     local out=$1 sock=$2 export=$3
     shift 3
-    local raw
-    raw=$(fio --name=j --ioengine=nbd --uri="nbd+unix:///$export?socket=$sock" --output-format=json "$@" 2>&1) ||
+    local raw c0=""
+    [[ -n ${CPU_PID:-} ]] && c0=$(proc_cpu_ticks "$CPU_PID")
+    if ! raw=$(fio --name=j --ioengine=nbd --uri="nbd+unix:///$export?socket=$sock" --output-format=json "$@" 2>&1); then
+        [[ -n ${FIO_NO_DIE:-} ]] && return 1
         die "fio failed ($*): $raw"
+    fi
+    # the server's CPU time during the run (user + system, seconds)
+    [[ -n $c0 ]] && awk -v a="$c0" -v b="$(proc_cpu_ticks "$CPU_PID")" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.3f\n", (b - a) / hz }' >"${out%.json}.cpu"
     sed -n '/^{/,$p' <<<"$raw" >"$out"
-    jq -e '.jobs[0].error == 0' "$out" >/dev/null || die "fio reported an error ($*): $(head -c 2000 <<<"$raw")"
+    if ! jq -e '.jobs[0].error == 0' "$out" >/dev/null 2>&1; then
+        [[ -n ${FIO_NO_DIE:-} ]] && return 1
+        die "fio reported an error ($*): $(head -c 2000 <<<"$raw")"
+    fi
 }
+
+# proc_cpu_ticks PID: user + system clock ticks of the process, all its threads.
+proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # fio_value FILE: IOPS for 4 KiB jobs, MiB/s otherwise (read + write).
 fio_value() {
