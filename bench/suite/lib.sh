@@ -158,6 +158,7 @@ fs_up() {
         mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$loop" || die "mkfs.ext4 $loop"
     fi
     mount "$loop" "$dir/mnt" || die "mount $loop"
+    # shellcheck disable=SC2034 # used by run.sh
     FS_MNT=$dir/mnt
 }
 
@@ -167,7 +168,8 @@ fs_remount() {
     for s in "${SUITE_MOUNTS[@]}"; do
         IFS='|' read -r m l _ _ <<<"$s"
         if [[ $m == "$1/mnt" ]]; then
-            umount "$m" && mount "$l" "$m" || die "remount $m"
+            umount "$m" || die "unmount $m"
+            mount "$l" "$m" || die "mount $m"
             return 0
         fi
     done

@@ -24,6 +24,7 @@ if (exists_file(datadir . "/depth-4k-randread.dat")) {
     set xrange [0.7:1500]
     set logscale y
     set format y "%.0s%c"
+    set key bottom left box opaque
     set title "4 KiB random read, QD 32"
     set ylabel "IOPS (log)"
     plot datadir . "/depth-4k-randread.dat" u 1:2 w lp ls 1 t "Parallax", \
@@ -46,6 +47,7 @@ if (exists_file(datadir . "/depth-4k-randread.dat")) {
     unset logscale
     set format y "%g"
     unset xrange
+    set key top right box opaque
 }
 
 # ---- 2. snapshot latency histograms (figure 5.7) ------------------------------------------------
@@ -53,6 +55,7 @@ if (exists_file(datadir . "/lat-idle.dat")) {
     set output outdir . "/suite-snapshot-latency.png"
     set multiplot layout 2,1 title "Live snapshot latency, back to back (log-spaced bins, 8 per decade)" font ",15"
     set logscale x
+    set xrange [0.1:200]
     set xlabel "latency (ms, log)"
     set ylabel "snapshots"
     set style fill transparent solid 0.35 border
@@ -73,6 +76,7 @@ if (exists_file(datadir . "/lat-idle.dat")) {
     }
     unset multiplot
     unset logscale
+    unset xrange
     unset arrow
     unset label
     set style fill empty
@@ -81,25 +85,37 @@ if (exists_file(datadir . "/lat-idle.dat")) {
 # ---- 3. snapshot frequency (figures 5.8, 5.9) -----------------------------------------------------
 if (exists_file(datadir . "/freq-seqwrite.dat") || exists_file(datadir . "/freq-untar.dat")) {
     set output outdir . "/suite-frequency.png"
-    set multiplot layout 2,2 title "Snapshot frequency: throughput relative to no snapshots, and Parallax metadata per snapshot" font ",15"
+    set multiplot layout 2,2 title "Snapshot frequency: throughput relative to no snapshots (figure 5.8) and Parallax metadata per snapshot (figure 5.9)" font ",14"
     set style data histograms
     set style histogram clustered gap 1
     set style fill solid 0.8 border -1
     set boxwidth 0.9
     set xlabel "snapshot interval asked"
-    set yrange [0:*]
     set key top right
     do for [wl in "untar seqwrite"] {
         f = datadir . "/freq-" . wl . ".dat"
         if (exists_file(f)) {
-            set title (wl eq "untar" ? "untar onto ext4 (1 / relative time)" : "sequential 1 MiB writes (relative MiB/s)")
+            set title (wl eq "untar" ? "untar onto ext4 (no-snapshot time / time)" : "sequential 1 MiB writes, the disk written twice (MiB/s relative)")
             set ylabel "relative to no snapshots"
+            set yrange [0:1.3]
             plot f u 3:xtic(1) lc rgb "#1f77b4" t "Parallax", "" u 4 lc rgb "#d62728" t "qcow2", \
                  1 w l lc rgb "#000000" dt 2 notitle, 0.96 w l lc rgb "#2ca02c" dt 3 t "target 0.96"
-            set title (wl eq "untar" ? "untar: Parallax metadata per snapshot" : "seq write: Parallax metadata per snapshot")
-            set ylabel "KiB per snapshot"
-            plot f u 5:xtic(1) lc rgb "#1f77b4" t "Parallax", 5.84 w l lc rgb "#2ca02c" dt 3 t "thesis 5.84 KB"
         }
+    }
+    if (exists_file(datadir . "/freq-meta.dat")) {
+        set title "Parallax metadata per snapshot (reachable metadata after - before, / snapshots)"
+        set ylabel "KiB per snapshot (log)"
+        set logscale y
+        set yrange [1:*]
+        plot datadir . "/freq-meta.dat" u 2:xtic(1) lc rgb "#1f77b4" t "untar", "" u 3 lc rgb "#9467bd" t "seq write", \
+             "" u 4 lc rgb "#2ca02c" t "trickle 600 KiB/s", 5.84 w l lc rgb "#000000" dt 3 t "thesis 5.84 KB"
+        unset logscale y
+    }
+    if (exists_file(datadir . "/freq-untar.dat")) {
+        set title "untar: interval achieved (wall time / snapshots)"
+        set ylabel "ms"
+        set yrange [0:*]
+        plot datadir . "/freq-untar.dat" u 6:xtic(1) lc rgb "#1f77b4" t "Parallax", "" u 7 lc rgb "#d62728" t "qcow2"
     }
     unset multiplot
     unset yrange

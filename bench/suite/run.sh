@@ -20,6 +20,9 @@
 #
 # Needs (Debian 12): qemu-system-common (qemu-storage-daemon), qemu-utils, nbdkit, libnbd-bin
 # (nbdfuse), fuse3, fio, jq, python3, gnuplot-nox, bonnie++, postmark, e2fsprogs, util-linux.
+
+# Per-disk variables (dp_sock, fr_store, ...) are set by sys_start through printf -v.
+# shellcheck disable=SC2154
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -54,21 +57,21 @@ case $MODE in
 full)
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
-    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 FREQ_VDI=1G FREQ_LOOPS=2 UNTAR_COPIES=4
+    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 TRICKLE_S=10 FREQ_VDI=1G FREQ_LOOPS=2 UNTAR_COPIES=4
     FS_VDI=2G BONNIE_S=1024 BONNIE_R=512 PM_FILES=20000 PM_TX=50000 DD_MB=1024
     PLACE=512M
     ;;
 quick)
     VDI=256M RUNTIME=2 REPS=1 DEPTHS="1 10 100" GROW_KIB=8 QCOW2_BUDGET=60 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=100 LAT_CLI=30 LAT_BUSY=50 LAT_BUSY_CLI=20
-    INTERVALS="1 0.1 0.01" ROUNDS=1 FREQ_VDI=256M FREQ_LOOPS=2 UNTAR_COPIES=1
+    INTERVALS="1 0.1 0.01" ROUNDS=1 TRICKLE_S=5 FREQ_VDI=256M FREQ_LOOPS=2 UNTAR_COPIES=1
     FS_VDI=1G BONNIE_S=256 BONNIE_R=128 PM_FILES=2000 PM_TX=5000 DD_MB=256
     PLACE=128M
     ;;
 smoke)
     VDI=32M RUNTIME=1 REPS=1 DEPTHS="2" GROW_KIB=4 QCOW2_BUDGET=20 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=10 LAT_CLI=3 LAT_BUSY=5 LAT_BUSY_CLI=2
-    INTERVALS="0.05" ROUNDS=1 FREQ_VDI=32M FREQ_LOOPS=1 UNTAR_COPIES=1
+    INTERVALS="0.05" ROUNDS=1 TRICKLE_S=1 FREQ_VDI=32M FREQ_LOOPS=1 UNTAR_COPIES=1
     FS_VDI=128M BONNIE_S=16 BONNIE_R=8 PM_FILES=100 PM_TX=200 DD_MB=16
     PLACE=8M
     ;;
@@ -246,7 +249,7 @@ section_depth() {
     sys_start parallax dp "$VDI"
     sys_start qcow2 dq "$VDI"
     sys_start direct dd "$VDI"
-    for n in dp dq dd; do fill "$n" "$VDI"; done
+    for n in dp dq "dd"; do fill "$n" "$VDI"; done
     local -A JOBARGS=(
         [4k-randread]="--rw=randread --bs=4k --iodepth=32"
         [4k-randwrite]="--rw=randwrite --bs=4k --iodepth=32"
@@ -281,7 +284,7 @@ section_depth() {
                 for sys in parallax qcow2 direct; do
                     local n=dp
                     [[ $sys == qcow2 ]] && n=dq
-                    [[ $sys == direct ]] && n=dd
+                    [[ $sys == direct ]] && n="dd"
                     local pidv=${n}_pid
                     # shellcheck disable=SC2086
                     CPU_PID=${!pidv} fio_nbd "$RAW/depth/$sys-d$d-$job-r$rep.json" "$(sockof $n)" v ${JOBARGS[$job]} \
@@ -376,10 +379,12 @@ run_freq() {
         WAIT_S=20 wait_for -e "$SUITE_TMP/loop.ready" || die "snapshot loop did not start: $(cat "$SUITE_TMP/loop.err")"
     fi
     t0=$(date +%s.%N)
-    if [[ $wl == seqwrite ]]; then
-        if FIO_NO_DIE=1 fio_nbd "$SUITE_TMP/fw.json" "$fr_sock" v --rw=write --bs=1M --iodepth=8 \
-            --size="$size" --loops="$FREQ_LOOPS"; then
-            value=$(fio_value "$SUITE_TMP/fw.json")
+    if [[ $wl == seqwrite || $wl == trickle ]]; then
+        local args=(--rw=write --bs=1M --iodepth=8 --size="$size" --loops="$FREQ_LOOPS")
+        [[ $wl == trickle ]] && args=(--rw=write --bs=4k --iodepth=1 --rate=600k --size="$size"
+            --runtime="$TRICKLE_S" --time_based)
+        if FIO_NO_DIE=1 fio_nbd "$SUITE_TMP/fw.json" "$fr_sock" v "${args[@]}"; then
+            value=$(jq '.jobs[0].write.bw_bytes / 1048576' "$SUITE_TMP/fw.json")
         else
             failed="fio failed"
         fi
@@ -406,7 +411,9 @@ run_freq() {
     if ! kill -0 "$spid" 2>/dev/null; then
         local st=0
         wait "$spid" 2>/dev/null || st=$?
-        failed="${failed:+$failed; }the $sys server exited during the run (status $st$( ((st > 128)) && echo ", signal $((st - 128))" || true))"
+        local sig=""
+        ((st > 128)) && sig=", signal $((st - 128))"
+        failed="${failed:+$failed; }the $sys server exited during the run (status $st$sig)"
         if [[ $sys == qcow2 ]]; then
             local imgs=("$DATA"/fr/q*.qcow2)
             failed+=" with ${#imgs[@]} images in the chain"
@@ -445,10 +452,20 @@ section_frequency() {
             done
         done
     done
+    # The thesis's kernel build wrote about 0.6 MB/s on average (396 MB in about 11 minutes): a
+    # writer at that rate gives the metadata per snapshot at a comparable amount of data per
+    # snapshot (one round, no snapshots and the fastest interval).
+    local fastest
+    fastest=$(tr ' ' '\n' <<<"$INTERVALS" | sort -g | head -1)
+    for iv in none "$fastest"; do
+        for sys in parallax qcow2; do
+            run_freq trickle "$sys" "$iv" 1
+        done
+    done
     jq -n --arg iv "$INTERVALS" --arg rounds "$ROUNDS" --arg size "$FREQ_VDI" --arg loops "$FREQ_LOOPS" \
-        --arg fs "$FS_VDI" \
+        --arg fs "$FS_VDI" --arg ts "$TRICKLE_S" \
         '{intervals: ($iv|split(" ")), rounds: ($rounds|tonumber), seqwrite_size: $size,
-          seqwrite_loops: ($loops|tonumber), untar_vdi: $fs}' >"$RAW/freq/params.json"
+          seqwrite_loops: ($loops|tonumber), untar_vdi: $fs, trickle_seconds: ($ts|tonumber)}' >"$RAW/freq/params.json"
 }
 
 # ==== 4. Bonnie++ and PostMark ===================================================================
@@ -472,8 +489,11 @@ fs_bench() {
     t0=$(date +%s.%N)
     printf 'set location %s\nset number %s\nset transactions %s\nrun\nquit\n' "$mnt/pm" "$PM_FILES" "$PM_TX" |
         postmark >"$out-postmark.txt"
+    local tp
+    tp=$(date +%s.%N)
     sync -f "$mnt"
     t1=$(date +%s.%N)
+    elapsed "$t0" "$tp" >"$out-postmark-only.s"
     elapsed "$t0" "$t1" >"$out-postmark.s"
     rm -rf "$mnt/pm"
     sync -f "$mnt"
