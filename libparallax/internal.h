@@ -211,7 +211,6 @@ struct plx_batch {
     bool stage_a_started;
     /* snapshot carried by this batch */
     struct plx_req *snap;
-    uint64_t snap_old_root;
     uint8_t *rec_buf;            /* VDI record image */
     uint8_t *log_buf;            /* snapshot log block image */
     uint64_t log_addr;
@@ -234,6 +233,9 @@ struct plx_vdi {
     struct plx_batch *open, *flight;
     uint64_t next_seq, batch_seq;
     bool needs_reload;
+    /* No write or trim since the newest snapshot was taken (in request order): the tree equals
+     * that snapshot's, so the next snapshot can share its root instead of copying one. */
+    bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
 };
 

@@ -434,6 +434,7 @@ static void vdi_reload(struct plx_vdi *v)
 {
     plx_store *st = v->st;
     v->needs_reload = false;
+    v->same_as_newest_snap = false;
     /* Drop every writable node of this VDI that may hold changes the medium never got. Nodes
      * are dropped only when unpinned; the root is re-read below. */
     struct plx_vdi_record rec;
@@ -681,6 +682,7 @@ static void do_mutate(struct plx_req *r)
     struct plx_vdi *v = r->v;
     plx_store *st = v->st;
     struct plx_batch *b = batch_open(v);
+    v->same_as_newest_snap = false; /* even if it fails: nodes it shadowed stay */
     uint64_t nb = r->b1 - r->b0;
     uint64_t *phys = calloc(nb, sizeof *phys);
     r->relinks = calloc(nb, sizeof *r->relinks);
@@ -794,6 +796,17 @@ static int snaps_append(struct plx_vdi *v, uint64_t root, const char *label)
     return 0;
 }
 
+/* Does the next snapshot record go into the newest log block? Several snapshots share a batch
+ * (and its flushes) as long as their records go into the one log block the batch writes. */
+static bool log_head_has_room(const struct plx_vdi *v)
+{
+    return v->log_head && v->rec.snap_count + 1 - v->log_head->first_index < PLX_SNAPLOG_PER_BLOCK;
+}
+
+/* Freeze the tree as of this point in the request stream. Requests before the snapshot are in it;
+ * those after it copy on write from the new current root. The snapshot joins the open batch, which
+ * writes the new root and the log block in stage A and the VDI record that makes the snapshot
+ * count last; several snapshots may share a batch. */
 static void do_snapshot(struct plx_req *r)
 {
     struct plx_vdi *v = r->v;
@@ -807,8 +820,14 @@ static void do_snapshot(struct plx_req *r)
     if (!err && v->nsnaps != v->rec.snap_count)
         err = plx_err(st, -EIO, "VDI %s: snapshot list out of step with the log", v->rec.name);
     struct plx_node *old = v->root;
+    /* A clean snapshot (nothing written since the newest one, which still exists) shares that
+     * snapshot's root: it costs a log record and the VDI record, no radix node. Otherwise the
+     * current root is frozen as the snapshot and a read-only copy becomes the current root. */
+    const struct plx_snap_info *newest = v->nsnaps ? &v->snaps[v->nsnaps - 1] : NULL;
+    bool clean = v->same_as_newest_snap && newest && !newest->deleted;
+    uint64_t frozen = clean ? newest->root : old->addr;
     uint64_t new_addr = 0, log_addr = 0;
-    if (!err) {
+    if (!err && !clean) {
         int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &new_addr);
         err = rc < 0 ? rc : 0;
     }
@@ -817,6 +836,9 @@ static void do_snapshot(struct plx_req *r)
     if (!err && v->log_head)
         count_in_head = v->rec.snap_count + 1 - v->log_head->first_index;
     bool new_block = !v->log_head || count_in_head >= PLX_SNAPLOG_PER_BLOCK;
+    if (!err && new_block && b->snap)
+        err = plx_err(st, -EIO, "VDI %s: a second snapshot in a batch needs a new log block (bug)",
+                      v->rec.name);
     if (!err && new_block) {
         int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &log_addr);
         err = rc < 0 ? rc : 0;
@@ -824,7 +846,7 @@ static void do_snapshot(struct plx_req *r)
         log_addr = v->rec.snaplog_head;
     }
     struct plx_node *nr = NULL;
-    if (!err) {
+    if (!err && !clean) {
         nr = plx_cache_new(st, new_addr, v->height - 1);
         err = nr ? 0 : -ENOMEM;
     }
@@ -838,12 +860,16 @@ static void do_snapshot(struct plx_req *r)
     }
     if (!v->log_head)
         v->log_head = plx_block_alloc(1);
-    b->log_buf = plx_block_alloc(1);
-    b->rec_buf = plx_block_alloc(1);
-    for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
-        nr->links[i] = old->links[i] ? (old->links[i] | PLX_LINK_RO) : 0;
-    nr->new_batch = b->seq;
-    err = batch_add_node(b, nr);
+    if (!b->snap) {
+        b->log_buf = plx_block_alloc(1);
+        b->rec_buf = plx_block_alloc(1);
+    }
+    if (nr) {
+        for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
+            nr->links[i] = old->links[i] ? (old->links[i] | PLX_LINK_RO) : 0;
+        nr->new_batch = b->seq;
+        err = batch_add_node(b, nr);
+    }
 
     /* The log block image: the record beyond snap_count is invisible until the VDI record that
      * counts it is written in stage B. */
@@ -859,7 +885,7 @@ static void do_snapshot(struct plx_req *r)
     }
     struct plx_snap_record *sr = &lb->records[count_in_head];
     memset(sr, 0, sizeof *sr);
-    sr->root = old->addr;
+    sr->root = frozen;
     sr->time_ns = plx_now_ns();
     memcpy(sr->label, r->label, strlen(r->label));
     lb->count = (uint32_t)count_in_head + 1;
@@ -867,11 +893,13 @@ static void do_snapshot(struct plx_req *r)
     memcpy(v->log_head, lb, PLX_BLOCK_SIZE);
 
     if (!err)
-        err = snaps_append(v, old->addr, r->label);
+        err = snaps_append(v, frozen, r->label);
     v->rec.snap_count++;
     v->rec.snaplog_head = log_addr;
-    v->rec.root = new_addr;
+    if (nr)
+        v->rec.root = new_addr;
     v->rec.seq++;
+    v->same_as_newest_snap = true;
     struct plx_vdi_record tmp = v->rec;
     plx_registry_seal(&tmp, v->slot_addr, b->rec_buf);
     if (r->index_out)
@@ -880,10 +908,12 @@ static void do_snapshot(struct plx_req *r)
     b->snap = r;
     b->log_addr = log_addr;
     b->final_flush = true;
-    plx_cache_unpin(st, old);
-    plx_cache_pin(nr);
-    v->root = nr;
-    v->root_addr = new_addr;
+    if (nr) {
+        plx_cache_unpin(st, old);
+        plx_cache_pin(nr);
+        v->root = nr;
+        v->root_addr = new_addr;
+    }
     batch_wait(b, r);
     if (err)
         b->status = err;
@@ -930,8 +960,8 @@ static void do_resolve(struct plx_req *r)
         return;
     }
     if (r->op == REQ_SNAPSHOT) {
-        if (v->open && v->open->snap)
-            return; /* one snapshot per batch: wait for this one to fly */
+        if (v->open && v->open->snap && !log_head_has_room(v))
+            return; /* a batch writes one log block: wait for this one to fly */
         do_snapshot(r);
         return;
     }

@@ -1587,6 +1587,28 @@ static void wl_sparse(struct wl *wl)
     run_phase(wl, &mx, scale(420), 1u << a);
 }
 
+/* A checkpointing VM: bursts of writes alternate with runs of snapshots that have no write
+ * between them (clean snapshots share the newest snapshot's root), some of them labelled, across
+ * a close and reopen (after which the first snapshot copies the root again). */
+static void wl_checkpoint(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 128), R(2000, 64)};
+    int a = add_vdi(wl, "checkpoint", 16 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix writes = {
+        .write = 80, .fua = 5, .flush = 5, .read = 10, .max_nb = 8, .hot = 50, .inflight = 32};
+    struct mix snaps = {.snap = 90, .read = 10, .inflight = 16, .max_snaps = 120, .label = 20};
+    for (int round = 0; round < 8; round++) {
+        if (round == 4) {
+            close_vdi(wl, a);
+            open_vdi(wl, a);
+            run_phase(wl, &snaps, scale(8), 1u << a); /* clean, but the first copies a root */
+        }
+        run_phase(wl, &writes, scale(round % 3 == 2 ? 4 : 30), 1u << a);
+        run_phase(wl, &snaps, scale(12), 1u << a);
+    }
+}
+
 struct workload {
     const char *name;
     void (*run)(struct wl *wl);
@@ -1597,7 +1619,7 @@ static const struct workload workloads[] = {
     {"sequential", wl_sequential, 0},         {"random", wl_random, 0},
     {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
     {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
-    {"sparse-1TiB", wl_sparse, 256 * 1024},
+    {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 

@@ -1388,6 +1388,79 @@ START_TEST(test_async_two_snapshots)
 }
 END_TEST
 
+/* A burst of snapshots with writes between them, submitted while a batch is in flight: they share
+ * batches (and their flushes) instead of taking one batch each, cross a snapshot-log block, and
+ * each holds exactly the writes submitted before it. */
+START_TEST(test_async_snapshot_burst)
+{
+    enum { NSNAP = 80, NBLK = 8 };
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "b", 2 * MiB);
+    plx_vdi *v = open_vdi(st, "b", 0);
+    unsigned char *w = plx_block_alloc(NSNAP + 1);
+    static struct cb_rec recs[2 * NSNAP + 2];
+    static uint64_t idx[NSNAP];
+    int in_submit = 0, nr = 0;
+    for (int i = 0; i < 2 * NSNAP + 2; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    unsigned long flushes0 = tu_flushes;
+    /* Write g goes to block g % NBLK; every fourth snapshot follows a write, the others follow
+     * the previous snapshot with no write between (clean snapshots). */
+    pattern(w, BS, 0, 0);
+    OK(st, plx_vdi_submit_write(v, w, 0, BS, 0, rec_cb, &recs[nr++]));
+    int last_write[NSNAP + 1];
+    int g = 0;
+    for (int k = 1; k <= NSNAP; k++) {
+        if (k % 4 == 1) {
+            g++;
+            pattern(w + (size_t)g * BS, BS, (uint64_t)g, (uint64_t)(g % NBLK));
+            OK(st, plx_vdi_submit_write(v, w + (size_t)g * BS, (uint64_t)(g % NBLK) * BS, BS, 0,
+                                        rec_cb, &recs[nr++]));
+        }
+        last_write[k] = g;
+        int rc = plx_vdi_submit_snapshot(v, NULL, &idx[k - 1], rec_cb, &recs[nr++]);
+        ck_assert_msg(rc == 0, "snapshot %d: %d (%s)", k, rc, plx_store_errmsg(st));
+    }
+    drain_all(st, recs, (size_t)nr);
+    for (int i = 0; i < nr; i++)
+        ck_assert_msg(recs[i].status == 0, "request %d: %d (%s)", i, recs[i].status,
+                      plx_store_errmsg(st));
+    unsigned long flushes = tu_flushes - flushes0;
+    fprintf(stderr, "engine: %d snapshots and %d writes in one burst: %lu flushes\n", NSNAP, g,
+            flushes);
+    /* One batch per snapshot would flush at least twice per snapshot. */
+    ck_assert_msg(flushes <= NSNAP, "%lu flushes for %d snapshots", flushes, NSNAP);
+    close_vdi(st, v);
+    unsigned char got[BS], want[BS];
+    for (int k = 1; k <= NSNAP; k++) {
+        ck_assert_uint_eq(idx[k - 1], (uint64_t)k);
+        char spec[32];
+        snprintf(spec, sizeof spec, "b@%d", k);
+        v = open_vdi(st, spec, 0);
+        for (int blk = 0; blk < NBLK; blk++) {
+            int gen = -1;
+            for (int x = 0; x <= last_write[k]; x++)
+                if (x % NBLK == blk)
+                    gen = x;
+            pread_ok(st, v, got, (uint64_t)blk * BS, BS);
+            if (gen < 0) {
+                memset(want, 0, BS);
+            } else {
+                pattern(want, BS, (uint64_t)gen, (uint64_t)blk);
+            }
+            ck_assert_msg(memcmp(got, want, BS) == 0, "snapshot %d block %d: want write %d", k,
+                          blk, gen);
+        }
+        close_vdi(st, v);
+    }
+    check_clean(st, "snapshot burst");
+    close_ok(st);
+    plx_block_free(w);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 /* A label must stay unique even when two snapshots asking for it are in flight together. */
 START_TEST(test_async_duplicate_label_in_flight)
 {
@@ -1653,6 +1726,103 @@ START_TEST(test_write_after_gc)
 }
 END_TEST
 
+/* Used metadata blocks, from the allocation bitmaps of a freshly opened store (closing releases
+ * blocks claimed but not used). */
+static uint64_t metadata_used(plx_store **st, plx_backend *mem)
+{
+    close_ok(*st);
+    *st = open_kept(mem);
+    struct plx_store_info info;
+    OK(*st, plx_store_info(*st, &info));
+    return info.blocks_used_by_type[PLX_EXTENT_METADATA];
+}
+
+/* Snapshots with no write between them share the newest snapshot's root and allocate nothing;
+ * the first one after a write, and the first one after a reopen, copy the root. Deleting the
+ * older of two sharing snapshots and collecting keeps the other intact. */
+START_TEST(test_clean_snapshots_share_root)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "vm", 4 * MiB);
+    create_vdi(st, "ref", 4 * MiB);
+    unsigned char a[BS], b[BS], got[BS];
+    pattern(a, BS, 1, 0);
+    /* The same write and one snapshot on "ref", then with four more on "vm": the metadata they
+     * use (measured with every VDI closed, so nothing is claimed but unused) is the same. */
+    uint64_t used0 = metadata_used(&st, mem);
+    plx_vdi *v = open_vdi(st, "ref", 0);
+    pwrite_ok(st, v, a, 0, BS);
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL));
+    close_vdi(st, v);
+    uint64_t used1 = metadata_used(&st, mem);
+    v = open_vdi(st, "vm", 0);
+    pwrite_ok(st, v, a, 0, BS);
+    OK(st, plx_vdi_snapshot_open(v, "s1", NULL));
+    for (int i = 2; i <= 5; i++)
+        OK(st, plx_vdi_snapshot_open(v, NULL, NULL));
+    close_vdi(st, v);
+    ck_assert_uint_eq(metadata_used(&st, mem) - used1, used1 - used0);
+    v = open_vdi(st, "vm", 0);
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL)); /* 6: after a reopen, a root of its own */
+    pattern(b, BS, 2, 0);
+    pwrite_ok(st, v, b, 0, BS);
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL)); /* 7: after a write, a root of its own */
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL)); /* 8: shares 7's */
+    close_vdi(st, v);
+
+    struct plx_vdi_info vi;
+    OK(st, plx_vdi_lookup(st, "vm", &vi));
+    struct plx_snap_info *list = NULL;
+    size_t n = 0;
+    OK(st, plx_snap_list(st, vi.id, &list, &n));
+    ck_assert_uint_eq(n, 8);
+    for (int i = 1; i < 5; i++)
+        ck_assert_uint_eq(list[i].root, list[0].root);
+    ck_assert_uint_ne(list[5].root, list[0].root); /* 6: copied after the reopen, same data */
+    ck_assert_uint_ne(list[6].root, list[5].root);
+    ck_assert_uint_eq(list[7].root, list[6].root);
+    ck_assert_uint_ne(list[7].root, vi.root);
+    free(list);
+
+    /* Delete 1..4 (the root stays reached from 5), collect, read 5 back. */
+    for (int i = 1; i <= 4; i++) {
+        char spec[16];
+        snprintf(spec, sizeof spec, "vm@%d", i);
+        OK(st, plx_snap_delete(st, spec));
+    }
+    struct plx_gc_report g;
+    OK(st, plx_gc(st, 0, &g));
+    check_clean(st, "clean snapshots after gc");
+    const char *specs[] = {"vm@5", "vm@6", "vm@7", "vm@8", "vm"};
+    const unsigned char *want[] = {a, a, b, b, b};
+    for (int i = 0; i < 5; i++) {
+        v = open_vdi(st, specs[i], 0);
+        pread_ok(st, v, got, 0, BS);
+        ck_assert_msg(memcmp(got, want[i], BS) == 0, "%s block 0", specs[i]);
+        close_vdi(st, v);
+    }
+    /* The newest snapshot deleted: the next one must not share its root (gc may free it). */
+    v = open_vdi(st, "vm", 0);
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL)); /* 9: copies */
+    OK(st, plx_vdi_snap_delete(v, 9));
+    OK(st, plx_vdi_snapshot_open(v, NULL, NULL)); /* 10: 9 is gone: copies again */
+    close_vdi(st, v);
+    OK(st, plx_gc(st, 0, &g));
+    OK(st, plx_snap_list(st, vi.id, &list, &n));
+    ck_assert_uint_eq(n, 10);
+    ck_assert_uint_ne(list[9].root, list[8].root);
+    free(list);
+    v = open_vdi(st, "vm@10", 0);
+    pread_ok(st, v, got, 0, BS);
+    ck_assert(memcmp(got, b, BS) == 0);
+    close_vdi(st, v);
+    check_clean(st, "clean snapshots");
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1673,6 +1843,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_vdi_create_rules);
     tcase_add_test(tc, test_snapshot_names);
     tcase_add_test(tc, test_many_snapshots);
+    tcase_add_test(tc, test_clean_snapshots_share_root);
     tcase_add_test(tc, test_delete);
     tcase_add_test(tc, test_single_writer);
     tcase_add_test(tc, test_clone);
@@ -1697,6 +1868,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_same_block_order);
     tcase_add_test(tc, test_async_snapshot_between_batches);
     tcase_add_test(tc, test_async_two_snapshots);
+    tcase_add_test(tc, test_async_snapshot_burst);
     tcase_add_test(tc, test_async_duplicate_label_in_flight);
     tcase_add_test(tc, test_async_flush_trim_fua);
     suite_add_tcase(s, tc);

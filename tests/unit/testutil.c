@@ -106,9 +106,13 @@ static plx_backend *inner_of(const plx_backend *be)
     return ((const struct keep_be *)be)->inner;
 }
 
+unsigned long tu_flushes;
+
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
     plx_backend *in = inner_of(be);
+    if (io->op == PLX_IO_FLUSH)
+        tu_flushes++;
     return in->ops->submit(in, io);
 }
 
