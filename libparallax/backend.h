@@ -63,10 +63,15 @@ struct plx_backend {
     char desc[128];       /* for messages: the path or "memory" */
 };
 
-/* File or block device, libaio + O_DIRECT + eventfd. flags: PLX_BACKEND_RDONLY. Falls back to
- * buffered I/O with fdatasync only where O_DIRECT is refused (tmpfs), and says so in desc.
- * On failure returns NULL and sets *err (negative errno) and errbuf. */
+/* File or block device, libaio + O_DIRECT + eventfd. Falls back to buffered I/O with fdatasync
+ * only where O_DIRECT is refused (tmpfs), and says so in desc. On failure returns NULL and sets
+ * *err (negative errno) and errbuf.
+ * flags: PLX_BACKEND_RDONLY; PLX_BACKEND_BLOCKING: no kernel aio context (its teardown costs a
+ * short-lived process some 30 ms), each I/O runs to completion inside submit() (pread, pwrite,
+ * RWF_DSYNC, fdatasync) and is delivered by the next poll(). For short-lived single-threaded
+ * tools only: a flush blocks the caller, and nothing overlaps. */
 #define PLX_BACKEND_RDONLY 1u
+#define PLX_BACKEND_BLOCKING 2u
 plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, char *errbuf,
                                    size_t errlen);
 

@@ -11,6 +11,14 @@
  * before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them with EINVAL; then the backend falls
  * back for good to running fdatasync on a helper thread, which reports completion through the
  * same eventfd, and a FUA write becomes a plain write followed by such a flush.
+ *
+ * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
+ * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
+ * kernel's percpu reference kills, i.e. RCU grace periods: some 30 ms, more than the whole of a
+ * command such as a snapshot. Each I/O runs to completion inside submit() with pread, pwrite,
+ * pwritev2(RWF_DSYNC) for FUA and fdatasync for flushes, and its completion waits in the same
+ * ready list for the next poll(), so the contract and the durability rules are the same; only
+ * nothing overlaps.
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -60,6 +68,7 @@ struct file_backend {
     plx_backend base;
     int fd, efd;
     int direct, rdonly;
+    int blocking; /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
     io_context_t ctx;
     struct file_slot *slots;
     struct file_slot *free_slots;
@@ -120,6 +129,26 @@ static void slot_finish(struct file_backend *f, struct file_slot *s, int status)
 {
     s->status = status;
     list_push(&f->ready, s);
+}
+
+/* Account for a data transfer step of res bytes (or -errno). Returns 1 when all the data has
+ * moved, 0 when more is left, or a negative errno. */
+static int transfer_progress(struct file_backend *f, struct file_slot *s, long res)
+{
+    if (res < 0)
+        return (int)res;
+    if (res == 0) {
+        /* No progress: end of file (the file shrank under us) or a device that gave up. */
+        return -EIO;
+    }
+    s->done += (size_t)res;
+    if (s->done > s->total)
+        return -EIO;
+    if (s->done < s->total && f->direct && s->done % PLX_BLOCK_SIZE != 0) {
+        /* O_DIRECT stops mid-block only at end of file; the rest cannot be read aligned. */
+        return -EIO;
+    }
+    return s->done == s->total;
 }
 
 /* ---- fdatasync helper thread ----------------------------------------------------------------- */
@@ -209,10 +238,63 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
     s->cb.data = s;
 }
 
+/* Blocking mode: run the slot's I/O to the end here and now. Returns its status. */
+static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
+{
+    struct plx_io *io = s->io;
+
+    for (;;) {
+        if (s->stage == ST_SYNC) {
+            int rc;
+            while ((rc = fdatasync(f->fd)) < 0 && errno == EINTR)
+                ;
+            return rc < 0 ? -errno : 0;
+        }
+        unsigned char *buf = (unsigned char *)io->buf + s->done;
+        size_t len = s->total - s->done;
+        off_t off = (off_t)(io->block * PLX_BLOCK_SIZE + s->done);
+        ssize_t r;
+        if (io->op == PLX_IO_READ) {
+            r = pread(f->fd, buf, len, off);
+        } else if (s->dsync) {
+            struct iovec iov = {.iov_base = buf, .iov_len = len};
+            r = pwritev2(f->fd, &iov, 1, off, RWF_DSYNC);
+            if (r < 0 && (errno == EINVAL || errno == EOPNOTSUPP)) {
+                /* Before Linux 4.13: a plain write, then fdatasync. */
+                f->rwf_dsync = 0;
+                s->dsync = 0;
+                continue;
+            }
+        } else {
+            r = pwrite(f->fd, buf, len, off);
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        int rc = transfer_progress(f, s, r < 0 ? -(long)errno : (long)r);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            if (!s->fua || s->dsync)
+                return 0;
+            s->stage = ST_SYNC;
+        }
+    }
+}
+
 /* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
- * way, 1 when io_submit said EAGAIN (nothing started), or a negative errno. */
+ * way, 1 when io_submit said EAGAIN (nothing started), or a negative errno. In blocking mode
+ * the I/O is over when this returns 0: it waits in the ready list, and the eventfd says so. */
 static int slot_start(struct file_backend *f, struct file_slot *s)
 {
+    if (f->blocking) {
+        int was_empty = f->ready.head == NULL;
+        slot_finish(f, s, slot_run_blocking(f, s));
+        /* poll() drains the eventfd and signals again if it leaves anything ready, so the
+         * eventfd is readable whenever the list is not empty. */
+        if (was_empty)
+            efd_signal(f->efd);
+        return 0;
+    }
     for (;;) {
         if (s->stage == ST_SYNC && !f->aio_fdsync) {
             thread_enqueue(f, s);
@@ -354,33 +436,19 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         slot_finish(f, s, res < 0 ? (int)res : 0);
         return;
     }
-    if (res < 0) {
-        slot_finish(f, s, (int)res);
+    int rc = transfer_progress(f, s, res);
+    if (rc < 0) {
+        slot_finish(f, s, rc);
         return;
     }
-    if (res == 0) {
-        /* No progress: end of file (the file shrank under us) or a device that gave up. */
-        slot_finish(f, s, -EIO);
-        return;
-    }
-    s->done += (size_t)res;
-    if (s->done > s->total) {
-        slot_finish(f, s, -EIO);
-        return;
-    }
-    if (s->done < s->total && f->direct && s->done % PLX_BLOCK_SIZE != 0) {
-        /* O_DIRECT stops mid-block only at end of file; the rest cannot be read aligned. */
-        slot_finish(f, s, -EIO);
-        return;
-    }
-    if (s->done == s->total) {
+    if (rc == 1) {
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;
         }
         s->stage = ST_SYNC;
     }
-    int rc = slot_start(f, s);
+    rc = slot_start(f, s);
     if (rc == 1)
         list_push(&f->stalled, s);
     else if (rc < 0)
@@ -489,7 +557,8 @@ static void file_destroy(plx_backend *be)
     }
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
-    io_destroy(f->ctx);
+    if (!f->blocking)
+        io_destroy(f->ctx);
     close(f->efd);
     close(f->fd);
     free(f->slots);
@@ -616,8 +685,9 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     /* aio contexts come out of a system-wide budget (fs.aio-max-nr): settle for fewer slots
      * rather than fail when it is short. */
     unsigned nslots = FILE_MAX_SLOTS;
-    int rc;
-    for (;;) {
+    int rc = 0;
+    f->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
+    while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)
             break;
@@ -631,7 +701,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     }
     f->slots = calloc(nslots, sizeof(*f->slots));
     if (f->slots == NULL) {
-        io_destroy(f->ctx);
+        if (!f->blocking)
+            io_destroy(f->ctx);
         close(f->efd);
         close(fd);
         free(f);

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -495,7 +496,8 @@ int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force,
         }
     }
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, 0, &err, errbuf, errlen);
+    /* Formatting is one block at a time anyway: no aio context to tear down afterwards. */
+    plx_backend *be = plx_backend_file_open(path, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
     if (!be)
         return err;
     int rc = format_backend(be, extent_size, force, errbuf, errlen);
@@ -663,10 +665,15 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
                    char *errbuf, size_t errlen)
 {
-    int ro = opts ? opts->read_only : 0;
+    unsigned flags = 0;
+    if (opts && opts->read_only)
+        flags |= PLX_BACKEND_RDONLY;
+    /* Callers built before blocking_io was appended pass a shorter struct. */
+    if (opts && opts->struct_size >= offsetof(struct plx_open_opts, blocking_io) + sizeof(int) &&
+        opts->blocking_io)
+        flags |= PLX_BACKEND_BLOCKING;
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, ro ? PLX_BACKEND_RDONLY : 0, &err, errbuf,
-                                            errlen);
+    plx_backend *be = plx_backend_file_open(path, flags, &err, errbuf, errlen);
     if (!be) {
         *out = NULL;
         return err;

@@ -185,9 +185,10 @@ int cli_blockstore(const struct cli_ctx *ctx, const char **path)
     return EXIT_OK;
 }
 
-int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st)
+static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io, plx_store **st)
 {
-    struct plx_open_opts opts = {.struct_size = sizeof opts, .read_only = read_only};
+    struct plx_open_opts opts = {
+        .struct_size = sizeof opts, .read_only = read_only, .blocking_io = blocking_io};
     char err[CLI_MSG_MAX] = "";
     const char *path = NULL;
     int rc = cli_blockstore(ctx, &path);
@@ -198,6 +199,16 @@ int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st)
     if (rc < 0)
         return cli_error("%s", err[0] != '\0' ? err : strerror(-rc));
     return EXIT_OK;
+}
+
+int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st)
+{
+    return open_store(ctx, read_only, 1, st);
+}
+
+int cli_open_store_aio(const struct cli_ctx *ctx, int read_only, plx_store **st)
+{
+    return open_store(ctx, read_only, 0, st);
 }
 
 int cli_close_store(plx_store *st, int rc)

@@ -50,7 +50,11 @@ int cli_engine_error(const plx_store *st, int rc);
 
 /* The blockstore path from -b or $PARALLAX_BLOCKSTORE; usage error when neither is set. */
 int cli_blockstore(const struct cli_ctx *ctx, const char **path);
+/* Open the blockstore for a command that is over in milliseconds: blocking I/O, no kernel aio
+ * context, whose teardown alone would take some 30 ms (see PLX_BACKEND_BLOCKING). */
 int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st);
+/* The same with kernel aio, for commands that stream data through many overlapping I/Os. */
+int cli_open_store_aio(const struct cli_ctx *ctx, int read_only, plx_store **st);
 /* Close the store. A close failure becomes the result only when rc is still EXIT_OK, so at
  * most one error line is printed. */
 int cli_close_store(plx_store *st, int rc);

@@ -165,7 +165,7 @@ int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
 
     if (rc == EXIT_OK)
-        rc = cli_open_store(ctx, 1, &st);
+        rc = cli_open_store_aio(ctx, 1, &st);
     if (rc != EXIT_OK)
         return rc;
     return cli_close_store(st, export_to(st, pos[0], pos[1]));

@@ -251,7 +251,7 @@ int cmd_vdi_import(struct cli_ctx *ctx, int argc, char **argv)
     int fd = is_stdin ? STDIN_FILENO : open(pos[1], O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return cli_error("%s: %s", pos[1], strerror(errno));
-    rc = cli_open_store(ctx, 0, &st);
+    rc = cli_open_store_aio(ctx, 0, &st);
     if (rc == EXIT_OK)
         rc = cli_close_store(st, import_into(st, pos[0], fd, is_stdin ? "stdin" : pos[1]));
     if (!is_stdin)

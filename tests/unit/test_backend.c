@@ -3,6 +3,7 @@
  * backend.h and backend_fault.h.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <libaio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 
 #include "backend.h"
 #include "backend_fault.h"
@@ -27,12 +29,14 @@ enum kind {
     K_FILE,        /* O_DIRECT temp file, aio fdsync / RWF_DSYNC */
     K_FILE_THREAD, /* the same with the fdatasync helper-thread fallback forced */
     K_FILE_SHM,    /* tmpfs: O_DIRECT may be refused there, exercising buffered I/O */
+    K_FILE_BLOCK,  /* PLX_BACKEND_BLOCKING: pread/pwrite/fdatasync, no aio context */
     K_COUNT,
 };
 
-static const char *kind_name[K_COUNT] = {"mem", "fault", "file", "file-thread", "file-shm"};
+static const char *kind_name[K_COUNT] = {"mem",         "fault",    "file",
+                                         "file-thread", "file-shm", "file-blocking"};
 
-static plx_backend *open_temp_file(const char *dir, uint64_t nblocks)
+static plx_backend *open_temp_file_flags(const char *dir, uint64_t nblocks, unsigned flags)
 {
     char path[4096];
     char errbuf[256] = "";
@@ -43,11 +47,16 @@ static plx_backend *open_temp_file(const char *dir, uint64_t nblocks)
     ck_assert_msg(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
     ck_assert_int_eq(ftruncate(fd, (off_t)(nblocks * BS)), 0);
     close(fd);
-    plx_backend *be = plx_backend_file_open(path, 0, &err, errbuf, sizeof(errbuf));
+    plx_backend *be = plx_backend_file_open(path, flags, &err, errbuf, sizeof(errbuf));
     /* The backend keeps its descriptor: the name is not needed any more. */
     unlink(path);
     ck_assert_msg(be != NULL, "open %s: %d %s", path, err, errbuf);
     return be;
+}
+
+static plx_backend *open_temp_file(const char *dir, uint64_t nblocks)
+{
+    return open_temp_file_flags(dir, nblocks, 0);
 }
 
 static plx_backend *make_backend(int kind, uint64_t nblocks)
@@ -72,6 +81,9 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         break;
     case K_FILE_SHM:
         be = open_temp_file(stat("/dev/shm", &st) == 0 ? "/dev/shm" : tu_tmpdir(), nblocks);
+        break;
+    case K_FILE_BLOCK:
+        be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_BLOCKING);
         break;
     }
     ck_assert_ptr_nonnull(be);
@@ -460,20 +472,27 @@ static char *make_temp(uint64_t size)
     return path;
 }
 
+/* Loop tests over the file backend's two modes: _i = 0 kernel aio, 1 blocking. */
+static unsigned mode_flags(int i)
+{
+    return i ? PLX_BACKEND_BLOCKING : 0;
+}
+
 START_TEST(test_file_size_and_rdonly)
 {
     char *path = make_temp(10 * BS + 100);
     char errbuf[256] = "";
     int err = 0;
 
-    plx_backend *be = plx_backend_file_open(path, 0, &err, errbuf, sizeof(errbuf));
+    plx_backend *be = plx_backend_file_open(path, mode_flags(_i), &err, errbuf, sizeof(errbuf));
     ck_assert_ptr_nonnull(be);
     ck_assert_uint_eq(be->nblocks, 10);
     ck_assert_msg(strstr(be->desc, path) == be->desc, "desc %s", be->desc);
     write_pattern(be, 9, 1, 42, PLX_IO_FUA);
     be->ops->destroy(be);
 
-    be = plx_backend_file_open(path, PLX_BACKEND_RDONLY, &err, errbuf, sizeof(errbuf));
+    be = plx_backend_file_open(path, PLX_BACKEND_RDONLY | mode_flags(_i), &err, errbuf,
+                               sizeof(errbuf));
     ck_assert_ptr_nonnull(be);
     ck_assert(has_pattern(be, 9, 1, 42));
     unsigned char *buf = plx_block_alloc(1);
@@ -491,7 +510,7 @@ START_TEST(test_file_short_read_is_eio)
 {
     char *path = make_temp(8 * BS);
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, 0, &err, NULL, 0);
+    plx_backend *be = plx_backend_file_open(path, mode_flags(_i), &err, NULL, 0);
     ck_assert_ptr_nonnull(be);
     write_pattern(be, 0, 8, 7, 0);
 
@@ -614,6 +633,151 @@ START_TEST(test_file_old_kernel_fallbacks)
     for (int i = 0; i < 40; i++)
         ck_assert(has_pattern(be, 10 + (uint64_t)i, 1, 70 + (uint64_t)i));
     be->ops->destroy(be);
+}
+END_TEST
+
+/* ---- File backend, blocking mode ------------------------------------------------------------- */
+
+/* Kernel aio rings this process has mapped: one per live io_setup context. */
+static int aio_rings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        n += strstr(line, "[aio]") != NULL;
+    fclose(f);
+    return n;
+}
+
+START_TEST(test_file_blocking_no_aio_context)
+{
+    int before = aio_rings();
+    plx_backend *be = make_backend(K_FILE_BLOCK, 16);
+    write_pattern(be, 3, 2, 81, PLX_IO_FUA);
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    ck_assert(has_pattern(be, 3, 2, 81));
+    ck_assert_int_eq(aio_rings(), before);
+    be->ops->destroy(be);
+
+    /* The check above can fail: the default mode does map a ring. */
+    be = make_backend(K_FILE, 16);
+    ck_assert_int_eq(aio_rings(), before + 1);
+    be->ops->destroy(be);
+    ck_assert_int_eq(aio_rings(), before);
+}
+END_TEST
+
+/*
+ * The blocking mode's pwritev2 and fdatasync land here (the executable's definitions win over
+ * libc's), so that tests can count flushes and refuse RWF_DSYNC as kernels before 4.13 do.
+ */
+static struct {
+    int refuse_rwf;
+    unsigned dsync_writes, refused, fdatasyncs;
+} sync_fault;
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t off, int flags)
+{
+    if (flags & RWF_DSYNC) {
+        if (sync_fault.refuse_rwf) {
+            sync_fault.refused++;
+            errno = EOPNOTSUPP;
+            return -1;
+        }
+        sync_fault.dsync_writes++;
+    }
+    return syscall(SYS_pwritev2, fd, iov, iovcnt, (long)off, 0L, flags);
+}
+
+int fdatasync(int fd)
+{
+    sync_fault.fdatasyncs++;
+    return (int)syscall(SYS_fdatasync, fd);
+}
+
+START_TEST(test_file_blocking_fua_and_flush)
+{
+    plx_backend *be = make_backend(K_FILE_BLOCK, 64);
+    memset(&sync_fault, 0, sizeof(sync_fault));
+
+    /* FUA is one RWF_DSYNC write, a flush one fdatasync, a plain write neither. */
+    write_pattern(be, 1, 1, 91, 0);
+    ck_assert_uint_eq(sync_fault.dsync_writes + sync_fault.fdatasyncs, 0);
+    write_pattern(be, 2, 2, 92, PLX_IO_FUA);
+    ck_assert_uint_eq(sync_fault.dsync_writes, 1);
+    ck_assert_uint_eq(sync_fault.fdatasyncs, 0);
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    ck_assert_uint_eq(sync_fault.fdatasyncs, 1);
+
+    /* Without RWF_DSYNC, every FUA write is followed by its own fdatasync, and the backend
+     * stops asking after the first refusal. */
+    sync_fault.refuse_rwf = 1;
+    for (int i = 0; i < 5; i++)
+        write_pattern(be, 10 + (uint64_t)i, 1, 100 + (uint64_t)i, PLX_IO_FUA);
+    ck_assert_uint_eq(sync_fault.refused, 1);
+    ck_assert_uint_eq(sync_fault.fdatasyncs, 1 + 5);
+    sync_fault.refuse_rwf = 0;
+    ck_assert(has_pattern(be, 1, 1, 91));
+    ck_assert(has_pattern(be, 2, 2, 92));
+    for (int i = 0; i < 5; i++)
+        ck_assert(has_pattern(be, 10 + (uint64_t)i, 1, 100 + (uint64_t)i));
+    be->ops->destroy(be);
+}
+END_TEST
+
+/* A store opened with blocking_io (and a store formatted) leaves no aio context behind; one
+ * opened without it, or by a caller whose struct predates the field, uses aio. */
+START_TEST(test_store_blocking_io)
+{
+    char path[4096], err[512] = "";
+    snprintf(path, sizeof(path), "%s/plx-test-blocking-XXXXXX", tu_tmpdir());
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_msg(plx_format(path, 8ull << 20, 1ull << 20, 1, err, sizeof(err)) == 0, "%s", err);
+    int before = aio_rings();
+
+    plx_store *st = NULL;
+    struct plx_open_opts o = {.struct_size = sizeof(o), .blocking_io = 1};
+    ck_assert_msg(plx_store_open(path, &o, &st, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(aio_rings(), before);
+    ck_assert_int_eq(plx_vdi_create(st, "b", 1 << 20, NULL), 0);
+    plx_vdi *v = NULL;
+    ck_assert_int_eq(plx_vdi_open(st, "b", 0, &v), 0);
+    unsigned char *buf = plx_block_alloc(4);
+    tu_fill(buf, 4 * BS, 7);
+    ck_assert_int_eq(plx_vdi_pwrite(v, buf, 8 * BS, 4 * BS, PLX_WRITE_FUA), 0);
+    uint64_t snap = 0;
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, NULL, &snap), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(aio_rings(), before);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* Same bytes through the aio path. */
+    o.blocking_io = 0;
+    ck_assert_int_eq(plx_store_open(path, &o, &st, err, sizeof(err)), 0);
+    ck_assert_int_eq(aio_rings(), before + 1);
+    char spec[64];
+    snprintf(spec, sizeof(spec), "b@%llu", (unsigned long long)snap);
+    ck_assert_int_eq(plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v), 0);
+    unsigned char *got = plx_block_alloc(4);
+    ck_assert_int_eq(plx_vdi_pread(v, got, 8 * BS, 4 * BS), 0);
+    ck_assert_mem_eq(got, buf, 4 * BS);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* An older caller's struct ends before blocking_io: whatever follows it is not read. */
+    struct {
+        struct plx_open_opts o;
+    } old = {{.struct_size = offsetof(struct plx_open_opts, blocking_io), .blocking_io = 1}};
+    ck_assert_int_eq(plx_store_open(path, &old.o, &st, err, sizeof(err)), 0);
+    ck_assert_int_eq(aio_rings(), before + 1);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(got);
+    plx_block_free(buf);
+    unlink(path);
 }
 END_TEST
 
@@ -1259,10 +1423,13 @@ static Suite *backend_suite(void)
     tc = tcase_create("file");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_file_open_errors);
-    tcase_add_test(tc, test_file_size_and_rdonly);
-    tcase_add_test(tc, test_file_short_read_is_eio);
+    tcase_add_loop_test(tc, test_file_size_and_rdonly, 0, 2);
+    tcase_add_loop_test(tc, test_file_short_read_is_eio, 0, 2);
     tcase_add_test(tc, test_file_eagain);
     tcase_add_test(tc, test_file_old_kernel_fallbacks);
+    tcase_add_test(tc, test_file_blocking_no_aio_context);
+    tcase_add_test(tc, test_file_blocking_fua_and_flush);
+    tcase_add_test(tc, test_store_blocking_io);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fault");
