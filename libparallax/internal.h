@@ -188,7 +188,7 @@ enum plx_batch_state {
     B_FLUSH_A,
     B_STAGE_B,
     B_FLUSH_REC, /* snapshot: commit nodes durable before the record that counts it */
-    B_RECORD,
+    B_RECORD,    /* snapshot: the VDI record, written FUA */
     B_FLUSH_B,
     B_DONE,
 };

@@ -19,8 +19,8 @@
  * nodes". So a batch commits as:
  *   stage A: wait for member data writes; write the new nodes, the claimed bitmap blocks and
  *            (for a snapshot) the snapshot log block; FLUSH;
- *   stage B: write the commit nodes and (for a snapshot) the VDI record; FLUSH if a member asked
- *            for durability.
+ *   stage B: write the commit nodes; for a snapshot, FLUSH and write the VDI record with FUA;
+ *            otherwise FLUSH if a member asked for durability.
  * Dependency chains are therefore never longer than two, as with commit-node inheritance, and a
  * batch that is in flight accumulates the next one behind it, so a sequential writer never
  * waits on one ever-growing commit node (the thesis's section 4.1.5 problem).
@@ -205,11 +205,12 @@ static void batch_io_done(plx_store *st, struct plx_ev *ev)
     batch_advance(b->v, b);
 }
 
-static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op, uint64_t blk,
-                         void *buf)
+static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op,
+                               uint64_t blk, void *buf, unsigned flags)
 {
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
+    ev->io.flags = flags;
     ev->io.block = blk;
     ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
     ev->io.buf = buf;
@@ -228,6 +229,12 @@ static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op 
         return;
     }
     b->io_pending++;
+}
+
+static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op, uint64_t blk,
+                         void *buf)
+{
+    batch_submit_flags(b, ev, op, blk, buf, 0);
 }
 
 static void alloc_synced(void *arg, int status)
@@ -393,16 +400,15 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
+            /* Everything else of the batch is durable: a FUA write of the record makes the
+             * snapshot durable without another full flush (a device with FUA writes just that
+             * block through its cache). */
             b->state = B_RECORD;
-            batch_submit(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf);
+            batch_submit_flags(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf,
+                               PLX_IO_FUA);
             break;
         case B_RECORD:
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            b->state = B_FLUSH_B;
-            batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+            b->state = B_DONE;
             break;
         case B_FLUSH_B:
             b->state = B_DONE;
