@@ -1,7 +1,8 @@
 /*
  * nbd_plugin.c - nbdkit plugin exporting every VDI of a blockstore over NBD.
  *
- *   nbdkit nbdkit-parallax-plugin.so blockstore=PATH [cache=SIZE]     (or `parallax serve`)
+ *   nbdkit nbdkit-parallax-plugin.so blockstore=PATH [cache=SIZE] [socket=PATH]
+ *                                                                  (or `parallax serve --nbdkit`)
  *
  * Export names: a VDI's name or id (read-write), "VDI@N" or "VDI@LABEL" (a snapshot,
  * read-only). All connections share one engine, owned by one thread (engine_thread.c): nbdkit
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #define PLX_CONTROL_SERVER
 #include "control.h"
@@ -26,6 +29,13 @@
 static char *blockstore;
 static uint64_t cache_bytes;
 static struct et *engine;
+
+/* socket=PATH: the --unix socket nbdkit listens on, which nbdkit leaves behind when it exits;
+ * removed at unload if it is still the one that was there once nbdkit was serving. */
+static char *socket_path;
+static dev_t socket_dev;
+static ino_t socket_ino;
+static int socket_seen;
 
 /* Open VDIs, shared by connections; engine thread only. */
 struct export {
@@ -91,7 +101,12 @@ static int plx_config(const char *key, const char *value)
         cache_bytes = (uint64_t)n;
         return 0;
     }
-    nbdkit_error("unknown parameter '%s' (expected blockstore=PATH, cache=SIZE)", key);
+    if (strcmp(key, "socket") == 0) {
+        free(socket_path);
+        socket_path = nbdkit_absolute_path(value);
+        return socket_path ? 0 : -1;
+    }
+    nbdkit_error("unknown parameter '%s' (expected blockstore=PATH, cache=SIZE, socket=PATH)", key);
     return -1;
 }
 
@@ -115,6 +130,13 @@ static plx_vdi *find_writable(uint64_t id)
 /* Threads do not survive nbdkit's fork into the background, so the engine starts after it. */
 static int plx_after_fork(void)
 {
+    /* nbdkit has bound its sockets by now: remember which file is ours to remove. */
+    struct stat sb;
+    if (socket_path && lstat(socket_path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+        socket_dev = sb.st_dev;
+        socket_ino = sb.st_ino;
+        socket_seen = 1;
+    }
     char err[512];
     int rc = et_start(blockstore, cache_bytes, &engine, err, sizeof err);
     if (rc) {
@@ -151,6 +173,11 @@ static void plx_cleanup(void)
 
 static void plx_unload(void)
 {
+    struct stat sb;
+    if (socket_seen && lstat(socket_path, &sb) == 0 && sb.st_dev == socket_dev &&
+        sb.st_ino == socket_ino)
+        unlink(socket_path);
+    free(socket_path);
     free(blockstore);
 }
 
@@ -461,7 +488,8 @@ static struct nbdkit_plugin plugin = {
     .config = plx_config,
     .config_complete = plx_config_complete,
     .config_help = "blockstore=PATH   the Parallax blockstore (file or block device)\n"
-                   "cache=SIZE        radix node cache (default 64M)",
+                   "cache=SIZE        radix node cache (default 64M)\n"
+                   "socket=PATH       nbdkit's --unix socket, to remove at exit",
     .magic_config_key = "blockstore",
     .after_fork = plx_after_fork,
     .cleanup = plx_cleanup,

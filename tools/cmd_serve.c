@@ -6,7 +6,8 @@
  * engine thread, next to the control socket, until SIGINT or SIGTERM. With --nbdkit the command
  * instead finds the Parallax nbdkit plugin (tapdisk/nbd_plugin.c) and replaces itself with
  * nbdkit (same pid, so the VDI locks it takes name this process, and `parallax vdi-snapshot`
- * finds its control socket).
+ * finds its control socket). nbdkit leaves its --unix socket behind when it exits, so the
+ * plugin is told the path (socket=PATH) and removes it at unload, as the built-in server does.
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #define PLX_CONTROL_SERVER
 #include "cli.h"
@@ -69,6 +73,23 @@ static const char *default_threads(void)
     }
     unsigned v = maj * 10000 + min * 100 + pat;
     return v >= 13204 && v < 13310 ? "1" : NULL;
+}
+
+/* A socket file at path that nobody accepts on (a server killed before it could remove it)
+ * would make nbdkit fail with EADDRINUSE: remove it. A live server's socket is left alone. */
+static void remove_stale_socket(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct stat sb;
+    if (strlen(path) >= sizeof sa.sun_path || lstat(path, &sb) != 0 || !S_ISSOCK(sb.st_mode))
+        return;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno == ECONNREFUSED)
+        unlink(path);
+    close(fd);
 }
 
 /* The built-in server: runs until SIGINT or SIGTERM. */
@@ -138,6 +159,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         return rc;
 
     char plugin[PATH_MAX], abs[PATH_MAX], bs_arg[PATH_MAX + 16], cache_arg[64];
+    char sock_arg[PATH_MAX + 16];
     if (find_plugin(plugin, sizeof plugin) != 0)
         return cli_error("cannot find %s (set PARALLAX_NBDKIT_PLUGIN)", PLUGIN_NAME);
     if (!realpath(path, abs))
@@ -157,6 +179,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         args[n++] = threads_arg;
     }
     if (unix_path) {
+        remove_stale_socket(unix_path);
         args[n++] = "--unix";
         args[n++] = unix_path;
     } else {
@@ -169,6 +192,11 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     args[n++] = bs_arg;
     if (cache_bytes)
         args[n++] = cache_arg;
+    if (unix_path) {
+        /* nbdkit runs in the foreground, in this directory: a relative path means the same. */
+        snprintf(sock_arg, sizeof sock_arg, "socket=%s", unix_path);
+        args[n++] = sock_arg;
+    }
     args[n] = NULL;
     fflush(NULL);
     execvp("nbdkit", (char *const *)args);

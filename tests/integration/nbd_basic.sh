@@ -163,3 +163,30 @@ qio "$(uri disk@1)" "read -P 0 4M 4M" "read -P 0xa1 0 1M"
 
 stop_server
 plx check >"$T/check.out" || { cat "$T/check.out" >&2; fail "check after serving"; }
+
+# ---- Both servers remove their socket when stopped, and start over one a killed server left ------
+# (nbdkit leaves its --unix socket behind unless the plugin is told to remove it.)
+for args in "" --nbdkit; do
+    what="serve ${args:-(built-in)}"
+    PLX_SERVE_ARGS=$args start_server
+    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk"
+    stop_server
+    [[ ! -e $sock ]] || fail "$what left its socket behind after SIGTERM"
+
+    PLX_SERVE_ARGS=$args start_server
+    kill -KILL "$SERVER_PID"
+    wait "$SERVER_PID" || true
+    [[ -S $sock ]] || fail "$what: no stale socket after SIGKILL (nothing left to test)"
+    # shellcheck disable=SC2086 # args: extra `serve` options
+    "$PARALLAX" -b "$T/store.img" serve $args --unix "$sock" >>"$T/serve.log" 2>&1 &
+    SERVER_PID=$!
+    bg_pid "$SERVER_PID"
+    for ((i = 0; i < 100; i++)); do
+        nbdinfo --size "$(uri disk)" >/dev/null 2>&1 && break
+        kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 5 "$T/serve.log" >&2; fail "$what did not start over a stale socket"; }
+        sleep 0.1
+    done
+    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk after a restart"
+    stop_server
+    [[ ! -e $sock ]] || fail "$what left its socket behind after a restart"
+done
