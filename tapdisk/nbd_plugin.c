@@ -67,8 +67,8 @@ struct nbd_job {
         int mapped;
     } *runs;
     size_t nruns;
-    /* list_exports answer */
-    char **names;
+    /* list_exports answer: names and descriptions (NULL for none) */
+    char **names, **descs;
     size_t nnames;
 };
 
@@ -420,17 +420,23 @@ static int plx_extents(void *handle, uint32_t count, uint64_t offset, uint32_t f
 
 /* ---- export listing ------------------------------------------------------------------------------ */
 
-static int add_name(struct nbd_job *j, const char *fmt, const char *a, unsigned long long n)
+static int add_name(struct nbd_job *j, const char *name, const char *desc)
 {
     char **nn = realloc(j->names, (j->nnames + 1) * sizeof *nn);
     if (!nn)
         return -ENOMEM;
     j->names = nn;
-    char buf[PLX_NAME_MAX + 64];
-    snprintf(buf, sizeof buf, fmt, a, n);
-    j->names[j->nnames] = strdup(buf);
-    if (!j->names[j->nnames])
+    char **nd = realloc(j->descs, (j->nnames + 1) * sizeof *nd);
+    if (!nd)
         return -ENOMEM;
+    j->descs = nd;
+    j->names[j->nnames] = strdup(name);
+    j->descs[j->nnames] = desc ? strdup(desc) : NULL;
+    if (!j->names[j->nnames] || (desc && !j->descs[j->nnames])) {
+        free(j->names[j->nnames]);
+        free(j->descs[j->nnames]);
+        return -ENOMEM;
+    }
     j->nnames++;
     return 0;
 }
@@ -444,14 +450,25 @@ static void list_job(struct et_job *job, plx_store *st)
     for (size_t i = 0; !rc && i < n; i++) {
         if (vdis[i].deleted)
             continue;
-        rc = add_name(j, "%s", vdis[i].name, 0);
+        rc = add_name(j, vdis[i].name, NULL);
         struct plx_snap_info *snaps = NULL;
         size_t ns = 0;
         if (!rc)
             rc = plx_snap_list(st, vdis[i].id, &snaps, &ns);
-        for (size_t k = 0; !rc && k < ns; k++)
-            if (!snaps[k].deleted)
-                rc = add_name(j, "%s@%llu", vdis[i].name, (unsigned long long)snaps[k].index);
+        for (size_t k = 0; !rc && k < ns; k++) {
+            if (snaps[k].deleted)
+                continue;
+            char name[PLX_NAME_MAX + 32], label[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
+            snprintf(name, sizeof name, "%s@%llu", vdis[i].name,
+                     (unsigned long long)snaps[k].index);
+            rc = add_name(j, name, NULL);
+            /* A labelled snapshot is also exported as VDI@LABEL: list that name too, saying
+             * which snapshot it is (as the built-in server does). */
+            if (!rc && snaps[k].label[0]) {
+                snprintf(label, sizeof label, "%s@%s", vdis[i].name, snaps[k].label);
+                rc = add_name(j, label, name);
+            }
+        }
         free(snaps);
     }
     free(vdis);
@@ -463,11 +480,13 @@ static int plx_list_exports(int readonly, int is_tls, struct nbdkit_exports *exp
     struct nbd_job j = {.job.fn = list_job};
     int rc = et_call(engine, &j.job);
     for (size_t i = 0; i < j.nnames; i++) {
-        if (!rc && nbdkit_add_export(exps, j.names[i], NULL) == -1)
+        if (!rc && nbdkit_add_export(exps, j.names[i], j.descs[i]) == -1)
             rc = -EIO;
         free(j.names[i]);
+        free(j.descs[i]);
     }
     free(j.names);
+    free(j.descs);
     return rc ? fail(&j, rc) : 0;
 }
 

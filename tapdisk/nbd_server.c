@@ -648,15 +648,18 @@ static void opt_error(struct conn *c, uint32_t opt, uint32_t type, const char *m
     opt_reply(c, opt, type, msg, msg ? strlen(msg) : 0);
 }
 
-static int add_server_reply(struct conn *c, const char *name)
+/* One NBD_REP_SERVER: u32 name length, name, then an optional description (desc may be NULL). */
+static int add_server_reply(struct conn *c, const char *name, const char *desc)
 {
-    size_t n = strlen(name);
-    unsigned char *d = malloc(4 + n);
+    size_t n = strlen(name), dn = desc ? strlen(desc) : 0;
+    unsigned char *d = malloc(4 + n + dn);
     if (!d)
         return -ENOMEM;
     put32(d, (uint32_t)n);
     memcpy(d + 4, name, n);
-    opt_reply(c, NBD_OPT_LIST, NBD_REP_SERVER, d, 4 + n);
+    if (dn)
+        memcpy(d + 4 + n, desc, dn);
+    opt_reply(c, NBD_OPT_LIST, NBD_REP_SERVER, d, 4 + n + dn);
     free(d);
     return 0;
 }
@@ -673,7 +676,7 @@ static void opt_list(struct conn *c, plx_store *st, uint32_t len)
     for (size_t i = 0; !rc && i < n; i++) {
         if (vdis[i].deleted)
             continue;
-        rc = add_server_reply(c, vdis[i].name);
+        rc = add_server_reply(c, vdis[i].name, NULL);
         struct plx_snap_info *snaps = NULL;
         size_t ns = 0;
         if (!rc)
@@ -681,10 +684,16 @@ static void opt_list(struct conn *c, plx_store *st, uint32_t len)
         for (size_t k = 0; !rc && k < ns; k++) {
             if (snaps[k].deleted)
                 continue;
-            char name[PLX_NAME_MAX + 32];
+            char name[PLX_NAME_MAX + 32], label[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
             snprintf(name, sizeof name, "%s@%llu", vdis[i].name,
                      (unsigned long long)snaps[k].index);
-            rc = add_server_reply(c, name);
+            rc = add_server_reply(c, name, NULL);
+            /* A labelled snapshot is also exported as VDI@LABEL: list that name too, saying
+             * which snapshot it is. */
+            if (!rc && snaps[k].label[0]) {
+                snprintf(label, sizeof label, "%s@%s", vdis[i].name, snaps[k].label);
+                rc = add_server_reply(c, label, name);
+            }
         }
         free(snaps);
     }

@@ -86,7 +86,14 @@ assert_eq disk@1 "$(plx vdi-snapshot disk --label one)" "live snapshot"
 echo quit >&3
 exec 3>&-
 wait "$holder" || fail "qemu-io holding the VDI failed: $(cat "$T/hold.log")"
-assert_eq "copy disk disk@1 sparse " "$(list_names)" "exports after a snapshot"
+assert_eq "copy disk disk@1 disk@one sparse " "$(list_names)" "exports after a labelled snapshot"
+# list_desc NAME: the description the list gives export NAME ("" when none).
+list_desc() {
+    nbdinfo --list --json "nbd+unix:///?socket=$sock" |
+        jq -r --arg n "$1" '.exports[] | select(."export-name" == $n) | .description // ""'
+}
+assert_eq disk@1 "$(list_desc disk@one)" "description of the label's export"
+assert_eq "" "$(list_desc disk@1)" "description of a snapshot's number"
 info=$(nbdinfo --json "$(uri disk@1)")
 assert_eq true "$(jq -r '.exports[0].is_read_only' <<<"$info")" "snapshot export read-only"
 assert_eq false "$(nbdinfo --json "$(uri disk)" | jq -r '.exports[0].is_read_only')" "VDI read-write"
@@ -166,10 +173,17 @@ plx check >"$T/check.out" || { cat "$T/check.out" >&2; fail "check after serving
 
 # ---- Both servers remove their socket when stopped, and start over one a killed server left ------
 # (nbdkit leaves its --unix socket behind unless the plugin is told to remove it.)
+# Both also list a snapshot's label as an export, and a new label at once.
+n=0
 for args in "" --nbdkit; do
     what="serve ${args:-(built-in)}"
     PLX_SERVE_ARGS=$args start_server
     assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk"
+    n=$((n + 1))
+    plx snap-label disk@1 "label$n"
+    assert_eq "copy disk disk@1 disk@label$n sparse " "$(list_names)" "$what: exports after relabelling"
+    assert_eq disk@1 "$(list_desc "disk@label$n")" "$what: description of disk@label$n"
+    qio "$(uri "disk@label$n")" "read -P 0xa1 0 1M"
     stop_server
     [[ ! -e $sock ]] || fail "$what left its socket behind after SIGTERM"
 

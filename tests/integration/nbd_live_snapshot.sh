@@ -110,7 +110,7 @@ cmp_export disk@x want1
 cmp_export disk@1 want1
 cmp_export disk@2 want2
 list_names() { nbdinfo --list --json "nbd+unix:///?socket=$sock" | jq -r '.exports[]."export-name"' | sort | tr '\n' ' '; }
-assert_eq "disk disk@1 disk@2 " "$(list_names)" "exports with two snapshots"
+assert_eq "disk disk@1 disk@2 disk@x " "$(list_names)" "exports with two snapshots, one labelled"
 
 # ---- snap-label and snap-delete through the server ---------------------------------------------
 plx snap-label disk@2 y || fail "live snap-label"
@@ -118,7 +118,7 @@ plx snap-list disk | grep -Eq '^2 +[0-9TZ:-]+ +y$' || fail "label not set: $(plx
 cmp_export disk@y want2
 plx snap-delete disk@x || fail "live snap-delete"
 plx snap-list disk | grep -q '^1 ' && fail "snapshot 1 still listed: $(plx snap-list disk)"
-assert_eq "disk disk@2 " "$(list_names)" "exports after snap-delete"
+assert_eq "disk disk@2 disk@y " "$(list_names)" "exports after snap-label and snap-delete"
 if nbdinfo "$(uri disk@x)" >/dev/null 2>&1; then fail "deleted snapshot still exported"; fi
 
 # ---- What must be refused while the server holds the VDI ----------------------------------------
