@@ -186,6 +186,7 @@ enum plx_batch_state {
     B_OPEN,
     B_STAGE_A,
     B_FLUSH_A,
+    B_WAIT_PREV, /* stage A durable; stage B waits for the older flying batch to finish */
     B_STAGE_B,
     B_FLUSH_REC, /* snapshot: commit nodes durable before the record that counts it */
     B_RECORD,    /* snapshot: the VDI record, written FUA */
@@ -209,6 +210,7 @@ struct plx_batch {
     void *images;                /* node images captured when the batch started flying */
     struct plx_ev flush_ev;
     bool stage_a_started;
+    bool overlapped;             /* started flying while an older batch was in flight */
     /* snapshot carried by this batch */
     struct plx_req *snap;
     uint8_t *rec_buf;            /* VDI record image */
@@ -230,7 +232,8 @@ struct plx_vdi {
     struct plx_snap_info *snaps; /* writable VDIs: every snapshot, as committed or in flight */
     size_t nsnaps;
     struct plx_req *active_head, *active_tail;
-    struct plx_batch *open, *flight;
+    struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
+    struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;
     bool needs_reload;
     /* No write or trim since the newest snapshot was taken (in request order): the tree equals

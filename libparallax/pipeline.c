@@ -27,7 +27,8 @@
  *
  * Node images are captured when a batch starts flying, so the next batch may change the same
  * nodes in memory at once; a node first allocated in batch N is a commit node for any later
- * batch, whose stage B comes after batch N has finished.
+ * batch, whose stage B comes after batch N has finished. Two batches may fly at once: the
+ * second's stage A overlaps the first's stage B (see batch_maybe_start).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -65,7 +66,7 @@ static bool is_write(const struct plx_req *r)
 
 bool plx_vdi_idle(const struct plx_vdi *v)
 {
-    return !v->active_head && !v->open && !v->flight;
+    return !v->active_head && !v->open && !v->flight && !v->flight_next;
 }
 
 /* ---- Active list and conflicts ------------------------------------------------------------ */
@@ -202,7 +203,9 @@ static void batch_io_done(plx_store *st, struct plx_ev *ev)
                     b->v->rec.name, (unsigned long long)ev->io.block, strerror(-ev->status));
     }
     b->io_pending--;
-    batch_advance(b->v, b);
+    struct plx_vdi *v = b->v;
+    batch_advance(v, b);
+    batch_maybe_start(v); /* b may have left stage A: the next batch can start flying */
 }
 
 static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op,
@@ -243,7 +246,9 @@ static void alloc_synced(void *arg, int status)
     if (status && !b->status)
         b->status = status;
     b->io_pending--;
-    batch_advance(b->v, b);
+    struct plx_vdi *v = b->v;
+    batch_advance(v, b);
+    batch_maybe_start(v);
 }
 
 static void batch_write_stage(struct plx_batch *b, bool stage_a)
@@ -298,6 +303,8 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
          * before the members finish, so nothing queued behind them starts on the old tree. */
         if (v->open)
             v->open->status = status;
+        if (v->flight_next && !v->flight_next->status)
+            v->flight_next->status = status;
         v->needs_reload = true;
         for (size_t i = 0; i < b->nnodes; i++)
             b->nodes[i]->stale = true;
@@ -311,10 +318,14 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
         req_finish(r);
         r = next;
     }
-    v->flight = NULL;
+    /* Batches finish in order: the next one may now write its commit nodes, or finish. */
+    v->flight = v->flight_next;
+    v->flight_next = NULL;
     batch_free(v, b);
-    if (v->needs_reload && !v->open)
+    if (v->needs_reload && !v->open && !v->flight)
         vdi_reload(v);
+    if (v->flight)
+        batch_advance(v, v->flight);
     batch_maybe_start(v);
     plx_pipeline_kick(v);
 }
@@ -365,11 +376,22 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 batch_write_stage(b, true);
                 continue;
             }
-            b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_STAGE_B;
+            b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_WAIT_PREV;
             if (b->state == B_FLUSH_A)
                 batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
             break;
         case B_FLUSH_A:
+            if (b->status) {
+                b->state = B_DONE;
+                break;
+            }
+            b->state = B_WAIT_PREV;
+            break;
+        case B_WAIT_PREV:
+            /* Stage B rewrites nodes the older batch may also write, and a snapshot's record
+             * must not pass the older one's: wait until the older batch has finished. */
+            if (v->flight != b)
+                return;
             if (b->status) {
                 b->state = B_DONE;
                 break;
@@ -387,7 +409,9 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                  * of the requests before it are durable, so a snapshot that exists after a
                  * crash holds every one of them. */
                 b->state = B_FLUSH_REC;
-                if (batch_has_commit_nodes(b))
+                /* A batch that flew beside an older one flushed its stage A before the older
+                 * batch wrote its commit nodes: those need this flush too. */
+                if (batch_has_commit_nodes(b) || b->overlapped)
                     batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
                 break;
             }
@@ -414,19 +438,31 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
             b->state = B_DONE;
             break;
         case B_DONE:
+            if (v->flight != b)
+                return; /* finishes after the older batch (batch_finish advances it then) */
             batch_finish(v, b);
             return;
         }
     }
 }
 
+/* Start the open batch flying. Two batches may fly at once: the next starts when the older one
+ * has written its stage A (new nodes, bitmaps, log block: none of which the next batch writes),
+ * so its data wait, stage A and flush overlap the older batch's stage B; its own stage B waits
+ * for the older batch to finish (B_WAIT_PREV). */
 static void batch_maybe_start(struct plx_vdi *v)
 {
     struct plx_batch *b = v->open;
-    if (v->flight || !b)
+    if (!b || v->flight_next)
+        return;
+    if (v->flight && v->flight->state <= B_STAGE_A)
         return;
     v->open = NULL;
-    v->flight = b;
+    b->overlapped = v->flight != NULL;
+    if (b->overlapped)
+        v->flight_next = b;
+    else
+        v->flight = b;
     b->state = B_STAGE_A;
     b->alloc_gen = plx_alloc_gen(v->st);
     if (!b->status)

@@ -491,7 +491,8 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
 
 static bool snapshot_pending(const plx_vdi *v)
 {
-    return (v->open && v->open->snap) || (v->flight && v->flight->snap);
+    return (v->open && v->open->snap) || (v->flight && v->flight->snap) ||
+           (v->flight_next && v->flight_next->snap);
 }
 
 /* Rewrite one record of the VDI's log. Waits until no snapshot is being committed (it may be
