@@ -79,7 +79,7 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit unit-san integration lint bench-smoke
+check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke
 	@echo "make check: all passed"
 
 builddeps:
@@ -108,9 +108,23 @@ bench-smoke: $(B)/bench-engine
 	    || { tail -40 $(B)/test-logs/bench-engine-quick.txt; exit 1; }
 	@echo "bench-engine --quick: ok"
 
-# The side-by-side suite (bench/suite/run.sh: Parallax vs qcow2 vs direct, plots in bench/plots).
-bench: all $(B)/bench-engine
-	bench/suite/run.sh
+# The side-by-side suite (bench/README.md, "Side by side"): Parallax vs qcow2 vs direct over NBD.
+# `make bench` is the full run (about 20-25 minutes on 2 cores): results in
+# bench/results/suite-HOST-STAMP/, plots in bench/plots/, and the results block of bench/README.md
+# rewritten. Needs root for the file-system parts (loop devices, mounts).
+bench: deps all
+	bench/suite/run.sh --dir $(BENCH_DIR)
+
+# Smoke run for make check: tiny sizes, every section, every server and figure; fails when any
+# part fails. Never judges times, never writes into bench/ (output in build/bench-suite-smoke).
+bench-suite-smoke: deps all
+	@mkdir -p $(B)/test-logs
+	@rm -rf $(B)/bench-suite-smoke
+	@bench/suite/run.sh --smoke --dir $(BENCH_DIR) --out $(B)/bench-suite-smoke \
+	    > $(B)/test-logs/bench-suite-smoke.log 2>&1 \
+	    || { tail -40 $(B)/test-logs/bench-suite-smoke.log; echo "bench-suite-smoke: FAILED (log: $(B)/test-logs/bench-suite-smoke.log)"; exit 1; }
+	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
+	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
 
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
@@ -119,4 +133,5 @@ $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench \
+        bench-suite-smoke

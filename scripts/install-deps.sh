@@ -14,6 +14,10 @@ TEST_PKGS=(
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
     nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
     tgt libiscsi-dev libiscsi-bin
+    # the side-by-side benchmark suite (bench/suite/run.sh; make bench, make bench-suite-smoke):
+    # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
+    # archive of the tree the frequency section builds
+    qemu-system-common gnuplot-nox fonts-dejavu-core mount git tar coreutils
 )
 
 usage() {

@@ -7,7 +7,7 @@
 # shellcheck shell=bash
 
 SUITE_PIDS=()   # pids we started and must stop
-SUITE_MOUNTS=() # "mnt|loopdev|fusedir|nbdfuse-pid" stacks to tear down
+SUITE_MOUNTS=() # "mnt|loopdev|fusedir|nbdfuse-pid|bdi-restore" stacks to tear down
 
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() {
@@ -68,10 +68,12 @@ plx_start() {
 # plx_vdi_id STORE NAME
 plx_vdi_id() { "$PARALLAX" -b "$1" vdi-list --json | jq -r --arg n "$2" '.[] | select(.name == $n) | .id'; }
 
-# plx_meta STORE: reachable metadata blocks (used - leaked; a running server's claimed but
-# unlinked blocks count as leaked) and the raw used count, as "REACHABLE USED".
+# plx_meta STORE: reachable metadata blocks (used - leaked; a running server claims blocks in
+# chunks, and its claimed but unlinked blocks count as leaked), the raw used count, and the
+# reachable data blocks, as "REACHABLE USED DATA".
 plx_meta() {
-    "$PARALLAX" -b "$1" info --json | jq -r '"\(.blocks_used.metadata - .blocks_leaked.metadata) \(.blocks_used.metadata)"'
+    "$PARALLAX" -b "$1" info --json |
+        jq -r '"\(.blocks_used.metadata - .blocks_leaked.metadata) \(.blocks_used.metadata) \(.blocks_used.data - .blocks_leaked.data)"'
 }
 
 # hold_start SOCK EXPORT: keep one NBD connection open (the VDI stays open in the server, so
@@ -143,9 +145,12 @@ fio_value() {
 
 # fs_up SOCK EXPORT DIR [mkfs]: nbdfuse DIR/fuse/disk -> loop (direct I/O) -> ext4 on DIR/mnt.
 # With "mkfs", makes the file system first (no discard, no lazy init, so nothing runs behind
-# the benchmark). Sets FS_MNT.
+# the benchmark). With FS_DIRTY_MIB set (> 0), the loop device gets a strict per-device limit of
+# that many MiB of dirty pages (strict_limit and max_bytes in /sys/class/bdi; the old values are
+# put back at teardown), so buffered writers are throttled to the device's own writeback instead
+# of filling the page cache of a machine with far more RAM than the benchmark writes. Sets FS_MNT.
 fs_up() {
-    local sock=$1 export=$2 dir=$3 mk=${4:-} fpid loop
+    local sock=$1 export=$2 dir=$3 mk=${4:-} fpid loop bdi restore=""
     mkdir -p "$dir/fuse" "$dir/mnt"
     rm -f "$dir/nbdfuse.pid"
     nbdfuse -P "$dir/nbdfuse.pid" "$dir/fuse/disk" "nbd+unix:///$export?socket=$sock" >"$dir/nbdfuse.log" 2>&1 &
@@ -153,7 +158,22 @@ fs_up() {
     track_pid "$fpid"
     WAIT_S=20 wait_for -s "$dir/nbdfuse.pid" || die "nbdfuse did not start: $(cat "$dir/nbdfuse.log")"
     loop=$(losetup -f --show --direct-io=on "$dir/fuse/disk") || die "losetup failed"
-    SUITE_MOUNTS+=("$dir/mnt|$loop|$dir/fuse|$fpid")
+    if ((${FS_DIRTY_MIB:-0} > 0)); then
+        bdi=/sys/class/bdi/$(($(stat -c '0x%t' "$loop"))):$(($(stat -c '0x%T' "$loop")))
+        if [[ -w $bdi/strict_limit && -w $bdi/max_bytes && -w $bdi/max_ratio ]]; then
+            # max_ratio_fine (parts per million) where the kernel has it: restores exactly
+            local attr=max_ratio
+            [[ -w $bdi/max_ratio_fine ]] && attr=max_ratio_fine
+            restore="$bdi,$attr,$(cat "$bdi/$attr"),$(cat "$bdi/strict_limit")"
+        fi
+    fi
+    SUITE_MOUNTS+=("$dir/mnt|$loop|$dir/fuse|$fpid|$restore")
+    if [[ -n $restore ]]; then
+        echo $((FS_DIRTY_MIB << 20)) >"$bdi/max_bytes" || die "cannot set $bdi/max_bytes"
+        echo 1 >"$bdi/strict_limit" || die "cannot set $bdi/strict_limit"
+    elif ((${FS_DIRTY_MIB:-0} > 0)); then
+        die "cannot limit the dirty pages of $loop (no writable strict_limit/max_bytes in ${bdi:-/sys/class/bdi})"
+    fi
     if [[ $mk == mkfs ]]; then
         mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$loop" || die "mkfs.ext4 $loop"
     fi
@@ -166,7 +186,7 @@ fs_up() {
 fs_remount() {
     local s m l
     for s in "${SUITE_MOUNTS[@]}"; do
-        IFS='|' read -r m l _ _ <<<"$s"
+        IFS='|' read -r m l _ _ _ <<<"$s"
         if [[ $m == "$1/mnt" ]]; then
             umount "$m" || die "unmount $m"
             mount "$l" "$m" || die "mount $m"
@@ -178,11 +198,11 @@ fs_remount() {
 
 # fs_down DIR: tear down the stack fs_up built on DIR.
 fs_down() {
-    local keep=() s m l f p
+    local keep=() s m l f p r
     for s in "${SUITE_MOUNTS[@]}"; do
-        IFS='|' read -r m l f p <<<"$s"
+        IFS='|' read -r m l f p r <<<"$s"
         if [[ $m == "$1/mnt" ]]; then
-            _fs_teardown "$m" "$l" "$f" "$p"
+            _fs_teardown "$m" "$l" "$f" "$p" "$r"
         else
             keep+=("$s")
         fi
@@ -190,9 +210,16 @@ fs_down() {
     SUITE_MOUNTS=("${keep[@]}")
 }
 
+# _fs_teardown MNT LOOP FUSEDIR NBDFUSE-PID BDI-RESTORE ("bdi-dir,ratio-attr,value,strict_limit"
+# or "")
 _fs_teardown() {
-    local m=$1 l=$2 f=$3 p=$4 i
+    local m=$1 l=$2 f=$3 p=$4 r=${5:-} i bdi attr ratio strict
     mountpoint -q "$m" && { umount "$m" || umount -l "$m"; }
+    if [[ -n $r ]]; then
+        IFS=, read -r bdi attr ratio strict <<<"$r"
+        echo "$strict" >"$bdi/strict_limit" 2>/dev/null || log "warning: could not restore $bdi/strict_limit"
+        echo "$ratio" >"$bdi/$attr" 2>/dev/null || log "warning: could not restore $bdi/$attr"
+    fi
     losetup -d "$l" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
         losetup "$l" >/dev/null 2>&1 || break
@@ -205,10 +232,10 @@ _fs_teardown() {
 # ---- cleanup --------------------------------------------------------------------------------------
 
 suite_cleanup() {
-    local i s m l f p
+    local i m l f p r
     for ((i = ${#SUITE_MOUNTS[@]} - 1; i >= 0; i--)); do
-        IFS='|' read -r m l f p <<<"${SUITE_MOUNTS[i]}"
-        _fs_teardown "$m" "$l" "$f" "$p"
+        IFS='|' read -r m l f p r <<<"${SUITE_MOUNTS[i]}"
+        _fs_teardown "$m" "$l" "$f" "$p" "$r"
     done
     SUITE_MOUNTS=()
     for ((i = ${#SUITE_PIDS[@]} - 1; i >= 0; i--)); do
@@ -236,7 +263,8 @@ machine_json() {
         --arg fio "$(fio --version)" \
         --arg nbdkit "$(nbdkit --version | head -1)" \
         --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
+        --arg bin "${PLX_BIN_NOTE:-}" \
         '{date: $date, git_commit: $commit, git_dirty: $dirty, hostname: $host, nproc: ($nproc|tonumber),
           cpu: $cpu, mem_gib: $mem, kernel: $kernel, data_dir: $dir, data_fs: $fs, qemu: $qemu,
-          fio: $fio, nbdkit: $nbdkit, load_before: $load}'
+          fio: $fio, nbdkit: $nbdkit, load_before: $load, parallax_binary: $bin}'
 }

@@ -5,21 +5,30 @@
 # qemu-storage-daemon (cache.direct=on, aio=native). Sections (thesis chapter 5):
 #   depth      fio 4k randread/randwrite QD32, 1M read/write QD8 at snapshot depth 1..1000
 #   latency    snapshot latency histograms, idle and busy disk (figure 5.7)
-#   frequency  sequential write and untar on ext4 with a snapshot every 1 s .. 10 ms;
-#              metadata per snapshot (figures 5.8, 5.9)
-#   fs         Bonnie++ and PostMark on ext4, cold and warm (figures 5.1-5.4)
+#   frequency  a sequential write, unpacking and building a source tree on ext4 (figure 5.8),
+#              and a slow trickle, with a snapshot every 1 s .. 10 ms; metadata per snapshot
+#              (figure 5.9)
+#   fs         Bonnie++ and PostMark on ext4, cold and warm: the dom0 stack (figures 5.1-5.4)
 #   placement  reads of a VDI written in random vs sequential order (figure 5.5)
 #
-#   bench/suite/run.sh               full suite (< 30 min on 2 cores); results in
-#                                    bench/results/suite-HOST-STAMP/, plots in bench/plots/
-#   bench/suite/run.sh --quick       smaller sizes and fewer points (~5 min)
-#   bench/suite/run.sh --smoke       tiny sizes: proves every step works (~1 min); output goes
-#                                    to a temporary directory, removed unless --keep
+#   bench/suite/run.sh               full suite (about 20-25 min on 2 cores); results in
+#                                    bench/results/suite-HOST-STAMP/, plots in bench/plots/,
+#                                    and the results block of bench/README.md rewritten
+#   bench/suite/run.sh --quick       smaller sizes and fewer points (~6 min); results in
+#                                    bench/results/suite-HOST-STAMP-quick/ (plots inside it)
+#   bench/suite/run.sh --smoke       tiny sizes: proves every step works (~1.5 min) and exits
+#                                    non-zero when any part failed; output goes to a temporary
+#                                    directory, removed unless --keep (or to --out DIR)
 #   options: --dir DIR (data directory, default /var/tmp; use a real disk, not tmpfs)
-#            --only "depth latency ..." (sections to run)   --keep (keep smoke output)
+#            --out DIR (results and plots go to DIR and DIR/plots; bench/ is left alone)
+#            --only "depth latency ..." (sections to run; a partial full run keeps its figures
+#            beside its results in bench/results/suite-HOST-STAMP-partial/)
+#            --keep (keep smoke output)
 #
-# Needs (Debian 12): qemu-system-common (qemu-storage-daemon), qemu-utils, nbdkit, libnbd-bin
-# (nbdfuse), fuse3, fio, jq, python3, gnuplot-nox, bonnie++, postmark, e2fsprogs, util-linux.
+# Needs (Debian 12; scripts/install-deps.sh test installs them): qemu-system-common
+# (qemu-storage-daemon), qemu-utils, nbdkit, libnbd-bin (nbdfuse), fuse3, fio, jq, python3,
+# gnuplot-nox, bonnie++, postmark, e2fsprogs, mount, util-linux, git, and the build set
+# (the frequency section builds this repository's sources).
 
 # Per-disk variables (dp_sock, fr_store, ...) are set by sys_start through printf -v.
 # shellcheck disable=SC2154
@@ -34,19 +43,21 @@ MODE=full
 BASE_DIR=/var/tmp
 ONLY="depth latency frequency fs placement"
 KEEP=0
+OUT_ARG=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --smoke) MODE=smoke ;;
     --quick) MODE=quick ;;
     --dir) BASE_DIR=$2 && shift ;;
     --only) ONLY=$2 && shift ;;
+    --out) OUT_ARG=$2 && shift ;;
     --keep) KEEP=1 ;;
     -h | --help)
-        sed -n '2,22p' "$0"
+        sed -n '2,33p' "$0"
         exit 0
         ;;
     *)
-        echo "usage: bench/suite/run.sh [--smoke|--quick] [--dir DIR] [--only SECTIONS] [--keep]" >&2
+        echo "usage: bench/suite/run.sh [--smoke|--quick] [--dir DIR] [--out DIR] [--only SECTIONS] [--keep]" >&2
         exit 2
         ;;
     esac
@@ -57,31 +68,34 @@ case $MODE in
 full)
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
-    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 TRICKLE_S=10 FREQ_VDI=1G FREQ_LOOPS=2 UNTAR_COPIES=4
-    FS_VDI=2G BONNIE_S=1024 BONNIE_R=512 PM_FILES=20000 PM_TX=50000 DD_MB=1024
+    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 TRICKLE_S=10 FREQ_VDI=1G FREQ_LOOPS=2
+    BUILD_VDI=1G BUILD_COPIES=3 BUILD_INTERVALS="1 0.1 0.02 0.01" BUILD_ROUNDS=2
+    FS_VDI=2G BONNIE_S=512 BONNIE_R=256 PM_FILES=20000 PM_TX=50000 DD_MB=512 FS_DIRTY=64
     PLACE=512M
     ;;
 quick)
     VDI=256M RUNTIME=2 REPS=1 DEPTHS="1 10 100" GROW_KIB=8 QCOW2_BUDGET=60 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=100 LAT_CLI=30 LAT_BUSY=50 LAT_BUSY_CLI=20
-    INTERVALS="1 0.1 0.01" ROUNDS=1 TRICKLE_S=5 FREQ_VDI=256M FREQ_LOOPS=2 UNTAR_COPIES=1
-    FS_VDI=1G BONNIE_S=256 BONNIE_R=128 PM_FILES=2000 PM_TX=5000 DD_MB=256
+    INTERVALS="1 0.1 0.01" ROUNDS=1 TRICKLE_S=5 FREQ_VDI=256M FREQ_LOOPS=2
+    BUILD_VDI=512M BUILD_COPIES=1 BUILD_INTERVALS="1 0.01" BUILD_ROUNDS=1
+    FS_VDI=1G BONNIE_S=128 BONNIE_R=64 PM_FILES=2000 PM_TX=5000 DD_MB=128 FS_DIRTY=64
     PLACE=128M
     ;;
 smoke)
     VDI=32M RUNTIME=1 REPS=1 DEPTHS="2" GROW_KIB=4 QCOW2_BUDGET=20 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=10 LAT_CLI=3 LAT_BUSY=5 LAT_BUSY_CLI=2
-    INTERVALS="0.05" ROUNDS=1 TRICKLE_S=1 FREQ_VDI=32M FREQ_LOOPS=1 UNTAR_COPIES=1
-    FS_VDI=128M BONNIE_S=16 BONNIE_R=8 PM_FILES=100 PM_TX=200 DD_MB=16
+    INTERVALS="0.05" ROUNDS=1 TRICKLE_S=1 FREQ_VDI=32M FREQ_LOOPS=1
+    BUILD_VDI=256M BUILD_COPIES=1 BUILD_INTERVALS="0.05" BUILD_ROUNDS=1
+    FS_VDI=128M BONNIE_S=16 BONNIE_R=8 PM_FILES=100 PM_TX=200 DD_MB=16 FS_DIRTY=16
     PLACE=8M
     ;;
 esac
 
 for c in qemu-storage-daemon qemu-img nbdkit nbdfuse fusermount3 fio jq python3 gnuplot \
-    bonnie++ postmark mkfs.ext4 losetup; do
+    bonnie++ postmark mkfs.ext4 losetup mount umount mountpoint fallocate numfmt tar make cc dd; do
     command -v "$c" >/dev/null || die "missing command: $c (see the package list at the top of $0)"
 done
-# File systems over NBD need root, FUSE and a free loop device; without them the untar workload
+# File systems over NBD need root, FUSE and a free loop device; without them the build workload
 # and the fs section are skipped with a note.
 CAN_FS=1
 FS_WHY=""
@@ -95,23 +109,44 @@ fi
 [[ $(stat -f -c %T "$BASE_DIR") != tmpfs ]] || die "$BASE_DIR is tmpfs: give --dir on a real disk"
 
 # ---- build ----------------------------------------------------------------------------------------
+# PARALLAX=/path/to/parallax runs another build (say, a clean one of a given commit; describe it
+# in PARALLAX_FROM): the results then name that binary instead of this working tree.
 if [[ -z ${PARALLAX:-} ]]; then
     make -C "$ROOT" -s all >/dev/null || die "make all failed"
     PARALLAX=$ROOT/build/parallax
+    PLX_BIN_NOTE="build/parallax, built from this working tree"
+else
+    [[ -x $PARALLAX ]] || die "PARALLAX=$PARALLAX is not an executable"
+    PLX_BIN_NOTE="$PARALLAX (given by PARALLAX)${PARALLAX_FROM:+: $PARALLAX_FROM}"
 fi
-export PARALLAX
+export PARALLAX PLX_BIN_NOTE
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 HOST=$(hostname -s 2>/dev/null || echo host)
 DATA=$BASE_DIR/plx-suite-$$
 SUITE_TMP=$DATA/tmp
-if [[ $MODE == smoke ]]; then
+# Only a full run with the default output writes into bench/ (results, plots, README block).
+README_UPDATE=0
+if [[ -n $OUT_ARG ]]; then
+    [[ ! -e $OUT_ARG || -z $(ls -A "$OUT_ARG") ]] || die "--out $OUT_ARG exists and is not empty"
+    mkdir -p "$OUT_ARG"
+    OUT=$(cd "$OUT_ARG" && pwd)
+    PLOTS=$OUT/plots
+elif [[ $MODE == smoke ]]; then
     OUT=$DATA/out
     PLOTS=$OUT/plots
+elif [[ $MODE == quick ]]; then
+    OUT=$ROOT/bench/results/suite-$HOST-$STAMP-quick
+    PLOTS=$OUT/plots
+elif [[ $(tr ' ' '\n' <<<"$ONLY" | sort -u | xargs) != "depth frequency fs latency placement" ]]; then
+    # a partial run: its figures stay beside its results, bench/plots and the README keep the
+    # last full run's
+    OUT=$ROOT/bench/results/suite-$HOST-$STAMP-partial
+    PLOTS=$OUT/plots
 else
-    OUT=$ROOT/bench/results/suite-$HOST-$STAMP${MODE/full/}
-    [[ $MODE == quick ]] && OUT=$ROOT/bench/results/suite-$HOST-$STAMP-quick
+    OUT=$ROOT/bench/results/suite-$HOST-$STAMP
     PLOTS=$ROOT/bench/plots
+    README_UPDATE=1
 fi
 RAW=$OUT/raw
 mkdir -p "$DATA" "$SUITE_TMP" "$RAW"/{depth,latency,freq,fs,place} "$PLOTS"
@@ -138,7 +173,7 @@ trap 'exit 130' INT TERM
 T_START=$(date +%s)
 note() { printf '%s\n' "$*" >>"$RAW/notes.txt"; }
 : >"$RAW/notes.txt"
-((CAN_FS)) || note "SKIPPED: the untar workload of the frequency section needs ext4 over nbdfuse + loop ($FS_WHY)."
+((CAN_FS)) || note "SKIPPED: the build workload of the frequency section needs ext4 over nbdfuse + loop ($FS_WHY)."
 machine_json "$BASE_DIR" >"$RAW/machine.json"
 log "suite ($MODE): data in $DATA, results in $OUT"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -345,29 +380,55 @@ section_latency() {
 }
 
 # ==== 3. snapshot frequency ======================================================================
+# The source tree of the build workload: this repository's sources at HEAD (git archive; without
+# git, a tar of the working tree), without the committed benchmark results and plots. Each copy is
+# unpacked onto the ext4 and built there with `make -j$BUILD_JOBS all`.
+BUILD_JOBS=$(nproc)
 make_tarball() {
     TARBALL=$DATA/tree.tar
-    if [[ $MODE == smoke ]]; then
-        tar -C /usr/include -cf "$TARBALL" linux
+    local src
+    if git -C "$ROOT" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+        git -C "$ROOT" archive --format=tar -o "$TARBALL" HEAD -- . ':(exclude)bench/results' \
+            ':(exclude)bench/plots' || die "git archive failed"
+        src="this repository at $(git -C "$ROOT" rev-parse --short HEAD) (git archive)"
     else
-        tar -C /usr -cf "$TARBALL" include
+        tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude=./bench/results \
+            --exclude=./bench/plots -cf "$TARBALL" . || die "tar of $ROOT failed"
+        src="this repository's working tree (tar)"
+    fi
+    # The copies must build on their own: built once, outside the timed runs, straight on the
+    # data directory (the reference time; the smoke run leaves this out to save time).
+    local t=$SUITE_TMP/buildcheck t0=0 t1=0 out_kib=0
+    if [[ $MODE != smoke ]]; then
+        rm -rf "$t" && mkdir -p "$t"
+        tar -C "$t" -xf "$TARBALL"
+        t0=$(date +%s.%N)
+        env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$t" -j"$BUILD_JOBS" all >"$SUITE_TMP/buildcheck.log" 2>&1 ||
+            die "the source tree does not build: $(tail -20 "$SUITE_TMP/buildcheck.log")"
+        t1=$(date +%s.%N)
+        [[ -x $t/build/parallax ]] || die "the source tree built no build/parallax"
+        out_kib=$(du -sk "$t/build" | cut -f1)
+        rm -rf "$t"
     fi
     jq -n --arg bytes "$(stat -c %s "$TARBALL")" --arg files "$(tar -tf "$TARBALL" | grep -vc '/$')" \
-        --arg copies "$UNTAR_COPIES" --arg src "$([[ $MODE == smoke ]] && echo /usr/include/linux || echo /usr/include)" \
-        '{bytes: ($bytes|tonumber), files: ($files|tonumber), copies: ($copies|tonumber), source: $src}' \
-        >"$RAW/freq/tarball.json"
+        --arg copies "$BUILD_COPIES" --arg src "$src" --arg jobs "$BUILD_JOBS" \
+        --arg host_s "$(elapsed "$t0" "$t1")" --arg out_kib "$out_kib" \
+        '{bytes: ($bytes|tonumber), files: ($files|tonumber), copies: ($copies|tonumber), source: $src,
+          jobs: ($jobs|tonumber), build_seconds_on_data_dir: ($host_s|tonumber),
+          build_output_kib: ($out_kib|tonumber)}' >"$RAW/freq/tarball.json"
 }
 
 # run_freq WORKLOAD SYS INTERVAL ROUND. A run that fails (the server dies, the workload or the
 # snapshot loop fails) is recorded with the reason and the suite goes on.
 run_freq() {
-    local wl=$1 sys=$2 iv=$3 r=$4 size=$FREQ_VDI lp="" m0="null null" m1="null null" t0 t1
+    local wl=$1 sys=$2 iv=$3 r=$4 size=$FREQ_VDI lp="" m0="null null null" m1="null null null" t0 t1
     local value=null unit=MiB/s failed="" maxc=0 spid
-    [[ $wl == untar ]] && size=$FS_VDI unit=s
+    local t_unpacked="" t_built=""
+    [[ $wl == build ]] && size=$BUILD_VDI unit=s
     [[ $sys == qcow2 ]] && maxc=$QCOW2_MAX_CHAIN
     sys_start "$sys" fr "$size"
     spid=$fr_pid
-    [[ $wl == untar ]] && fs_up "$fr_sock" v "$DATA/fr" mkfs
+    [[ $wl == build ]] && fs_up "$fr_sock" v "$DATA/fr" mkfs
     [[ $sys == parallax ]] && m0=$(plx_meta "$fr_store")
     rm -f "$SUITE_TMP/stop" "$SUITE_TMP/loop.ready"
     if [[ $iv != none ]]; then
@@ -390,18 +451,31 @@ run_freq() {
         fi
         t1=$(date +%s.%N)
     else
+        # unpack every copy, then build each one in place (objects and binaries go into the
+        # ext4), then sync: the time of all three is the result
+        rm -f "$SUITE_TMP/t.unpacked" "$SUITE_TMP/t.built"
         if (
-            for ((c = 1; c <= UNTAR_COPIES; c++)); do
+            for ((c = 1; c <= BUILD_COPIES; c++)); do
                 mkdir "$FS_MNT/c$c" && tar -C "$FS_MNT/c$c" -xf "$TARBALL" || exit 1
             done
+            date +%s.%N >"$SUITE_TMP/t.unpacked"
+            for ((c = 1; c <= BUILD_COPIES; c++)); do
+                env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$FS_MNT/c$c" -j"$BUILD_JOBS" all \
+                    >>"$SUITE_TMP/build.log" 2>&1 || { tail -5 "$SUITE_TMP/build.log" >&2 && exit 1; }
+                [[ -x $FS_MNT/c$c/build/parallax ]] || { echo "copy $c built no build/parallax" >&2 && exit 1; }
+            done
+            date +%s.%N >"$SUITE_TMP/t.built"
             sync -f "$FS_MNT"
-        ) 2>"$SUITE_TMP/untar.err"; then
+        ) 2>"$SUITE_TMP/build.err"; then
             t1=$(date +%s.%N)
             value=$(elapsed "$t0" "$t1")
+            t_unpacked=$(elapsed "$t0" "$(cat "$SUITE_TMP/t.unpacked")")
+            t_built=$(elapsed "$(cat "$SUITE_TMP/t.unpacked")" "$(cat "$SUITE_TMP/t.built")")
         else
             t1=$(date +%s.%N)
-            failed="untar failed: $(head -c 300 "$SUITE_TMP/untar.err" | tr '\n' ' ')"
+            failed="unpack and build failed: $(head -c 300 "$SUITE_TMP/build.err" | tr '\n' ' ')"
         fi
+        rm -f "$SUITE_TMP/build.log"
     fi
     if [[ -n $lp ]]; then
         touch "$SUITE_TMP/stop"
@@ -419,18 +493,24 @@ run_freq() {
             failed+=" with ${#imgs[@]} images in the chain"
         fi
     fi
-    [[ $wl == untar ]] && fs_down "$DATA/fr"
+    [[ $wl == build ]] && fs_down "$DATA/fr"
     [[ $sys == parallax && -z $failed ]] && m1=$(plx_meta "$fr_store")
-    read -r mr0 mu0 <<<"$m0"
-    read -r mr1 mu1 <<<"$m1"
+    local mr0 mu0 md0 mr1 mu1 md1
+    read -r mr0 mu0 md0 <<<"$m0"
+    read -r mr1 mu1 md1 <<<"$m1"
     jq -n --arg wl "$wl" --arg sys "$sys" --arg iv "$iv" --arg r "$r" --argjson value "$value" \
         --arg unit "$unit" --arg secs "$(elapsed "$t0" "$t1")" --arg failed "$failed" \
         --argjson mr0 "$mr0" --argjson mu0 "$mu0" --argjson mr1 "$mr1" --argjson mu1 "$mu1" \
+        --argjson md0 "$md0" --argjson md1 "$md1" \
+        --arg tun "$t_unpacked" --arg tbu "$t_built" \
         --slurpfile loop <([[ -n $lp && -s $SUITE_TMP/loop.json ]] && cat "$SUITE_TMP/loop.json" || echo null) \
         '{workload: $wl, system: $sys, interval: $iv, round: ($r|tonumber), value: $value,
           unit: $unit, seconds: ($secs|tonumber), failed: (if $failed == "" then null else $failed end),
+          unpack_s: (if $tun == "" then null else ($tun|tonumber) end),
+          build_s: (if $tbu == "" then null else ($tbu|tonumber) end),
           meta_reachable_before: $mr0, meta_used_before: $mu0,
           meta_reachable_after: $mr1, meta_used_after: $mu1,
+          data_blocks_before: $md0, data_blocks_after: $md1,
           snapshots: ($loop[0].count // 0), capped: ($loop[0].capped // false),
           mean_interval_s: $loop[0].mean_interval_s,
           snap_latency_ns: ($loop[0].latency_ns // [])}' >"$RAW/freq/$wl-$sys-$iv-r$r.json"
@@ -440,20 +520,29 @@ run_freq() {
 }
 
 section_frequency() {
-    make_tarball
+    ((CAN_FS)) && make_tarball
     note "qcow2 chains are capped at $QCOW2_MAX_CHAIN live snapshots per frequency run: qemu-storage-daemon ($(qemu-storage-daemon --version | head -1 | cut -d' ' -f4-)) crashed with SIGSEGV when a chain reached about 1090 images while ext4 was being written on it (seen twice here). After the cap a run takes no more snapshots; its achieved interval counts the time up to the cap."
-    local r iv sys wl
-    for ((r = 1; r <= ROUNDS; r++)); do
-        for wl in seqwrite $( ((CAN_FS)) && echo untar); do
-            for iv in none $INTERVALS; do
+    local r iv sys
+    # (a) unpack and build a source tree on ext4 (figure 5.8)
+    if ((CAN_FS)); then
+        for ((r = 1; r <= BUILD_ROUNDS; r++)); do
+            for iv in none $BUILD_INTERVALS; do
                 for sys in parallax qcow2; do
-                    run_freq "$wl" "$sys" "$iv" "$r"
+                    run_freq build "$sys" "$iv" "$r"
                 done
             done
         done
+    fi
+    # (b) 1 MiB writes at full speed over a fresh disk: the stress case
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for iv in none $INTERVALS; do
+            for sys in parallax qcow2; do
+                run_freq seqwrite "$sys" "$iv" "$r"
+            done
+        done
     done
-    # The thesis's kernel build wrote about 0.6 MB/s on average (396 MB in about 11 minutes): a
-    # writer at that rate gives the metadata per snapshot at a comparable amount of data per
+    # (c) The thesis's kernel build wrote about 0.6 MB/s on average (396 MB in about 11 minutes):
+    # a writer at that rate gives the metadata per snapshot at a comparable amount of data per
     # snapshot (one round, no snapshots and the fastest interval).
     local fastest
     fastest=$(tr ' ' '\n' <<<"$INTERVALS" | sort -g | head -1)
@@ -463,70 +552,119 @@ section_frequency() {
         done
     done
     jq -n --arg iv "$INTERVALS" --arg rounds "$ROUNDS" --arg size "$FREQ_VDI" --arg loops "$FREQ_LOOPS" \
-        --arg fs "$FS_VDI" --arg ts "$TRICKLE_S" \
+        --arg bv "$BUILD_VDI" --arg biv "$BUILD_INTERVALS" --arg brounds "$BUILD_ROUNDS" --arg ts "$TRICKLE_S" \
         '{intervals: ($iv|split(" ")), rounds: ($rounds|tonumber), seqwrite_size: $size,
-          seqwrite_loops: ($loops|tonumber), untar_vdi: $fs, trickle_seconds: ($ts|tonumber)}' >"$RAW/freq/params.json"
+          seqwrite_loops: ($loops|tonumber), build_vdi: $bv, build_intervals: ($biv|split(" ")),
+          build_rounds: ($brounds|tonumber), trickle_seconds: ($ts|tonumber)}' >"$RAW/freq/params.json"
 }
 
 # ==== 4. Bonnie++ and PostMark ===================================================================
-# fs_bench NAME SYS RUN: Bonnie++ (block write, rewrite, read, seeks), a cold sequential read
-# (write a file, remount, read it back) and PostMark (+ sync) in NAME's file system.
-fs_bench() {
-    local name=$1 sys=$2 run=$3 mnt=$DATA/$1/mnt out=$RAW/fs/$2-$3 t0 t1
-    rm -rf "${mnt:?}"/*
-    bonnie++ -d "$mnt" -s "$BONNIE_S" -r "$BONNIE_R" -n 0 -f -u root -q 2>/dev/null | tail -1 >"$out-bonnie.csv"
-    t0=$(date +%s.%N)
-    dd if=/dev/zero of="$mnt/big" bs=1M count="$DD_MB" conv=fsync status=none
-    t1=$(date +%s.%N)
-    elapsed "$t0" "$t1" >"$out-ddwrite.s"
-    fs_remount "$DATA/$name"
-    t0=$(date +%s.%N)
-    dd if="$mnt/big" of=/dev/null bs=1M status=none
-    t1=$(date +%s.%N)
-    elapsed "$t0" "$t1" >"$out-ddread.s"
-    rm -f "$mnt/big"
-    mkdir -p "$mnt/pm"
-    t0=$(date +%s.%N)
-    printf 'set location %s\nset number %s\nset transactions %s\nrun\nquit\n' "$mnt/pm" "$PM_FILES" "$PM_TX" |
-        postmark >"$out-postmark.txt"
-    local tp
-    tp=$(date +%s.%N)
-    sync -f "$mnt"
-    t1=$(date +%s.%N)
-    elapsed "$t0" "$tp" >"$out-postmark-only.s"
-    elapsed "$t0" "$t1" >"$out-postmark.s"
-    rm -rf "$mnt/pm"
-    sync -f "$mnt"
-    log "fs $sys $run: bonnie $(cut -d, -f12,14 "$out-bonnie.csv") KB/s (write,rewrite)," \
-        "dd read $(printf %.2f "$(cat "$out-ddread.s")") s, postmark+sync $(printf %.2f "$(cat "$out-postmark.s")") s"
+# The dom0 stack of the thesis's figures 5.1-5.4, the same for all three systems:
+#   NBD server on a unix socket -> nbdfuse (the export as a file) -> loop (direct I/O) -> ext4
+# Each system gets a fresh disk and a fresh ext4; the systems take turns at every step.
+#   cold   Bonnie++, PostMark, and a 1 MiB write + read, on the new file system of a new disk:
+#          the first writes to each block allocate it (a new VDI, a new qcow2 image, the
+#          preallocated but never written raw file)
+#   fill   the file system's free space is filled with random data (O_DIRECT) and the file
+#          deleted, so every block ext4 can hand out now exists: ext4 does not put the next
+#          Bonnie++ file where the last one was, so without this the second run would still
+#          allocate
+#   warm   the same again on the same file system: overwrites only
+# Caches: the file system is unmounted and mounted again before every run (this empties its page
+# cache, and only its own). Bonnie++ runs with -f -D: block I/O only, block writes with O_DIRECT
+# (8 KiB, one at a time), so they reach the server while they are timed. It reopens its file
+# without O_DIRECT for rewrite and read: rewrite reads from the device and its buffered writes are
+# throttled by the per-device dirty limit ($FS_DIRTY MiB, strict; see fs_up), and its read and
+# seek phases then read what rewrite left in the page cache (+++++), so the read figure of this
+# section is a separate read of a $DD_MB MiB file after a remount.
+
+# fs_run NAME SYS RUN WHAT: one step of the fs section on NAME's file system.
+fs_run() {
+    local name=$1 sys=$2 run=$3 what=$4 mnt=$DATA/$1/mnt out=$RAW/fs/$2-$3 t0 t1 tp
+    case $what in
+    bonnie)
+        fs_remount "$DATA/$name"
+        t0=$(date +%s.%N)
+        bonnie++ -d "$mnt" -s "$BONNIE_S" -r "$BONNIE_R" -n 0 -f -D -u root -q -m "$sys-$run" \
+            >"$SUITE_TMP/bonnie.out" 2>"$SUITE_TMP/bonnie.err" ||
+            die "bonnie++ failed on $sys ($run): $(cat "$SUITE_TMP/bonnie.err")"
+        tail -1 "$SUITE_TMP/bonnie.out" >"$out-bonnie.csv"
+        t1=$(date +%s.%N)
+        elapsed "$t0" "$t1" >"$out-bonnie.s"
+        ;;
+    postmark)
+        fs_remount "$DATA/$name"
+        mkdir -p "$mnt/pm"
+        t0=$(date +%s.%N)
+        printf 'set location %s\nset number %s\nset transactions %s\nrun\nquit\n' "$mnt/pm" "$PM_FILES" "$PM_TX" |
+            postmark >"$out-postmark.txt" 2>&1 || die "postmark failed on $sys ($run): $(tail -5 "$out-postmark.txt")"
+        tp=$(date +%s.%N)
+        sync -f "$mnt"
+        t1=$(date +%s.%N)
+        elapsed "$t0" "$tp" >"$out-postmark-only.s"
+        elapsed "$t0" "$t1" >"$out-postmark.s"
+        rm -rf "$mnt/pm"
+        sync -f "$mnt"
+        ;;
+    dd)
+        t0=$(date +%s.%N)
+        dd if=/dev/zero of="$mnt/big" bs=1M count="$DD_MB" conv=fsync status=none || die "dd write failed on $sys ($run)"
+        t1=$(date +%s.%N)
+        elapsed "$t0" "$t1" >"$out-ddwrite.s"
+        fs_remount "$DATA/$name"
+        t0=$(date +%s.%N)
+        dd if="$mnt/big" of=/dev/null bs=1M status=none || die "dd read failed on $sys ($run)"
+        t1=$(date +%s.%N)
+        elapsed "$t0" "$t1" >"$out-ddread.s"
+        rm -f "$mnt/big"
+        sync -f "$mnt"
+        ;;
+    fill)
+        t0=$(date +%s.%N)
+        # ends with "No space left on device", which is the point
+        dd if=/dev/urandom of="$mnt/fill" bs=1M oflag=direct status=none 2>/dev/null || true
+        rm -f "$mnt/fill"
+        sync -f "$mnt"
+        t1=$(date +%s.%N)
+        elapsed "$t0" "$t1" >"$out-fill.s"
+        ;;
+    esac
 }
 
 section_fs() {
-    local sys run
+    local sys run n what
     if ((!CAN_FS)); then
-        note "SKIPPED: Bonnie++/PostMark and the untar workload need ext4 over nbdfuse + loop ($FS_WHY)."
+        note "SKIPPED: Bonnie++/PostMark and the build workload need ext4 over nbdfuse + loop ($FS_WHY)."
         return 0
     fi
-    log "fs: three $FS_VDI disks, filled, then ext4 (cold = servers just restarted)"
+    log "fs: three fresh $FS_VDI disks with ext4 (dom0 stack: nbdfuse + loop + ext4)"
     sys_start parallax fsp "$FS_VDI"
     sys_start qcow2 fsq "$FS_VDI"
     sys_start direct fsd "$FS_VDI"
-    for n in fsp fsq fsd; do
-        fill "$n" "$FS_VDI"
-        sys_restart "$n"
-    done
-    fs_up "$fsp_sock" v "$DATA/fsp" mkfs
-    fs_up "$fsq_sock" v "$DATA/fsq" mkfs
-    fs_up "$fsd_sock" v "$DATA/fsd" mkfs
+    for n in fsp fsq fsd; do FS_DIRTY_MIB=$FS_DIRTY fs_up "$(sockof "$n")" v "$DATA/$n" mkfs; done
+    local -A SYSOF=([fsp]=parallax [fsq]=qcow2 [fsd]=direct)
     for run in cold warm; do
-        fs_bench fsp parallax "$run"
-        fs_bench fsq qcow2 "$run"
-        fs_bench fsd direct "$run"
+        if [[ $run == warm ]]; then
+            for n in fsp fsq fsd; do
+                fs_run "$n" "${SYSOF[$n]}" warm fill
+                log "fs: filled the free space of ${SYSOF[$n]} in $(printf %.1f "$(cat "$RAW/fs/${SYSOF[$n]}-warm-fill.s")") s"
+            done
+        fi
+        for what in bonnie postmark dd; do
+            for n in fsp fsq fsd; do fs_run "$n" "${SYSOF[$n]}" "$run" "$what"; done
+        done
+        for sys in parallax qcow2 direct; do
+            log "fs $sys $run: bonnie $(cut -d, -f12,14 "$RAW/fs/$sys-$run-bonnie.csv") KB/s (write,rewrite)," \
+                "postmark+sync $(printf %.2f "$(cat "$RAW/fs/$sys-$run-postmark.s")") s," \
+                "dd read $(printf %.2f "$(cat "$RAW/fs/$sys-$run-ddread.s")") s"
+        done
     done
     for n in fsp fsq fsd; do fs_down "$DATA/$n"; done
-    jq -n --arg s "$BONNIE_S" --arg r "$BONNIE_R" --arg f "$PM_FILES" --arg t "$PM_TX" --arg dd "$DD_MB" --arg v "$FS_VDI" \
+    jq -n --arg s "$BONNIE_S" --arg r "$BONNIE_R" --arg f "$PM_FILES" --arg t "$PM_TX" --arg dd "$DD_MB" \
+        --arg v "$FS_VDI" --arg dirty "$FS_DIRTY" \
         '{bonnie_mib: ($s|tonumber), bonnie_ram_mib: ($r|tonumber), postmark_files: ($f|tonumber),
-          postmark_transactions: ($t|tonumber), dd_mib: ($dd|tonumber), vdi: $v}' >"$RAW/fs/params.json"
+          postmark_transactions: ($t|tonumber), dd_mib: ($dd|tonumber), vdi: $v,
+          dirty_limit_mib: ($dirty|tonumber), bonnie_direct: true}' >"$RAW/fs/params.json"
     sys_stop fsp
     sys_stop fsq
     sys_stop fsd
@@ -582,9 +720,20 @@ for sec in $ONLY; do
 done
 
 echo "$(($(date +%s) - T_START))" >"$RAW/wall-seconds"
+cut -d' ' -f1-3 /proc/loadavg >"$RAW/load-after"
 $S assemble --out "$OUT" --mode "$MODE" --plots "$PLOTS"
 gnuplot -e "datadir='$OUT/plotdata'; outdir='$PLOTS'" "$SUITE_DIR/plot.gp" ||
     die "gnuplot failed"
 $S report --results "$OUT"
+# Every section asked for must have produced its numbers and its figure. In smoke mode any failed
+# run fails the suite (in a full run a failed run, such as a qcow2 server crash, is a result).
+verify_args=(--results "$OUT" --sections "$ONLY")
+((CAN_FS)) || verify_args+=(--no-fs)
+[[ $MODE == smoke ]] && verify_args+=(--strict)
+$S verify "${verify_args[@]}" || die "the results are incomplete (see above)"
+if ((README_UPDATE)); then
+    $S readme --results "$OUT" --readme "$ROOT/bench/README.md" || die "could not update bench/README.md"
+    log "bench/README.md: results block rewritten from ${OUT#"$ROOT"/}"
+fi
 log "done in $(($(date +%s) - T_START)) s: $OUT/results.md"
 [[ $MODE == smoke ]] || cat "$OUT/results.md"

@@ -15,7 +15,10 @@ Subcommands (all print one JSON document on stdout unless said otherwise):
   snaploop SYSTEM --interval S --stop-file F         one snapshot every S seconds until F exists
   qmp      --qmp SOCK CMD [JSON-ARGS]                one QMP command; prints its return value
   stats    FILE...                                   summary of latency lists (ms)
+  assemble --out DIR --mode M --plots DIR            raw/ -> results.json + plotdata/
   report   --results DIR                             results.json -> results.md + results.csv
+  verify   --results DIR --sections "..." [--strict] every section there? (exit 1 if not)
+  readme   --results DIR --readme bench/README.md    rewrite the README's results block
 
 SYSTEM is given as options: --plx-ctl SOCK --vdi-id N   (Parallax: control socket of the server)
                          or --qmp SOCK --qcow2-dir DIR  (qcow2: chain files go in DIR)
@@ -374,8 +377,8 @@ def cmd_report(a):
     m = R.get("machine", {})
     md.append("# Side-by-side benchmark: Parallax vs qcow2 vs direct (%s)\n" % R.get("mode", "full"))
     md.append("| | |\n|---|---|")
-    for k in ("date", "git_commit", "git_dirty", "hostname", "nproc", "cpu", "mem_gib", "kernel", "data_dir", "data_fs",
-              "qemu", "fio", "nbdkit", "load_before"):
+    for k in ("date", "git_commit", "git_dirty", "parallax_binary", "hostname", "nproc", "cpu", "mem_gib", "kernel",
+              "data_dir", "data_fs", "qemu", "fio", "nbdkit", "load_before", "load_after"):
         if k in m:
             md.append("| %s | %s |" % (k, m[k]))
     md.append("\nAll three systems are reached the same way: NBD over a unix socket (fio's nbd engine, "
@@ -465,17 +468,17 @@ def cmd_report(a):
             if not W:
                 continue
             md.append("### %s\n" % F["workload_desc"][wl])
-            md.append("| system | interval asked | achieved | snapshots | result (best of rounds) | rounds | vs no snapshots | snapshot p50 / max ms | metadata per snapshot | beyond no-snapshot run |")
-            md.append("|---|---|---|---|---|---|---|---|---|---|")
+            md.append("| system | interval asked | achieved | snapshots | result (best of rounds) | rounds | vs no snapshots | snapshot p50 / max ms | metadata per snapshot | beyond no-snapshot run | new data |")
+            md.append("|---|---|---|---|---|---|---|---|---|---|---|")
             for sysname in F["systems"]:
                 base = W.get(sysname, {}).get("none")
-                for iv in ["none"] + F["intervals"]:
+                for iv in ["none"] + F.get("workload_intervals", {}).get(wl, F["intervals"]):
                     r = W.get(sysname, {}).get(iv)
                     if not r:
                         continue
                     val, unit = r["value"], r["unit"]
                     if val is None:
-                        md.append("| %s | %s | - | %s | **failed**: %s | | | | | |" % (
+                        md.append("| %s | %s | - | %s | **failed**: %s | | | | | | |" % (
                             sysname, iv if iv == "none" else "%g ms" % (1000 * float(iv)), fmt(r.get("snapshots")), r.get("failed")))
                         continue
                     rel = None
@@ -483,20 +486,30 @@ def cmd_report(a):
                         rel = (val / base["value"]) if unit == "MiB/s" else (base["value"] / val)
                     meta = r.get("meta_kb_per_snap")
                     xm = r.get("extra_meta_kb_per_snap")
-                    md.append("| %s | %s | %s | %s | %s %s | %s | %s | %s | %s | %s |" % (
+                    split = ""
+                    if r.get("unpack_s") is not None and r.get("build_s") is not None:
+                        split = " (unpack %.2f, build %.2f, sync %.2f)" % (
+                            r["unpack_s"], r["build_s"], max(0.0, val - r["unpack_s"] - r["build_s"]))
+                    md.append("| %s | %s | %s | %s | %s %s%s | %s | %s | %s | %s | %s | %s |" % (
                         sysname, iv if iv == "none" else "%g ms" % (1000 * float(iv)),
                         ("%.1f ms" % (1000 * r["mean_interval_s"])) if r.get("mean_interval_s") else "-",
                         fmt(r.get("snapshots")) + (" (cap)" if r.get("capped") else ""), fmt(val, 1 if unit == "MiB/s" else 2), unit,
+                        split,
                         " / ".join(fmt(x, 1 if unit == "MiB/s" else 2) if x is not None else "failed" for x in r.get("rounds", [])),
                         ("%.3f" % rel) if rel else "-",
                         ("%.2f / %.2f" % (r["snap_p50_ms"], r["snap_max_ms"])) if r.get("snap_p50_ms") is not None else "-",
                         ("%.2f KiB" % meta) if meta is not None else "-",
-                        ("%.2f KiB" % xm) if xm is not None else "-"))
+                        ("%.2f KiB" % xm) if xm is not None else "-",
+                        ("%.1f MiB, %.2f MiB/s" % (r["data_mib"], r["data_mib_per_s"])) if r.get("data_mib_per_s") is not None else "-"))
                     row("frequency", sysname, wl, iv, val, unit)
                     if rel:
                         row("frequency", sysname, wl + "_relative", iv, rel, "x")
                     if meta is not None:
                         row("frequency", sysname, wl + "_meta_per_snap", iv, meta, "KB")
+                    if r.get("snapshots") is not None:
+                        row("frequency", sysname, wl + "_snapshots", iv, r["snapshots"], "count")
+                    if r.get("mean_interval_s"):
+                        row("frequency", sysname, wl + "_achieved_interval", iv, 1000 * r["mean_interval_s"], "ms")
             md.append("")
         for n in F.get("notes", []):
             md.append("- " + n)
@@ -552,7 +565,7 @@ def cmd_report(a):
         md.append("| target | measured | met |")
         md.append("|---|---|---|")
         for t in T:
-            md.append("| %s | %s | %s |" % (t["target"], t["measured"], {True: "yes", False: "**no**", None: "n/a"}[t["met"]]))
+            md.append("| %s | %s | %s |" % (t["target"], t["measured"], {True: "met", False: "**missed**", None: "n/a"}[t["met"]]))
             csv.append("target,,%s,,%s,%s" % (json.dumps(t["target"]), json.dumps(t["measured"]), t["met"]))
         md.append("")
     if R.get("plots"):
@@ -598,6 +611,10 @@ def _best(prefix):
     return max(vals) if vals else None
 
 
+def _f3(x):
+    return "-" if x is None else "%.3f" % x
+
+
 def _num(path):
     try:
         return float(open(path).read().strip())
@@ -634,6 +651,8 @@ def cmd_assemble(a):
          "section_seconds": {s: _num(os.path.join(raw, "time-" + s)) for s in
                              ("depth", "latency", "frequency", "fs", "placement")
                              if os.path.exists(os.path.join(raw, "time-" + s))}}
+    if os.path.exists(os.path.join(raw, "load-after")):
+        R["machine"]["load_after"] = open(os.path.join(raw, "load-after")).read().strip()
     targets = []
     plots = []
 
@@ -699,11 +718,13 @@ def cmd_assemble(a):
         rn = pr.get(dn, {}).get("4k-randread")
         qn = res.get("qcow2", {}).get(dn, {}).get("4k-randread")
         if r1 and rn:
-            targets.append({"target": "Parallax 4 KiB random-read IOPS at depth %s >= 0.95 x depth %s" % (dn, d1),
+            targets.append({"key": "depth_read", "section": 1,
+                            "target": "Parallax 4 KiB random-read IOPS at depth %s >= 0.95 x depth %s" % (dn, d1),
                             "measured": "%.0f vs %.0f IOPS: %.3f" % (rn, r1, rn / r1), "met": rn / r1 >= 0.95})
         if rn and qn:
             capped = qd[dn] < int(dn)
-            targets.append({"target": "Parallax 4 KiB random-read IOPS at depth %s >= 5 x qcow2 at the same depth" % dn,
+            targets.append({"key": "depth_vs_qcow2", "section": 1,
+                            "target": "Parallax 4 KiB random-read IOPS at depth %s >= 5 x qcow2 at the same depth" % dn,
                             "measured": "%.0f vs %.0f IOPS: %.1fx%s" % (rn, qn, rn / qn,
                                                                       " (qcow2 capped at depth %d)" % qd[dn] if capped else ""),
                             "met": rn / qn >= 5})
@@ -715,7 +736,8 @@ def cmd_assemble(a):
                     ratios.append((d, p_ / q_))
             if ratios:
                 r0 = ratios[0][1]
-                targets.append({"target": "warm 4 KiB %s IOPS >= 0.95 x direct (depth %s, same step)" % (job[3:], d1),
+                targets.append({"key": "warm_" + job, "section": 1,
+                                "target": "warm 4 KiB %s IOPS >= 0.95 x direct (depth %s, same step)" % (job[3:], d1),
                                 "measured": "%.3f (at every depth: %s)" % (r0, ", ".join("%.2f" % r for _, r in ratios)),
                                 "met": r0 >= 0.95})
 
@@ -749,7 +771,8 @@ def cmd_assemble(a):
         s = L.get("parallax/server (control socket)/idle")
         c = L.get("parallax/parallax vdi-snapshot/idle")
         if s and s["n"]:
-            targets.append({"target": "idle snapshot p50 < 1 ms and max < 3.25 ms (Parallax, server round trip)",
+            targets.append({"key": "snap_idle", "section": 2,
+                            "target": "idle snapshot p50 < 1 ms and max < 3.25 ms (Parallax, server round trip)",
                             "measured": "p50 %.3f ms, max %.3f ms (n=%d); end to end with `parallax vdi-snapshot`: p50 %.2f ms, max %.2f ms"
                                         % (s["p50_ms"], s["max_ms"], s["n"], c["p50_ms"] if c and c["n"] else float("nan"),
                                            c["max_ms"] if c and c["n"] else float("nan")),
@@ -768,6 +791,7 @@ def cmd_assemble(a):
         for wl, bysys in recs.items():
             for sysname, byiv in bysys.items():
                 for iv, rs in byiv.items():
+                    rs.sort(key=lambda r: r["round"])
                     ok = [r for r in rs if r.get("value") is not None and not r.get("failed")]
                     if not ok:
                         res.setdefault(wl, {}).setdefault(sysname, {})[iv] = {
@@ -777,7 +801,8 @@ def cmd_assemble(a):
                         continue
                     # best of the rounds, as the thesis (highest MiB/s, shortest time)
                     best = max(ok, key=lambda r: r["value"]) if ok[0]["unit"] == "MiB/s" else min(ok, key=lambda r: r["value"])
-                    e = {k: best.get(k) for k in ("value", "unit", "seconds", "snapshots", "mean_interval_s", "capped")}
+                    e = {k: best.get(k) for k in ("value", "unit", "seconds", "snapshots", "mean_interval_s", "capped",
+                                                  "unpack_s", "build_s")}
                     e["rounds"] = [r.get("value") for r in rs]
                     if len(ok) < len(rs):
                         e["failed_rounds"] = [r["failed"] for r in rs if r.get("failed")]
@@ -786,6 +811,10 @@ def cmd_assemble(a):
                         e["meta_blocks"] = dm
                         if best["snapshots"]:
                             e["meta_kb_per_snap"] = dm * 4096 / 1024.0 / best["snapshots"]
+                    if best.get("data_blocks_after") is not None and best.get("data_blocks_before") is not None:
+                        e["data_mib"] = (best["data_blocks_after"] - best["data_blocks_before"]) * 4096 / 1048576.0
+                        if best.get("seconds"):
+                            e["data_mib_per_s"] = e["data_mib"] / best["seconds"]
                     st = lat_stats(best.get("snap_latency_ns", []))
                     e["snap_p50_ms"], e["snap_max_ms"] = st.get("p50_ms"), st.get("max_ms")
                     res.setdefault(wl, {}).setdefault(sysname, {})[iv] = e
@@ -796,29 +825,40 @@ def cmd_assemble(a):
                 for iv, e in byiv.items():
                     if iv != "none" and base is not None and e.get("meta_blocks") is not None and e["snapshots"]:
                         e["extra_meta_kb_per_snap"] = (e["meta_blocks"] - base) * 4096 / 1024.0 / e["snapshots"]
-        desc = {"seqwrite": "Sequential 1 MiB writes (QD 8) over a fresh %s disk, %d pass(es); MiB/s"
-                            % (FP["seqwrite_size"], FP["seqwrite_loops"]),
-                "untar": "Unpacking %d copies of a tarball of %s (%.0f MiB, %d files) onto a fresh ext4 "
-                         "(%s disk, nbdfuse + loop), then sync; seconds" % (
-                             tb.get("copies", 0), tb.get("source", "?"), tb.get("bytes", 0) / 1048576.0,
-                             tb.get("files", 0), FP["untar_vdi"])}
-        desc["trickle"] = ("Trickle: sequential 4 KiB writes at 600 KiB/s for %d s (about the thesis kernel "
-                           "build's average write rate, 396 MB in about 11 minutes), so that each snapshot "
-                           "covers a comparable amount of new data; MiB/s (set by the rate)" % FP.get("trickle_seconds", 0))
-        R["frequency"] = {"workloads": [w for w in ("untar", "seqwrite", "trickle") if w in res], "workload_desc": desc,
-                          "systems": ["parallax", "qcow2"], "intervals": FP["intervals"], "results": res,
+        ivs = {"seqwrite": FP["intervals"], "trickle": FP["intervals"],
+               "build": FP.get("build_intervals", FP["intervals"])}
+        fastest = min(FP["intervals"], key=float)
+        ivs["trickle"] = [fastest]
+        desc = {"seqwrite": "Sequential 1 MiB writes (QD 8) over a fresh %s disk, %d pass(es), at full speed: the stress "
+                            "case; MiB/s" % (FP["seqwrite_size"], FP["seqwrite_loops"]),
+                "build": "Unpacking and building a source tree (figure 5.8): %d cop%s of %s (%.1f MiB, %d files) "
+                         "unpacked onto a fresh ext4 (%s disk, nbdfuse + loop) and each built there with `make -j%d "
+                         "all` (objects and binaries in the ext4: %.1f MiB per copy), then sync; seconds (the same "
+                         "build takes %.1f s straight on the data directory's file system)" % (
+                             tb.get("copies", 0), "y" if tb.get("copies") == 1 else "ies", tb.get("source", "?"),
+                             tb.get("bytes", 0) / 1048576.0, tb.get("files", 0), FP.get("build_vdi", "?"),
+                             tb.get("jobs", 0), tb.get("build_output_kib", 0) / 1024.0,
+                             tb.get("build_seconds_on_data_dir", 0)),
+                "trickle": "Trickle: sequential 4 KiB writes at 600 KiB/s for %d s (about the thesis kernel build's "
+                           "average write rate, 396 MB in about 11 minutes), so that each snapshot covers a "
+                           "comparable amount of new data; MiB/s (set by the rate)" % FP.get("trickle_seconds", 0)}
+        R["frequency"] = {"workloads": [w for w in ("build", "seqwrite", "trickle") if w in res], "workload_desc": desc,
+                          "systems": ["parallax", "qcow2"], "intervals": FP["intervals"], "workload_intervals": ivs,
+                          "results": res,
                           "notes": ["Interval: one snapshot every N seconds, the next one starting at once when "
                                     "one takes longer; 'achieved' is the wall time over the count (figure 5.8's "
-                                    "definition). Best of %d round(s); rounds interleave systems and intervals."
-                                    % FP["rounds"],
+                                    "definition). Best of %d round(s) for the build, %d for the sequential write; "
+                                    "rounds interleave systems and intervals." % (FP.get("build_rounds", FP["rounds"]),
+                                                                                FP["rounds"]),
                                     "Metadata per snapshot (Parallax): reachable metadata blocks (used minus "
                                     "leaked, from `parallax info --json`) after minus before the run, x 4 KiB, "
-                                    "over the snapshots taken (KiB). The 'extra' figure subtracts what the same "
-                                    "workload made without snapshots."]}
+                                    "over the snapshots taken (KiB). The 'beyond' figure subtracts what the same "
+                                    "workload made without snapshots. 'new data' is the data blocks the run added "
+                                    "to the store, and its rate over the run's time."]}
         for wl in res:
             with open(os.path.join(pd, "freq-%s.dat" % wl), "w") as f:
                 f.write("# label interval_ms parallax_rel qcow2_rel parallax_meta_kib parallax_achieved_ms qcow2_achieved_ms\n")
-                for iv in ["none"] + FP["intervals"]:
+                for iv in ["none"] + ivs.get(wl, FP["intervals"]):
                     vals = []
                     for sysname in ("parallax", "qcow2"):
                         e = res[wl].get(sysname, {}).get(iv)
@@ -836,30 +876,39 @@ def cmd_assemble(a):
                         "%.3f" % pe["meta_kb_per_snap"] if pe.get("meta_kb_per_snap") is not None else "NaN",
                         "%.2f" % (1000 * pe["mean_interval_s"]) if pe.get("mean_interval_s") else "NaN",
                         "%.2f" % (1000 * qe["mean_interval_s"]) if qe.get("mean_interval_s") else "NaN"))
+        all_ivs = sorted(set(FP["intervals"]) | set(ivs["build"]), key=float, reverse=True)
         with open(os.path.join(pd, "freq-meta.dat"), "w") as f:
-            f.write("# label untar seqwrite trickle (Parallax KiB of metadata per snapshot)\n")
-            for iv in FP["intervals"]:
-                vals = [res.get(wl, {}).get("parallax", {}).get(iv, {}).get("meta_kb_per_snap") for wl in ("untar", "seqwrite", "trickle")]
+            f.write("# label build seqwrite trickle (Parallax KiB of metadata per snapshot)\n")
+            for iv in all_ivs:
+                vals = [res.get(wl, {}).get("parallax", {}).get(iv, {}).get("meta_kb_per_snap") for wl in ("build", "seqwrite", "trickle")]
                 f.write('"%g ms" %s\n' % (float(iv) * 1000, " ".join("NaN" if v is None else "%.3f" % v for v in vals)))
         plots.append("suite-frequency.png")
-        fastest = min(FP["intervals"], key=float)
-        ue = res.get("untar", {}).get("parallax", {}).get(fastest) or {}
-        untar_rate = (tb.get("bytes", 0) * tb.get("copies", 0) / 1048576.0 / ue["value"]) if ue.get("value") else 0
-        for wl in ("untar", "seqwrite", "trickle"):
-            e = res.get(wl, {}).get("parallax", {}).get(fastest)
+        for wl in ("build", "seqwrite", "trickle"):
+            fast = min(ivs[wl], key=float)
+            e = res.get(wl, {}).get("parallax", {}).get(fast)
             b = res.get(wl, {}).get("parallax", {}).get("none")
+            what = {"build": "build: unpack and build a source tree on ext4, figure 5.8's workload",
+                    "seqwrite": "seqwrite: 1 MiB writes at full speed over the disk, a stress case",
+                    "trickle": "trickle: 600 KiB/s, the thesis's data rate"}[wl]
             if wl != "trickle" and e and b and e.get("value") and b.get("value"):
                 rel = e["value"] / b["value"] if e["unit"] == "MiB/s" else b["value"] / e["value"]
-                targets.append({"target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (
-                                    float(fastest) * 1000, wl if wl == "untar" else wl + ": 1 MiB writes at full speed over the disk twice, a stress case"),
+                targets.append({"key": "freq_cost_" + wl, "section": 3,
+                                "target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (
+                                    float(fast) * 1000, what),
                                 "measured": "%.1f%% (%.3f of no snapshots; %d snapshots, achieved %.1f ms)" % (
                                     100 * (1 - rel), rel, e["snapshots"], 1000 * (e["mean_interval_s"] or 0)),
                                 "met": rel >= 0.96})
+            elif wl != "trickle" and b and e is not None and e.get("value") is None:
+                targets.append({"key": "freq_cost_" + wl, "section": 3,
+                                "target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (
+                                    float(fast) * 1000, what),
+                                "measured": "run failed: %s" % e.get("failed"), "met": False})
             if e and e.get("meta_kb_per_snap") is not None:
-                targets.append({"target": "<= 5.84 KB metadata per snapshot at %g ms (Parallax, %s)" % (float(fastest) * 1000, {
-                                    "trickle": "trickle: 600 KiB/s, the thesis's data rate",
-                                    "untar": "untar: %.0f MiB/s of files, %.0fx the thesis's data rate" % (untar_rate, untar_rate / 0.6 * 1.048576),
-                                    "seqwrite": "seqwrite: %.0f MiB/s" % (e.get("value") or 0)}[wl]),
+                rate = e.get("data_mib_per_s")
+                targets.append({"key": "freq_meta_" + wl, "section": 3,
+                                "target": "<= 5.84 KB metadata per snapshot at %g ms (Parallax, %s%s)" % (
+                                    float(fast) * 1000, what,
+                                    "; new data %.2f MiB/s" % rate if rate is not None and wl != "trickle" else ""),
                                 "measured": "%.2f KiB per snapshot (%.2f KiB beyond the run without snapshots)" % (
                                     e["meta_kb_per_snap"], e.get("extra_meta_kb_per_snap", float("nan"))),
                                 "met": e["meta_kb_per_snap"] <= 5.84})
@@ -867,6 +916,7 @@ def cmd_assemble(a):
     # 4. fs
     FSP = _load(os.path.join(raw, "fs", "params.json"))
     if FSP:
+        import re
         res = {}
         for sysname in SYSTEMS:
             for run in ("cold", "warm"):
@@ -881,46 +931,58 @@ def cmd_assemble(a):
                         return float(fields[i]) / 1024.0
                     except (IndexError, ValueError):
                         return None
+                # Bonnie++ 2.00a CSV (0-based): 11 block write K/s, 13 rewrite K/s, 17 block read
+                # K/s, 19 random seeks/s; "+++++" (too fast to time) is kept as null
                 e["bonnie_write"], e["bonnie_rewrite"], e["bonnie_read"] = bf(11), bf(13), bf(17)
+                e["bonnie_raw"] = {k: (fields[i] if len(fields) > i else None)
+                                   for k, i in (("write", 11), ("rewrite", 13), ("read", 17))}
                 try:
                     e["bonnie_seeks"] = float(fields[19])
                 except (IndexError, ValueError):
                     e["bonnie_seeks"] = None
+                e["bonnie_s"] = _num(base + "-bonnie.s")
                 w, r = _num(base + "-ddwrite.s"), _num(base + "-ddread.s")
                 e["dd_write"] = FSP["dd_mib"] / w if w else None
                 e["dd_read"] = FSP["dd_mib"] / r if r else None
                 pm = open(base + "-postmark.txt").read() if os.path.exists(base + "-postmark.txt") else ""
-                import re
                 m = re.search(r"\((\d+) per second\)", pm.split("Time:")[-1]) if "Time:" in pm else None
                 e["postmark_tps_own"] = float(m.group(1)) if m else None  # PostMark's, 1 s resolution
                 po = _num(base + "-postmark-only.s")
                 e["postmark_s"] = po
                 e["postmark_tps"] = FSP["postmark_transactions"] / po if po else None
                 e["postmark_sync_s"] = _num(base + "-postmark.s")
+                e["fill_s"] = _num(base + "-fill.s")
                 res.setdefault(sysname, {})[run] = e
-        metrics = [{"key": "bonnie_write", "label": "Bonnie++ block write MiB/s", "unit": "MiB/s", "short": "Bonnie++ write"},
-                   {"key": "bonnie_rewrite", "label": "Bonnie++ rewrite MiB/s", "unit": "MiB/s", "short": "Bonnie++ rewrite"},
-
+        metrics = [{"key": "bonnie_write", "label": "Bonnie++ block write (O_DIRECT, 8 KiB) MiB/s", "unit": "MiB/s", "nd": 1,
+                    "short": "Bonnie++ write"},
+                   {"key": "bonnie_rewrite", "label": "Bonnie++ rewrite MiB/s", "unit": "MiB/s", "nd": 1,
+                    "short": "Bonnie++ rewrite"},
+                   {"key": "postmark_s", "label": "PostMark s", "unit": "s", "nd": 2, "short": "PostMark (1/time)"},
+                   {"key": "postmark_sync_s", "label": "PostMark + sync s", "unit": "s", "nd": 2,
+                    "short": "PostMark+sync (1/time)"},
                    {"key": "dd_write", "label": "dd 1 MiB writes + fsync MiB/s", "unit": "MiB/s", "short": "dd write+fsync"},
                    {"key": "dd_read", "label": "dd read after remount MiB/s", "unit": "MiB/s", "short": "dd read (cold cache)"},
-                   {"key": "postmark_tps", "label": "PostMark transactions/s (wall time)", "unit": "tx/s", "short": "PostMark tx/s"},
-                   {"key": "postmark_sync_s", "label": "PostMark + sync s", "unit": "s", "nd": 2, "short": "PostMark+sync (1/time)"}]
+                   {"key": "fill_s", "label": "filling the free space (before warm) s", "unit": "s", "nd": 1}]
         R["fs"] = {"systems": SYSTEMS, "metrics": metrics, "results": res,
-                   "desc": "ext4 on each disk (%s, filled with data first, mkfs without discard) through nbdfuse + "
-                           "loop (direct I/O). cold: first run right after the servers were restarted (empty "
-                           "Parallax radix-node cache, empty qcow2 L2 caches); warm: the second run. Bonnie++ %d MiB "
-                           "(-r %d, -f -n 0); PostMark %d files, %d transactions." % (
+                   "desc": "The dom0 stack of figures 5.1-5.4: ext4 on each disk (%s, fresh) through nbdfuse + loop "
+                           "(direct I/O), the systems taking turns at every step. cold: Bonnie++, PostMark and a "
+                           "1 MiB write + read on the new file system of a new disk, so first writes allocate "
+                           "(a new VDI, a new qcow2 image, a preallocated raw file never written). Then the free "
+                           "space is filled with random data and the file deleted, so every block ext4 can hand "
+                           "out exists. warm: the same again (overwrites). Bonnie++ %d MiB (-r %d, -f -n 0 -D: "
+                           "block I/O, O_DIRECT block writes of 8 KiB, one at a time); PostMark %d files, %d "
+                           "transactions; the file system is unmounted and mounted before each (empties its page "
+                           "cache, and only its own); a strict dirty-page limit of %d MiB per loop device "
+                           "throttles buffered writers to the device." % (
                                FSP["vdi"], FSP["bonnie_mib"], FSP["bonnie_ram_mib"], FSP["postmark_files"],
-                               FSP["postmark_transactions"]),
-                   "notes": ["Bonnie++'s write and rewrite phases end with fsync, so they reach the disk; its read "
-                             "and seek phases re-read a file that is still in the page cache (the machine has far "
-                             "more RAM than the file; Bonnie++ prints +++++, kept in results.json as null), so a "
-                             "separate read of a %d MiB file "
-                             "after unmounting and mounting again (which empties the page cache of that file system "
-                             "only) gives the read throughput from the disk." % FSP["dd_mib"],
-                             "PostMark runs in the page cache; its transactions/s (transactions over its wall "
-                             "time; PostMark's own figure has a 1 s resolution) mostly measure the CPU. "
-                             "'PostMark + sync' includes writing everything back to the disk."]}
+                               FSP["postmark_transactions"], FSP.get("dirty_limit_mib", 0)),
+                   "notes": ["Bonnie++ reopens its file without O_DIRECT for rewrite and read: rewrite reads "
+                             "from the device and writes through the (throttled) page cache, and its read and "
+                             "seek phases then read what rewrite left in the page cache (Bonnie++ prints +++++, "
+                             "kept in results.json as null); the 'dd read after remount' column (%d MiB, 1 MiB "
+                             "reads after unmounting and mounting again) is the read throughput from the disk." % FSP["dd_mib"],
+                             "PostMark (many small files) is bound by ext4 and the page cache; 'PostMark + sync' "
+                             "includes writing everything back to the disk."]}
         with open(os.path.join(pd, "fs.dat"), "w") as f:
             f.write("# metric parallax_cold qcow2_cold parallax_warm qcow2_warm (relative to direct, same run; higher is better)\n")
             for m in metrics:
@@ -938,6 +1000,32 @@ def cmd_assemble(a):
                 lab = m["short"]
                 f.write('"%s" %s\n' % (lab, " ".join("NaN" if v is None else "%.4f" % v for v in vals)))
         plots.append("suite-fs.png")
+
+        def rel(sysname, run, key, lower_better=False):
+            v = res.get(sysname, {}).get(run, {}).get(key)
+            d = res.get("direct", {}).get(run, {}).get(key)
+            if not v or not d:
+                return None
+            return d / v if lower_better else v / d
+        r = rel("parallax", "warm", "bonnie_write")
+        if r is not None:
+            targets.append({"key": "fs_bonnie_warm", "section": 4, "thesis_only": True,
+                            "target": "Bonnie++ warm block write within 5% of direct (>= 0.95; thesis, figure 5.1)",
+                            "measured": "%.3f (%.1f vs %.1f MiB/s; qcow2 %s; cold: Parallax %s, qcow2 %s)" % (
+                                r, res["parallax"]["warm"]["bonnie_write"], res["direct"]["warm"]["bonnie_write"],
+                                _f3(rel("qcow2", "warm", "bonnie_write")), _f3(rel("parallax", "cold", "bonnie_write")),
+                                _f3(rel("qcow2", "cold", "bonnie_write"))),
+                            "met": r >= 0.95})
+        r = rel("parallax", "warm", "postmark_sync_s", True)
+        if r is not None:
+            targets.append({"key": "fs_postmark_warm", "section": 4, "thesis_only": True,
+                            "target": "PostMark (+ sync) warm within 10% of direct (direct time / Parallax time >= 0.90; thesis, figure 5.2)",
+                            "measured": "%.3f (%.2f vs %.2f s; qcow2 %s; cold: Parallax %s, qcow2 %s)" % (
+                                r, res["parallax"]["warm"]["postmark_sync_s"], res["direct"]["warm"]["postmark_sync_s"],
+                                _f3(rel("qcow2", "warm", "postmark_sync_s", True)),
+                                _f3(rel("parallax", "cold", "postmark_sync_s", True)),
+                                _f3(rel("qcow2", "cold", "postmark_sync_s", True))),
+                            "met": r >= 0.90})
 
     # 5. placement
     PP = _load(os.path.join(raw, "place", "params.json"))
@@ -965,6 +1053,12 @@ def cmd_assemble(a):
                     f.write('"%s" %.4f %.4f\n' % (sysname, r_["seqread"] / s_["seqread"], r_["randread"] / s_["randread"]))
         plots.append("suite-placement.png")
 
+    if R["wall_seconds"] and a.mode == "full":
+        targets.append({"key": "wall", "section": 0,
+                        "target": "whole suite under 30 minutes on this machine",
+                        "measured": "%.1f min (%s)" % (R["wall_seconds"] / 60.0, ", ".join(
+                            "%s %.0f s" % (k, v) for k, v in R["section_seconds"].items() if v is not None)),
+                        "met": R["wall_seconds"] < 1800})
     R["targets"] = targets
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pl = os.path.abspath(a.plots)
@@ -973,6 +1067,253 @@ def cmd_assemble(a):
     R["plots"] = [os.path.join(pl, p) for p in plots]
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(R, f, indent=1)
+
+
+# ---- verify: is every section there? ---------------------------------------------------------
+
+def _repo_root():
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cmd_verify(a):
+    """Checks that results.json has every section asked for, with every system and point, that
+    every figure exists as a PNG, and (--strict) that no run failed. Exit status 1 on a problem."""
+    bad = []
+    try:
+        R = json.load(open(os.path.join(a.results, "results.json")))
+    except (OSError, ValueError) as e:
+        sys.exit("verify: no results.json: %s" % e)
+    for f in ("results.md", "results.csv"):
+        if not os.path.exists(os.path.join(a.results, f)) or os.path.getsize(os.path.join(a.results, f)) == 0:
+            bad.append("%s missing or empty" % f)
+    want = a.sections.split()
+    plot_of = {"depth": "suite-depth.png", "latency": "suite-snapshot-latency.png",
+               "frequency": "suite-frequency.png", "fs": "suite-fs.png", "placement": "suite-placement.png"}
+    for sec in want:
+        if sec == "fs" and a.no_fs:
+            continue
+        if not R.get(sec):
+            bad.append("section %s produced no results" % sec)
+            continue
+        p = [x for x in R.get("plots", []) if x.endswith(plot_of[sec])]
+        if not p:
+            bad.append("section %s has no figure" % sec)
+        else:
+            path = p[0] if os.path.isabs(p[0]) else os.path.join(_repo_root(), p[0])
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(8)
+                if head != b"\x89PNG\r\n\x1a\n" or os.path.getsize(path) < 2000:
+                    bad.append("%s is not a PNG figure" % path)
+            except OSError:
+                bad.append("%s missing" % path)
+    D = R.get("depth")
+    if D:
+        for sysname in SYSTEMS:
+            for d in D["depths"]:
+                for j in DEPTH_JOBS:
+                    if D["results"].get(sysname, {}).get(str(d), {}).get(j) is None:
+                        bad.append("depth: no %s result for %s at depth %s" % (j, sysname, d))
+    L = R.get("latency")
+    if L:
+        for k, st in L["stats"].items():
+            if not st.get("n"):
+                bad.append("latency: no samples for %s" % k)
+    F = R.get("frequency")
+    if F:
+        wls = ["seqwrite", "trickle"] + ([] if a.no_fs else ["build"])
+        for wl in wls:
+            for sysname in F["systems"]:
+                for iv in ["none"] + F["workload_intervals"][wl]:
+                    e = F["results"].get(wl, {}).get(sysname, {}).get(iv)
+                    if e is None:
+                        bad.append("frequency: no %s run for %s at interval %s" % (wl, sysname, iv))
+                    elif a.strict and (e.get("value") is None or e.get("failed_rounds")):
+                        bad.append("frequency: %s on %s at interval %s failed: %s" % (
+                            wl, sysname, iv, e.get("failed") or e.get("failed_rounds")))
+                    elif a.strict and sysname == "parallax" and iv != "none" and e.get("meta_kb_per_snap") is None:
+                        bad.append("frequency: no metadata figure for %s on parallax at %s" % (wl, iv))
+    B = R.get("fs")
+    if B:
+        for sysname in SYSTEMS:
+            for run in ("cold", "warm"):
+                e = B["results"].get(sysname, {}).get(run)
+                if not e:
+                    bad.append("fs: no %s run for %s" % (run, sysname))
+                    continue
+                for k in ("postmark_s", "postmark_sync_s", "dd_write", "dd_read"):
+                    if e.get(k) is None:
+                        bad.append("fs: no %s for %s (%s)" % (k, sysname, run))
+                # Bonnie++ ran when its CSV line has the figures ("+++++": too fast to time, which
+                # only the smoke run's tiny file gives)
+                for k in ("write", "rewrite"):
+                    v = (e.get("bonnie_raw") or {}).get(k)
+                    if v is None or not (v == "+++++" or v.replace(".", "", 1).isdigit()):
+                        bad.append("fs: no Bonnie++ block %s figure for %s (%s): %r" % (k, sysname, run, v))
+                if run == "warm" and e.get("fill_s") is None:
+                    bad.append("fs: the free space of %s was not filled before the warm run" % sysname)
+    P = R.get("placement")
+    if P:
+        for sysname in SYSTEMS:
+            for order in ("sequential", "random"):
+                e = P["results"].get(sysname, {}).get(order)
+                if not e or e.get("seqread") is None or e.get("randread") is None:
+                    bad.append("placement: no reads of the %s-written disk of %s" % (order, sysname))
+    if not R.get("targets") and ("depth" in want or "latency" in want):
+        bad.append("no targets were evaluated")
+    for b in bad:
+        print("verify: " + b, file=sys.stderr)
+    if bad:
+        sys.exit(1)
+    print("verify: ok (%s%s)" % (", ".join(w for w in want if not (w == "fs" and a.no_fs)),
+                                  "; file systems skipped" if a.no_fs else ""), file=sys.stderr)
+
+
+# ---- readme: the results block of bench/README.md --------------------------------------------
+
+README_BEGIN = "<!-- suite-results:begin (written by bench/suite/suite.py readme; do not edit by hand) -->"
+README_END = "<!-- suite-results:end -->"
+
+
+def _k(x):
+    if x is None:
+        return "-"
+    if x >= 10000:
+        return "%.1fk" % (x / 1000.0)
+    if x >= 100:
+        return "%.0f" % x
+    return "%.1f" % x
+
+
+def readme_block(R, results_rel, plots_rel):
+    m = R.get("machine", {})
+    md = []
+    commit = m.get("git_commit", "?")
+    md.append("### Latest full run: %s\n" % m.get("date", "?"))
+    md.append("- **machine:** `%s`, %s CPUs (%s), %s GiB RAM, Linux %s; data on %s (`%s`)" % (
+        m.get("hostname", "?"), m.get("nproc", "?"), m.get("cpu", "?"), m.get("mem_gib", "?"), m.get("kernel", "?"),
+        m.get("data_fs", "?"), m.get("data_dir", "?")))
+    md.append("- **commit:** `%s`%s; %s, %s, %s" % (
+        commit[:12], "" if m.get("git_dirty", "").startswith("0 ") else " (working tree: %s)" % m.get("git_dirty"),
+        m.get("qemu", "?").split(" (")[0], m.get("fio", "?"), m.get("nbdkit", "?")))
+    if m.get("parallax_binary"):
+        md.append("- **parallax binary:** %s" % m["parallax_binary"])
+    md.append("- **load average:** %s before, %s after (the machine is shared: systems are interleaved at "
+              "every step and targets are ratios within the run)" % (m.get("load_before", "?"), m.get("load_after", "?")))
+    secs = R.get("section_seconds", {})
+    md.append("- **duration:** %.1f min (%s)" % (R.get("wall_seconds", 0) / 60.0,
+                                                ", ".join("%s %.0f s" % (k, v) for k, v in secs.items() if v is not None)))
+    md.append("- **files:** [`%s/results.md`](%s/results.md) (every table), `results.json`, `results.csv`, "
+              "`raw/`" % (results_rel, results_rel))
+    md.append("")
+    md.append("#### Targets\n")
+    md.append("| section | target | measured | |")
+    md.append("|---|---|---|---|")
+    names = {0: "suite", 1: "1. depth", 2: "2. snapshot latency", 3: "3. frequency", 4: "4. Bonnie++/PostMark",
+             5: "5. placement"}
+    for t in sorted(R.get("targets", []), key=lambda t: t.get("section") or 9):
+        verdict = {True: "met", False: "**missed**", None: "n/a"}[t["met"]]
+        md.append("| %s | %s%s | %s | %s |" % (names.get(t.get("section"), "-"), t["target"],
+                                              "" if not t.get("thesis_only") else " *(thesis figure, not in the issue's list)*",
+                                              t["measured"], verdict))
+    P = R.get("placement")
+    if P:
+        cells = []
+        for sysname in SYSTEMS:
+            rs = P["results"].get(sysname, {})
+            if rs.get("sequential") and rs.get("random"):
+                cells.append("%s %.2f" % (sysname, rs["random"]["seqread"] / rs["sequential"]["seqread"]))
+        md.append("| 5. placement | no target (figure 5.5 shows the effect): 1 MiB reads of a disk written in random "
+                  "order / written sequentially | %s | - |" % ", ".join(cells))
+    md.append("")
+    D = R.get("depth")
+    if D:
+        md.append("#### 1. Throughput against snapshot depth (Parallax / qcow2 / direct)\n")
+        md.append("| depth | " + " | ".join("%s %s" % (j, "IOPS" if j.startswith("4k") else "MiB/s") for j in D["jobs"]) + " |")
+        md.append("|---|" + "---|" * len(D["jobs"]))
+        for d in D["depths"]:
+            cells = []
+            for j in D["jobs"]:
+                cells.append(" / ".join(_k(D["results"].get(s_, {}).get(str(d), {}).get(j)) for s_ in SYSTEMS))
+            qd = D.get("qcow2_depth", {}).get(str(d), d)
+            md.append("| %s%s | %s |" % (d, "" if qd >= d else " (qcow2 %d)" % qd, " | ".join(cells)))
+        md.append("")
+    L = R.get("latency")
+    if L:
+        md.append("#### 2. Snapshot latency (ms)\n")
+        md.append("| system | method | disk | n | p50 | p99 | max |")
+        md.append("|---|---|---|---|---|---|---|")
+        for key, st in L["stats"].items():
+            sysname, method, load = key.split("/")
+            if st.get("n"):
+                md.append("| %s | %s | %s | %d | %.3f | %.3f | %.3f |" % (sysname, method, load, st["n"], st["p50_ms"],
+                                                                      st["p99_ms"], st["max_ms"]))
+        md.append("")
+    F = R.get("frequency")
+    if F:
+        md.append("#### 3. Snapshot frequency (relative to no snapshots; Parallax metadata per snapshot)\n")
+        md.append("| workload | interval | Parallax | achieved | snapshots | metadata / snapshot | qcow2 | achieved | snapshots |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
+        for wl in F["workloads"]:
+            W = F["results"].get(wl, {})
+            for iv in F["workload_intervals"][wl]:
+                cells = []
+                for sysname in ("parallax", "qcow2"):
+                    e, b = W.get(sysname, {}).get(iv), W.get(sysname, {}).get("none")
+                    if not e or e.get("value") is None:
+                        cells += ["failed" if e else "-", "-", "-"] + (["-"] if sysname == "parallax" else [])
+                        continue
+                    rel = None
+                    if b and b.get("value"):
+                        rel = e["value"] / b["value"] if e["unit"] == "MiB/s" else b["value"] / e["value"]
+                    cells += [("%.3f" % rel) if rel else "-",
+                              ("%.1f ms" % (1000 * e["mean_interval_s"])) if e.get("mean_interval_s") else "-",
+                              fmt(e.get("snapshots")) + (" (cap)" if e.get("capped") else "")]
+                    if sysname == "parallax":
+                        cells.append(("%.2f KiB" % e["meta_kb_per_snap"]) if e.get("meta_kb_per_snap") is not None else "-")
+                md.append("| %s | %g ms | %s |" % (wl, 1000 * float(iv), " | ".join(cells)))
+        md.append("")
+    B = R.get("fs")
+    if B:
+        md.append("#### 4. Bonnie++ and PostMark on ext4 (relative to direct in the same run; higher is better)\n")
+        ms = [m_ for m_ in B["metrics"] if "short" in m_]
+        md.append("| system | run | " + " | ".join(m_["short"] for m_ in ms) + " |")
+        md.append("|---|---|" + "---|" * len(ms))
+        for sysname in ("parallax", "qcow2"):
+            for run in ("cold", "warm"):
+                cells = []
+                for m_ in ms:
+                    v = B["results"].get(sysname, {}).get(run, {}).get(m_["key"])
+                    d = B["results"].get("direct", {}).get(run, {}).get(m_["key"])
+                    cells.append(_f3((d / v if m_["unit"] == "s" else v / d) if v and d else None))
+                md.append("| %s | %s | %s |" % (sysname, run, " | ".join(cells)))
+        md.append("")
+    if R.get("plots"):
+        md.append("#### Plots\n")
+        for p in R["plots"]:
+            name = os.path.basename(p)
+            md.append("![%s](%s/%s)\n" % (name[:-4], plots_rel, name))
+    return "\n".join(md)
+
+
+def cmd_readme(a):
+    R = json.load(open(os.path.join(a.results, "results.json")))
+    rd = os.path.dirname(os.path.abspath(a.readme))
+    results_rel = os.path.relpath(os.path.abspath(a.results), rd)
+    plots = R.get("plots", [])
+    pdir = os.path.dirname(plots[0]) if plots else "plots"
+    if not os.path.isabs(pdir):
+        pdir = os.path.join(_repo_root(), pdir)
+    plots_rel = os.path.relpath(pdir, rd)
+    text = open(a.readme).read()
+    if README_BEGIN not in text or README_END not in text:
+        sys.exit("readme: %s has no results block (%s ... %s)" % (a.readme, README_BEGIN, README_END))
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    block = readme_block(R, results_rel, plots_rel)
+    with open(a.readme + ".tmp", "w") as f:
+        f.write(head + README_BEGIN + "\n\n" + block + "\n" + README_END + tail)
+    os.replace(a.readme + ".tmp", a.readme)
 
 
 def main():
@@ -1022,6 +1363,16 @@ def main():
     p = sp.add_parser("report")
     p.add_argument("--results", required=True)
     p.set_defaults(fn=cmd_report)
+    p = sp.add_parser("verify")
+    p.add_argument("--results", required=True)
+    p.add_argument("--sections", default="depth latency frequency fs placement")
+    p.add_argument("--no-fs", action="store_true", help="file systems were not available (skipped)")
+    p.add_argument("--strict", action="store_true", help="a failed run is an error")
+    p.set_defaults(fn=cmd_verify)
+    p = sp.add_parser("readme")
+    p.add_argument("--results", required=True)
+    p.add_argument("--readme", required=True)
+    p.set_defaults(fn=cmd_readme)
     a = ap.parse_args()
     a.fn(a)
 
