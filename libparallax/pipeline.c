@@ -17,8 +17,8 @@
  * A batch is the unit of commit (the thesis's shared commit node, generalised). Nodes a batch
  * allocated are invisible until a node that existed before the batch links them: the "commit
  * nodes". So a batch commits as:
- *   stage A: wait for member data writes; write the new nodes, the claimed bitmap blocks and
- *            (for a snapshot) the snapshot log block; FLUSH;
+ *   stage A: write the new nodes, the claimed bitmap blocks and (for a snapshot) the snapshot
+ *            log block while the members' data writes are in flight; wait for both; FLUSH;
  *   stage B: write the commit nodes; for a snapshot, FLUSH and write the VDI record with FUA;
  *            otherwise FLUSH if a member asked for durability.
  * Dependency chains are therefore never longer than two, as with commit-node inheritance, and a
@@ -46,6 +46,7 @@ static void vdi_reload(struct plx_vdi *v);
 struct node_image {
     uint64_t addr;
     bool stage_a;
+    bool rewrite; /* patched after its stage-A write was issued: write it again before FLUSH */
     uint8_t *buf;
 };
 
@@ -261,6 +262,21 @@ static void batch_write_stage(struct plx_batch *b, bool stage_a)
         batch_submit(b, &b->ios[b->nnodes], PLX_IO_WRITE, b->log_addr, b->log_buf);
 }
 
+/* Write again the new nodes a failed data write patched after their first write; true if any. */
+static bool batch_rewrite_patched(struct plx_batch *b)
+{
+    struct node_image *img = images_of(b);
+    bool any = false;
+    for (size_t i = 0; img && i < b->nnodes; i++) {
+        if (!img[i].rewrite)
+            continue;
+        img[i].rewrite = false;
+        batch_submit(b, &b->ios[i], PLX_IO_WRITE, img[i].addr, img[i].buf);
+        any = true;
+    }
+    return any;
+}
+
 static bool batch_has_commit_nodes(const struct plx_batch *b)
 {
     const struct node_image *img = (const struct node_image *)b->images;
@@ -283,6 +299,11 @@ static void batch_free(struct plx_vdi *v, struct plx_batch *b)
         plx_cache_unpin(v->st, n);
         if (n->dirty_batch == b->seq)
             n->dirty_batch = 0;
+        /* Once its batch is over a new node is an ordinary one. Batch numbers restart when the
+         * VDI is opened again while its nodes stay cached, so a stale number could otherwise
+         * make a later batch take an existing node for one of its own new nodes. */
+        if (n->new_batch == b->seq)
+            n->new_batch = 0;
         if (img)
             plx_block_free(img[i].buf);
     }
@@ -354,6 +375,20 @@ static void batch_capture(struct plx_batch *b)
 static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
 {
     for (;;) {
+        if (b->state == B_STAGE_A && !b->stage_a_started && !b->status) {
+            /* New nodes, claims and the log block are unreachable until stage B, so they are
+             * written while the members' data writes are still in flight. */
+            b->stage_a_started = true;
+            b->io_pending++; /* the allocator sync */
+            int rc = plx_alloc_sync(v->st, b->alloc_gen, alloc_synced, b);
+            if (rc != 0) {
+                b->io_pending--;
+                if (rc < 0 && !b->status)
+                    b->status = rc;
+            }
+            batch_write_stage(b, true);
+            continue;
+        }
         if (b->io_pending || b->data_pending)
             return;
         switch (b->state) {
@@ -364,18 +399,8 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
-            if (!b->stage_a_started) {
-                b->stage_a_started = true;
-                b->io_pending++; /* the allocator sync */
-                int rc = plx_alloc_sync(v->st, b->alloc_gen, alloc_synced, b);
-                if (rc != 0) {
-                    b->io_pending--;
-                    if (rc < 0 && !b->status)
-                        b->status = rc;
-                }
-                batch_write_stage(b, true);
+            if (batch_rewrite_patched(b))
                 continue;
-            }
             b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_WAIT_PREV;
             if (b->state == B_FLUSH_A)
                 batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
@@ -698,11 +723,15 @@ static void undo_relinks(struct plx_req *r)
         struct plx_node *leaf = plx_cache_lookup(st, rl->leaf_addr);
         if (leaf)
             leaf->links[rl->idx] = rl->old_link;
-        /* A flying batch captured its images already but writes no node before every member's
-         * data is written, so patching the image is enough. */
+        /* A flying batch captured its images already. Its commit nodes are written only after
+         * every member's data, so patching the image is enough; a new node may have been
+         * written already (stage A overlaps the data writes): it is written again before the
+         * stage-A flush, and nothing links it until stage B. */
         for (size_t k = 0; img && k < b->nnodes; k++)
-            if (img[k].addr == rl->leaf_addr)
+            if (img[k].addr == rl->leaf_addr) {
                 ((uint64_t *)img[k].buf)[rl->idx] = rl->old_link;
+                img[k].rewrite = img[k].stage_a && b->stage_a_started;
+            }
     }
     r->nrelinks = 0;
 }
