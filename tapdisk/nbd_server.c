@@ -1094,8 +1094,19 @@ static int listen_unix(struct nbd_server *srv, const char *path, char *err, size
     }
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
-        unlink(path); /* left behind by a server that died */
+    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+        /* A socket nobody accepts on was left by a server that died: take its place. One that
+         * accepts belongs to a running server, which must keep it. */
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            snprintf(err, errlen, "%s: another server is listening on this socket", path);
+            return -EADDRINUSE;
+        }
+        unlink(path);
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0) {
         int e = errno;

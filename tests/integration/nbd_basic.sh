@@ -184,6 +184,13 @@ for args in "" --nbdkit; do
     assert_eq "copy disk disk@1 disk@label$n sparse " "$(list_names)" "$what: exports after relabelling"
     assert_eq disk@1 "$(list_desc "disk@label$n")" "$what: description of disk@label$n"
     qio "$(uri "disk@label$n")" "read -P 0xa1 0 1M"
+    # A second server on the same socket path is refused and leaves the running one alone.
+    # shellcheck disable=SC2086 # args: extra `serve` options
+    if timeout 20 "$PARALLAX" -b "$T/store.img" serve $args --unix "$sock" >"$T/second.log" 2>&1; then
+        fail "$what: a second server on a live socket started"
+    fi
+    grep -qi "in use\|listening" "$T/second.log" || { cat "$T/second.log" >&2; fail "$what: second server: no clear error"; }
+    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: first server after a second was refused"
     stop_server
     [[ ! -e $sock ]] || fail "$what left its socket behind after SIGTERM"
 
