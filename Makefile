@@ -1,5 +1,6 @@
 # Parallax build. `make` builds the library and the `parallax` command; `make check` builds and
-# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck).
+# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck, and smoke
+# runs of the engine benchmark and the side-by-side suite); `make bench` runs the full suite.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
