@@ -97,7 +97,7 @@ if (exists_file(datadir . "/freq-seqwrite.dat") || exists_file(datadir . "/freq-
         if (exists_file(f)) {
             set title (wl eq "build" ? "unpack and build a source tree on ext4 (no-snapshot time / time)" : "sequential 1 MiB writes at full speed (MiB/s relative)")
             set ylabel "relative to no snapshots"
-            set yrange [0:1.3]
+            set yrange [0:1.5]
             plot f u 3:xtic(1) lc rgb "#1f77b4" t "Parallax", "" u 4 lc rgb "#d62728" t "qcow2", \
                  1 w l lc rgb "#000000" dt 2 notitle, 0.96 w l lc rgb "#2ca02c" dt 3 t "target 0.96"
         }
@@ -116,7 +116,7 @@ if (exists_file(datadir . "/freq-seqwrite.dat") || exists_file(datadir . "/freq-
         set ylabel "ms"
         set yrange [0:*]
         set logscale y
-        set yrange [*:*]
+        set yrange [1:*]
         plot datadir . "/freq-build.dat" every ::1 u 6:xtic(1) lc rgb "#1f77b4" t "Parallax", "" every ::1 u 7 lc rgb "#d62728" t "qcow2"
         unset logscale y
     }
