@@ -14,9 +14,10 @@ LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c
 TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
 LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
 TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
-             tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c
+             tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c \
+             tapdisk/export_names.c
 PLUGIN_SRCS := tapdisk/nbd_plugin.c tapdisk/engine_thread.c tapdisk/control_server.c \
-               tapdisk/control_client.c
+               tapdisk/control_client.c tapdisk/export_names.c
 UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
 
 all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so

@@ -25,6 +25,7 @@
 #define PLX_CONTROL_SERVER
 #include "control.h"
 #include "engine_thread.h"
+#include "export_names.h"
 
 static char *blockstore;
 static uint64_t cache_bytes;
@@ -420,8 +421,9 @@ static int plx_extents(void *handle, uint32_t count, uint64_t offset, uint32_t f
 
 /* ---- export listing ------------------------------------------------------------------------------ */
 
-static int add_name(struct nbd_job *j, const char *name, const char *desc)
+static int add_name(void *arg, const char *name, const char *desc)
 {
+    struct nbd_job *j = arg;
     char **nn = realloc(j->names, (j->nnames + 1) * sizeof *nn);
     if (!nn)
         return -ENOMEM;
@@ -444,34 +446,7 @@ static int add_name(struct nbd_job *j, const char *name, const char *desc)
 static void list_job(struct et_job *job, plx_store *st)
 {
     struct nbd_job *j = (struct nbd_job *)job;
-    struct plx_vdi_info *vdis = NULL;
-    size_t n = 0;
-    int rc = plx_vdi_list(st, &vdis, &n);
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (vdis[i].deleted)
-            continue;
-        rc = add_name(j, vdis[i].name, NULL);
-        struct plx_snap_info *snaps = NULL;
-        size_t ns = 0;
-        if (!rc)
-            rc = plx_snap_list(st, vdis[i].id, &snaps, &ns);
-        for (size_t k = 0; !rc && k < ns; k++) {
-            if (snaps[k].deleted)
-                continue;
-            char name[PLX_NAME_MAX + 32], label[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
-            snprintf(name, sizeof name, "%s@%llu", vdis[i].name,
-                     (unsigned long long)snaps[k].index);
-            rc = add_name(j, name, NULL);
-            /* A labelled snapshot is also exported as VDI@LABEL: list that name too, saying
-             * which snapshot it is (as the built-in server does). */
-            if (!rc && snaps[k].label[0]) {
-                snprintf(label, sizeof label, "%s@%s", vdis[i].name, snaps[k].label);
-                rc = add_name(j, label, name);
-            }
-        }
-        free(snaps);
-    }
-    free(vdis);
+    int rc = plx_export_names(st, add_name, j);
     et_job_done(job, st, rc);
 }
 

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "export_names.h"
 
 /* ---- protocol constants -------------------------------------------------------------------- */
 
@@ -649,8 +650,9 @@ static void opt_error(struct conn *c, uint32_t opt, uint32_t type, const char *m
 }
 
 /* One NBD_REP_SERVER: u32 name length, name, then an optional description (desc may be NULL). */
-static int add_server_reply(struct conn *c, const char *name, const char *desc)
+static int add_server_reply(void *arg, const char *name, const char *desc)
 {
+    struct conn *c = arg;
     size_t n = strlen(name), dn = desc ? strlen(desc) : 0;
     unsigned char *d = malloc(4 + n + dn);
     if (!d)
@@ -670,34 +672,7 @@ static void opt_list(struct conn *c, plx_store *st, uint32_t len)
         opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
         return;
     }
-    struct plx_vdi_info *vdis = NULL;
-    size_t n = 0;
-    int rc = plx_vdi_list(st, &vdis, &n);
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (vdis[i].deleted)
-            continue;
-        rc = add_server_reply(c, vdis[i].name, NULL);
-        struct plx_snap_info *snaps = NULL;
-        size_t ns = 0;
-        if (!rc)
-            rc = plx_snap_list(st, vdis[i].id, &snaps, &ns);
-        for (size_t k = 0; !rc && k < ns; k++) {
-            if (snaps[k].deleted)
-                continue;
-            char name[PLX_NAME_MAX + 32], label[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
-            snprintf(name, sizeof name, "%s@%llu", vdis[i].name,
-                     (unsigned long long)snaps[k].index);
-            rc = add_server_reply(c, name, NULL);
-            /* A labelled snapshot is also exported as VDI@LABEL: list that name too, saying
-             * which snapshot it is. */
-            if (!rc && snaps[k].label[0]) {
-                snprintf(label, sizeof label, "%s@%s", vdis[i].name, snaps[k].label);
-                rc = add_server_reply(c, label, name);
-            }
-        }
-        free(snaps);
-    }
-    free(vdis);
+    int rc = plx_export_names(st, add_server_reply, c);
     if (rc)
         opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_PLATFORM, plx_store_errmsg(st));
     else
