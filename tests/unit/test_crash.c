@@ -2144,6 +2144,31 @@ START_TEST(test_eio_write_snapshot_cow)
 }
 END_TEST
 
+/* Close everything, then verify the images of every crash position from..to: only flushed
+ * writes, every write, and 32 random subsets each. */
+static void sweep_every_position(struct wl *wl, uint64_t from, uint64_t to)
+{
+    for (int vi = 0; vi < wl->nv; vi++)
+        if (wl->v[vi].h)
+            close_vdi(wl, vi);
+    ck_assert_int_eq(plx_store_close(wl->st), 0);
+    wl->st = NULL;
+    struct plx_crash_cursor *c = plx_crash_cursor_new(wl->fb);
+    for (uint64_t p = from; p <= to; p++) {
+        plx_crash_cursor_seek(c, p);
+        verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0), p,
+                     PLX_CRASH_DROP_UNFLUSHED, 0, 3);
+        verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_KEEP_ALL, 0), p, PLX_CRASH_KEEP_ALL,
+                     0, 3);
+        for (uint64_t seed = 1; seed <= 32; seed++)
+            verify_image(wl, plx_crash_cursor_image(c, PLX_CRASH_RANDOM, seed), p,
+                         PLX_CRASH_RANDOM, seed, 3);
+    }
+    plx_crash_cursor_free(c);
+    printf("crash[%s]: positions %llu..%llu, %llu images, %llu violations\n", wl->name,
+           (unsigned long long)from, (unsigned long long)to, wl->images, wl->violations);
+}
+
 /* A snapshot that shares its batch with a write: after a crash, the snapshot may be missing, but
  * if its record is on the medium its tree must hold the write (submitted before it). Every crash
  * position from the snapshot's submission to its completion, every mode, 32 random seeds. */
@@ -2158,26 +2183,7 @@ START_TEST(test_snapshot_commit_order)
     size_t si = wl.ns;
     sub_snap(&wl, a, false); /* ... with S */
     drain(&wl);
-    uint64_t from = wl.s[si].sub_pos, to = wl.s[si].done_pos;
-    for (int vi = 0; vi < wl.nv; vi++)
-        if (wl.v[vi].h)
-            close_vdi(&wl, vi);
-    ck_assert_int_eq(plx_store_close(wl.st), 0);
-    wl.st = NULL;
-    struct plx_crash_cursor *c = plx_crash_cursor_new(wl.fb);
-    for (uint64_t p = from; p <= to; p++) {
-        plx_crash_cursor_seek(c, p);
-        verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0), p,
-                     PLX_CRASH_DROP_UNFLUSHED, 0, 3);
-        verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_KEEP_ALL, 0), p, PLX_CRASH_KEEP_ALL,
-                     0, 3);
-        for (uint64_t seed = 1; seed <= 32; seed++)
-            verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_RANDOM, seed), p,
-                         PLX_CRASH_RANDOM, seed, 3);
-    }
-    plx_crash_cursor_free(c);
-    printf("crash[%s]: positions %llu..%llu, %llu images, %llu violations\n", wl.name,
-           (unsigned long long)from, (unsigned long long)to, wl.images, wl.violations);
+    sweep_every_position(&wl, wl.s[si].sub_pos, wl.s[si].done_pos);
     eio_report(&wl);
     unsigned long long v = wl.violations;
     wl_free(&wl);
@@ -2221,26 +2227,7 @@ START_TEST(test_reopen_commit_order)
     sub_write(&wl, a, 3, 1, false, false);
     sub_flush(&wl, a);
     drain(&wl);
-    uint64_t from = wl.w[first].sub_pos, to = wl.f[wl.nf - 1].done_pos;
-    for (int vi = 0; vi < wl.nv; vi++)
-        if (wl.v[vi].h)
-            close_vdi(&wl, vi);
-    ck_assert_int_eq(plx_store_close(wl.st), 0);
-    wl.st = NULL;
-    struct plx_crash_cursor *c = plx_crash_cursor_new(wl.fb);
-    for (uint64_t p = from; p <= to; p++) {
-        plx_crash_cursor_seek(c, p);
-        verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0), p,
-                     PLX_CRASH_DROP_UNFLUSHED, 0, 3);
-        verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_KEEP_ALL, 0), p, PLX_CRASH_KEEP_ALL,
-                     0, 3);
-        for (uint64_t seed = 1; seed <= 32; seed++)
-            verify_image(&wl, plx_crash_cursor_image(c, PLX_CRASH_RANDOM, seed), p,
-                         PLX_CRASH_RANDOM, seed, 3);
-    }
-    plx_crash_cursor_free(c);
-    printf("crash[%s]: positions %llu..%llu, %llu images, %llu violations\n", wl.name,
-           (unsigned long long)from, (unsigned long long)to, wl.images, wl.violations);
+    sweep_every_position(&wl, wl.w[first].sub_pos, wl.f[wl.nf - 1].done_pos);
     unsigned long long v = wl.violations;
     wl_free(&wl);
     ck_assert_msg(v == 0, "%llu violations", v);
