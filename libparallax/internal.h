@@ -188,8 +188,7 @@ enum plx_batch_state {
     B_FLUSH_A,
     B_WAIT_PREV, /* stage A durable; stage B waits for the older flying batch to finish */
     B_STAGE_B,
-    B_FLUSH_REC, /* snapshot: commit nodes durable before the record that counts it */
-    B_RECORD,    /* snapshot: the VDI record, written FUA */
+    B_FLUSH_REC, /* snapshot: commit nodes durable before the record (FUA) that counts it */
     B_FLUSH_B,
     B_DONE,
 };

@@ -452,12 +452,9 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
             /* Everything else of the batch is durable: a FUA write of the record makes the
              * snapshot durable without another full flush (a device with FUA writes just that
              * block through its cache). */
-            b->state = B_RECORD;
+            b->state = B_DONE;
             batch_submit_flags(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf,
                                PLX_IO_FUA);
-            break;
-        case B_RECORD:
-            b->state = B_DONE;
             break;
         case B_FLUSH_B:
             b->state = B_DONE;
@@ -903,10 +900,7 @@ static void do_snapshot(struct plx_req *r)
         err = rc < 0 ? rc : 0;
     }
     /* Where the record goes: the newest log block if it has room, else a new block. */
-    uint64_t count_in_head = 0;
-    if (!err && v->log_head)
-        count_in_head = v->rec.snap_count + 1 - v->log_head->first_index;
-    bool new_block = !v->log_head || count_in_head >= PLX_SNAPLOG_PER_BLOCK;
+    bool new_block = !log_head_has_room(v);
     if (!err && new_block && b->snap)
         err = plx_err(st, -EIO, "VDI %s: a second snapshot in a batch needs a new log block (bug)",
                       v->rec.name);
@@ -950,16 +944,16 @@ static void do_snapshot(struct plx_req *r)
         lb->vdi_id = v->rec.id;
         lb->prev = v->rec.snaplog_head;
         lb->first_index = v->rec.snap_count + 1;
-        count_in_head = 0;
     } else {
         memcpy(lb, v->log_head, PLX_BLOCK_SIZE);
     }
-    struct plx_snap_record *sr = &lb->records[count_in_head];
+    uint64_t pos = v->rec.snap_count + 1 - lb->first_index; /* from snap_count, not lb->count */
+    struct plx_snap_record *sr = &lb->records[pos];
     memset(sr, 0, sizeof *sr);
     sr->root = frozen;
     sr->time_ns = plx_now_ns();
     memcpy(sr->label, r->label, strlen(r->label));
-    lb->count = (uint32_t)count_in_head + 1;
+    lb->count = (uint32_t)pos + 1;
     plx_blkhdr_seal(lb, PLX_MAGIC_SNAPLOG, log_addr);
     memcpy(v->log_head, lb, PLX_BLOCK_SIZE);
 
