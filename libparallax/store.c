@@ -610,6 +610,7 @@ static int events_init(plx_store *st)
 static void store_free(plx_store *st)
 {
     plx_cache_free(st);
+    plx_cache_owners_free(st);
     plx_alloc_free(st);
     free(st->cat);
     if (st->be)
