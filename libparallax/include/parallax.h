@@ -60,11 +60,17 @@ struct plx_open_opts {
     int blocking_io;
 };
 
-/* Format `path` (created as a sparse file of `size` bytes if absent; an existing file or device
- * keeps its size when size is 0). extent_size 0 = default. Refuses to overwrite an existing
- * Parallax blockstore unless force is set. Blocking. */
+/* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
+ * is resized to `size`, and a device or a file keeps its size when size is 0). extent_size 0 =
+ * plx_default_extent_size() of the store's size. Refuses to overwrite an existing Parallax
+ * blockstore unless force is set. Every check runs before anything changes: on failure the
+ * file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
+/* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
+ * from PLX_MIN_EXTENT_SIZE to PLX_DEFAULT_EXTENT_SIZE (2 GiB, the most it picks). Each process
+ * writing to a store allocates in extents of its own, so small stores need small extents. */
+uint64_t plx_default_extent_size(uint64_t store_bytes);
 /* The same on a backend the caller owns (tests use the memory backend). */
 int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size_t errlen);
 
