@@ -188,6 +188,12 @@ struct plx_check_report {
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg);
 
+/* How many other processes may be writing this blockstore right now (live holders of a VDI's
+ * writer lock or of an extent), 0 when none, or a negative errno. `who` (may be NULL) receives a
+ * description of one of them, such as "pid 812 (parallax) on this host has VDI vm open for
+ * writing". A check beside a writer can see changes half made. Blocking. */
+int plx_store_writers(plx_store *st, char *who, size_t len);
+
 /* ---- Deletion and garbage collection ----------------------------------------------------------- */
 
 /* Mark one snapshot deleted. Its blocks come back when the collector runs, except those that a
