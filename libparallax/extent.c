@@ -598,6 +598,12 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     rc = plx_gc(st, 1, &gr);
     for (int t = 0; !rc && t < 4; t++)
         out->blocks_unreachable_by_type[t] = gr.freed_by_type[t];
+    if (rc == -EUCLEAN) {
+        /* A corrupt tree: what it reaches is unknown. The rest of the report stands. */
+        for (int t = 0; t < 4; t++)
+            out->blocks_unreachable_by_type[t] = PLX_UNKNOWN;
+        rc = 0;
+    }
     return rc;
 }
 

@@ -95,7 +95,10 @@ static void info_json(const struct plx_store_info *in)
         json_begin_object(&w);
         for (int t = 0; t < 4; t++) {
             json_key(&w, extent_type_names[t]);
-            json_u64(&w, groups[g].by_type[t]);
+            if (groups[g].by_type[t] == PLX_UNKNOWN)
+                json_null(&w); /* leaked blocks behind a corrupt radix node */
+            else
+                json_u64(&w, groups[g].by_type[t]);
         }
         json_end_object(&w);
     }
@@ -129,13 +132,20 @@ static void info_human(const char *path, const struct plx_store_info *in)
            "LEAKED BLOCKS");
     for (int t = 1; t <= 4; t++) {
         int type = t % 4; /* unused last: it is the least interesting row */
-        printf("%-10s %12llu %14llu %14llu %14llu\n", extent_type_names[type],
+        char leaked[24] = "unknown";
+        if (in->blocks_unreachable_by_type[type] != PLX_UNKNOWN)
+            snprintf(leaked, sizeof leaked, "%llu",
+                     (unsigned long long)in->blocks_unreachable_by_type[type]);
+        printf("%-10s %12llu %14llu %14llu %14s\n", extent_type_names[type],
                (unsigned long long)in->extents_by_type[type],
                (unsigned long long)in->blocks_used_by_type[type],
-               (unsigned long long)in->blocks_free_by_type[type],
-               (unsigned long long)in->blocks_unreachable_by_type[type]);
+               (unsigned long long)in->blocks_free_by_type[type], leaked);
     }
-    printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees it)\n");
+    if (in->blocks_unreachable_by_type[0] == PLX_UNKNOWN)
+        printf("(leaked: unknown, a radix node is corrupt; `parallax check` says which)\n");
+    else
+        printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees "
+               "it)\n");
 }
 
 int cmd_info(struct cli_ctx *ctx, int argc, char **argv)

@@ -122,9 +122,11 @@ struct plx_store_info {
     uint64_t vdi_count;                /* live (not deleted) VDIs */
     char lockd_addr[64];               /* lock manager address, "" when none */
     /* Allocated blocks no live tree or log reaches (what gc would free): crash leftovers,
-     * deleted VDIs and snapshots, and blocks claimed right now by running writers. */
+     * deleted VDIs and snapshots, and blocks claimed right now by running writers.
+     * PLX_UNKNOWN when a corrupt radix node leaves it unknown (parallax check says where). */
     uint64_t blocks_unreachable_by_type[4];
 };
+#define PLX_UNKNOWN UINT64_MAX
 int plx_store_info(plx_store *st, struct plx_store_info *out);
 
 struct plx_vdi_info {
