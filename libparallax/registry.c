@@ -180,6 +180,8 @@ int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *re
     }
     free(recs);
     free(slots);
+    if (found < 0 && plx_all_digits(spec))
+        return plx_err(st, -ENOENT, "no VDI named '%s' and none with id %s", spec, spec);
     if (found < 0)
         return plx_err(st, -ENOENT, "no VDI named '%s'", spec);
     return 0;

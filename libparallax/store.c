@@ -613,6 +613,11 @@ int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force,
 
 static int load_superblock(plx_store *st)
 {
+    if (st->be->nblocks == 0)
+        return plx_err(st, -EUCLEAN,
+                       "%s is empty (less than one 4 KiB block): not a Parallax blockstore; "
+                       "'parallax format --size SIZE' makes one",
+                       st->be->desc);
     uint8_t *buf = plx_block_alloc(1);
     int rc = plx_sync_io(st, PLX_IO_READ, 0, 1, buf, 0);
     if (rc) {

@@ -458,6 +458,12 @@ int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
 
 int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
 {
+    const char *at = strchr(vdi, '@');
+    if (at)
+        return plx_err(st, -EINVAL,
+                       "%s is a snapshot, and snapshots never change: snapshot the VDI %.*s, or "
+                       "make a writable copy with 'vdi-create NAME --from %s'",
+                       vdi, (int)(at - vdi), vdi, vdi);
     plx_vdi *v;
     int rc = plx_vdi_open(st, vdi, 0, &v);
     if (rc)
