@@ -36,7 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "alloc.h"
+#include "lock.h"
+#include "registry.h"
+#include "snaplog.h"
 
 #define CK_RUN 256u         /* blocks per read of radix nodes */
 #define CK_REG_BATCH 64u    /* registry slots per read */
@@ -776,7 +779,7 @@ static void check_leaks(struct ck *c)
     /* Blocks this process has claimed but not used yet are not leaks: closing the store gives
      * them back. Bitmap blocks are allocated by definition and never reachable. */
     for (int t = 0; t < 2; t++) {
-        const struct plx_alloc_pool *p = &st->alloc.pool[t];
+        const struct plx_alloc_pool *p = &st->alloc->pool[t];
         if (!p->valid)
             continue;
         for (uint64_t b = p->next; b < p->end && b < c->nb; b++)
@@ -840,8 +843,6 @@ static void ck_free(struct ck *c)
 
 /* ---- Who else writes ------------------------------------------------------------------------------ */
 
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
 
 static void describe_holder(const plx_store *st, uint64_t host, uint32_t pid, const char *what,
                             char *who, size_t len)

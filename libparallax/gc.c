@@ -31,16 +31,16 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
-#include "internal.h"
+#include "alloc.h"
+#include "cache.h"
+#include "lock.h"
+#include "pipeline.h"
+#include "registry.h"
+#include "snaplog.h"
+#include "system.h"
 
 #define GC_RUN 256u /* blocks per read */
 
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-int plx_wait_alloc_written(plx_store *st);
-int plx_state_read(plx_store *st);
-int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
-void plx_alloc_return_pools(plx_store *st);
 
 struct gc {
     plx_store *st;
@@ -119,8 +119,8 @@ static int checkpoint(struct gc *g, bool dry_run)
             continue;
         }
         g->ckpt[e] = plx_block_alloc(g->bmb);
-        if (st->alloc.ext[e].held)
-            memcpy(g->ckpt[e], st->alloc.ext[e].bitmap, g->bmb * PLX_BLOCK_SIZE);
+        if (st->alloc->ext[e].held)
+            memcpy(g->ckpt[e], st->alloc->ext[e].bitmap, g->bmb * PLX_BLOCK_SIZE);
         else
             rc = plx_bitmap_read(st, e, g->ckpt[e]);
     }
@@ -244,7 +244,7 @@ static int claim_epoch(struct gc *g, bool will_free)
 static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
 {
     plx_store *st = g->st;
-    struct plx_extent_state *x = &st->alloc.ext[e];
+    struct plx_extent_state *x = &st->alloc->ext[e];
     int rc = plx_admin_lock(st);
     if (rc)
         return rc;
@@ -264,7 +264,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         rc = plx_bitmap_read(st, e, cur);
     uint64_t freed = 0, used = 0;
     if (!rc) {
-        st->alloc.gen++;
+        st->alloc->gen++;
         for (uint64_t i = g->bmb; i < g->eb; i++) {
             if (!bm_get(cur, i))
                 continue;
@@ -274,7 +274,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
                     continue;
                 bm_clear(cur, i);
                 if (x->held)
-                    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = st->alloc.gen;
+                    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = st->alloc->gen;
             } else {
                 used++;
             }
@@ -300,8 +300,8 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
             rc = plx_extent_entry_write(st, e, &ent);
         }
     }
-    bool pooled = st->alloc.pool[0].valid && st->alloc.pool[0].extent == e;
-    pooled |= st->alloc.pool[1].valid && st->alloc.pool[1].extent == e;
+    bool pooled = st->alloc->pool[0].valid && st->alloc->pool[0].extent == e;
+    pooled |= st->alloc->pool[1].valid && st->alloc->pool[1].extent == e;
     if (!rc && !dry_run && used == 0 && !pooled) {
         /* Nothing left in it: give the extent back to the unused pool, untyped. */
         struct plx_extent_entry empty;

@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include "internal.h"
-
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-int plx_label_check(plx_store *st, const char *label);
+#include "cache.h"
+#include "lock.h"
+#include "pipeline.h"
+#include "registry.h"
+#include "snaplog.h"
+#include "vdi.h"
 
 /* ---- Open / close ------------------------------------------------------------------------------- */
 
@@ -183,7 +185,6 @@ int plx_vdi_close(plx_vdi *v)
     return rc;
 }
 
-int plx_vdi_close_all(plx_store *st);
 int plx_vdi_close_all(plx_store *st)
 {
     int rc = 0;
@@ -402,75 +403,6 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     snprintf(r->label, sizeof r->label, "%s", label);
     r->index_out = index_out;
     return plx_req_submit(v, r);
-}
-
-/* ---- Blocking forms ----------------------------------------------------------------------------- */
-
-struct sync_wait {
-    int done;
-    int status;
-};
-
-static void sync_done(void *arg, int status)
-{
-    struct sync_wait *w = arg;
-    w->status = status;
-    w->done = 1;
-}
-
-static int sync_finish(plx_vdi *v, int rc, struct sync_wait *w)
-{
-    if (rc)
-        return rc;
-    rc = plx_store_wait(v->st, &w->done);
-    return rc ? rc : w->status;
-}
-
-int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_read(v, buf, off, len, sync_done, &w), &w);
-}
-
-int plx_vdi_pwrite(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_write(v, buf, off, len, flags, sync_done, &w), &w);
-}
-
-int plx_vdi_flush(plx_vdi *v)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_flush(v, sync_done, &w), &w);
-}
-
-int plx_vdi_trim(plx_vdi *v, uint64_t off, uint64_t len)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_trim(v, off, len, sync_done, &w), &w);
-}
-
-int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_snapshot(v, label, index_out, sync_done, &w), &w);
-}
-
-int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
-{
-    const char *at = strchr(vdi, '@');
-    if (at)
-        return plx_err(st, -EINVAL,
-                       "%s is a snapshot, and snapshots never change: snapshot the VDI %.*s, or "
-                       "make a writable copy with 'vdi-create NAME --from %s'",
-                       vdi, (int)(at - vdi), vdi, vdi);
-    plx_vdi *v;
-    int rc = plx_vdi_open(st, vdi, 0, &v);
-    if (rc)
-        return rc;
-    rc = plx_vdi_snapshot_open(v, label, index_out);
-    int crc = plx_vdi_close(v);
-    return rc ? rc : crc;
 }
 
 /* ---- Block status ------------------------------------------------------------------------------- */

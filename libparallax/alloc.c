@@ -1,5 +1,5 @@
 /*
- * extent.c - the extent catalogue and the block allocator.
+ * alloc.c - the extent catalogue and the block allocator (layer 2, alloc.h).
  *
  * The store is cut into fixed-size extents. A process allocates only inside extents it holds
  * (its identity is in the extent's catalogue entry), so allocation needs no coordination on the
@@ -17,12 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "alloc.h"
+#include "lock.h"
 
 #define CLAIM_CHUNK 2048u
 
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
 
 static uint64_t eb(const plx_store *st)
 {
@@ -136,7 +135,10 @@ int plx_bitmap_read(plx_store *st, uint64_t extent, uint8_t *bits)
 
 int plx_alloc_init(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return plx_err(st, -ENOMEM, "out of memory for extent state");
+    st->alloc = a;
     a->ext = calloc(st->sb.extent_count, sizeof *a->ext);
     if (!a->ext)
         return plx_err(st, -ENOMEM, "out of memory for extent state");
@@ -148,20 +150,21 @@ int plx_alloc_init(plx_store *st)
 
 void plx_alloc_free(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
-    if (!a->ext)
+    struct plx_alloc *a = st->alloc;
+    if (!a)
         return;
-    for (uint64_t e = 0; e < st->sb.extent_count; e++) {
+    for (uint64_t e = 0; a->ext && e < st->sb.extent_count; e++) {
         plx_block_free(a->ext[e].bitmap);
         free(a->ext[e].dirty_blocks);
     }
     free(a->ext);
-    a->ext = NULL;
     while (a->waiters) {
         struct plx_alloc_waiter *w = a->waiters;
         a->waiters = w->next;
         free(w);
     }
+    free(a);
+    st->alloc = NULL;
 }
 
 static uint64_t count_free(const plx_store *st, const uint8_t *bits)
@@ -174,7 +177,7 @@ static uint64_t count_free(const plx_store *st, const uint8_t *bits)
 
 static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
 {
-    struct plx_extent_state *x = &st->alloc.ext[e];
+    struct plx_extent_state *x = &st->alloc->ext[e];
     x->bitmap = bits;
     x->dirty_blocks = calloc(bitmap_blocks(st), sizeof *x->dirty_blocks);
     if (!x->dirty_blocks)
@@ -191,7 +194,7 @@ static int no_extent_error(plx_store *st, enum plx_extent_type type)
     uint64_t others = 0, mine = 0, full = 0;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
         const struct plx_extent_entry *c = &st->cat[e];
-        if (st->alloc.ext[e].held)
+        if (st->alloc->ext[e].held)
             mine++;
         else if (c->type != PLX_EXTENT_UNUSED &&
                  !plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch))
@@ -232,7 +235,7 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     for (int pass = 0; pass < 2 && !rc && !chosen; pass++) {
         for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
             const struct plx_extent_entry *c = &st->cat[e];
-            if (st->alloc.ext[e].held)
+            if (st->alloc->ext[e].held)
                 continue;
             if (pass == 0 && c->type == type && !(c->flags & PLX_EXTENT_FULL) &&
                 plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch)) {
@@ -286,7 +289,7 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
 /* Claim a run of free blocks in a held extent of `type` into the pool. */
 static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_alloc_pool *pool)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     for (int attempt = 0; attempt < 2; attempt++) {
         for (uint64_t e = 1; e < st->sb.extent_count; e++) {
             struct plx_extent_state *x = &a->ext[e];
@@ -328,7 +331,7 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
 {
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
-    struct plx_alloc_pool *pool = &st->alloc.pool[type == PLX_EXTENT_DATA];
+    struct plx_alloc_pool *pool = &st->alloc->pool[type == PLX_EXTENT_DATA];
     if (!pool->valid || pool->next == pool->end) {
         int rc = pool_refill(st, type, pool);
         if (rc)
@@ -344,7 +347,7 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
 
 uint64_t plx_alloc_gen(const plx_store *st)
 {
-    return st->alloc.gen;
+    return st->alloc->gen;
 }
 
 /* ---- Writing claims ------------------------------------------------------------------------- */
@@ -360,7 +363,7 @@ static int round_finish_if_empty(plx_store *st);
 
 static void wake_alloc_waiters(plx_store *st, int status)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     struct plx_alloc_waiter **pp = &a->waiters;
     while (*pp) {
         struct plx_alloc_waiter *w = *pp;
@@ -377,7 +380,7 @@ static void wake_alloc_waiters(plx_store *st, int status)
 static void bitmap_write_done(plx_store *st, struct plx_ev *ev)
 {
     struct bitmap_write *bw = (struct bitmap_write *)ev;
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     if (ev->status && !a->round_status)
         a->round_status = ev->status;
     plx_block_free(bw->buf);
@@ -401,7 +404,7 @@ static void bitmap_write_done(plx_store *st, struct plx_ev *ev)
 /* Write every bitmap block changed since the last completed round. */
 static void sync_round_start(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     a->round_status = 0;
     a->round_target = a->gen;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
@@ -438,7 +441,7 @@ static void sync_round_start(plx_store *st)
 /* A round with nothing to write (the changes were in extents since released) is done at once. */
 static int round_finish_if_empty(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     if (a->writes_inflight)
         return 0;
     if (!a->round_status)
@@ -448,7 +451,7 @@ static int round_finish_if_empty(plx_store *st)
 
 int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status), void *arg)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     if (gen <= a->written_gen)
         return 1;
     if (a->writes_inflight == 0) {
@@ -470,7 +473,6 @@ int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status
     return 0;
 }
 
-int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
 int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
 {
     return catalogue_entry_write(st, e, ent);
@@ -478,10 +480,9 @@ int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_en
 
 /* Give claimed-but-unused blocks back to their bitmaps (in memory; the next allocator write
  * carries it). Safe at any time: nothing links a block before it leaves the pool. */
-void plx_alloc_return_pools(plx_store *st);
 void plx_alloc_return_pools(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     for (int t = 0; t < 2; t++) {
         struct plx_alloc_pool *p = &a->pool[t];
         if (!p->valid)
@@ -501,7 +502,7 @@ void plx_alloc_return_pools(plx_store *st)
 /* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
 int plx_alloc_shutdown(plx_store *st)
 {
-    struct plx_alloc *a = &st->alloc;
+    struct plx_alloc *a = st->alloc;
     if (!a->ext)
         return 0;
     plx_alloc_return_pools(st);
@@ -543,70 +544,6 @@ int plx_alloc_shutdown(plx_store *st)
     return rc;
 }
 
-/* ---- Space accounting -------------------------------------------------------------------------- */
-
-int plx_store_info(plx_store *st, struct plx_store_info *out)
-{
-    memset(out, 0, sizeof *out);
-    int rc = plx_catalogue_read(st);
-    if (rc)
-        return rc;
-    out->format_version = st->sb.version;
-    out->block_count = st->sb.block_count;
-    out->size_bytes = st->sb.block_count * PLX_BLOCK_SIZE;
-    out->extent_size = eb(st) * PLX_BLOCK_SIZE;
-    out->extent_count = st->sb.extent_count;
-    out->vdi_slots = st->sb.registry_slots;
-    snprintf(out->lockd_addr, sizeof out->lockd_addr, "%s", st->state.lockd_addr);
-    uint8_t *bits = plx_block_alloc(bitmap_blocks(st));
-    for (uint64_t e = 0; e < st->sb.extent_count && !rc; e++) {
-        unsigned t = st->cat[e].type;
-        out->extents_by_type[t]++;
-        if (t == PLX_EXTENT_SYSTEM)
-            continue; /* counted below, from the registry */
-        if (t == PLX_EXTENT_UNUSED) {
-            out->blocks_free_by_type[t] += eb(st);
-            continue;
-        }
-        const uint8_t *src = bits;
-        if (st->alloc.ext[e].held)
-            src = st->alloc.ext[e].bitmap;
-        else
-            rc = plx_bitmap_read(st, e, bits);
-        uint64_t fr = count_free(st, src);
-        out->blocks_free_by_type[t] += fr;
-        out->blocks_used_by_type[t] += eb(st) - fr;
-    }
-    plx_block_free(bits);
-    if (rc)
-        return rc;
-    struct plx_vdi_record *recs = NULL;
-    uint64_t *slots = NULL;
-    size_t n = 0;
-    rc = plx_registry_scan(st, &recs, &slots, &n);
-    for (size_t i = 0; i < n; i++)
-        if (!(recs[i].flags & PLX_VDI_DELETED))
-            out->vdi_count++;
-    /* System extent: superblock, state, catalogue, and the registry slots holding a record. */
-    out->blocks_used_by_type[PLX_EXTENT_SYSTEM] = st->sb.registry_start + n;
-    out->blocks_free_by_type[PLX_EXTENT_SYSTEM] = eb(st) - st->sb.registry_start - n;
-    free(recs);
-    free(slots);
-    if (rc)
-        return rc;
-    struct plx_gc_report gr;
-    rc = plx_gc(st, 1, &gr);
-    for (int t = 0; !rc && t < 4; t++)
-        out->blocks_unreachable_by_type[t] = gr.freed_by_type[t];
-    if (rc == -EUCLEAN) {
-        /* A corrupt tree: what it reaches is unknown. The rest of the report stands. */
-        for (int t = 0; t < 4; t++)
-            out->blocks_unreachable_by_type[t] = PLX_UNKNOWN;
-        rc = 0;
-    }
-    return rc;
-}
-
 static void flag_done(void *arg, int status)
 {
     int *f = arg;
@@ -614,16 +551,29 @@ static void flag_done(void *arg, int status)
     f[1] = 1;
 }
 
-int plx_drive_until(plx_store *st, const int *flag);
-int plx_wait_alloc_written(plx_store *st);
 int plx_wait_alloc_written(plx_store *st)
 {
     int f[2] = {0, 0};
-    int rc = plx_alloc_sync(st, st->alloc.gen, flag_done, f);
+    int rc = plx_alloc_sync(st, st->alloc->gen, flag_done, f);
     if (rc == 1)
         return 0;
     if (rc < 0)
         return rc;
     rc = plx_drive_until(st, &f[1]);
     return rc ? rc : f[0];
+}
+
+int plx_extent_free(plx_store *st, uint64_t e, uint64_t *free_blocks)
+{
+    int rc = 0;
+    if (st->alloc->ext[e].held) {
+        *free_blocks = count_free(st, st->alloc->ext[e].bitmap);
+        return 0;
+    }
+    uint8_t *bits = plx_block_alloc(bitmap_blocks(st));
+    rc = plx_bitmap_read(st, e, bits);
+    if (!rc)
+        *free_blocks = count_free(st, bits);
+    plx_block_free(bits);
+    return rc;
 }
