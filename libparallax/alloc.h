@@ -8,7 +8,7 @@
 #include "engine.h"
 
 /* Per extent type (metadata, data): the extents this process holds and a run of claimed blocks
- * ready to hand out. Claims are made durable by the batch that uses them (see extent.c). */
+ * ready to hand out. Claims are made durable by the batch that uses them (see alloc.c). */
 struct plx_extent_state {
     uint8_t *bitmap;            /* in-memory bitmap of a held extent, NULL otherwise */
     uint64_t free;              /* clear bits */
