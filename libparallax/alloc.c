@@ -264,9 +264,7 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     if (!rc) {
         struct plx_extent_entry ent = st->cat[chosen];
         ent.type = (uint8_t)type;
-        ent.holder_host = st->host_hash;
-        ent.holder_pid = st->pid;
-        ent.holder_epoch = st->epoch;
+        plx_holder_set_me(st, &ent.holder_host, &ent.holder_pid, &ent.holder_epoch);
         /* The bitmap must be durable before the entry that makes the extent ours. */
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (!rc)

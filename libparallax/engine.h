@@ -35,6 +35,7 @@
 typedef struct plx_store plx_store_t;
 struct plx_alloc;
 struct plx_cache;
+struct plx_lock_ops;
 struct plx_vdi;
 
 /* Every engine I/O is an event: the backend's completion only records the status and queues the
@@ -72,6 +73,7 @@ struct plx_store {
     uint32_t pid;
     uint64_t epoch;
     char host[64];
+    const struct plx_lock_ops *lock_ops; /* lock.h */
     unsigned admin_depth;              /* nested plx_admin_lock calls: only the outermost locks */
 
     /* The event loop (engine.c). */

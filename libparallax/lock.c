@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "lock.h"
 
-/* ---- Identity and the single-host admin lock -------------------------------------------------- */
+/* ---- Identity -------------------------------------------------------------------------------- */
 
 static uint64_t fnv1a(const char *s)
 {
@@ -58,26 +58,56 @@ void plx_identity_init(plx_store *st, const char *host)
     st->host_hash = fnv1a(st->host);
     st->pid = (uint32_t)getpid();
     st->epoch = process_start_ticks(getpid());
+    st->lock_ops = &plx_lock_local;
 }
 
-/* Is a lock held by (host, pid, epoch) stale, i.e. held by a process on this host that is gone?
- * Locks of other hosts are never stale from here: that is the lock manager's call. */
+/* ---- The local implementation of the lock seam ----------------------------------------------- */
+
+static int local_admin_try(plx_store *st, int take)
+{
+    return st->be->ops->lock ? st->be->ops->lock(st->be, take) : 0;
+}
+
+/* A holder on this host is alive while a process with its pid and start time runs. A holder on
+ * another host cannot be judged from here: it counts as alive (a lock manager decides). */
+static bool local_holder_alive(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
+{
+    if (host != st->host_hash)
+        return true;
+    uint64_t now = process_start_ticks((pid_t)pid);
+    return now != 0 && now == epoch;
+}
+
+const struct plx_lock_ops plx_lock_local = {
+    .name = "local",
+    .admin_try = local_admin_try,
+    .holder_alive = local_holder_alive,
+};
+
+/* ---- Holders --------------------------------------------------------------------------------- */
+
 bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     if (host == 0)
         return true;
-    if (host != st->host_hash)
+    if (plx_holder_is_me(st, host, pid, epoch))
         return false;
-    if (pid == st->pid && epoch == st->epoch)
-        return false;
-    uint64_t now = process_start_ticks((pid_t)pid);
-    return now == 0 || now != epoch;
+    return !st->lock_ops->holder_alive(st, host, pid, epoch);
+}
+
+void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint64_t *epoch)
+{
+    *host = st->host_hash;
+    *pid = st->pid;
+    *epoch = st->epoch;
 }
 
 bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     return host == st->host_hash && pid == st->pid && epoch == st->epoch;
 }
+
+/* ---- The admin lock ---------------------------------------------------------------------------- */
 
 /* How long to wait for the admin lock: $PARALLAX_LOCK_TIMEOUT seconds, default 30. Holders keep
  * it for one read-modify-write of a few blocks, so a long wait means a stuck holder: better a
@@ -91,11 +121,11 @@ static double lock_timeout(void)
 
 int plx_admin_lock(plx_store *st)
 {
-    if (st->admin_depth++ || !st->be->ops->lock)
+    if (st->admin_depth++)
         return 0;
     double waited = 0, limit = lock_timeout();
     for (unsigned sleep_us = 1000;; sleep_us = sleep_us < 50000 ? sleep_us * 2 : 50000) {
-        int rc = st->be->ops->lock(st->be, 1);
+        int rc = st->lock_ops->admin_try(st, 1);
         if (rc == 0)
             return 0;
         if (rc != -EWOULDBLOCK || waited >= limit) {
@@ -114,6 +144,6 @@ int plx_admin_lock(plx_store *st)
 
 void plx_admin_unlock(plx_store *st)
 {
-    if (--st->admin_depth == 0 && st->be->ops->lock)
-        st->be->ops->lock(st->be, 0);
+    if (--st->admin_depth == 0)
+        st->lock_ops->admin_try(st, 0);
 }

@@ -32,9 +32,7 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
                          rec.name, rec.lock_host == st->host_hash ? st->host : "another host",
                          rec.lock_pid);
         if (!rc) {
-            rec.lock_host = st->host_hash;
-            rec.lock_pid = st->pid;
-            rec.lock_epoch = st->epoch;
+            plx_holder_set_me(st, &rec.lock_host, &rec.lock_pid, &rec.lock_epoch);
             rec.lock_time_ns = plx_now_ns();
             rec.writer_gen++; /* other processes' cached nodes of this VDI are now stale */
         }
