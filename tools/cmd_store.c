@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "progress.h"
 #include "size.h"
 
 #define ERRBUF_MAX 4096
@@ -166,6 +167,7 @@ int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
 
 struct check_out {
     int json;
+    struct progress prog;
     char **lines; /* JSON mode: kept until the report is printed */
     size_t count, cap;
     int nomem;
@@ -203,7 +205,9 @@ static void check_report(void *arg, int is_error, const char *line)
     struct check_out *o = arg;
 
     if (!o->json) {
+        progress_clear(&o->prog);
         printf("%s %s\n", is_error ? "error:" : "warning:", line);
+        fflush(stdout);
         return;
     }
     char *s = check_line(is_error, line);
@@ -259,7 +263,9 @@ static int check_result(const struct plx_check_report *r, const struct check_out
 int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
 {
     struct check_out out = {0};
-    const struct cli_opt opts[] = {{"json", 0, NULL, &out.json}, {0}};
+    int quiet = 0;
+    const struct cli_opt opts[] = {
+        {"json", 0, NULL, &out.json}, {"quiet", 0, NULL, &quiet}, {0}};
     struct plx_check_report report = {0};
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
@@ -268,7 +274,14 @@ int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
         rc = cli_open_store(ctx, 1, &st);
     if (rc != EXIT_OK)
         return rc;
-    int err = plx_check(st, &report, check_report, &out);
+    progress_init(&out.prog, "check", quiet);
+    struct plx_check_opts co = {.struct_size = sizeof co,
+                                .report = check_report,
+                                .report_arg = &out,
+                                .progress = progress_step,
+                                .progress_arg = &out.prog};
+    int err = plx_check_ex(st, &co, &report);
+    progress_clear(&out.prog);
     rc = err < 0 ? cli_engine_error(st, err) : check_result(&report, &out);
     for (size_t i = 0; i < out.count; i++)
         free(out.lines[i]);
