@@ -136,11 +136,15 @@ format: builddeps
 check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke
 	@echo "make check: all passed"
 
+# The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
+# dpkg-buildpackage has already checked Build-Depends.
+DEPS_SCRIPT ?= scripts/install-deps.sh
+
 builddeps:
-	@scripts/install-deps.sh build
+	@$(DEPS_SCRIPT) build
 
 deps: builddeps
-	@scripts/install-deps.sh test
+	@$(DEPS_SCRIPT) test
 
 demo: builddeps all
 	@scripts/demo.sh
@@ -186,6 +190,9 @@ $(B)/bench-gc-writer: $(B)/obj/bench/gc-writer.o $(B)/libparallax.a
 
 clean:
 	rm -rf $(B)
+
+# make install / make uninstall (PREFIX, DESTDIR, ...): see mk/install.mk.
+include mk/install.mk
 
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
