@@ -161,6 +161,7 @@ bench-engine: $(B)/bench-engine
 # judges times.
 bench-smoke: $(B)/bench-engine
 	@mkdir -p $(B)/test-logs
+	@echo "bench-engine --quick: running (log: $(B)/test-logs/bench-engine-quick.txt)"
 	@$(B)/bench-engine --quick --dir $(BENCH_DIR) --json $(B)/test-logs/bench-engine-quick.json \
 	    > $(B)/test-logs/bench-engine-quick.txt 2>&1 \
 	    || { tail -40 $(B)/test-logs/bench-engine-quick.txt; exit 1; }
@@ -178,6 +179,7 @@ bench: deps all
 bench-suite-smoke: deps all
 	@mkdir -p $(B)/test-logs
 	@rm -rf $(B)/bench-suite-smoke
+	@echo "bench/suite/run.sh --smoke: running, about 100 s (log: $(B)/test-logs/bench-suite-smoke.log)"
 	@bench/suite/run.sh --smoke --dir $(BENCH_DIR) --out $(B)/bench-suite-smoke \
 	    > $(B)/test-logs/bench-suite-smoke.log 2>&1 \
 	    || { tail -40 $(B)/test-logs/bench-suite-smoke.log; echo "bench-suite-smoke: FAILED (log: $(B)/test-logs/bench-suite-smoke.log)"; exit 1; }

@@ -62,10 +62,8 @@ static void report_human(const struct plx_gc_report *r, int dry_run)
 int cmd_gc(struct cli_ctx *ctx, int argc, char **argv)
 {
     int dry_run = 0, json = 0, quiet = 0;
-    const struct cli_opt opts[] = {{"dry-run", 0, NULL, &dry_run},
-                                   {"json", 0, NULL, &json},
-                                   {"quiet", 0, NULL, &quiet},
-                                   {0}};
+    const struct cli_opt opts[] = {
+        {"dry-run", 0, NULL, &dry_run}, {"json", 0, NULL, &json}, {"quiet", 0, NULL, &quiet}, {0}};
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
     if (rc == EXIT_OK)

@@ -264,8 +264,7 @@ int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
 {
     struct check_out out = {0};
     int quiet = 0;
-    const struct cli_opt opts[] = {
-        {"json", 0, NULL, &out.json}, {"quiet", 0, NULL, &quiet}, {0}};
+    const struct cli_opt opts[] = {{"json", 0, NULL, &out.json}, {"quiet", 0, NULL, &quiet}, {0}};
     struct plx_check_report report = {0};
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
