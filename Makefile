@@ -44,22 +44,31 @@ all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-p
 # visibility pragma) and libparallax.map lists. The static archive keeps every symbol, so the
 # programs and tests that use internals (backend.h, format.h) link it instead.
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OBJ_FLAGS := $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS)
+SAN_FLAGS := $(WARN) -O1 -g $(SAN) $(DEPFLAGS)
 
-$(B)/obj/libparallax/%.o: libparallax/%.c | builddeps
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS) $(INC) -c $< -o $@
+# Objects depend on the flags they were built with: this file changes only when they do.
+$(B)/compile-flags: FORCE | $(B)
+	@echo '$(CC) $(OBJ_FLAGS) | $(SAN_FLAGS) | $(INC) $(APP_INC)' | cmp -s - $@ || \
+	    echo '$(CC) $(OBJ_FLAGS) | $(SAN_FLAGS) | $(INC) $(APP_INC)' > $@
 
-$(B)/obj/%.o: %.c | builddeps
+$(B)/obj/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS) $(INC) $(APP_INC) -c $< -o $@
+	$(CC) $(OBJ_FLAGS) $(INC) -c $< -o $@
 
-$(B)/san/libparallax/%.o: libparallax/%.c | builddeps
+$(B)/obj/%.o: %.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O1 -g $(SAN) $(DEPFLAGS) $(INC) -c $< -o $@
+	$(CC) $(OBJ_FLAGS) $(INC) $(APP_INC) -c $< -o $@
 
-$(B)/san/%.o: %.c | builddeps
+$(B)/san/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O1 -g $(SAN) $(DEPFLAGS) $(INC) $(APP_INC) -c $< -o $@
+	$(CC) $(SAN_FLAGS) $(INC) -c $< -o $@
+
+$(B)/san/%.o: %.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) $(INC) $(APP_INC) -c $< -o $@
+
+FORCE:
 
 # ---- the library -------------------------------------------------------------------------------
 $(B)/libparallax.a: $(LIB_OBJS)
@@ -199,5 +208,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench \
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench FORCE \
         bench-suite-smoke

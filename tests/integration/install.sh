@@ -96,7 +96,7 @@ LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" | grep -q "libparallax.so.1 => 
     fail "the program does not load $root/lib/libparallax.so.1"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-static" \
-    "$root/lib/libparallax.a" $(pkg-config --static --libs-only-other --libs-only-l parallax | sed 's/-lparallax//') ||
+    "$root/lib/libparallax.a" -laio -lpthread ||
     fail "building against the static library"
 readelf -d "$T/prog-static" | grep -q 'libparallax' && fail "the static build needs libparallax.so"
 out=$("$T/prog-static" "$T/store-static.img") || fail "program (static)"
