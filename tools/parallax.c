@@ -32,7 +32,7 @@ static const struct command commands[] = {
     {"snap-delete", cmd_snap_delete, "SNAP", "delete a snapshot (gc frees what nothing else uses)"},
     {"gc", cmd_gc, "[--dry-run] [--json] [--quiet]",
      "free the blocks no live VDI or snapshot reaches"},
-    {"check", cmd_check, "[--json] [--quiet]", "check the blockstore's consistency"},
+    {"check", cmd_check, "[--live] [--json] [--quiet]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
      "export every VDI and snapshot over NBD"},
