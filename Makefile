@@ -37,7 +37,8 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 san = $(patsubst %.c,$(B)/san/%.o,$(1))
 LIB_OBJS := $(call obj,$(LIB_SRCS))
 
-all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so
+all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so \
+     $(B)/parallax-lockd
 
 # ---- objects -----------------------------------------------------------------------------------
 # -fvisibility=hidden: the shared library exports only what parallax.h declares (under its
@@ -92,6 +93,10 @@ $(B)/libparallax.so: $(B)/$(SONAME)
 # ---- programs (they link the static archive) ---------------------------------------------------
 $(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -o $@
+
+# The lock manager of many hosts (lockd/). It shares only the protocol header with the library.
+$(B)/parallax-lockd: $(call obj,lockd/lockd.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@
 
 # The NBD export as an nbdkit plugin (`parallax serve --nbdkit`), with the engine linked in.
 $(B)/nbdkit-parallax-plugin.so: $(call obj,$(PLUGIN_SRCS)) $(B)/libparallax.a

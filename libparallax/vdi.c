@@ -250,6 +250,8 @@ static int complete_empty(plx_vdi *v, plx_done_fn cb, void *arg)
 static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, size_t len,
                      unsigned flags, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (op != REQ_READ && v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -292,6 +294,8 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
 
 int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return complete_empty(v, cb, arg);
     struct plx_req *r = req_new(v, REQ_FLUSH, 0, 0, cb, arg);
@@ -324,6 +328,8 @@ static const uint8_t zero_block[PLX_BLOCK_SIZE];
 
 int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -385,6 +391,8 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
                             void *arg)
 {
     plx_store *st = v->st;
+    if (plx_lease_check(st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(st, -EROFS, "VDI %s is open read-only: cannot snapshot", v->rec.name);
     if (!label)

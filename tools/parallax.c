@@ -36,6 +36,9 @@ static const struct command commands[] = {
     {"serve", cmd_serve,
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
      "export every VDI and snapshot over NBD"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
+     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
