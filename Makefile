@@ -142,7 +142,7 @@ integration: all deps
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
-	    libparallax tools gc tapdisk
+	    libparallax tools gc tapdisk lockd
 
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
