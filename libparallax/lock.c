@@ -78,7 +78,7 @@ void plx_identity_init(plx_store *st, const char *host)
 
 /* ---- The local implementation of the lock seam ----------------------------------------------- */
 
-static int local_admin_try(plx_store *st, int take)
+int plx_lock_local_admin_try(plx_store *st, int take)
 {
     return st->be->ops->lock ? st->be->ops->lock(st->be, take) : 0;
 }
@@ -95,7 +95,7 @@ static bool local_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
 
 const struct plx_lock_ops plx_lock_local = {
     .name = "local",
-    .admin_try = local_admin_try,
+    .admin_try = plx_lock_local_admin_try,
     .holder_alive = local_holder_alive,
 };
 

@@ -27,6 +27,7 @@ struct plx_lock_ops {
 /* Single host: the backend's lock (flock) and /proc (pid and start time) on this host; holders
  * on other hosts count as alive. */
 extern const struct plx_lock_ops plx_lock_local;
+int plx_lock_local_admin_try(plx_store *st, int take);
 /* Many hosts: parallax-lockd (lock_lockd.c) for the admin lock and for holders on other hosts. */
 extern const struct plx_lock_ops plx_lock_lockd;
 

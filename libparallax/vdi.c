@@ -163,6 +163,8 @@ int plx_vdi_close(plx_vdi *v)
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
     rc = rc < 0 ? rc : 0;
+    if (!v->ro && st->fenced && !rc)
+        rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
     if (!v->ro && !st->fatal) {
         int lrc = lock_record(st, v, false);
         if (!rc)
