@@ -93,8 +93,9 @@ readelf -d "$T/prog-shared" | grep -q 'NEEDED.*\[libparallax.so.1\]' || fail "no
 out=$(LD_LIBRARY_PATH="$root/lib" "$T/prog-shared" "$T/store-shared.img") || fail "program (shared)"
 [[ $out == "ok "* ]] || fail "program (shared) said: $out"
 # Which library it ran with: the installed one.
-LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" | grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " ||
-    fail "the program does not load $root/lib/libparallax.so.1"
+deps=$(LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" 2>&1)
+grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " <<<"$deps" ||
+    fail "the program does not load $root/lib/libparallax.so.1: $deps"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-static" \
     "$root/lib/libparallax.a" -laio -lpthread ||
