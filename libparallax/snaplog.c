@@ -136,9 +136,12 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
         uint64_t idx = strtoull(what, NULL, 10);
         if (idx >= 1 && idx <= n && !list[idx - 1].deleted)
             found = (long)idx - 1;
+        else if (idx >= 1 && idx <= n)
+            rc = plx_err(st, -ENOENT, "snapshot %s@%s was deleted", rec->name, what);
         else
-            rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %s (it has %zu)", rec->name,
-                         what, n);
+            rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %s (its snapshots are numbered 1 "
+                                      "to %zu)",
+                         rec->name, what, n);
     } else {
         for (size_t i = 0; i < n; i++)
             if (!list[i].deleted && strcmp(list[i].label, what) == 0)
