@@ -7,7 +7,7 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wno-unused-parameter
 INC     := -Ilibparallax/include -Ilibparallax
-LIBS    := -laio
+LIBS    := -laio -liscsi
 B       := build
 
 LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))

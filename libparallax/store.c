@@ -464,9 +464,41 @@ int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size
     return format_backend(be, extent_size, 1, errbuf, errlen);
 }
 
+plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
+                              size_t errlen)
+{
+    if (plx_backend_is_iscsi(where))
+        return plx_backend_iscsi_open(where, flags, err, errbuf, errlen);
+    return plx_backend_file_open(where, flags, err, errbuf, errlen);
+}
+
+/* A LUN has the size its target gives it: format all of it, or its first `size` bytes. */
+static int format_iscsi(const char *url, uint64_t size, uint64_t extent_size, int force,
+                        char *errbuf, size_t errlen)
+{
+    int err = 0;
+    plx_backend *be = plx_backend_iscsi_open(url, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
+    if (!be)
+        return err;
+    if (size / PLX_BLOCK_SIZE > be->nblocks) {
+        set_errbuf(errbuf, errlen, "%s: --size %llu bytes is more than the LUN's %llu bytes",
+                   be->desc, (unsigned long long)size,
+                   (unsigned long long)(be->nblocks * PLX_BLOCK_SIZE));
+        be->ops->destroy(be);
+        return -ENOSPC;
+    }
+    if (size)
+        be->nblocks = size / PLX_BLOCK_SIZE;
+    int rc = format_backend(be, extent_size, force, errbuf, errlen);
+    be->ops->destroy(be);
+    return rc;
+}
+
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen)
 {
+    if (plx_backend_is_iscsi(path))
+        return format_iscsi(path, size, extent_size, force, errbuf, errlen);
     struct stat sbuf;
     if (stat(path, &sbuf) != 0) {
         if (errno != ENOENT) {
@@ -673,7 +705,7 @@ int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store
         opts->blocking_io)
         flags |= PLX_BACKEND_BLOCKING;
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, flags, &err, errbuf, errlen);
+    plx_backend *be = plx_backend_open(path, flags, &err, errbuf, errlen);
     if (!be) {
         *out = NULL;
         return err;
