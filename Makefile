@@ -11,7 +11,7 @@ LIBS    := -laio -liscsi
 B       := build
 
 LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
-TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
+TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c
 LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
 TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
              tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c \

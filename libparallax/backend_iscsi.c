@@ -670,15 +670,16 @@ static void initiator_name(char *out, size_t len)
         snprintf(out, len, "%s", env);
         return;
     }
-    char host[256] = "localhost";
+    char host[200] = "localhost";
     gethostname(host, sizeof(host) - 1);
     host[sizeof(host) - 1] = '\0';
-    snprintf(out, len, "iqn.2026-11.org.parallax:%s", host);
+    snprintf(out, len, "iqn.2026-11.org.parallax:%.200s", host);
 }
 
-/* Why connecting failed, with a hint where libiscsi's words need one. */
-static void connect_error(struct iscsi_backend *b, const char *desc, const struct iscsi_url *u,
-                          char *msg, size_t msglen)
+/* Why connecting failed, with a hint where libiscsi's words need one. Returns the errno:
+ * ENOENT (no such target or LUN), EACCES (CHAP refused), ECONNREFUSED (anything else). */
+static int connect_error(struct iscsi_backend *b, const char *desc, const struct iscsi_url *u,
+                         char *msg, size_t msglen)
 {
     char e[256];
     /* Trailing " [target]" and newlines from libiscsi's log lines go. */
@@ -690,19 +691,24 @@ static void connect_error(struct iscsi_backend *b, const char *desc, const struc
         if (*p == '\n')
             *p = ' ';
     const char *hint = "";
-    if (strstr(e, "uthentication") != NULL || strstr(e, "CHAP") != NULL)
+    int rc = ECONNREFUSED;
+    if (strstr(e, "uthentication") != NULL || strstr(e, "CHAP") != NULL ||
+        strstr(e, "uthorization") != NULL) {
         hint = u->user[0] ? " (wrong CHAP user or password?)"
                           : " (the target wants CHAP: iscsi://USER%PASSWORD@HOST/...)";
-    else if (strstr(e, "not found") != NULL || strstr(e, "Target not") != NULL)
+        rc = EACCES;
+    } else if (strstr(e, "not found") != NULL || strstr(e, "Target not") != NULL) {
         hint = " (no such target IQN on that portal?)";
-    else if (strstr(e, "LOGICAL_UNIT_NOT_SUPPORTED") != NULL) {
+        rc = ENOENT;
+    } else if (strstr(e, "LOGICAL_UNIT_NOT_SUPPORTED") != NULL) {
         snprintf(msg, msglen, "%s: target %s has no LUN %d (iscsi-ls -s iscsi://%s lists them)",
                  desc, u->target, u->lun, u->portal);
-        return;
-    }
-    else if (strstr(e, "onnect") != NULL)
+        return ENOENT;
+    } else if (strstr(e, "onnect") != NULL) {
         hint = " (is the portal reachable, and is a target listening there?)";
+    }
     snprintf(msg, msglen, "%s: connecting to portal %s: %s%s", desc, u->portal, e, hint);
+    return rc;
 }
 
 static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
@@ -799,7 +805,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     b->base.ops = &iscsi_ops;
     lock_path_for(b, desc);
 
-    char initiator[256];
+    char initiator[300];
     initiator_name(initiator, sizeof(initiator));
     b->iscsi = iscsi_create_context(initiator);
     if (b->iscsi == NULL) {
@@ -833,13 +839,13 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     log_first[0] = '\0';
 
     if (iscsi_full_connect_sync(b->iscsi, u->portal, u->lun) != 0) {
-        connect_error(b, desc, u, msg, sizeof(msg));
+        int e = connect_error(b, desc, u, msg, sizeof(msg));
         iscsi_destroy_url(u);
         iscsi_destroy_context(b->iscsi);
         b->iscsi = NULL;
         iscsi_destroy(&b->base);
         log_opening = 0;
-        return open_fail(err, errbuf, errlen, ECONNREFUSED, "%s", msg);
+        return open_fail(err, errbuf, errlen, e, "%s", msg);
     }
     iscsi_destroy_url(u);
     rc = check_lun(b, desc, msg, sizeof(msg));
