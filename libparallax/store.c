@@ -472,6 +472,11 @@ plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char 
     return plx_backend_file_open(where, flags, err, errbuf, errlen);
 }
 
+int plx_blockstore_is_url(const char *where)
+{
+    return plx_backend_is_iscsi(where);
+}
+
 /* A LUN has the size its target gives it: format all of it, or its first `size` bytes. */
 static int format_iscsi(const char *url, uint64_t size, uint64_t extent_size, int force,
                         char *errbuf, size_t errlen)
