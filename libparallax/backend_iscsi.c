@@ -92,6 +92,7 @@ struct iscsi_backend {
     int sock_fd;              /* socket as registered in epfd, -1 when not */
     int sock_events;          /* EPOLLIN/EPOLLOUT registered for it */
     int ticking;
+    int logged_in;            /* as last seen: a change is reported on stderr */
     unsigned inflight;        /* accepted and done not yet called */
     struct req_list ready, retry;
     struct iscsi_req *all;    /* requests whose task libiscsi holds */
@@ -365,6 +366,21 @@ static void fail_all(struct iscsi_backend *b, const char *why)
         finish(b, list_pop(&b->retry), -EIO);
 }
 
+/* Say when the session drops and when it is back: libiscsi re-issues the requests in flight on
+ * its own, and an operator should know it happened. */
+static void report_session(struct iscsi_backend *b)
+{
+    int up = iscsi_is_logged_in(b->iscsi) != 0;
+    if (up == b->logged_in || b->dead)
+        return;
+    b->logged_in = up;
+    if (up)
+        fprintf(stderr, "parallax: %s: logged in again; requests in flight re-issued\n",
+                b->base.desc);
+    else
+        fprintf(stderr, "parallax: %s: connection lost; logging in again\n", b->base.desc);
+}
+
 /* One round of libiscsi's event processing, without waiting. */
 static void service(struct iscsi_backend *b)
 {
@@ -383,6 +399,7 @@ static void service(struct iscsi_backend *b)
             fail_all(b, iscsi_get_error(b->iscsi));
         run_retries(b);
         sync_socket(b, 1);
+        report_session(b);
     }
     set_ticking(b, b->inflight > 0 && !b->dead);
 }
@@ -869,5 +886,6 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
                          strerror(e2));
     }
     sync_socket(b, 1);
+    b->logged_in = 1;
     return &b->base;
 }

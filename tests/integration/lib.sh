@@ -129,8 +129,7 @@ on_exit() {
 
 # ---- tgtd --------------------------------------------------------------------------------------
 TGT_PORT="" TGT_CTL="" TGT_PID="" TGT_IQN="iqn.2026-11.org.parallax.test:t1"
-_tgt_luns=()  # "N FILE" for tgt_restart
-_tgt_chap=""  # "USER PASSWORD"
+# LUNs and the CHAP account live in files, so that tgt_add_lun works inside $(...) too.
 
 _tgt_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -159,17 +158,16 @@ _tgt_launch() {
 _tgt_configure() {
     tgt_adm --op new --mode target --tid 1 -T "$TGT_IQN"
     tgt_adm --op bind --mode target --tid 1 -I ALL
-    local l
-    for l in ${_tgt_luns[@]+"${_tgt_luns[@]}"}; do
-        # shellcheck disable=SC2086
-        set -- $l
-        tgt_adm --op new --mode logicalunit --tid 1 --lun "$1" -b "$2"
-    done
-    if [[ -n $_tgt_chap ]]; then
-        # shellcheck disable=SC2086
-        set -- $_tgt_chap
-        tgt_adm --op new --mode account --user "$1" --password "$2"
-        tgt_adm --op bind --mode account --tid 1 --user "$1"
+    local n file user pass
+    if [[ -e $PLX_TEST_TMP/tgt.luns ]]; then
+        while read -r n file; do
+            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
+        done <"$PLX_TEST_TMP/tgt.luns"
+    fi
+    if [[ -e $PLX_TEST_TMP/tgt.chap ]]; then
+        read -r user pass <"$PLX_TEST_TMP/tgt.chap"
+        tgt_adm --op new --mode account --user "$user" --password "$pass"
+        tgt_adm --op bind --mode account --tid 1 --user "$user"
     fi
 }
 
@@ -203,12 +201,12 @@ tgt_add_lun() {
     local n=$1 size=$2 file=${3:-$PLX_TEST_TMP/lun$1.img}
     [[ -e $file ]] || truncate -s "$size" "$file"
     tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
-    _tgt_luns+=("$n $file")
+    echo "$n $file" >>"$PLX_TEST_TMP/tgt.luns"
     echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
 }
 
 tgt_chap() {
-    _tgt_chap="$1 $2"
+    echo "$1 $2" >"$PLX_TEST_TMP/tgt.chap"
     tgt_adm --op new --mode account --user "$1" --password "$2"
     tgt_adm --op bind --mode account --tid 1 --user "$1"
 }
