@@ -31,6 +31,11 @@ enum plx_io_op {
     PLX_IO_READ = 0,
     PLX_IO_WRITE = 1,
     PLX_IO_FLUSH = 2,
+    /* Optional: the blocks' contents are no longer needed and the medium may release them
+     * (thin-provisioned LUNs). A backend without it refuses it at submit with -EOPNOTSUPP (the
+     * callback never fires); the file and memory backends do. After a completed trim the
+     * blocks read as zeros or as their old contents, whichever the medium does. buf is unused. */
+    PLX_IO_TRIM = 3,
 };
 
 #define PLX_IO_FUA 1u
@@ -40,7 +45,7 @@ struct plx_io {
     unsigned flags;       /* PLX_IO_FUA */
     uint64_t block;       /* first block (ignored for flush) */
     uint32_t nblocks;     /* number of blocks (0 for flush) */
-    void *buf;            /* nblocks * PLX_BLOCK_SIZE bytes, PLX_BLOCK_SIZE-aligned */
+    void *buf;            /* nblocks * PLX_BLOCK_SIZE bytes, PLX_BLOCK_SIZE-aligned (not trim) */
     void (*done)(struct plx_io *io, int status); /* status: 0 or -errno */
     void *owner;          /* for the submitter */
     struct plx_io *be_next; /* backend-private linkage while in flight */
@@ -86,6 +91,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
  * (backend_iscsi.c). Connects, logs in (CHAP when a user is given) and reads the LUN's geometry
  * before it returns (blocking); afterwards everything is asynchronous unless flags has
  * PLX_BACKEND_BLOCKING (libiscsi's synchronous calls). nblocks is the LUN's size in 4 KiB blocks.
+ * PLX_IO_TRIM is UNMAP where the LUN says it may (READ CAPACITY(16) LBPME, the Logical Block
+ * Provisioning VPD page's LBPU, the Block Limits VPD page's UNMAP limits), else -EOPNOTSUPP.
  * On failure returns NULL with *err and a message that names what is wrong (no LUN number,
  * portal unreachable, CHAP refused, no such LUN on the target). */
 plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, char *errbuf,

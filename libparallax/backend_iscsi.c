@@ -71,6 +71,8 @@ struct iscsi_req {
     struct scsi_task *task;
     int status;
     int retries;
+    uint64_t trimmed;  /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
+    struct unmap_list unmap;
     int abandoned; /* failed by fail_all(): a late libiscsi callback only frees the task */
     struct iscsi_req *next;            /* ready or retry list */
     struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
@@ -87,6 +89,7 @@ struct iscsi_backend {
     uint32_t lba_size;        /* the LUN's logical block size */
     uint32_t lbas_per_block;  /* PLX_BLOCK_SIZE / lba_size */
     int rdonly, blocking;
+    uint32_t max_unmap;       /* LBAs per UNMAP; 0 = the LUN does not unmap */
     int dead;                 /* reconnecting gave up: everything fails with -EIO */
     int epfd, efd, tfd;       /* the backend's fd; ready-list signal; libiscsi's clock */
     int sock_fd;              /* socket as registered in epfd, -1 when not */
@@ -237,6 +240,8 @@ static int retryable(int status, const struct scsi_task *task)
            task->sense.key == SCSI_SENSE_UNIT_ATTENTION;
 }
 
+static const char *const op_names[] = {"read", "write", "flush", "trim"};
+
 /* What a finished task means for its request: 0, -EIO, or 1 = issue it again. */
 static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status,
                         struct scsi_task *task)
@@ -244,7 +249,7 @@ static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status
     if (status == SCSI_STATUS_GOOD) {
         /* No partial transfers: a read or write that moved less than asked failed. */
         if (task != NULL && task->residual_status != SCSI_RESIDUAL_NO_RESIDUAL &&
-            task->residual != 0 && r->io->op != PLX_IO_FLUSH)
+            task->residual != 0 && (r->io->op == PLX_IO_READ || r->io->op == PLX_IO_WRITE))
             return -EIO;
         return 0;
     }
@@ -252,11 +257,8 @@ static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status
         return 1;
     if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
         fprintf(stderr, "parallax: %s: %s of block %llu failed: %s (%s)\n", b->base.desc,
-                r->io->op == PLX_IO_READ    ? "read"
-                : r->io->op == PLX_IO_WRITE ? "write"
-                                            : "flush",
-                (unsigned long long)r->io->block, scsi_sense_key_str(task->sense.key),
-                scsi_sense_ascq_str(task->sense.ascq));
+                op_names[r->io->op], (unsigned long long)r->io->block,
+                scsi_sense_key_str(task->sense.key), scsi_sense_ascq_str(task->sense.ascq));
     else if (status != SCSI_STATUS_CANCELLED)
         fprintf(stderr, "parallax: %s: SCSI status 0x%x: %s\n", b->base.desc, (unsigned)status,
                 iscsi_get_error(b->iscsi));
@@ -266,6 +268,24 @@ static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status
 /* ---- Asynchronous path ---------------------------------------------------------------------- */
 
 static void task_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private);
+
+/* The next UNMAP of a trim: at most max_unmap LBAs from where the last one ended. */
+static void next_unmap(const struct iscsi_backend *b, struct iscsi_req *r)
+{
+    uint64_t total = (uint64_t)r->io->nblocks * b->lbas_per_block;
+    uint64_t left = total - r->trimmed;
+    r->unmap.lba = r->io->block * b->lbas_per_block + r->trimmed;
+    r->unmap.num = (uint32_t)(left < b->max_unmap ? left : b->max_unmap);
+}
+
+/* A trim longer than one UNMAP goes on with the next (1), or is over (0). */
+static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
+{
+    if (r->io->op != PLX_IO_TRIM)
+        return 0;
+    r->trimmed += r->unmap.num;
+    return r->trimmed < (uint64_t)r->io->nblocks * b->lbas_per_block;
+}
 
 static int issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
@@ -295,6 +315,10 @@ static int issue(struct iscsi_backend *b, struct iscsi_req *r)
         /* lba 0, 0 blocks: the whole LUN's volatile cache. */
         t = iscsi_synchronizecache10_task(b->iscsi, b->lun, 0, 0, 0, 0, task_cb, r);
         break;
+    case PLX_IO_TRIM:
+        next_unmap(b, r);
+        t = iscsi_unmap_task(b->iscsi, b->lun, 0, 0, &r->unmap, 1, task_cb, r);
+        break;
     }
     if (t == NULL)
         return -EIO;
@@ -322,6 +346,8 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
     if (task != NULL)
         scsi_free_scsi_task(task);
     r->task = NULL;
+    if (rc == 0 && trim_continues(b, r))
+        rc = 1;
     if (rc == 1) {
         /* Not from inside libiscsi's callback: poll() issues it again after the service call. */
         list_push(&b->retry, r);
@@ -435,6 +461,10 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
         case PLX_IO_FLUSH:
             t = iscsi_synchronizecache10_sync(b->iscsi, b->lun, 0, 0, 0, 0);
             break;
+        case PLX_IO_TRIM:
+            next_unmap(b, r);
+            t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
+            break;
         }
         if (t == NULL) {
             fail_all(b, iscsi_get_error(b->iscsi));
@@ -448,6 +478,8 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
                 memcpy(io->buf, t->datain.data, len);
         }
         scsi_free_scsi_task(t);
+        if (rc == 0 && trim_continues(b, r))
+            rc = 1;
         if (rc != 1)
             return rc;
     }
@@ -458,10 +490,19 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
 static int iscsi_submit(plx_backend *be, struct plx_io *io)
 {
     struct iscsi_backend *b = (struct iscsi_backend *)be;
-    int rc = plx_backend_check_io(be, io);
+    int rc = 0;
+    if (io != NULL && io->op == PLX_IO_TRIM) {
+        if (io->done == NULL || io->nblocks == 0 || io->nblocks > be->nblocks ||
+            io->block > be->nblocks - io->nblocks)
+            return -EINVAL;
+        if (b->max_unmap == 0)
+            return -EOPNOTSUPP;
+    } else {
+        rc = plx_backend_check_io(be, io);
+    }
     if (rc < 0)
         return rc;
-    if (io->op == PLX_IO_WRITE && b->rdonly)
+    if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && b->rdonly)
         return -EBADF;
     if (b->dead)
         return -EIO;
@@ -728,6 +769,37 @@ static int connect_error(struct iscsi_backend *b, const char *desc, const struct
     return rc;
 }
 
+/* UNMAP only where the LUN allows it: thin provisioning enabled (LBPME, checked by the caller),
+ * UNMAP supported (Logical Block Provisioning VPD page: LBPU), and a nonzero UNMAP LBA count in
+ * the Block Limits VPD page. Anything missing or unanswered leaves trim unsupported. */
+static void probe_unmap(struct iscsi_backend *b)
+{
+    int lbpu = 0;
+    struct scsi_task *t = iscsi_inquiry_sync(b->iscsi, b->lun, 1,
+                                             SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_logical_block_provisioning *lbp = scsi_datain_unmarshall(t);
+        lbpu = lbp != NULL && lbp->lbpu;
+    }
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    if (!lbpu)
+        return;
+    t = iscsi_inquiry_sync(b->iscsi, b->lun, 1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_block_limits *bl = scsi_datain_unmarshall(t);
+        if (bl != NULL && bl->max_unmap != 0 && bl->max_unmap_bdc != 0)
+            /* 0xffffffff means no limit; keep each command to 1 GiB of 512-byte LBAs anyway. */
+            b->max_unmap = bl->max_unmap < (1u << 21) ? bl->max_unmap : (1u << 21);
+    }
+    /* Lets tests split a trim into many UNMAPs. */
+    const char *force = getenv("PLX_TEST_ISCSI_MAX_UNMAP");
+    if (b->max_unmap != 0 && force != NULL && atoi(force) > 0)
+        b->max_unmap = (uint32_t)atoi(force);
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+}
+
 static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
 {
     struct scsi_task *t = iscsi_readcapacity16_sync(b->iscsi, b->lun);
@@ -745,7 +817,10 @@ static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, s
     }
     b->lba_size = rc16->block_length;
     uint64_t lbas = rc16->returned_lba + 1;
+    int lbpme = rc16->lbpme;
     scsi_free_scsi_task(t);
+    if (lbpme)
+        probe_unmap(b);
     if (b->lba_size == 0 || b->lba_size > PLX_BLOCK_SIZE || PLX_BLOCK_SIZE % b->lba_size != 0) {
         snprintf(msg, msglen,
                  "%s: logical block size %u bytes: Parallax needs one that divides 4096", desc,

@@ -422,6 +422,40 @@ START_TEST(test_poll_timeout)
 }
 END_TEST
 
+/* Trim is optional: refused at submit with -EOPNOTSUPP (no callback), or done; either way the
+ * blocks around it keep their data and the trimmed ones take writes again. */
+START_TEST(test_trim)
+{
+    plx_backend *be = make_backend(_i, 16);
+    struct rec r = {0};
+    write_pattern(be, 0, 16, 31, 0);
+    int rc = rec_submit(be, &r, PLX_IO_TRIM, 4, 8, NULL, 0);
+    ck_assert_msg(rc == 0 || rc == -EOPNOTSUPP, "%s: trim submit %d", kind_name[_i], rc);
+    if (rc == 0) {
+        drain(be);
+        ck_assert_int_eq(r.calls, 1);
+        ck_assert_int_eq(r.status, 0);
+    } else {
+        ck_assert_int_eq(be->ops->poll(be, 0), 0);
+        ck_assert_int_eq(r.calls, 0);
+    }
+    ck_assert(has_pattern(be, 0, 4, 31));
+    void *want = plx_block_alloc(16);
+    tu_fill(want, 16 * BS, 31);
+    void *got = plx_block_alloc(4);
+    ck_assert_int_eq(tu_io(be, PLX_IO_READ, 12, 4, got, 0), 0);
+    ck_assert(memcmp(got, (char *)want + 12 * BS, 4 * BS) == 0);
+    write_pattern(be, 5, 2, 32, 0);
+    ck_assert(has_pattern(be, 5, 2, 32));
+    /* Out of range is -EINVAL whether or not the backend trims. */
+    int e = rec_submit(be, &r, PLX_IO_TRIM, 15, 2, NULL, 0);
+    ck_assert_msg(e == -EINVAL || e == -EOPNOTSUPP, "%s: trim past the end: %d", kind_name[_i], e);
+    plx_block_free(want);
+    plx_block_free(got);
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* ---- Memory backend -------------------------------------------------------------------------- */
 
 START_TEST(test_mem_peek_poke)
@@ -1502,6 +1536,45 @@ START_TEST(test_iscsi_chap)
 }
 END_TEST
 
+/* A thin-provisioned LUN says it may UNMAP (LBPME, LBPU, Block Limits): trim unmaps, and tgt's
+ * thin LUN (LBPRZ) then reads zeros; a LUN that is not thin refuses trim (-EOPNOTSUPP). */
+START_TEST(test_iscsi_unmap)
+{
+    char url[512], errbuf[1024] = "";
+    int err = 0;
+    unsigned flags = _i ? PLX_BACKEND_BLOCKING : 0;
+    int lun = tu_tgtd_new_lun(64 * BS, 512, url, sizeof(url));
+    ck_assert_int_gt(lun, 0);
+    ck_assert_int_eq(
+        tu_tgtd_adm("--op update --mode logicalunit --tid 1 --lun %d --params thin_provisioning=1",
+                    lun),
+        0);
+    /* 40 blocks of 8 LBAs in UNMAPs of 24 LBAs: 14 commands, the last one short. */
+    setenv("PLX_TEST_ISCSI_MAX_UNMAP", "24", 1);
+    plx_backend *be = plx_backend_iscsi_open(url, flags, &err, errbuf, sizeof(errbuf));
+    unsetenv("PLX_TEST_ISCSI_MAX_UNMAP");
+    ck_assert_msg(be != NULL, "%s", errbuf);
+    write_pattern(be, 0, 64, 41, 0);
+    ck_assert_int_eq(tu_io(be, PLX_IO_TRIM, 8, 40, NULL, 0), 0);
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    for (uint64_t b = 8; b < 48; b++)
+        ck_assert_msg(is_zero(be, b), "block %llu not unmapped", (unsigned long long)b);
+    ck_assert(has_pattern(be, 0, 8, 41));
+    void *want = plx_block_alloc(64), *got = plx_block_alloc(16);
+    tu_fill(want, 64 * BS, 41);
+    ck_assert_int_eq(tu_io(be, PLX_IO_READ, 48, 16, got, 0), 0);
+    ck_assert(memcmp(got, (char *)want + 48 * BS, 16 * BS) == 0);
+    plx_block_free(want);
+    plx_block_free(got);
+    be->ops->destroy(be);
+
+    be = make_backend(_i ? K_ISCSI_BLOCK : K_ISCSI, 16);
+    struct rec r = {0};
+    ck_assert_int_eq(rec_submit(be, &r, PLX_IO_TRIM, 0, 4, NULL, 0), -EOPNOTSUPP);
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* Close every iSCSI connection of target 1 from the target's side. */
 static int drop_connections(void)
 {
@@ -1612,6 +1685,7 @@ static Suite *backend_suite(void)
     tcase_add_loop_test(tc, test_submit_from_callback, 0, kind_count);
     tcase_add_loop_test(tc, test_many_concurrent, 0, kind_count);
     tcase_add_loop_test(tc, test_poll_timeout, 0, kind_count);
+    tcase_add_loop_test(tc, test_trim, 0, kind_count);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("mem");
@@ -1636,6 +1710,7 @@ static Suite *backend_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_iscsi_open_errors);
         tcase_add_test(tc, test_iscsi_chap);
+        tcase_add_loop_test(tc, test_iscsi_unmap, 0, 2);
         tcase_add_test(tc, test_iscsi_reconnect);
         tcase_add_test(tc, test_iscsi_gives_up);
         suite_add_tcase(s, tc);
