@@ -128,6 +128,13 @@ bench-suite-smoke: deps all
 	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
 
+# Parallax on an iSCSI LUN against the raw LUN (bench/iscsi.sh starts tgtd and runs it).
+$(B)/bench-iscsi: bench/iscsi.c $(B)/libparallax.a $(LIB_HDRS) | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -lpthread -o $@
+
+bench-iscsi: $(B)/bench-iscsi deps
+	bench/iscsi.sh --dir $(BENCH_DIR)
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@
@@ -135,5 +142,5 @@ $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench \
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi \
         bench-suite-smoke
