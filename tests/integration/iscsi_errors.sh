@@ -51,4 +51,7 @@ grep -q "^blockstore      iscsi://plx@127.0.0.1:$TGT_PORT/$TGT_IQN/1\$" "$T/info
     fail "info shows: $(head -1 "$T/info.out")"
 ! grep -q s3cret "$T/info.out" || fail "info shows the password"
 assert_eq 1 "$(bs "$(chap_url s3cret)" vdi-list --json | jq length)" "the VDI is still there"
+# The password can stay out of the URL (and so out of process listings): libiscsi's variable.
+LIBISCSI_CHAP_PASSWORD=s3cret bs "iscsi://plx@127.0.0.1:$TGT_PORT/$TGT_IQN/1" info >/dev/null ||
+    fail "CHAP password from LIBISCSI_CHAP_PASSWORD"
 bs "$(chap_url s3cret)" check | tail -n1
