@@ -131,8 +131,7 @@ static void raw_wait(plx_backend *be, const unsigned *inflight)
             die("raw poll failed");
 }
 
-static double raw_run(plx_backend *be, enum workload w, uint64_t size, double seconds,
-                      void **bufs)
+static double raw_run(plx_backend *be, enum workload w, uint64_t size, double seconds, void **bufs)
 {
     struct run r = {.w = w, .size = size, .rng = 42};
     struct raw_slot slots[MAX_QD];
@@ -251,11 +250,22 @@ static uint64_t parse_size(const char *s)
     double v = strtod(s, &end);
     uint64_t m = 1;
     switch (*end) {
-    case 'k': case 'K': m = KiB; break;
-    case 'm': case 'M': m = MiB; break;
-    case 'g': case 'G': m = 1024 * MiB; break;
-    case '\0': break;
-    default: die("bad size %s", s);
+    case 'k':
+    case 'K':
+        m = KiB;
+        break;
+    case 'm':
+    case 'M':
+        m = MiB;
+        break;
+    case 'g':
+    case 'G':
+        m = 1024 * MiB;
+        break;
+    case '\0':
+        break;
+    default:
+        die("bad size %s", s);
     }
     return (uint64_t)(v * (double)m);
 }
@@ -331,8 +341,9 @@ int main(int argc, char **argv)
         fprintf(f, "{\"seconds\": %g, \"size\": %llu, \"workloads\": [", seconds,
                 (unsigned long long)size);
         for (int w = 0; w < NWORK; w++)
-            fprintf(f, "%s{\"name\": \"%s\", \"bs\": %zu, \"qd\": %d, \"raw_iops\": %.0f, "
-                       "\"parallax_iops\": %.0f}",
+            fprintf(f,
+                    "%s{\"name\": \"%s\", \"bs\": %zu, \"qd\": %d, \"raw_iops\": %.0f, "
+                    "\"parallax_iops\": %.0f}",
                     w ? ", " : "", work_name[w], work_bs[w], work_qd[w], iops[0][w], iops[1][w]);
         fprintf(f, "]}\n");
         fclose(f);

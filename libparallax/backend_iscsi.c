@@ -61,9 +61,9 @@
 #include "backend_mem_internal.h"
 
 #define ISCSI_PREFIX "iscsi://"
-#define MAX_RETRIES 8          /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
-#define TICK_MS 250            /* libiscsi's clock while I/O is in flight or a reconnect waits */
-#define DEFAULT_RECONNECTS 8   /* failed reconnect attempts before I/O fails with -EIO */
+#define MAX_RETRIES 8        /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
+#define TICK_MS 250          /* libiscsi's clock while I/O is in flight or a reconnect waits */
+#define DEFAULT_RECONNECTS 8 /* failed reconnect attempts before I/O fails with -EIO */
 
 struct iscsi_req {
     struct plx_io *io;
@@ -71,10 +71,10 @@ struct iscsi_req {
     struct scsi_task *task;
     int status;
     int retries;
-    uint64_t trimmed;  /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
+    uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
     struct unmap_list unmap;
-    int abandoned; /* failed by fail_all(): a late libiscsi callback only frees the task */
-    struct iscsi_req *next;            /* ready or retry list */
+    int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
+    struct iscsi_req *next; /* ready or retry list */
     struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
 };
 
@@ -86,21 +86,21 @@ struct iscsi_backend {
     plx_backend base;
     struct iscsi_context *iscsi;
     int lun;
-    uint32_t lba_size;        /* the LUN's logical block size */
-    uint32_t lbas_per_block;  /* PLX_BLOCK_SIZE / lba_size */
+    uint32_t lba_size;       /* the LUN's logical block size */
+    uint32_t lbas_per_block; /* PLX_BLOCK_SIZE / lba_size */
     int rdonly, blocking;
-    uint32_t max_unmap;       /* LBAs per UNMAP; 0 = the LUN does not unmap */
-    int dead;                 /* reconnecting gave up: everything fails with -EIO */
-    int epfd, efd, tfd;       /* the backend's fd; ready-list signal; libiscsi's clock */
-    int sock_fd;              /* socket as registered in epfd, -1 when not */
-    int sock_events;          /* EPOLLIN/EPOLLOUT registered for it */
+    uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
+    int dead;           /* reconnecting gave up: everything fails with -EIO */
+    int epfd, efd, tfd; /* the backend's fd; ready-list signal; libiscsi's clock */
+    int sock_fd;        /* socket as registered in epfd, -1 when not */
+    int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
     int ticking;
-    int logged_in;            /* as last seen: a change is reported on stderr */
-    unsigned inflight;        /* accepted and done not yet called */
+    int logged_in;     /* as last seen: a change is reported on stderr */
+    unsigned inflight; /* accepted and done not yet called */
     struct req_list ready, retry;
-    struct iscsi_req *all;    /* requests whose task libiscsi holds */
+    struct iscsi_req *all;       /* requests whose task libiscsi holds */
     struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
-    int lock_fd;              /* flock stand-in for the admin lock (one host) */
+    int lock_fd;                 /* flock stand-in for the admin lock (one host) */
     char lock_path[PATH_MAX];
 };
 
@@ -836,9 +836,9 @@ static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, s
 static int check_lun(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
 {
     struct scsi_task *t = iscsi_testunitready_sync(b->iscsi, b->lun);
-    int ok = t != NULL && (t->status == SCSI_STATUS_GOOD ||
-                           (t->status == SCSI_STATUS_CHECK_CONDITION &&
-                            t->sense.key == SCSI_SENSE_UNIT_ATTENTION));
+    int ok =
+        t != NULL && (t->status == SCSI_STATUS_GOOD || (t->status == SCSI_STATUS_CHECK_CONDITION &&
+                                                        t->sense.key == SCSI_SENSE_UNIT_ATTENTION));
     int no_lun = t != NULL && t->status == SCSI_STATUS_CHECK_CONDITION &&
                  t->sense.ascq == SCSI_SENSE_ASCQ_LOGICAL_UNIT_NOT_SUPPORTED;
     if (t != NULL)
@@ -853,9 +853,8 @@ static int check_lun(struct iscsi_backend *b, const char *desc, char *msg, size_
     char luns[200] = "";
     size_t used = 0;
     t = iscsi_reportluns_sync(b->iscsi, 0, 16384);
-    struct scsi_reportluns_list *list = t != NULL && t->status == SCSI_STATUS_GOOD
-                                            ? scsi_datain_unmarshall(t)
-                                            : NULL;
+    struct scsi_reportluns_list *list =
+        t != NULL && t->status == SCSI_STATUS_GOOD ? scsi_datain_unmarshall(t) : NULL;
     for (uint32_t i = 0; list != NULL && i < list->num && used + 8 < sizeof(luns); i++)
         used += (size_t)snprintf(luns + used, sizeof(luns) - used, "%s%u", i ? ", " : "",
                                  (unsigned)list->luns[i]);
@@ -902,8 +901,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     b->iscsi = iscsi_create_context(initiator);
     if (b->iscsi == NULL) {
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context",
-                         desc);
+        return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
     }
     struct iscsi_url *u = iscsi_parse_full_url(b->iscsi, url);
     if (u == NULL) {
@@ -922,9 +920,8 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
      * after a reconnect, before it re-issues our commands. */
     iscsi_set_no_ua_on_reconnect(b->iscsi, 1);
     const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
-    iscsi_set_reconnect_max_retries(b->iscsi, retries != NULL && *retries != '\0'
-                                                  ? atoi(retries)
-                                                  : DEFAULT_RECONNECTS);
+    iscsi_set_reconnect_max_retries(
+        b->iscsi, retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS);
     iscsi_set_log_level(b->iscsi, 1);
     iscsi_set_log_fn(b->iscsi, log_fn);
     log_opening = 1;
@@ -957,8 +954,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->tfd, &e)) {
         int e2 = errno;
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc,
-                         strerror(e2));
+        return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
     }
     sync_socket(b, 1);
     b->logged_in = 1;

@@ -1459,7 +1459,8 @@ START_TEST(test_crash_model)
 }
 END_TEST
 
-/* ---- iSCSI backend ----------------------------------------------------------------------------- */
+/* ---- iSCSI backend -----------------------------------------------------------------------------
+ */
 
 /* Open url; expect failure with err == want_err and a message containing `says`. */
 static void expect_iscsi_open_error(const char *url, int want_err, const char *says)
@@ -1493,8 +1494,7 @@ START_TEST(test_iscsi_open_errors)
     /* An IQN without such a LUN: LUN 0 is tgt's controller; 200 is never created here. */
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/200", port, iqn);
     expect_iscsi_open_error(url, -ENOENT, "has no LUN 200");
-    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/iqn.2026-11.org.parallax.test:nosuch/1",
-             port);
+    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/iqn.2026-11.org.parallax.test:nosuch/1", port);
     expect_iscsi_open_error(url, -ENOENT, "no such target IQN");
     /* A portal nobody listens on. */
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -1648,9 +1648,8 @@ START_TEST(test_iscsi_gives_up)
     ck_assert_int_eq(tu_tgtd_adm("--op unbind --mode target --tid 1 -I ALL"), 0);
     for (int i = 0; i < N; i++) {
         r[i].counter = &count;
-        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, (uint64_t)i, 1,
-                                    buf + (size_t)i * BS, 0),
-                         0);
+        ck_assert_int_eq(
+            rec_submit(be, &r[i], PLX_IO_WRITE, (uint64_t)i, 1, buf + (size_t)i * BS, 0), 0);
     }
     ck_assert_int_ge(drop_connections(), 1);
     drain(be);
