@@ -3,17 +3,20 @@
  *
  *   bench-iscsi URL [--seconds N] [--size SIZE] [--json FILE]
  *
- * URL is an iSCSI LUN (iscsi://HOST:PORT/IQN/LUN) that this program overwrites. Two passes over
- * the first SIZE bytes (default 1 GiB), each with the same four workloads of N seconds (default
- * 5): 1 MiB sequential writes (queue depth 8, which also fills the range), 4 KiB random reads
- * and 4 KiB random writes at queue depth 32, 1 MiB sequential reads (queue depth 8). Each write
- * workload ends with a flush, inside its time.
- *   raw       the iSCSI backend alone (libiscsi's async API through the backend seam): what the
- *             LUN gives with no Parallax on top
- *   parallax  the LUN formatted, one VDI of SIZE, the same workloads through the engine's
- *             asynchronous VDI API (plx_vdi_submit_*): radix tree, allocation, commit
- * bench/iscsi.sh starts tgtd, runs this, runs libiscsi's own iscsi-perf for the reads as an
- * outside reference, and prints the ratios.
+ * URL is an iSCSI LUN (iscsi://HOST:PORT/IQN/LUN) of at least three times SIZE (default 1 GiB)
+ * that this program overwrites. Its first 2 x SIZE bytes are formatted as a Parallax blockstore
+ * holding one VDI of SIZE; the last SIZE bytes are the raw region. Four workloads of N seconds
+ * each (default 5): 1 MiB sequential writes at queue depth 8, 4 KiB random reads and 4 KiB
+ * random writes at queue depth 32, 1 MiB sequential reads at queue depth 8; each write workload
+ * ends with a flush, inside its time. Each runs on both sides, alternating, for ROUNDS rounds
+ * (default 3); medians are reported:
+ *   raw       the raw region through the iSCSI backend alone (libiscsi's async API behind the
+ *             backend seam, opened for the run): what the LUN gives with no Parallax on top
+ *   parallax  the VDI through the engine's asynchronous API (plx_vdi_submit_*), store opened
+ *             for the run: radix tree, allocation, commit
+ * Before the first round the VDI is written once, so reads find mapped blocks. bench/iscsi.sh
+ * starts tgtd, fills the LUN, runs libiscsi's own iscsi-perf for reads as an outside
+ * reference, then this.
  */
 #include <errno.h>
 #include <poll.h>
@@ -67,7 +70,7 @@ static uint64_t splitmix64(uint64_t *s)
 /* One run of a workload: the offsets it issues and what it counted. */
 struct run {
     enum workload w;
-    uint64_t size, next_seq, rng;
+    uint64_t base, size, next_seq, rng;
     double deadline;
     int stopping;
     unsigned inflight;
@@ -115,7 +118,7 @@ static void raw_issue(struct raw_slot *s)
     uint64_t off = next_offset(r);
     s->io.op = work_write[r->w] ? PLX_IO_WRITE : PLX_IO_READ;
     s->io.flags = 0;
-    s->io.block = off / PLX_BLOCK_SIZE;
+    s->io.block = (r->base + off) / PLX_BLOCK_SIZE;
     s->io.nblocks = (uint32_t)(work_bs[r->w] / PLX_BLOCK_SIZE);
     s->io.done = raw_done;
     s->io.owner = s;
@@ -131,9 +134,10 @@ static void raw_wait(plx_backend *be, const unsigned *inflight)
             die("raw poll failed");
 }
 
-static double raw_run(plx_backend *be, enum workload w, uint64_t size, double seconds, void **bufs)
+static double raw_run(plx_backend *be, enum workload w, uint64_t base, uint64_t size,
+                      double seconds, void **bufs)
 {
-    struct run r = {.w = w, .size = size, .rng = 42};
+    struct run r = {.w = w, .base = base, .size = size, .rng = 42};
     struct raw_slot slots[MAX_QD];
     double start = now_s();
     r.deadline = start + seconds;
@@ -270,81 +274,134 @@ static uint64_t parse_size(const char *s)
     return (uint64_t)(v * (double)m);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define MAX_ROUNDS 15
+
+static double raw_once(const char *url, enum workload w, uint64_t base, uint64_t size,
+                       double seconds, void **bufs)
+{
+    char err[1024] = "";
+    int e = 0;
+    plx_backend *be = plx_backend_iscsi_open(url, 0, &e, err, sizeof err);
+    if (be == NULL)
+        die("%s", err);
+    double iops = raw_run(be, w, base, size, seconds, bufs);
+    be->ops->destroy(be);
+    return iops;
+}
+
+static double vdi_once(const char *url, int w, uint64_t size, double seconds, void **bufs)
+{
+    char err[1024] = "";
+    plx_store *st = NULL;
+    struct plx_open_opts o = {.struct_size = sizeof o};
+    if (plx_store_open(url, &o, &st, err, sizeof err) != 0)
+        die("open: %s", err);
+    plx_vdi *v = NULL;
+    if (plx_vdi_open(st, "bench", 0, &v) != 0)
+        die("VDI: %s", plx_store_errmsg(st));
+    double iops = w < 0 ? 0 : vdi_run(st, v, (enum workload)w, size, seconds, bufs);
+    if (w < 0) {
+        /* Fill: the whole VDI once, 1 MiB at a time. */
+        for (uint64_t off = 0; off < size; off += MiB)
+            if (plx_vdi_pwrite(v, bufs[0], off, MiB, 0) != 0)
+                die("fill: %s", plx_store_errmsg(st));
+        if (plx_vdi_flush(v) != 0)
+            die("fill flush: %s", plx_store_errmsg(st));
+    }
+    plx_vdi_close(v);
+    if (plx_store_close(st) != 0)
+        die("close failed");
+    return iops;
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *json = NULL;
     double seconds = 5;
+    int rounds = 3;
     uint64_t size = 1024 * MiB;
+    const char *usage = "usage: bench-iscsi URL [--seconds N] [--size SIZE] [--rounds N] "
+                        "[--json FILE]";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
             size = parse_size(argv[++i]);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
             json = argv[++i];
         else if (url == NULL && plx_blockstore_is_url(argv[i]))
             url = argv[i];
         else
-            die("usage: bench-iscsi URL [--seconds N] [--size SIZE] [--json FILE]");
+            die("%s", usage);
     }
-    if (url == NULL)
-        die("usage: bench-iscsi URL [--seconds N] [--size SIZE] [--json FILE]");
+    if (url == NULL || rounds < 1 || rounds > MAX_ROUNDS || size < 64 * MiB)
+        die("%s", usage);
 
     void *bufs[MAX_QD];
     for (int i = 0; i < MAX_QD; i++) {
         bufs[i] = plx_block_alloc(MiB / PLX_BLOCK_SIZE);
         memset(bufs[i], 0x5a + i, MiB);
     }
-    double iops[2][NWORK];
 
     char err[1024] = "";
-    int e = 0;
-    plx_backend *be = plx_backend_iscsi_open(url, 0, &e, err, sizeof err);
-    if (be == NULL)
-        die("%s", err);
-    if (size > be->nblocks * PLX_BLOCK_SIZE / 2)
-        die("--size %llu: the LUN needs twice that (Parallax's metadata and extents)",
-            (unsigned long long)size);
-    for (int w = 0; w < NWORK; w++) {
-        iops[0][w] = raw_run(be, (enum workload)w, size, seconds, bufs);
-        fprintf(stderr, "raw      %-18s %10.0f IOPS\n", work_name[w], iops[0][w]);
-    }
-    be->ops->destroy(be);
-
-    if (plx_format(url, 0, 64 * MiB, 1, err, sizeof err) != 0)
+    /* Extents of SIZE/16 (64 MiB at most): room for the VDI, its metadata, and spare extents. */
+    uint64_t extent = size / 16 < 64 * MiB ? size / 16 : 64 * MiB;
+    if (plx_format(url, 2 * size, extent, 1, err, sizeof err) != 0)
         die("format: %s", err);
     plx_store *st = NULL;
-    struct plx_open_opts o = {.struct_size = sizeof o};
+    struct plx_open_opts o = {.struct_size = sizeof o, .blocking_io = 1};
     if (plx_store_open(url, &o, &st, err, sizeof err) != 0)
         die("open: %s", err);
-    plx_vdi *v = NULL;
-    if (plx_vdi_create(st, "bench", size, NULL) != 0 || plx_vdi_open(st, "bench", 0, &v) != 0)
+    if (plx_vdi_create(st, "bench", size, NULL) != 0)
         die("VDI: %s", plx_store_errmsg(st));
-    for (int w = 0; w < NWORK; w++) {
-        iops[1][w] = vdi_run(st, v, (enum workload)w, size, seconds, bufs);
-        fprintf(stderr, "parallax %-18s %10.0f IOPS\n", work_name[w], iops[1][w]);
-    }
-    plx_vdi_close(v);
-    if (plx_store_close(st) != 0)
-        die("close failed");
+    plx_store_close(st);
+    vdi_once(url, -1, size, seconds, bufs);
 
+    double iops[2][NWORK][MAX_ROUNDS];
+    for (int round = 0; round < rounds; round++)
+        for (int w = 0; w < NWORK; w++) {
+            iops[0][w][round] = raw_once(url, (enum workload)w, 2 * size, size, seconds, bufs);
+            iops[1][w][round] = vdi_once(url, w, size, seconds, bufs);
+            fprintf(stderr, "round %d %-18s raw %8.0f  parallax %8.0f IOPS\n", round + 1,
+                    work_name[w], iops[0][w][round], iops[1][w][round]);
+        }
+
+    double med[2][NWORK];
+    for (int k = 0; k < 2; k++)
+        for (int w = 0; w < NWORK; w++)
+            med[k][w] = median(iops[k][w], rounds);
+    printf("medians of %d rounds, %g s each\n", rounds, seconds);
     printf("%-18s %12s %12s %12s %12s %7s\n", "workload", "raw IOPS", "raw MB/s", "plx IOPS",
            "plx MB/s", "plx/raw");
     for (int w = 0; w < NWORK; w++)
-        printf("%-18s %12.0f %12.1f %12.0f %12.1f %7.2f\n", work_name[w], iops[0][w],
-               iops[0][w] * (double)work_bs[w] / 1e6, iops[1][w],
-               iops[1][w] * (double)work_bs[w] / 1e6, iops[1][w] / iops[0][w]);
+        printf("%-18s %12.0f %12.1f %12.0f %12.1f %7.2f\n", work_name[w], med[0][w],
+               med[0][w] * (double)work_bs[w] / 1e6, med[1][w],
+               med[1][w] * (double)work_bs[w] / 1e6, med[1][w] / med[0][w]);
     if (json != NULL) {
         FILE *f = fopen(json, "w");
         if (f == NULL)
             die("%s: %s", json, strerror(errno));
-        fprintf(f, "{\"seconds\": %g, \"size\": %llu, \"workloads\": [", seconds,
-                (unsigned long long)size);
+        fprintf(f, "{\"seconds\": %g, \"rounds\": %d, \"size\": %llu, \"workloads\": [", seconds,
+                rounds, (unsigned long long)size);
         for (int w = 0; w < NWORK; w++)
             fprintf(f,
                     "%s{\"name\": \"%s\", \"bs\": %zu, \"qd\": %d, \"raw_iops\": %.0f, "
                     "\"parallax_iops\": %.0f}",
-                    w ? ", " : "", work_name[w], work_bs[w], work_qd[w], iops[0][w], iops[1][w]);
+                    w ? ", " : "", work_name[w], work_bs[w], work_qd[w], med[0][w], med[1][w]);
         fprintf(f, "]}\n");
         fclose(f);
     }
