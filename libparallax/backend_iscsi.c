@@ -427,7 +427,9 @@ static void service(struct iscsi_backend *b)
         sync_socket(b, 1);
         report_session(b);
     }
-    set_ticking(b, b->inflight > 0 && !b->dead);
+    /* An idle session that lost its connection still needs the clock to log in again. */
+    int backing_off = iscsi_get_fd(b->iscsi) < 0 || iscsi_which_events(b->iscsi) == 0;
+    set_ticking(b, (b->inflight > 0 || backing_off) && !b->dead);
 }
 
 /* Wait up to ms (-1: forever) for the socket or the clock. */
@@ -591,8 +593,11 @@ static void iscsi_destroy(plx_backend *be)
     if (b == NULL)
         return;
     if (b->iscsi != NULL) {
-        if (!b->dead && iscsi_get_fd(b->iscsi) >= 0)
+        /* Log out only from a working session, and give a silent target 2 s, not forever. */
+        if (!b->dead && iscsi_is_logged_in(b->iscsi)) {
+            iscsi_set_timeout(b->iscsi, 2);
             iscsi_logout_sync(b->iscsi);
+        }
         iscsi_destroy_context(b->iscsi);
     }
     while (b->abandoned != NULL) {
