@@ -252,11 +252,28 @@ static int add_waiter(struct plx_node *n, struct plx_req *req)
     return 0;
 }
 
-struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level, struct plx_req *req,
-                               int *err)
+/* May a lookup that reaches n as belonging to `want` (NULL: reached as immutable) use the cached
+ * copy? See struct plx_owner. A node that cannot be dropped (pinned, loading, changed) was
+ * current when it was pinned and is used as it is. */
+static bool node_current(const struct plx_node *n, const struct plx_owner *want)
+{
+    const struct plx_owner *o = n->owner;
+    if (o == want || o == NULL)
+        return true;
+    if (n->pins || n->state != NODE_VALID || n->dirty_batch)
+        return true;
+    return want == NULL && o->handles > 0 && o->gen != PLX_GEN_NEVER;
+}
+
+struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
+                               struct plx_owner *owner, struct plx_req *req, int *err)
 {
     *err = 0;
     struct plx_node *n = plx_cache_lookup(st, addr);
+    if (n && !node_current(n, owner)) {
+        plx_cache_drop(st, n);
+        n = NULL;
+    }
     if (n && n->state == NODE_VALID) {
         st->cache.hits++;
         n->chances = n->level + 1;
@@ -272,6 +289,7 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level, str
         *err = -ENOMEM;
         return NULL;
     }
+    n->owner = owner;
     n->state = NODE_LOADING;
     n->pins = 1;
     n->load_ev.io.op = PLX_IO_READ;
@@ -291,18 +309,22 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level, str
     return NULL;
 }
 
-struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level)
+struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level,
+                               struct plx_owner *owner)
 {
     struct plx_node *old = plx_cache_lookup(st, addr);
     if (old)
         plx_cache_drop(st, old); /* a stale entry for a block that was freed and reused */
     struct plx_node *n = insert(st, addr, level);
-    if (n)
+    if (n) {
         n->state = NODE_VALID;
+        n->owner = owner;
+    }
     return n;
 }
 
-int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_node **out)
+int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_owner *owner,
+                       struct plx_node **out)
 {
     struct plx_node *n;
     while ((n = plx_cache_lookup(st, addr)) && n->state == NODE_LOADING) {
@@ -310,6 +332,10 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
         if (rc < 0 && rc != -EINTR)
             return rc;
         plx_run_ready(st);
+    }
+    if (n && !node_current(n, owner)) {
+        plx_cache_drop(st, n);
+        n = NULL;
     }
     if (n) {
         n->chances = n->level + 1;
@@ -319,6 +345,7 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
     n = insert(st, addr, level);
     if (!n)
         return plx_err(st, -ENOMEM, "out of memory");
+    n->owner = owner;
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, n->links, 0);
     if (rc)
         plx_err(st, rc, "reading radix node %llu: %s", (unsigned long long)addr, strerror(-rc));
@@ -331,4 +358,73 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
     n->state = NODE_VALID;
     *out = n;
     return 0;
+}
+
+/* ---- Owners of writable nodes (struct plx_owner) ------------------------------------------------ */
+
+/* Forget what the cache holds of o's nodes: drop them, or, where they cannot be dropped (pinned
+ * snapshot roots that were current when pinned), keep them as immutable. */
+static void disown(plx_store *st, struct plx_owner *o)
+{
+    struct plx_cache *c = &st->cache;
+    for (size_t i = 0; i < c->hash_size; i++) {
+        struct plx_node *n = c->hash[i];
+        while (n) {
+            struct plx_node *next = n->hash_next;
+            if (n->owner == o) {
+                if (!n->pins && n->state == NODE_VALID && !n->dirty_batch)
+                    plx_cache_drop(st, n);
+                else
+                    n->owner = NULL;
+            }
+            n = next;
+        }
+    }
+}
+
+struct plx_owner *plx_cache_owner_open(plx_store *st, uint64_t vdi_id, uint64_t seen_gen,
+                                       uint64_t new_gen)
+{
+    struct plx_owner *o = st->owners;
+    while (o && o->vdi_id != vdi_id)
+        o = o->next;
+    if (!o) {
+        o = calloc(1, sizeof *o);
+        if (!o)
+            return NULL;
+        o->vdi_id = vdi_id;
+        o->gen = new_gen;
+        o->next = st->owners;
+        st->owners = o;
+    } else if (o->handles == 0) {
+        /* Dormant: adopt the nodes only if no other writer took the VDI since they were
+         * current here. */
+        if (o->gen != seen_gen || seen_gen == PLX_GEN_NEVER)
+            disown(st, o);
+        o->gen = new_gen;
+    } else if (o->gen != seen_gen || new_gen == PLX_GEN_NEVER) {
+        /* Handles here trust nodes that another process's writes may have outdated: nobody
+         * trusts them from now on (the caller refuses to write through them). */
+        o->gen = PLX_GEN_NEVER;
+    } else {
+        o->gen = new_gen;
+    }
+    o->handles++;
+    return o;
+}
+
+void plx_cache_owner_close(plx_store *st, struct plx_owner *o)
+{
+    (void)st;
+    if (o && o->handles)
+        o->handles--;
+}
+
+void plx_cache_owners_free(plx_store *st)
+{
+    while (st->owners) {
+        struct plx_owner *o = st->owners;
+        st->owners = o->next;
+        free(o);
+    }
 }

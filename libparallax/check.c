@@ -838,6 +838,85 @@ static void ck_free(struct ck *c)
     plx_block_free(c->blkbuf);
 }
 
+/* ---- Who else writes ------------------------------------------------------------------------------ */
+
+bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+
+static void describe_holder(const plx_store *st, uint64_t host, uint32_t pid, const char *what,
+                            char *who, size_t len)
+{
+    if (host != st->host_hash) {
+        snprintf(who, len, "a process on another host (pid %u there) %s", pid, what);
+        return;
+    }
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fgets(comm, sizeof comm, f))
+            comm[strcspn(comm, "\n")] = 0;
+        fclose(f);
+    }
+    snprintf(who, len, "pid %u%s%s%s on this host %s", pid, *comm ? " (" : "", comm,
+             *comm ? ")" : "", what);
+}
+
+int plx_store_writers(plx_store *st, char *who, size_t len)
+{
+    if (who && len)
+        *who = 0;
+    int rc = plx_catalogue_read(st);
+    struct plx_vdi_record *recs = NULL;
+    uint64_t *slots = NULL;
+    size_t n = 0;
+    if (!rc)
+        rc = plx_registry_scan(st, &recs, &slots, &n);
+    if (rc)
+        return rc;
+    /* Distinct live holders: each (host, pid, epoch) counted once. */
+    struct holder {
+        uint64_t host, epoch;
+        uint32_t pid;
+    } *seen = calloc(n + st->sb.extent_count, sizeof *seen);
+    if (!seen) {
+        free(recs);
+        free(slots);
+        return plx_err(st, -ENOMEM, "out of memory");
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < n + st->sb.extent_count; i++) {
+        uint64_t host, epoch;
+        uint32_t pid;
+        char what[PLX_NAME_MAX + 64];
+        if (i < n) {
+            if (recs[i].flags & PLX_VDI_DELETED)
+                continue;
+            host = recs[i].lock_host, pid = recs[i].lock_pid, epoch = recs[i].lock_epoch;
+            snprintf(what, sizeof what, "has VDI %s open for writing", recs[i].name);
+        } else {
+            const struct plx_extent_entry *c = &st->cat[i - n];
+            host = c->holder_host, pid = c->holder_pid, epoch = c->holder_epoch;
+            snprintf(what, sizeof what, "allocates in extent %llu", (unsigned long long)(i - n));
+        }
+        if (!host || plx_holder_stale(st, host, pid, epoch) ||
+            plx_holder_is_me(st, host, pid, epoch))
+            continue;
+        size_t k = 0;
+        while (k < count && !(seen[k].host == host && seen[k].pid == pid && seen[k].epoch == epoch))
+            k++;
+        if (k < count)
+            continue;
+        seen[count++] = (struct holder){.host = host, .epoch = epoch, .pid = pid};
+        if (count == 1 && who && len)
+            describe_holder(st, host, pid, what, who, len);
+    }
+    free(seen);
+    free(recs);
+    free(slots);
+    return (int)count;
+}
+
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg)
 {

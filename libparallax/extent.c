@@ -184,6 +184,41 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
     return 0;
 }
 
+/* No extent to claim: say whether the store is really full or its extents are all held by
+ * other processes (each writer allocates in extents of its own), and what to do. */
+static int no_extent_error(plx_store *st, enum plx_extent_type type)
+{
+    uint64_t others = 0, mine = 0, full = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        const struct plx_extent_entry *c = &st->cat[e];
+        if (st->alloc.ext[e].held)
+            mine++;
+        else if (c->type != PLX_EXTENT_UNUSED &&
+                 !plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch))
+            others++;
+        else
+            full++;
+    }
+    const char *what = type == PLX_EXTENT_DATA ? "data" : "metadata";
+    uint64_t mib = st->sb.extent_blocks * PLX_BLOCK_SIZE >> 20;
+    if (others == 0)
+        return plx_err(st, -ENOSPC,
+                       "blockstore full: no %s extent has room (%llu extents of %llu MiB: %llu "
+                       "held here, %llu full); delete snapshots or VDIs and run parallax gc",
+                       what, (unsigned long long)(st->sb.extent_count - 1),
+                       (unsigned long long)mib, (unsigned long long)mine,
+                       (unsigned long long)full);
+    return plx_err(st, -ENOSPC,
+                   "no free %s extent for this process: of %llu extents of %llu MiB, %llu are "
+                   "held by other processes writing to this blockstore, %llu by this one and "
+                   "%llu have no room for %s blocks. Every process that writes needs a metadata and a data "
+                   "extent of its own: stop a process, or re-create the store with a smaller "
+                   "--extent-size (parallax format) so that it has more extents",
+                   what, (unsigned long long)(st->sb.extent_count - 1), (unsigned long long)mib,
+                   (unsigned long long)others, (unsigned long long)mine,
+                   (unsigned long long)full, what);
+}
+
 /* Take an extent of `type` for this process: one whose holder is gone and has room, else an
  * unused one. Blocking, under the admin lock. */
 static int extent_claim(plx_store *st, enum plx_extent_type type)
@@ -222,8 +257,7 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
         }
     }
     if (!rc && !chosen)
-        rc = plx_err(st, -ENOSPC, "blockstore full: no free %s extent left",
-                     type == PLX_EXTENT_DATA ? "data" : "metadata");
+        rc = no_extent_error(st, type);
     if (!rc) {
         struct plx_extent_entry ent = st->cat[chosen];
         ent.type = (uint8_t)type;
@@ -564,6 +598,12 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     rc = plx_gc(st, 1, &gr);
     for (int t = 0; !rc && t < 4; t++)
         out->blocks_unreachable_by_type[t] = gr.freed_by_type[t];
+    if (rc == -EUCLEAN) {
+        /* A corrupt tree: what it reaches is unknown. The rest of the report stands. */
+        for (int t = 0; t < 4; t++)
+            out->blocks_unreachable_by_type[t] = PLX_UNKNOWN;
+        rc = 0;
+    }
     return rc;
 }
 

@@ -191,9 +191,19 @@ static long mark_pass(struct gc *g, uint64_t *buf)
                 const uint64_t *links = buf + (b - i) * (PLX_BLOCK_SIZE / 8);
                 set_bit(g->scanned, b);
                 read_now++;
-                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++)
-                    if (links[k] && link_target_ok(st, links[k]))
-                        set_bit(g->rmap, plx_link_addr(links[k]));
+                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++) {
+                    if (!links[k])
+                        continue;
+                    /* What a corrupt node really linked is unknown: freeing anything could
+                     * free blocks it still reaches. */
+                    if (!link_target_ok(st, links[k]))
+                        return plx_err(st, -EUCLEAN,
+                                       "gc: nothing freed: radix node %llu is corrupt: entry "
+                                       "%u = 0x%016llx is not a valid link (parallax check "
+                                       "reports it)",
+                                       (unsigned long long)b, k, (unsigned long long)links[k]);
+                    set_bit(g->rmap, plx_link_addr(links[k]));
+                }
             }
             i = j;
         }

@@ -539,7 +539,7 @@ static void vdi_reload(struct plx_vdi *v)
     }
     struct plx_node *root = NULL;
     if (rc == 0)
-        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, &root);
+        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
     if (rc == 0) {
         plx_cache_pin(root);
         v->root = root;
@@ -562,7 +562,8 @@ static struct plx_node *walk(struct plx_vdi *v, struct plx_req *r, uint64_t vb, 
         if (!link)
             return NULL;
         int err;
-        struct plx_node *child = plx_cache_get(st, plx_link_addr(link), level - 1, r, &err);
+        struct plx_node *child =
+            plx_cache_get(st, plx_link_addr(link), level - 1, plx_child_owner(n, link), r, &err);
         if (err && !r->status)
             r->status = err;
         if (!child) {
@@ -695,7 +696,7 @@ static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, str
         *err = rc;
         return NULL;
     }
-    struct plx_node *c = plx_cache_new(st, addr, n->level - 1);
+    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner);
     if (!c) {
         *err = -ENOMEM;
         return NULL;
@@ -912,7 +913,7 @@ static void do_snapshot(struct plx_req *r)
     }
     struct plx_node *nr = NULL;
     if (!err && !clean) {
-        nr = plx_cache_new(st, new_addr, v->height - 1);
+        nr = plx_cache_new(st, new_addr, v->height - 1, v->owner);
         err = nr ? 0 : -ENOMEM;
     }
     if (err) {

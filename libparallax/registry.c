@@ -180,6 +180,8 @@ int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *re
     }
     free(recs);
     free(slots);
+    if (found < 0 && plx_all_digits(spec))
+        return plx_err(st, -ENOENT, "no VDI named '%s' and none with id %s", spec, spec);
     if (found < 0)
         return plx_err(st, -ENOENT, "no VDI named '%s'", spec);
     return 0;
@@ -407,7 +409,7 @@ int plx_vdi_clone(plx_store *st, const char *name, const char *snap, uint64_t *i
     uint64_t *links = NULL;
     rc = plx_snap_resolve(st, snap, &parent, NULL, &si, &log_block);
     if (!rc)
-        rc = plx_cache_get_sync(st, si.root, parent.height - 1, &src);
+        rc = plx_cache_get_sync(st, si.root, parent.height - 1, NULL, &src);
     if (!rc && !(links = malloc(PLX_BLOCK_SIZE)))
         rc = plx_err(st, -ENOMEM, "out of memory");
     if (!rc) {

@@ -364,41 +364,57 @@ static void make_uuid(uint8_t uuid[16])
         close(fd);
 }
 
-static int format_backend(plx_backend *be, uint64_t extent_size, int force, char *errbuf,
-                          size_t errlen)
+/* "64 MiB", "1.5 GiB": sizes in messages. */
+static void size_text(uint64_t bytes, char *buf, size_t len)
 {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    unsigned u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && bytes >= (1ull << (10 * (u + 1))))
+        u++;
+    double v = (double)bytes / (double)(1ull << (10 * u));
+    snprintf(buf, len, v == (double)(uint64_t)v ? "%.0f %s" : "%.1f %s", v, units[u]);
+}
+
+/* The extent size `format` picks when none is given: about 32 extents, between 1 MiB and 2 GiB.
+ * Each process that writes allocates in a metadata and a data extent of its own, so a store
+ * needs several extents per engine that shares it, not three huge ones. */
+uint64_t plx_default_extent_size(uint64_t store_bytes)
+{
+    uint64_t e = PLX_MIN_EXTENT_SIZE;
+    while (e < PLX_DEFAULT_EXTENT_SIZE && e * 2 <= store_bytes / 32)
+        e *= 2;
+    return e;
+}
+
+/* Lay out a store of `bytes` in extents of `extent_size` (0 = default) into *sb, or say in
+ * errbuf why it cannot be done. Touches nothing. */
+static int plan_geometry(const char *desc, uint64_t bytes, uint64_t extent_size,
+                         struct plx_superblock *sb, char *errbuf, size_t errlen)
+{
+    char have[32], want[32];
     if (extent_size == 0)
-        extent_size = PLX_DEFAULT_EXTENT_SIZE;
+        extent_size = plx_default_extent_size(bytes);
     if (extent_size < PLX_MIN_EXTENT_SIZE || (extent_size & (extent_size - 1))) {
         set_errbuf(errbuf, errlen, "extent size %llu: must be a power of two of at least 1 MiB",
                    (unsigned long long)extent_size);
         return -EINVAL;
     }
     uint64_t eb = extent_size / PLX_BLOCK_SIZE;
-    uint64_t extents = be->nblocks / eb;
+    uint64_t extents = bytes / PLX_BLOCK_SIZE / eb;
     if (extents < 3) {
+        size_text(bytes, have, sizeof have);
+        size_text(extent_size, want, sizeof want);
         set_errbuf(errbuf, errlen,
-                   "%s: %llu bytes hold fewer than 3 extents of %llu bytes (system, metadata, "
-                   "data)",
-                   be->desc, (unsigned long long)(be->nblocks * PLX_BLOCK_SIZE),
-                   (unsigned long long)extent_size);
+                   "%s: %s holds fewer than 3 extents of %s (one system, one metadata, one "
+                   "data); give a smaller --extent-size (at least 1M), or a larger --size",
+                   desc, have, want);
         return -EINVAL;
     }
     if (extents * eb > (1ull << 48)) {
-        set_errbuf(errbuf, errlen, "%s: larger than the format's 2^48 blocks", be->desc);
+        set_errbuf(errbuf, errlen, "%s: larger than the format's 2^48 blocks", desc);
         return -EFBIG;
     }
-    uint8_t *buf = plx_block_alloc(1);
-    int rc = read_block_sync(be, 0, buf);
-    if (rc == 0 && !force && ((struct plx_blkhdr *)buf)->magic == PLX_MAGIC_SUPER) {
-        set_errbuf(errbuf, errlen, "%s already holds a Parallax blockstore (use --force)",
-                   be->desc);
-        plx_block_free(buf);
-        return -EEXIST;
-    }
-
-    struct plx_superblock *sb = (struct plx_superblock *)buf;
-    memset(buf, 0, PLX_BLOCK_SIZE);
+    memset(sb, 0, sizeof *sb);
     sb->version = PLX_FORMAT_VERSION;
     sb->block_size = PLX_BLOCK_SIZE;
     sb->extent_blocks = eb;
@@ -409,18 +425,50 @@ static int format_backend(plx_backend *be, uint64_t extent_size, int force, char
     sb->catalogue_blocks = (extents + PLX_CATALOG_PER_BLOCK - 1) / PLX_CATALOG_PER_BLOCK;
     sb->registry_start = sb->catalogue_start + sb->catalogue_blocks;
     if (sb->registry_start + 16 > eb) {
-        set_errbuf(errbuf, errlen, "extent size too small for %llu extents: no room for the "
-                                   "VDI registry in extent 0",
-                   (unsigned long long)extents);
-        plx_block_free(buf);
+        set_errbuf(errbuf, errlen,
+                   "%s: %llu extents are too many for extents of %llu KiB: no room for the VDI "
+                   "registry in extent 0; give a larger --extent-size",
+                   desc, (unsigned long long)extents, (unsigned long long)(extent_size >> 10));
         return -EINVAL;
     }
     sb->registry_slots = eb - sb->registry_start;
     if (sb->registry_slots > MAX_REGISTRY_SLOTS)
         sb->registry_slots = MAX_REGISTRY_SLOTS;
-    sb->created_ns = plx_now_ns();
-    make_uuid(sb->uuid);
-    struct plx_superblock keep = *sb;
+    return 0;
+}
+
+/* Does block 0 of `be` hold a Parallax superblock? 1 yes, 0 no, negative errno if unreadable. */
+static int holds_superblock(plx_backend *be)
+{
+    if (be->nblocks == 0)
+        return 0;
+    uint8_t *buf = plx_block_alloc(1);
+    int rc = read_block_sync(be, 0, buf);
+    if (rc == 0)
+        rc = ((struct plx_blkhdr *)buf)->magic == PLX_MAGIC_SUPER;
+    plx_block_free(buf);
+    return rc;
+}
+
+static int format_backend(plx_backend *be, uint64_t extent_size, int force, char *errbuf,
+                          size_t errlen)
+{
+    struct plx_superblock keep;
+    int rc = plan_geometry(be->desc, be->nblocks * PLX_BLOCK_SIZE, extent_size, &keep, errbuf,
+                           errlen);
+    if (rc)
+        return rc;
+    rc = holds_superblock(be);
+    if (rc > 0 && !force) {
+        set_errbuf(errbuf, errlen, "%s already holds a Parallax blockstore (use --force)",
+                   be->desc);
+        return -EEXIST;
+    }
+    rc = rc < 0 ? rc : 0;
+    keep.created_ns = plx_now_ns();
+    make_uuid(keep.uuid);
+    uint64_t extents = keep.extent_count;
+    uint8_t *buf = plx_block_alloc(1);
 
     /* Catalogue and state first, superblock last: a crash while formatting leaves no valid
      * superblock, never a superblock over a half-written catalogue. */
@@ -499,21 +547,76 @@ static int format_iscsi(const char *url, uint64_t size, uint64_t extent_size, in
     return rc;
 }
 
+/* Is there a Parallax superblock at the start of `path`? Read-only look. */
+static int path_holds_superblock(const char *path, char *errbuf, size_t errlen)
+{
+    int err = 0;
+    plx_backend *be =
+        plx_backend_file_open(path, PLX_BACKEND_BLOCKING | PLX_BACKEND_RDONLY, &err, errbuf, errlen);
+    if (!be)
+        return err;
+    int rc = holds_superblock(be);
+    be->ops->destroy(be);
+    if (rc < 0)
+        set_errbuf(errbuf, errlen, "reading the start of %s: %s", path, strerror(-rc));
+    return rc;
+}
+
+/* Nothing is changed (no file created, resized or written) until every check has passed: a
+ * refused format leaves what was there exactly as it was. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen)
 {
     if (plx_backend_is_iscsi(path))
         return format_iscsi(path, size, extent_size, force, errbuf, errlen);
     struct stat sbuf;
-    if (stat(path, &sbuf) != 0) {
-        if (errno != ENOENT) {
-            set_errbuf(errbuf, errlen, "%s: %s", path, strerror(errno));
-            return -errno;
+    bool exists = stat(path, &sbuf) == 0;
+    if (!exists && errno != ENOENT) {
+        set_errbuf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (!exists && size == 0) {
+        set_errbuf(errbuf, errlen, "%s does not exist: give --size to create it", path);
+        return -EINVAL;
+    }
+    if (exists && !S_ISREG(sbuf.st_mode) && !S_ISBLK(sbuf.st_mode)) {
+        set_errbuf(errbuf, errlen, "%s is neither a regular file nor a block device", path);
+        return -EINVAL;
+    }
+    bool resize = exists && S_ISREG(sbuf.st_mode) && size && (uint64_t)sbuf.st_size != size;
+    int rc;
+    if (exists) {
+        rc = path_holds_superblock(path, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        if (rc > 0 && !force) {
+            set_errbuf(errbuf, errlen, "%s already holds a Parallax blockstore (use --force)",
+                       path);
+            return -EEXIST;
         }
-        if (size == 0) {
-            set_errbuf(errbuf, errlen, "%s does not exist: give --size to create it", path);
-            return -EINVAL;
+    }
+    /* The geometry of what the store will be, checked before anything changes. A device keeps
+     * its size; the file backend rounds down to whole blocks, as here. */
+    uint64_t bytes = size;
+    if (exists && !resize) {
+        if (S_ISREG(sbuf.st_mode)) {
+            bytes = (uint64_t)sbuf.st_size;
+        } else {
+            int err = 0;
+            plx_backend *be = plx_backend_file_open(
+                path, PLX_BACKEND_BLOCKING | PLX_BACKEND_RDONLY, &err, errbuf, errlen);
+            if (!be)
+                return err;
+            bytes = be->nblocks * PLX_BLOCK_SIZE;
+            be->ops->destroy(be);
         }
+    }
+    struct plx_superblock plan;
+    rc = plan_geometry(path, bytes, extent_size, &plan, errbuf, errlen);
+    if (rc)
+        return rc;
+
+    if (!exists) {
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
             int e = errno;
@@ -525,20 +628,21 @@ int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force,
             return -e;
         }
         close(fd);
-    } else if (S_ISREG(sbuf.st_mode) && size && (uint64_t)sbuf.st_size != size) {
-        /* An existing regular file is resized to what was asked (a device keeps its size). */
-        if (truncate(path, (off_t)size) != 0) {
-            set_errbuf(errbuf, errlen, "resizing %s: %s", path, strerror(errno));
-            return -errno;
-        }
+    } else if (resize && truncate(path, (off_t)size) != 0) {
+        set_errbuf(errbuf, errlen, "resizing %s: %s", path, strerror(errno));
+        return -errno;
     }
     int err = 0;
     /* Formatting is one block at a time anyway: no aio context to tear down afterwards. */
     plx_backend *be = plx_backend_file_open(path, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
-    if (!be)
-        return err;
-    int rc = format_backend(be, extent_size, force, errbuf, errlen);
-    be->ops->destroy(be);
+    if (!be) {
+        rc = err;
+    } else {
+        rc = format_backend(be, extent_size, force, errbuf, errlen);
+        be->ops->destroy(be);
+    }
+    if (rc && !exists)
+        unlink(path); /* leave no half-made file behind */
     return rc;
 }
 
@@ -546,6 +650,11 @@ int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force,
 
 static int load_superblock(plx_store *st)
 {
+    if (st->be->nblocks == 0)
+        return plx_err(st, -EUCLEAN,
+                       "%s is empty (less than one 4 KiB block): not a Parallax blockstore; "
+                       "'parallax format --size SIZE' makes one",
+                       st->be->desc);
     uint8_t *buf = plx_block_alloc(1);
     int rc = plx_sync_io(st, PLX_IO_READ, 0, 1, buf, 0);
     if (rc) {
@@ -647,6 +756,7 @@ static int events_init(plx_store *st)
 static void store_free(plx_store *st)
 {
     plx_cache_free(st);
+    plx_cache_owners_free(st);
     plx_alloc_free(st);
     free(st->cat);
     if (st->be)

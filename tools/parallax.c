@@ -34,7 +34,7 @@ static const struct command commands[] = {
     {"vdi-export", cmd_vdi_export, "VDI|SNAP FILE", "write a VDI or snapshot to FILE (or -)"},
     {"snap-delete", cmd_snap_delete, "SNAP", "delete a snapshot (gc frees what nothing else uses)"},
     {"gc", cmd_gc, "[--dry-run] [--json]", "free the blocks no live VDI or snapshot reaches"},
-    {"check", cmd_check, "[--json]", "check the blockstore's consistency"},
+    {"check", cmd_check, "[--live] [--json]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
      "export every VDI and snapshot over NBD"},

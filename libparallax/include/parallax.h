@@ -65,12 +65,18 @@ struct plx_open_opts {
  * when `where` is such a URL: tools use it as given (no realpath, no file to create or stat). */
 int plx_blockstore_is_url(const char *where);
 
-/* Format `path` (created as a sparse file of `size` bytes if absent; an existing file or device
- * keeps its size when size is 0; an iSCSI LUN is formatted whole when size is 0, else its first
- * `size` bytes, never more than it has). extent_size 0 = default. Refuses to overwrite an existing
- * Parallax blockstore unless force is set. Blocking. */
+/* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
+ * is resized to `size`, and a device or a file keeps its size when size is 0; an iSCSI LUN is
+ * formatted whole when size is 0, else its first `size` bytes, never more than it has).
+ * extent_size 0 = plx_default_extent_size() of the store's size. Refuses to overwrite an
+ * existing Parallax blockstore unless force is set. Every check runs before anything changes:
+ * on failure the file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
+/* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
+ * from PLX_MIN_EXTENT_SIZE to PLX_DEFAULT_EXTENT_SIZE (2 GiB, the most it picks). Each process
+ * writing to a store allocates in extents of its own, so small stores need small extents. */
+uint64_t plx_default_extent_size(uint64_t store_bytes);
 /* The same on a backend the caller owns (tests use the memory backend). */
 int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size_t errlen);
 
@@ -122,9 +128,11 @@ struct plx_store_info {
     uint64_t vdi_count;                /* live (not deleted) VDIs */
     char lockd_addr[64];               /* lock manager address, "" when none */
     /* Allocated blocks no live tree or log reaches (what gc would free): crash leftovers,
-     * deleted VDIs and snapshots, and blocks claimed right now by running writers. */
+     * deleted VDIs and snapshots, and blocks claimed right now by running writers.
+     * PLX_UNKNOWN when a corrupt radix node leaves it unknown (parallax check says where). */
     uint64_t blocks_unreachable_by_type[4];
 };
+#define PLX_UNKNOWN UINT64_MAX
 int plx_store_info(plx_store *st, struct plx_store_info *out);
 
 struct plx_vdi_info {
@@ -187,6 +195,12 @@ struct plx_check_report {
  * could not run. Blocking. */
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg);
+
+/* How many other processes may be writing this blockstore right now (live holders of a VDI's
+ * writer lock or of an extent), 0 when none, or a negative errno. `who` (may be NULL) receives a
+ * description of one of them, such as "pid 812 (parallax) on this host has VDI vm open for
+ * writing". A check beside a writer can see changes half made. Blocking. */
+int plx_store_writers(plx_store *st, char *who, size_t len);
 
 /* ---- Deletion and garbage collection ----------------------------------------------------------- */
 
