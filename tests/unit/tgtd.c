@@ -166,8 +166,14 @@ int tu_tgtd_start(char *why, size_t whylen)
         if (tgtd_port > 0 && launch(why, whylen) == 0)
             break;
     }
-    if (tgtd_pid <= 0)
+    if (tgtd_pid <= 0) {
+        char cmd[4200];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", lun_dir);
+        if (system(cmd) != 0) {
+            /* Only a leftover temp dir. */
+        }
         return -1;
+    }
     if (tu_tgtd_adm("--op new --mode target --tid 1 -T %s", IQN) != 0 ||
         tu_tgtd_adm("--op bind --mode target --tid 1 -I ALL") != 0) {
         snprintf(why, whylen, "tgtadm could not create the target");
