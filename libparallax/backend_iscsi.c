@@ -924,6 +924,8 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     /* A restarted target answers its first commands with UNIT ATTENTION: libiscsi clears those
      * after a reconnect, before it re-issues our commands. */
     iscsi_set_no_ua_on_reconnect(b->iscsi, 1);
+    /* A portal that drops SYNs fails in about 15 s (3 retries), not the kernel's 2 minutes. */
+    iscsi_set_tcp_syncnt(b->iscsi, 3);
     const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
     iscsi_set_reconnect_max_retries(
         b->iscsi, retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS);

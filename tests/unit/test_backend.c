@@ -1638,22 +1638,28 @@ END_TEST
 START_TEST(test_iscsi_gives_up)
 {
     enum { N = 32 };
+    char url[512], errbuf[1024] = "";
+    int err = 0;
     setenv("PARALLAX_ISCSI_RETRIES", "1", 1);
-    plx_backend *be = make_backend(K_ISCSI, N);
+    ck_assert_int_gt(tu_tgtd_new_lun(N * BS, 512, url, sizeof(url)), 0);
+    plx_backend *be = plx_backend_iscsi_open(url, 0, &err, errbuf, sizeof(errbuf));
+    ck_assert_msg(be != NULL, "%s", errbuf);
     unsigned char *buf = plx_block_alloc(N);
+    tu_fill(buf, (size_t)N * BS, 77);
     struct rec r[N];
     int count = 0;
 
-    /* The target stops accepting this initiator, then drops its connection. */
+    /* The target stops accepting this initiator, then drops its connection under FUA writes. */
     ck_assert_int_eq(tu_tgtd_adm("--op unbind --mode target --tid 1 -I ALL"), 0);
     for (int i = 0; i < N; i++) {
         r[i].counter = &count;
         ck_assert_int_eq(
-            rec_submit(be, &r[i], PLX_IO_WRITE, (uint64_t)i, 1, buf + (size_t)i * BS, 0), 0);
+            rec_submit(be, &r[i], PLX_IO_WRITE, (uint64_t)i, 1, buf + (size_t)i * BS, PLX_IO_FUA),
+            0);
     }
     ck_assert_int_ge(drop_connections(), 1);
     drain(be);
-    tu_tgtd_adm("--op bind --mode target --tid 1 -I ALL");
+    ck_assert_int_eq(tu_tgtd_adm("--op bind --mode target --tid 1 -I ALL"), 0);
     ck_assert_int_eq(count, N);
     int failed = 0;
     for (int i = 0; i < N; i++) {
@@ -1664,9 +1670,23 @@ START_TEST(test_iscsi_gives_up)
     ck_assert_int_gt(failed, 0);
     struct rec late = {0};
     ck_assert_int_eq(rec_submit(be, &late, PLX_IO_FLUSH, 0, 0, NULL, 0), -EIO);
-    plx_block_free(buf);
     be->ops->destroy(be);
     unsetenv("PARALLAX_ISCSI_RETRIES");
+
+    /* Every write reported done is on the LUN (a failed one may or may not be: it was not
+     * reported done, which is all a failed write promises). */
+    be = plx_backend_iscsi_open(url, 0, &err, errbuf, sizeof(errbuf));
+    ck_assert_msg(be != NULL, "reopen: %s", errbuf);
+    for (int i = 0; i < N; i++) {
+        if (r[i].status != 0)
+            continue;
+        unsigned char *got = plx_block_alloc(1);
+        ck_assert_int_eq(tu_io(be, PLX_IO_READ, (uint64_t)i, 1, got, 0), 0);
+        ck_assert_msg(memcmp(got, buf + (size_t)i * BS, BS) == 0, "acknowledged block %d lost", i);
+        plx_block_free(got);
+    }
+    plx_block_free(buf);
+    be->ops->destroy(be);
 }
 END_TEST
 
