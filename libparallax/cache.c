@@ -14,11 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "alloc.h"
+#include "cache.h"
 
-void plx_req_resume(struct plx_req *r);
-int plx_catalogue_read(plx_store *st);
-void plx_run_ready(plx_store *st);
 
 static size_t hash_of(const struct plx_cache *c, uint64_t addr)
 {
@@ -27,7 +25,11 @@ static size_t hash_of(const struct plx_cache *c, uint64_t addr)
 
 int plx_cache_init(plx_store *st, uint64_t bytes)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return plx_err(st, -ENOMEM, "out of memory for the node cache");
+    st->cache = c;
+    st->gc_epoch_moved = plx_cache_drop_clean;
     c->capacity = bytes / PLX_BLOCK_SIZE;
     if (c->capacity < 64)
         c->capacity = 64;
@@ -65,10 +67,10 @@ static void free_node(struct plx_node *n)
 
 void plx_cache_free(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
-    if (!c->hash)
+    struct plx_cache *c = st->cache;
+    if (!c)
         return;
-    for (size_t i = 0; i < c->hash_size; i++) {
+    for (size_t i = 0; c->hash && i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
             struct plx_node *next = n->hash_next;
@@ -82,12 +84,19 @@ void plx_cache_free(plx_store *st)
         }
     }
     free(c->hash);
-    c->hash = NULL;
+    while (c->owners) {
+        struct plx_owner *o = c->owners;
+        c->owners = o->next;
+        free(o);
+    }
+    free(c);
+    st->cache = NULL;
+    st->gc_epoch_moved = NULL;
 }
 
 struct plx_node *plx_cache_lookup(plx_store *st, uint64_t addr)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (struct plx_node *n = c->hash[hash_of(c, addr)]; n; n = n->hash_next)
         if (n->addr == addr)
             return n;
@@ -96,7 +105,7 @@ struct plx_node *plx_cache_lookup(plx_store *st, uint64_t addr)
 
 static void make_room(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     /* Bounded sweep: if everything is pinned the cache grows past its size rather than wait. */
     size_t budget = c->count * (PLX_HEIGHT_LARGE + 2);
     while (c->count >= c->capacity && c->hand && budget--) {
@@ -116,7 +125,7 @@ static void make_room(plx_store *st)
 
 static struct plx_node *insert(plx_store *st, uint64_t addr, unsigned level)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     make_room(st);
     struct plx_node *n = calloc(1, sizeof *n);
     if (!n)
@@ -144,13 +153,13 @@ static struct plx_node *insert(plx_store *st, uint64_t addr, unsigned level)
 
 void plx_cache_drop(plx_store *st, struct plx_node *n)
 {
-    unlink_node(&st->cache, n);
+    unlink_node(st->cache, n);
     free_node(n);
 }
 
 void plx_cache_drop_clean(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (size_t i = 0; i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
@@ -227,28 +236,27 @@ static void node_loaded(plx_store *st, struct plx_ev *ev)
         n->state = NODE_VALID;
     while (w) {
         struct plx_waiter *next = w->next;
-        struct plx_req *r = w->req;
-        if (status && !r->status)
-            r->status = status;
-        r->loads_waiting--;
+        struct plx_load_wait *lw = w->w;
+        if (status && !*lw->status)
+            *lw->status = status;
         free(w);
-        if (r->loads_waiting == 0)
-            plx_req_resume(r);
+        if (--lw->pending == 0)
+            lw->ready(lw);
         w = next;
     }
 }
 
-static int add_waiter(struct plx_node *n, struct plx_req *req)
+static int add_waiter(struct plx_node *n, struct plx_load_wait *lw)
 {
-    if (!req)
+    if (!lw)
         return 0;
     struct plx_waiter *w = malloc(sizeof *w);
     if (!w)
         return -ENOMEM;
-    w->req = req;
+    w->w = lw;
     w->next = n->waiters;
     n->waiters = w;
-    req->loads_waiting++;
+    lw->pending++;
     return 0;
 }
 
@@ -266,7 +274,7 @@ static bool node_current(const struct plx_node *n, const struct plx_owner *want)
 }
 
 struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
-                               struct plx_owner *owner, struct plx_req *req, int *err)
+                               struct plx_owner *owner, struct plx_load_wait *w, int *err)
 {
     *err = 0;
     struct plx_node *n = plx_cache_lookup(st, addr);
@@ -275,15 +283,15 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
         n = NULL;
     }
     if (n && n->state == NODE_VALID) {
-        st->cache.hits++;
+        st->cache->hits++;
         n->chances = n->level + 1;
         return n;
     }
     if (n) {
-        *err = add_waiter(n, req);
+        *err = add_waiter(n, w);
         return NULL;
     }
-    st->cache.misses++;
+    st->cache->misses++;
     n = insert(st, addr, level);
     if (!n) {
         *err = -ENOMEM;
@@ -305,7 +313,7 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
                        strerror(-rc));
         return NULL;
     }
-    *err = add_waiter(n, req);
+    *err = add_waiter(n, w);
     return NULL;
 }
 
@@ -366,7 +374,7 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
  * snapshot roots that were current when pinned), keep them as immutable. */
 static void disown(plx_store *st, struct plx_owner *o)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (size_t i = 0; i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
@@ -385,7 +393,7 @@ static void disown(plx_store *st, struct plx_owner *o)
 struct plx_owner *plx_cache_owner_open(plx_store *st, uint64_t vdi_id, uint64_t seen_gen,
                                        uint64_t new_gen)
 {
-    struct plx_owner *o = st->owners;
+    struct plx_owner *o = st->cache->owners;
     while (o && o->vdi_id != vdi_id)
         o = o->next;
     if (!o) {
@@ -394,8 +402,8 @@ struct plx_owner *plx_cache_owner_open(plx_store *st, uint64_t vdi_id, uint64_t 
             return NULL;
         o->vdi_id = vdi_id;
         o->gen = new_gen;
-        o->next = st->owners;
-        st->owners = o;
+        o->next = st->cache->owners;
+        st->cache->owners = o;
     } else if (o->handles == 0) {
         /* Dormant: adopt the nodes only if no other writer took the VDI since they were
          * current here. */
@@ -418,13 +426,4 @@ void plx_cache_owner_close(plx_store *st, struct plx_owner *o)
     (void)st;
     if (o && o->handles)
         o->handles--;
-}
-
-void plx_cache_owners_free(plx_store *st)
-{
-    while (st->owners) {
-        struct plx_owner *o = st->owners;
-        st->owners = o->next;
-        free(o);
-    }
 }

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "progress.h"
 #include "size.h"
 
 #define ERRBUF_MAX 4096
@@ -307,7 +308,7 @@ static void check_json(const struct plx_check_report *r, const struct check_out 
 
 /* One pass over a freshly opened store (nothing cached from an earlier pass). */
 static int check_pass(const struct cli_ctx *ctx, struct plx_check_report *rep,
-                      struct check_out *out, int refuse_writers)
+                      struct check_out *out, int refuse_writers, struct progress *prog)
 {
     plx_store *st = NULL;
     int rc = cli_open_store(ctx, 1, &st);
@@ -326,27 +327,36 @@ static int check_pass(const struct cli_ctx *ctx, struct plx_check_report *rep,
             return cli_close_store(st, EXIT_BUSY);
         }
     }
-    int err = plx_check(st, rep, check_report, out);
+    struct plx_check_opts co = {.struct_size = sizeof co,
+                                .report = check_report,
+                                .report_arg = out,
+                                .progress = progress_step,
+                                .progress_arg = prog};
+    int err = plx_check_ex(st, &co, rep);
+    progress_clear(prog);
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
 int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
 {
-    int json = 0, live = 0;
-    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {"live", 0, NULL, &live}, {0}};
+    int json = 0, live = 0, quiet = 0;
+    const struct cli_opt opts[] = {
+        {"json", 0, NULL, &json}, {"live", 0, NULL, &live}, {"quiet", 0, NULL, &quiet}, {0}};
+    struct progress prog;
     struct plx_check_report report = {0};
     struct check_out out = {0};
     uint64_t transient = 0;
     unsigned passes = 1;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
+    progress_init(&prog, "check", quiet);
     if (rc == EXIT_OK)
-        rc = check_pass(ctx, &report, &out, !live);
+        rc = check_pass(ctx, &report, &out, !live, &prog);
     while (rc == EXIT_OK && live && count_errors(&out) > 0 && passes < LIVE_PASSES) {
         struct plx_check_report again = {0};
         struct check_out cur = {0};
         usleep(LIVE_PAUSE_US);
-        rc = check_pass(ctx, &again, &cur, 0);
+        rc = check_pass(ctx, &again, &cur, 0, &prog);
         passes++;
         if (rc != EXIT_OK) {
             lines_free(&cur);
