@@ -10,7 +10,7 @@ INC     := -Ilibparallax/include -Ilibparallax
 # Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
 # library's own objects do not get them, so it cannot include what sits above it.
 APP_INC := -Itools -Itapdisk -Itests/unit
-LIBS    := -laio
+LIBS    := -laio -liscsi
 B       := build
 # Every object writes its header dependencies beside it (build/**/*.d, included at the end).
 DEPFLAGS := -MMD -MP
@@ -24,7 +24,7 @@ SONAME      := libparallax.so.$(PLX_MAJOR)
 LIB_MAP     := libparallax/libparallax.map
 
 LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
-TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
+TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c
 TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
              tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c \
              tapdisk/export_names.c
@@ -200,6 +200,13 @@ bench-suite-smoke: deps all
 	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
 
+# Parallax on an iSCSI LUN against the raw LUN (bench/iscsi.sh starts tgtd and runs it).
+$(B)/bench-iscsi: $(B)/obj/bench/iscsi.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -o $@
+
+bench-iscsi: $(B)/bench-iscsi deps
+	bench/iscsi.sh --dir $(BENCH_DIR)
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: $(B)/obj/bench/gc-writer.o $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
@@ -213,5 +220,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench FORCE \
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi FORCE \
         bench-suite-smoke

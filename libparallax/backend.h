@@ -14,6 +14,12 @@
  *   never issues them.
  * - Buffers must be aligned to PLX_BLOCK_SIZE (O_DIRECT) and stay valid until done fires.
  * - No partial I/O: a short transfer is retried by the backend or reported as -EIO.
+ * - fd() is one descriptor for the backend's whole life, and the host waits on it for POLLIN
+ *   only. It must become readable whenever poll() has something to do: completions to deliver,
+ *   and also, for a backend over a network, data it can now send (its socket wants POLLOUT) or a
+ *   clock that must run (timeouts, reconnect back-off). Such a backend keeps an epoll set of its
+ *   own behind fd() (the iSCSI backend: socket with the events libiscsi wants, a timerfd, an
+ *   eventfd), so the host's event set never changes when the backend's wishes do.
  */
 #ifndef PLX_BACKEND_H
 #define PLX_BACKEND_H
@@ -25,6 +31,11 @@ enum plx_io_op {
     PLX_IO_READ = 0,
     PLX_IO_WRITE = 1,
     PLX_IO_FLUSH = 2,
+    /* Optional: the blocks' contents are no longer needed and the medium may release them
+     * (thin-provisioned LUNs). A backend without it refuses it at submit with -EOPNOTSUPP (the
+     * callback never fires); the file and memory backends do. After a completed trim the
+     * blocks read as zeros or as their old contents, whichever the medium does. buf is unused. */
+    PLX_IO_TRIM = 3,
 };
 
 #define PLX_IO_FUA 1u
@@ -34,7 +45,7 @@ struct plx_io {
     unsigned flags;       /* PLX_IO_FUA */
     uint64_t block;       /* first block (ignored for flush) */
     uint32_t nblocks;     /* number of blocks (0 for flush) */
-    void *buf;            /* nblocks * PLX_BLOCK_SIZE bytes, PLX_BLOCK_SIZE-aligned */
+    void *buf;            /* nblocks * PLX_BLOCK_SIZE bytes, PLX_BLOCK_SIZE-aligned (not trim) */
     void (*done)(struct plx_io *io, int status); /* status: 0 or -errno */
     void *owner;          /* for the submitter */
     struct plx_io *be_next; /* backend-private linkage while in flight */
@@ -45,7 +56,8 @@ struct plx_backend_ops {
     /* Reap completions and run their callbacks. timeout_ms: 0 = do not wait, -1 = wait for at
      * least one completion if any I/O is in flight. Returns the number completed or -errno. */
     int (*poll)(plx_backend *be, int timeout_ms);
-    /* Readable when poll() has completions to deliver. */
+    /* Readable (POLLIN) when poll() has work: completions, or anything the medium needs served
+     * (see the contract above). Never changes. */
     int (*fd)(const plx_backend *be);
     /* Number of I/Os submitted and not yet completed. */
     unsigned (*inflight)(const plx_backend *be);
@@ -74,6 +86,22 @@ struct plx_backend {
 #define PLX_BACKEND_BLOCKING 2u
 plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, char *errbuf,
                                    size_t errlen);
+
+/* An iSCSI LUN through libiscsi: url is iscsi://[user%password@]host[:port]/target-iqn/lun
+ * (backend_iscsi.c). Connects, logs in (CHAP when a user is given) and reads the LUN's geometry
+ * before it returns (blocking); afterwards everything is asynchronous unless flags has
+ * PLX_BACKEND_BLOCKING (libiscsi's synchronous calls). nblocks is the LUN's size in 4 KiB blocks.
+ * PLX_IO_TRIM is UNMAP where the LUN says it may (READ CAPACITY(16) LBPME, the Logical Block
+ * Provisioning VPD page's LBPU, the Block Limits VPD page's UNMAP limits), else -EOPNOTSUPP.
+ * On failure returns NULL with *err and a message that names what is wrong (no LUN number,
+ * portal unreachable, CHAP refused, no such LUN on the target). */
+plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, char *errbuf,
+                                    size_t errlen);
+/* Nonzero when a blockstore name is an iSCSI URL (starts with iscsi://). */
+int plx_backend_is_iscsi(const char *where);
+/* A file, a block device or an iSCSI LUN, by the form of `where`. */
+plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
+                              size_t errlen);
 
 /* Memory medium of nblocks zeroed blocks (calloc'd lazily per block). Completions are queued and
  * delivered by poll(); fd is an eventfd. Flush is a no-op (memory is "durable"). */

@@ -99,7 +99,7 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
     }
     /* A baseline message: callers with more context replace it. */
     if (result[0]) {
-        static const char *const names[] = {"read", "write", "flush"};
+        static const char *const names[] = {"read", "write", "flush", "trim"};
         if (op == PLX_IO_FLUSH)
             plx_err(st, result[0], "flushing %s: %s", st->be->desc, strerror(-result[0]));
         else

@@ -94,6 +94,20 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
     return store_open(be, opts, out, errbuf, errlen);
 }
 
+/* A blockstore's name picks its backend: an iscsi:// URL, else a path. */
+plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
+                              size_t errlen)
+{
+    if (plx_backend_is_iscsi(where))
+        return plx_backend_iscsi_open(where, flags, err, errbuf, errlen);
+    return plx_backend_file_open(where, flags, err, errbuf, errlen);
+}
+
+int plx_blockstore_is_url(const char *where)
+{
+    return plx_backend_is_iscsi(where);
+}
+
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
                    char *errbuf, size_t errlen)
 {
@@ -105,7 +119,7 @@ int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store
         opts->blocking_io)
         flags |= PLX_BACKEND_BLOCKING;
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, flags, &err, errbuf, errlen);
+    plx_backend *be = plx_backend_open(path, flags, &err, errbuf, errlen);
     if (!be) {
         *out = NULL;
         return err;

@@ -34,6 +34,7 @@
  * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
  * the few names used, and tests/unit/tapdisk_double.c stands in for tapdisk.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -240,7 +241,9 @@ static int store_open_engine(const char *path, int read_only, plx_store **out, c
 static int store_get(const char *path, int want_ro, struct plx_td_store **out)
 {
     char real[PATH_MAX];
-    if (!realpath(path, real)) {
+    if (plx_blockstore_is_url(path))
+        snprintf(real, sizeof real, "%s", path); /* an iscsi:// LUN: its URL names it */
+    else if (!realpath(path, real)) {
         int e = errno;
         tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", path, strerror(e));
         return -e;
@@ -402,13 +405,31 @@ static int is_existing_file(const char *path)
     return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
 }
 
+/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
+ * '/', the LUN is digits), or 0 when s does not start with one. */
+static size_t iscsi_url_len(const char *s)
+{
+    if (!plx_blockstore_is_url(s))
+        return 0;
+    const char *p = strchr(s + strlen("iscsi://"), '/');
+    if (p)
+        p = strchr(p + 1, '/');
+    if (!p || !isdigit((unsigned char)p[1]))
+        return 0;
+    p++;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return (size_t)(p - s);
+}
+
 /* Split params into blockstore and VDI spec.
  *   "<vdi>"               no colon: the configured blockstore
  *   "<blockstore>:<vdi>"  the blockstore is the text before the first colon whose prefix names
  *                         an existing file or block device (paths such as
  *                         /dev/disk/by-path/pci-0000:00:1f.2-ata-1 contain colons, and so may
  *                         snapshot labels); if no prefix exists, the text before the first
- *                         colon (and opening it then fails with its own message).
+ *                         colon (and opening it then fails with its own message)
+ *   "iscsi://HOST[:PORT]/IQN/LUN:<vdi>"  an iSCSI LUN: the blockstore ends after the LUN number
  * Both parts must be non-empty. */
 static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, size_t vdilen)
 {
@@ -433,7 +454,10 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
         return default_blockstore(bs, bslen);
     }
     const char *split = colon;
-    for (const char *c = colon; c; c = strchr(c + 1, ':')) {
+    size_t url_len = iscsi_url_len(params);
+    if (url_len > 0)
+        split = params[url_len] == ':' ? params + url_len : params + strlen(params);
+    for (const char *c = url_len > 0 ? NULL : colon; c; c = strchr(c + 1, ':')) {
         size_t n = (size_t)(c - params);
         if (n == 0 || copy_str(bs, bslen, params, n) < 0)
             continue;

@@ -177,7 +177,9 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     char sock_arg[PATH_MAX + 16];
     if (find_plugin(plugin, sizeof plugin) != 0)
         return cli_error("cannot find %s (set PARALLAX_NBDKIT_PLUGIN)", PLUGIN_NAME);
-    if (!realpath(path, abs))
+    if (plx_blockstore_is_url(path))
+        snprintf(abs, sizeof abs, "%s", path);
+    else if (!realpath(path, abs))
         return cli_error("%s: %s", path, strerror(errno));
     snprintf(bs_arg, sizeof bs_arg, "blockstore=%s", abs);
     snprintf(cache_arg, sizeof cache_arg, "cache=%llu", (unsigned long long)cache_bytes);

@@ -84,11 +84,17 @@ struct plx_open_opts {
     int blocking_io;
 };
 
+/* A blockstore is named by a path (file or block device) or by a URL:
+ * iscsi://[user%password@]host[:port]/target-iqn/lun names a LUN reached with libiscsi. Nonzero
+ * when `where` is such a URL: tools use it as given (no realpath, no file to create or stat). */
+int plx_blockstore_is_url(const char *where);
+
 /* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
- * is resized to `size`, and a device or a file keeps its size when size is 0). extent_size 0 =
- * plx_default_extent_size() of the store's size. Refuses to overwrite an existing Parallax
- * blockstore unless force is set. Every check runs before anything changes: on failure the
- * file is exactly as it was, and a file this call created is removed. Blocking. */
+ * is resized to `size`, and a device or a file keeps its size when size is 0; an iSCSI LUN is
+ * formatted whole when size is 0, else its first `size` bytes, never more than it has).
+ * extent_size 0 = plx_default_extent_size() of the store's size. Refuses to overwrite an
+ * existing Parallax blockstore unless force is set. Every check runs before anything changes:
+ * on failure the file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
 /* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
