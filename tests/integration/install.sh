@@ -35,6 +35,7 @@ expected=(
     "lib/libparallax.so"
     "lib/libparallax.a"
     "include/parallax.h"
+    "include/parallax_backend.h"
     "lib/pkgconfig/parallax.pc"
     "share/man/man8/parallax.8"
     "share/man/man3/libparallax.3"
