@@ -10,15 +10,14 @@ INC     := -Ilibparallax/include -Ilibparallax
 LIBS    := -laio
 B       := build
 
-LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
-TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
+LIB_SRCS  := $(wildcard libparallax/*.c)
+TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c
 LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
-TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
-             tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c \
-             tapdisk/export_names.c
-PLUGIN_SRCS := tapdisk/nbd_plugin.c tapdisk/engine_thread.c tapdisk/control_server.c \
-               tapdisk/control_client.c tapdisk/export_names.c
-UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
+TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c \
+             server/engine_thread.c server/control_server.c server/export_names.c
+PLUGIN_SRCS := server/nbd_plugin.c server/engine_thread.c server/control_server.c \
+               server/control_client.c server/export_names.c
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
 all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so
 
@@ -33,12 +32,12 @@ $(B)/libparallax.a: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 $(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
 
-$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h tapdisk/*.h) | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Itapdisk $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lpthread -o $@
+$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h server/*.h) | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Iserver $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lpthread -o $@
 
 # The NBD export: an nbdkit plugin with the engine linked in (`parallax serve` runs nbdkit).
-$(B)/nbdkit-parallax-plugin.so: $(PLUGIN_SRCS) $(wildcard tapdisk/*.h) $(B)/libparallax.a | builddeps
-	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden $(INC) -Itapdisk $(PLUGIN_SRCS) \
+$(B)/nbdkit-parallax-plugin.so: $(PLUGIN_SRCS) $(wildcard server/*.h) $(B)/libparallax.a | builddeps
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden $(INC) -Iserver $(PLUGIN_SRCS) \
 	    $(B)/libparallax.a $(LIBS) -lpthread -o $@
 
 $(B):
@@ -49,8 +48,8 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
-EXTRA_test_tapdisk := tapdisk/block-parallax.c tests/unit/tapdisk_double.c
-TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.h)
+EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c
+TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.[ch])
 
 .SECONDEXPANSION:
 $(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
@@ -76,10 +75,10 @@ integration: all deps
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
-	    libparallax tools gc tapdisk
+	    libparallax tools server tapdisk
 
 format: builddeps
-	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
+	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
 check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke
 	@echo "make check: all passed"

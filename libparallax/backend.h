@@ -72,6 +72,9 @@ struct plx_backend {
  * tools only: a flush blocks the caller, and nothing overlaps. */
 #define PLX_BACKEND_RDONLY 1u
 #define PLX_BACKEND_BLOCKING 2u
+/* Flush on the helper thread (fdatasync) and write without RWF_DSYNC, as on kernels that lack
+ * IO_CMD_FDSYNC, even where the kernel has them: lets the fallback be exercised anywhere. */
+#define PLX_BACKEND_FLUSH_THREAD 4u
 plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, char *errbuf,
                                    size_t errlen);
 

@@ -108,11 +108,6 @@ struct plx_td_disk {
 
 static struct plx_td_store *plx_td_stores;
 
-/* Unit-test hook: when set, used instead of plx_store_open, so that tests can give the driver
- * a store on a memory or fault-injection backend. Never set in tapdisk. */
-int (*plx_td_test_store_open)(const char *path, const struct plx_open_opts *opts, plx_store **out,
-                              char *errbuf, size_t errlen);
-
 /* ---- Slots ---------------------------------------------------------------------------------- */
 
 static struct plx_td_pool *pool_new(struct plx_td_disk *d)
@@ -229,8 +224,6 @@ static int store_open_engine(const char *path, int read_only, plx_store **out, c
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
     o.read_only = read_only;
-    if (plx_td_test_store_open)
-        return plx_td_test_store_open(path, &o, out, err, errlen);
     return plx_store_open(path, &o, out, err, errlen);
 }
 

@@ -2,9 +2,9 @@
  * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]
  * [--nbdkit [--threads N]]`: export every VDI (read-write) and snapshot (read-only) over NBD.
  *
- * By default the server is built in (tapdisk/nbd_server.c): it runs in this process, on the
+ * By default the server is built in (server/nbd_server.c): it runs in this process, on the
  * engine thread, next to the control socket, until SIGINT or SIGTERM. With --nbdkit the command
- * instead finds the Parallax nbdkit plugin (tapdisk/nbd_plugin.c) and replaces itself with
+ * instead finds the Parallax nbdkit plugin (server/nbd_plugin.c) and replaces itself with
  * nbdkit (same pid, so the VDI locks it takes name this process, and `parallax vdi-snapshot`
  * finds its control socket). nbdkit leaves its --unix socket behind when it exits, so the
  * plugin is told the path (socket=PATH) and removes it at unload, as the built-in server does.

@@ -640,7 +640,7 @@ static int open_on_fault(const char *path, const struct plx_open_opts *opts, plx
 
 START_TEST(test_io_errors)
 {
-    plx_td_test_store_open = open_on_fault;
+    tdd_store_opener = open_on_fault;
     td_driver_t *drv = open_ok("disk", 0);
     ck_assert_ptr_nonnull(fault_be);
     char *buf = malloc(8 * SEC);
@@ -662,7 +662,7 @@ START_TEST(test_io_errors)
     size_t n = tdd_completion_count();
     assert_each_once(n);
     close_ok(drv);
-    plx_td_test_store_open = NULL;
+    tdd_store_opener = NULL;
     free(buf);
 }
 END_TEST
