@@ -94,7 +94,7 @@ static void remove_stale_socket(const char *path)
 
 /* The built-in server: runs until SIGINT or SIGTERM. */
 static int serve_builtin(const char *path, uint64_t cache_bytes, const char *unix_path,
-                         const char *port, const char *ipaddr)
+                         const char *port, const char *ipaddr, const struct nbd_tls_config *tls)
 {
     /* Block the stop signals in every thread (the engine thread inherits the mask); sigwait. */
     sigset_t stop;
@@ -109,7 +109,7 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
     if (et_start(path, cache_bytes, &et, err, sizeof err) != 0)
         return cli_error("%s", err);
     struct nbd_server *srv = NULL;
-    if (nbd_server_start(et, unix_path, port, ipaddr, &srv, err, sizeof err) != 0) {
+    if (nbd_server_start(et, unix_path, port, ipaddr, tls, &srv, err, sizeof err) != 0) {
         et_stop(et);
         return cli_error("%s", err);
     }
@@ -126,13 +126,18 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL, *threads = NULL;
-    int use_nbdkit = 0;
+    const char *tls = NULL, *tls_certs = NULL, *tls_psk = NULL;
+    int use_nbdkit = 0, tls_verify = 0;
     const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
                                    {"port", 1, &port, NULL},
                                    {"ipaddr", 1, &ipaddr, NULL},
                                    {"cache", 1, &cache, NULL},
                                    {"nbdkit", 0, NULL, &use_nbdkit},
                                    {"threads", 1, &threads, NULL},
+                                   {"tls", 1, &tls, NULL},
+                                   {"tls-certificates", 1, &tls_certs, NULL},
+                                   {"tls-psk", 1, &tls_psk, NULL},
+                                   {"tls-verify-peer", 0, NULL, &tls_verify},
                                    {0}};
     const char *path = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
@@ -145,10 +150,16 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         rc = cli_parse_size(ctx, "--cache", cache, &cache_bytes);
     if (rc == EXIT_OK && threads && !use_nbdkit)
         rc = cli_usage_error(ctx, "--threads only applies to --nbdkit");
+    struct nbd_tls_config tcfg = {.mode = NBD_TLS_OFF,
+                                  .cert_dir = tls_certs,
+                                  .psk_file = tls_psk,
+                                  .verify_peer = tls_verify};
+    if (rc == EXIT_OK && tls && nbd_tls_parse_mode(tls, &tcfg.mode) != 0)
+        rc = cli_usage_error(ctx, "--tls takes off, on or require, not '%s'", tls);
     if (rc != EXIT_OK)
         return rc;
     if (!use_nbdkit)
-        return serve_builtin(path, cache_bytes, unix_path, port, ipaddr);
+        return serve_builtin(path, cache_bytes, unix_path, port, ipaddr, &tcfg);
     /* Fail here, with our own message, rather than inside nbdkit. */
     plx_store *st = NULL;
     rc = cli_open_store(ctx, 0, &st);
