@@ -15,11 +15,9 @@ TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c
 LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
 TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
              server/engine_thread.c server/control_server.c server/export_names.c
-PLUGIN_SRCS := server/nbd_plugin.c server/engine_thread.c server/control_server.c \
-               server/control_client.c server/export_names.c
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
-all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so
+all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax
 
 # ---- the library -------------------------------------------------------------------------------
 $(B)/obj/%.o: %.c $(LIB_HDRS) | $(B) builddeps
@@ -34,11 +32,6 @@ $(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 
 $(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h server/*.h) | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Iserver $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lgnutls -lpthread -o $@
-
-# The NBD export: an nbdkit plugin with the engine linked in (`parallax serve` runs nbdkit).
-$(B)/nbdkit-parallax-plugin.so: $(PLUGIN_SRCS) $(wildcard server/*.h) $(B)/libparallax.a | builddeps
-	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden $(INC) -Iserver $(PLUGIN_SRCS) \
-	    $(B)/libparallax.a $(LIBS) -lpthread -o $@
 
 $(B):
 	@mkdir -p $(B)

@@ -8,12 +8,11 @@
 # otherwise names them and exits 1.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential pkg-config libaio-dev check libsubunit-dev cppcheck clang-format nbdkit-plugin-dev
-    libgnutls28-dev)
+BUILD_PKGS=(build-essential pkg-config libaio-dev check libsubunit-dev cppcheck clang-format libgnutls28-dev)
 TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
-    nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    nbdkit libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
     # TLS tests: certtool and psktool
     gnutls-bin
     tgt libiscsi-dev libiscsi-bin

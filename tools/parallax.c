@@ -36,7 +36,8 @@ static const struct command commands[] = {
     {"gc", cmd_gc, "[--dry-run] [--json]", "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--json]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
-     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
+     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--tls=off|on|require]\n"
+     "        [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]",
      "export every VDI and snapshot over NBD"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
