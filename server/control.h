@@ -25,13 +25,27 @@ void control_dir(char *buf, size_t len);
 /* The socket of the server process `pid`. */
 void control_path(int pid, char *buf, size_t len);
 
-#ifdef PLX_CONTROL_SERVER
-#include "engine_thread.h"
-/* Serve commands on the engine thread. find_vdi returns the writable VDI with that id that this
- * process has open, or NULL. */
-int control_start(struct et *et, plx_vdi *(*find_vdi)(uint64_t id), char *err, size_t errlen);
+/* Server side. The process that serves VDIs (`parallax serve`'s engine thread, or tapdisk's
+ * scheduler) runs the control socket on its own event loop, through these hooks; every
+ * callback runs on that loop's thread, where the engine lives, so commands are ordinary requests
+ * in the VDI's stream and nothing here waits for the medium (except snap-label and snap-delete,
+ * which rewrite one log block synchronously; see docs/DESIGN.md, Known limitations). */
+struct control_host {
+    /* Call ready(arg) whenever fd is readable, until unwatch(handle). Returns a handle, or NULL
+     * when the descriptor cannot be watched. unwatch may be called from inside ready. */
+    void *(*watch)(void *host_arg, int fd, void (*ready)(void *arg), void *arg);
+    void (*unwatch)(void *host_arg, void *handle);
+    /* The VDI with this id that the process has open for writing, and its store; NULL when
+     * none (and -EEXIST in *err when more than one, from different blockstores). */
+    plx_vdi *(*find_vdi)(void *host_arg, uint64_t id, plx_store **st, int *err);
+    void *host_arg;
+};
+
+/* Listen on control_path(getpid()) (replacing a stale file) and serve commands through host,
+ * which must stay valid until control_stop. */
+int control_start(const struct control_host *host, char *err, size_t errlen);
+/* Stop listening and remove the socket. Connections being answered finish on their own. */
 void control_stop(void);
-#endif
 
 /* Client side (the parallax command): send one command line to the server of `pid` and read the
  * reply into reply. Returns 0 when the server answered "ok ...", the negative errno it sent, or a

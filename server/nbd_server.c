@@ -19,7 +19,6 @@
  * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
  * there means no callback and no pending epoll event can refer to a freed connection.
  */
-#define PLX_CONTROL_SERVER
 #include "nbd_server.h"
 
 #include <errno.h>

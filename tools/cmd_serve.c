@@ -18,12 +18,54 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#define PLX_CONTROL_SERVER
 #include "cli.h"
 #include "commands.h"
 #include "control.h"
 #include "engine_thread.h"
 #include "nbd_server.h"
+
+/* The control socket on the engine thread's loop (struct control_host). */
+struct serve_watch {
+    struct et_fd_handler h; /* first: the handler is the watch */
+    void (*ready)(void *arg);
+    void *arg;
+};
+
+static void serve_watch_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct serve_watch *w = (struct serve_watch *)h;
+    w->ready(w->arg); /* may unwatch (free) w: nothing touches it afterwards */
+}
+
+static void *serve_watch(void *host_arg, int fd, void (*ready)(void *arg), void *arg)
+{
+    struct serve_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->h.fd = fd;
+    w->h.on_ready = serve_watch_ready;
+    w->ready = ready;
+    w->arg = arg;
+    if (et_watch(host_arg, &w->h) != 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void serve_unwatch(void *host_arg, void *handle)
+{
+    struct serve_watch *w = handle;
+    et_unwatch(host_arg, &w->h);
+    free(w);
+}
+
+static plx_vdi *serve_find_vdi(void *host_arg, uint64_t id, plx_store **st, int *err)
+{
+    *st = et_store(host_arg);
+    *err = 0;
+    return nbd_server_find_writable(id);
+}
 
 /* The built-in server: runs until SIGINT or SIGTERM. */
 static int serve_builtin(const char *path, uint64_t cache_bytes, const char *unix_path,
@@ -46,7 +88,11 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
         et_stop(et);
         return cli_error("%s", err);
     }
-    if (control_start(et, nbd_server_find_writable, err, sizeof err) != 0)
+    const struct control_host ctl = {.watch = serve_watch,
+                                     .unwatch = serve_unwatch,
+                                     .find_vdi = serve_find_vdi,
+                                     .host_arg = et};
+    if (control_start(&ctl, err, sizeof err) != 0)
         cli_error("%s (live snapshots through `parallax` will not find this server)", err);
     int sig = 0;
     while (sigwait(&stop, &sig) != 0)
