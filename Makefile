@@ -41,17 +41,18 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
-EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c
-TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.[ch])
+EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
+                      server/control_server.c server/control_client.c
+TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.[ch] server/control.h)
 
 .SECONDEXPANSION:
 $(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit -Itapdisk -Iserver $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
 
 $(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit -Itapdisk -Iserver $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
 
 UNIT_BINS     := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit/%)
 UNIT_SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit-san/%)
