@@ -31,7 +31,7 @@ $(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
 	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
 
 $(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h server/*.h) | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Iserver $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lgnutls -lpthread -o $@
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Iserver $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -ldl -lpthread -o $@
 
 $(B):
 	@mkdir -p $(B)

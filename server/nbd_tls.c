@@ -1,8 +1,15 @@
 /*
  * nbd_tls.c - GnuTLS sessions for the built-in NBD server; see nbd_tls.h.
+ *
+ * GnuTLS is loaded with dlopen() when a server starts with TLS, not linked: every `parallax`
+ * command is this one binary, and linking GnuTLS made each of them load nine more libraries
+ * and run GnuTLS's initialisation (some milliseconds) before main, which is most of what a
+ * live snapshot through `parallax vdi-snapshot` may cost. The code below calls GnuTLS by its
+ * own names; the macros after the pointer table route each call through the loaded library.
  */
 #include "nbd_tls.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <stdio.h>
@@ -10,6 +17,104 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define GNUTLS_SONAME "libgnutls.so.30"
+
+/* Every GnuTLS function used here. */
+#define GNUTLS_FUNCTIONS(X)                                                                        \
+    X(gnutls_certificate_allocate_credentials)                                                     \
+    X(gnutls_certificate_set_x509_trust_file)                                                      \
+    X(gnutls_certificate_set_x509_crl_file)                                                        \
+    X(gnutls_certificate_set_x509_key_file)                                                        \
+    X(gnutls_certificate_free_credentials)                                                         \
+    X(gnutls_certificate_server_set_request)                                                       \
+    X(gnutls_certificate_verification_status_print)                                                \
+    X(gnutls_psk_allocate_server_credentials)                                                      \
+    X(gnutls_psk_set_server_credentials_file)                                                      \
+    X(gnutls_psk_free_server_credentials)                                                          \
+    X(gnutls_priority_init)                                                                        \
+    X(gnutls_priority_deinit)                                                                      \
+    X(gnutls_priority_set)                                                                         \
+    X(gnutls_credentials_set)                                                                      \
+    X(gnutls_init)                                                                                 \
+    X(gnutls_deinit)                                                                               \
+    X(gnutls_session_set_verify_cert)                                                              \
+    X(gnutls_session_get_verify_cert_status)                                                       \
+    X(gnutls_transport_set_ptr)                                                                    \
+    X(gnutls_transport_set_push_function)                                                          \
+    X(gnutls_transport_set_pull_function)                                                          \
+    X(gnutls_handshake)                                                                            \
+    X(gnutls_strerror)                                                                             \
+    X(gnutls_record_get_direction)                                                                 \
+    X(gnutls_record_recv)                                                                          \
+    X(gnutls_record_send)                                                                          \
+    X(gnutls_record_check_pending)
+
+#define DECLARE_POINTER(f) static __typeof__(f) *p_##f;
+GNUTLS_FUNCTIONS(DECLARE_POINTER)
+static gnutls_free_function *p_gnutls_free; /* a variable in GnuTLS, not a function */
+
+/* Load GnuTLS once; 0, or -ENOENT with the reason in err. */
+static int gnutls_load(char *err, size_t errlen)
+{
+    static void *lib;
+    if (lib)
+        return 0;
+    void *h = dlopen(GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "TLS needs GnuTLS (%s, Debian package libgnutls30): %s",
+                 GNUTLS_SONAME, dlerror());
+        return -ENOENT;
+    }
+    const char *missing = NULL;
+#define LOAD_POINTER(f)                                                                            \
+    if (!missing && !(*(void **)&p_##f = dlsym(h, #f)))                                            \
+        missing = #f;
+    GNUTLS_FUNCTIONS(LOAD_POINTER)
+    if (!missing && !(p_gnutls_free = dlsym(h, "gnutls_free")))
+        missing = "gnutls_free";
+    if (missing) {
+        snprintf(err, errlen, "%s has no %s: GnuTLS 3.7 or later is needed", GNUTLS_SONAME,
+                 missing);
+        dlclose(h);
+        return -ENOENT;
+    }
+    lib = h;
+    return 0;
+}
+
+/* From here on, GnuTLS's names call through the table. */
+#define ROUTE(f) (*p_##f)
+#define gnutls_certificate_allocate_credentials ROUTE(gnutls_certificate_allocate_credentials)
+#define gnutls_certificate_set_x509_trust_file ROUTE(gnutls_certificate_set_x509_trust_file)
+#define gnutls_certificate_set_x509_crl_file ROUTE(gnutls_certificate_set_x509_crl_file)
+#define gnutls_certificate_set_x509_key_file ROUTE(gnutls_certificate_set_x509_key_file)
+#define gnutls_certificate_free_credentials ROUTE(gnutls_certificate_free_credentials)
+#define gnutls_certificate_server_set_request ROUTE(gnutls_certificate_server_set_request)
+#define gnutls_certificate_verification_status_print                                              \
+    ROUTE(gnutls_certificate_verification_status_print)
+#define gnutls_psk_allocate_server_credentials ROUTE(gnutls_psk_allocate_server_credentials)
+#define gnutls_psk_set_server_credentials_file ROUTE(gnutls_psk_set_server_credentials_file)
+#define gnutls_psk_free_server_credentials ROUTE(gnutls_psk_free_server_credentials)
+#define gnutls_priority_init ROUTE(gnutls_priority_init)
+#define gnutls_priority_deinit ROUTE(gnutls_priority_deinit)
+#define gnutls_priority_set ROUTE(gnutls_priority_set)
+#define gnutls_credentials_set ROUTE(gnutls_credentials_set)
+#define gnutls_init ROUTE(gnutls_init)
+#define gnutls_deinit ROUTE(gnutls_deinit)
+#define gnutls_session_set_verify_cert ROUTE(gnutls_session_set_verify_cert)
+#define gnutls_session_get_verify_cert_status ROUTE(gnutls_session_get_verify_cert_status)
+#define gnutls_transport_set_ptr ROUTE(gnutls_transport_set_ptr)
+#define gnutls_transport_set_push_function ROUTE(gnutls_transport_set_push_function)
+#define gnutls_transport_set_pull_function ROUTE(gnutls_transport_set_pull_function)
+#define gnutls_handshake ROUTE(gnutls_handshake)
+#define gnutls_strerror ROUTE(gnutls_strerror)
+#define gnutls_record_get_direction ROUTE(gnutls_record_get_direction)
+#define gnutls_record_recv ROUTE(gnutls_record_recv)
+#define gnutls_record_send ROUTE(gnutls_record_send)
+#define gnutls_record_check_pending ROUTE(gnutls_record_check_pending)
+#undef gnutls_free
+#define gnutls_free(p) (*p_gnutls_free)(p)
 
 struct nbd_tls {
     gnutls_certificate_credentials_t x509; /* NULL without --tls-certificates */
@@ -124,6 +229,9 @@ int nbd_tls_new(const struct nbd_tls_config *cfg, struct nbd_tls **out, char *er
         snprintf(err, errlen, "--tls-verify-peer verifies X.509 client certificates: it needs --tls-certificates DIR");
         return -EINVAL;
     }
+    int lrc = gnutls_load(err, errlen);
+    if (lrc)
+        return lrc;
     struct nbd_tls *t = calloc(1, sizeof *t);
     if (!t) {
         snprintf(err, errlen, "out of memory");

@@ -134,6 +134,33 @@ static int snapshot(plx_store *st, const char *vdi, const char *label)
     return EXIT_OK;
 }
 
+/* The common case first: a running VM's VDI, held by a server (parallax serve or tapdisk) on
+ * this host. The store is opened read-only, the VDI record read once and the command sent to
+ * the holder: no lock taken, nothing written, no flush at close (a writable open and close cost
+ * this command most of its time before it reached the server). Returns 1 and sets *rc when the
+ * VDI is held (whatever the server answered), 0 when the caller must snapshot it here. */
+static int snapshot_held(struct cli_ctx *ctx, const char *vdi, const char *label, int *rc)
+{
+    plx_store *st = NULL;
+    struct plx_vdi_info info;
+    if (cli_open_store(ctx, 1, &st) != EXIT_OK)
+        return 0; /* the writable open below reports the problem */
+    if (plx_vdi_lookup(st, vdi, &info) != 0 || info.lock_pid == 0) {
+        plx_store_close(st);
+        return 0;
+    }
+    char line[PLX_LABEL_MAX + 64], reply[400];
+    snprintf(line, sizeof line, "snapshot %llu %s", (unsigned long long)info.id,
+             label ? label : "");
+    int err = control_request((int)info.lock_pid, line, reply, sizeof reply);
+    if (err)
+        *rc = cli_error("%s (VDI %s, served by pid %u)", reply, info.name, info.lock_pid);
+    else
+        printf("%s@%llu\n", info.name, strtoull(reply + 2, NULL, 10));
+    *rc = cli_close_store(st, err ? *rc : EXIT_OK);
+    return 1;
+}
+
 int cmd_vdi_snapshot(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *label = NULL, *vdi;
@@ -141,10 +168,13 @@ int cmd_vdi_snapshot(struct cli_ctx *ctx, int argc, char **argv)
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
+    if (rc == EXIT_OK && snapshot_held(ctx, vdi, label, &rc))
+        return rc;
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 0, &st);
     if (rc != EXIT_OK)
         return rc;
+    /* Not held a moment ago; if a server took it since, snapshot() routes to it. */
     return cli_close_store(st, snapshot(st, vdi, label));
 }
 

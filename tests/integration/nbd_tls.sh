@@ -37,6 +37,9 @@ psktool -u alice -p "$T/psk/keys.psk" >/dev/null
 psktool -u alice -p "$T/badpsk/keys.psk" >/dev/null # same identity, another key
 cmp -s "$T/psk/keys.psk" "$T/badpsk/keys.psk" && fail "psktool made the same key twice"
 
+# GnuTLS is loaded only by a server started with TLS: short commands do not pay for it.
+if ldd "$PARALLAX" | grep -q libgnutls; then fail "parallax links GnuTLS (it must dlopen it)"; fi
+
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create disk --size 64M >/dev/null
 
