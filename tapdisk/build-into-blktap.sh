@@ -112,7 +112,7 @@ cd "$bt"
 # tap-ctl has the libexec path of tapdisk compiled in: rebuild it when the prefix changes.
 [[ -f .parallax-prefix && $(cat .parallax-prefix) == "$prefix" ]] || touch control/tap-ctl-spawn.c 2>/dev/null || true
 echo "$prefix" >.parallax-prefix
-[[ -x configure ]] || ./autogen.sh
+./autogen.sh >autogen.parallax.log 2>&1 || { tail -20 autogen.parallax.log >&2; echo "$0: autogen.sh failed" >&2; exit 1; }
 ./configure --prefix="$prefix" CFLAGS="-g -O2 -Wno-error" >configure.parallax.log 2>&1 ||
     { tail -20 configure.parallax.log >&2; echo "$0: configure failed (log: $bt/configure.parallax.log)" >&2; exit 1; }
 make -j"$(nproc)" >make.parallax.log 2>&1 ||
