@@ -121,6 +121,10 @@ bench-suite-smoke: deps all
 	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
 
+# FUA writes in the engine and through NBD against a raw file (bench/README.md, "FUA writes").
+$(B)/bench-fua: bench/fua.c $(B)/libparallax.a $(LIB_HDRS) | builddeps
+	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -lnbd -o $@
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
 	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@

@@ -13,8 +13,8 @@ TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
     nbdkit libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
-    # TLS tests: certtool and psktool
-    gnutls-bin
+    # TLS tests: certtool and psktool; bench/fua.c: libnbd's C API
+    gnutls-bin libnbd-dev
     tgt libiscsi-dev libiscsi-bin
     # the side-by-side benchmark suite (bench/suite/run.sh; make bench, make bench-suite-smoke):
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
