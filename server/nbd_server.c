@@ -547,7 +547,65 @@ static void req_done(void *arg, int status)
     req_finish(r, status);
 }
 
-/* Block status, computed here (blocking reads of radix nodes, never inside a callback). */
+/* Block status: one engine request per run of one state (plx_vdi_submit_block_status reads
+ * the radix nodes it needs asynchronously), until the range or the extent budget is used up. */
+struct status_req {
+    struct conn *c;
+    uint64_t handle, pos, end;
+    size_t max, n;       /* extents allowed / gathered */
+    unsigned char *d;    /* n descriptors of 8 bytes */
+    uint64_t run;        /* the engine's answer */
+    int mapped;
+};
+
+static void status_reply(struct status_req *r, int rc)
+{
+    struct conn *c = r->c;
+    if (rc < 0 && r->n == 0) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, r->handle, nbd_error(rc));
+        free(r->d);
+    } else {
+        unsigned char h[24];
+        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle,
+                     (uint32_t)(4 + r->n * 8));
+        put32(h + 20, NBD_CONTEXT_ALLOCATION);
+        queue(c, h, sizeof h, (char *)r->d, r->n * 8);
+    }
+    free(r);
+    c->outstanding--;
+    conn_kick(c);
+}
+
+static void status_done(void *arg, int status)
+{
+    struct status_req *r = arg;
+    if (status < 0) {
+        status_reply(r, status);
+        return;
+    }
+    uint64_t run = r->run;
+    if (run == 0 || run > r->end - r->pos)
+        run = r->end - r->pos;
+    uint32_t state = r->mapped ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
+    unsigned char *last = r->n ? r->d + (r->n - 1) * 8 : NULL;
+    if (last && get32(last + 4) == state) {
+        put32(last, get32(last) + (uint32_t)run);
+    } else {
+        put32(r->d + r->n * 8, (uint32_t)run);
+        put32(r->d + r->n * 8 + 4, state);
+        r->n++;
+    }
+    r->pos += run;
+    int rc = 0;
+    if (r->pos < r->end && r->n < r->max && !r->c->srv->stopping) {
+        rc = plx_vdi_submit_block_status(r->c->ex->v, r->pos, r->end - r->pos, &r->run,
+                                         &r->mapped, status_done, r);
+        if (rc == 0)
+            return;
+    }
+    status_reply(r, rc);
+}
+
 static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t len,
                          uint16_t flags)
 {
@@ -555,43 +613,25 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
         return;
     }
+    struct status_req *r = calloc(1, sizeof *r);
     size_t max = (flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_MAX_EXTENTS;
     unsigned char *d = malloc(max * 8);
-    if (!d) {
+    if (!r || !d) {
+        free(r);
+        free(d);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
         return;
     }
-    size_t n = 0;
-    uint64_t pos = off, end = off + len;
-    int rc = 0;
-    while (pos < end && n < max) {
-        uint64_t run = 0;
-        rc = plx_vdi_block_status(c->ex->v, pos, end - pos, &run);
-        if (rc < 0)
-            break;
-        if (run == 0 || run > end - pos)
-            run = end - pos;
-        uint32_t state = rc ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
-        if (n > 0 && get32(d + (n - 1) * 8 + 4) == state) {
-            put32(d + (n - 1) * 8, get32(d + (n - 1) * 8) + (uint32_t)run);
-        } else {
-            put32(d + n * 8, (uint32_t)run);
-            put32(d + n * 8 + 4, state);
-            n++;
-        }
-        pos += run;
-        rc = 0;
-    }
-    if (rc < 0 && n == 0) {
+    *r = (struct status_req){.c = c, .handle = handle, .pos = off, .end = off + len, .max = max,
+                             .d = d};
+    int rc = plx_vdi_submit_block_status(c->ex->v, off, len, &r->run, &r->mapped, status_done, r);
+    if (rc < 0) {
         free(d);
+        free(r);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
         return;
     }
-    unsigned char h[24];
-    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle,
-                 (uint32_t)(4 + n * 8));
-    put32(h + 20, NBD_CONTEXT_ALLOCATION);
-    queue(c, h, sizeof h, (char *)d, n * 8);
+    c->outstanding++;
 }
 
 /* One request (header fields and, for a write, its payload). */
