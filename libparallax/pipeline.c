@@ -665,7 +665,7 @@ static void do_read(struct plx_req *r)
         req_finish(r);
 }
 
-/* ---- Block status ------------------------------------------------------------------------------- */
+/* ---- Block status ---------------------------------------------------------------------------- */
 
 /* Is vblock mapped? Loads missing nodes for r (returns false, *loading set, while one is being
  * read). *span receives how many blocks from vb certainly share the answer. */

@@ -88,10 +88,8 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
         et_stop(et);
         return cli_error("%s", err);
     }
-    const struct control_host ctl = {.watch = serve_watch,
-                                     .unwatch = serve_unwatch,
-                                     .find_vdi = serve_find_vdi,
-                                     .host_arg = et};
+    const struct control_host ctl = {
+        .watch = serve_watch, .unwatch = serve_unwatch, .find_vdi = serve_find_vdi, .host_arg = et};
     if (control_start(&ctl, err, sizeof err) != 0)
         cli_error("%s (live snapshots through `parallax` will not find this server)", err);
     int sig = 0;
@@ -125,10 +123,8 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     uint64_t cache_bytes = 0;
     if (rc == EXIT_OK && cache)
         rc = cli_parse_size(ctx, "--cache", cache, &cache_bytes);
-    struct nbd_tls_config tcfg = {.mode = NBD_TLS_OFF,
-                                  .cert_dir = tls_certs,
-                                  .psk_file = tls_psk,
-                                  .verify_peer = tls_verify};
+    struct nbd_tls_config tcfg = {
+        .mode = NBD_TLS_OFF, .cert_dir = tls_certs, .psk_file = tls_psk, .verify_peer = tls_verify};
     if (rc == EXIT_OK && tls && nbd_tls_parse_mode(tls, &tcfg.mode) != 0)
         rc = cli_usage_error(ctx, "--tls takes off, on or require, not '%s'", tls);
     if (rc != EXIT_OK)

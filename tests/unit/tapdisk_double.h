@@ -22,8 +22,8 @@ extern struct tap_disk tapdisk_parallax;
  * source carries no test hook, and tapdisk's copy of it calls plx_store_open directly. */
 int tdd_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
                    char *errbuf, size_t errlen);
-extern int (*tdd_store_opener)(const char *path, const struct plx_open_opts *opts,
-                               plx_store **out, char *errbuf, size_t errlen);
+extern int (*tdd_store_opener)(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen);
 
 /* Forget all completions and log lines (registered events are kept: they belong to drivers
  * still open). */

@@ -698,7 +698,8 @@ START_TEST(test_io_errors)
 }
 END_TEST
 
-/* ---- Block status ------------------------------------------------------------------------------ */
+/* ---- Block status ------------------------------------------------------------------------------
+ */
 
 /* The pieces completed for `tag`, in completion order, must tile [sec, sec + secs) exactly; each
  * piece's state must match want(sector) for every sector it covers. */
@@ -743,7 +744,8 @@ START_TEST(test_block_status)
     ck_assert_int_eq(io_sync(drv, TD_OP_WRITE, buf, 8192, 8), 0);
     tdd_reset();
     const td_sector_t total = WEB1_SIZE / SEC;
-    drv->ops->td_queue_block_status(drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 0, (int)total, tag_of(0)));
+    drv->ops->td_queue_block_status(
+        drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 0, (int)total, tag_of(0)));
     drv->ops->td_queue_block_status(drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 3, 20, tag_of(1)));
     drv->ops->td_queue_block_status(drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 8190, 5, tag_of(2)));
     ck_assert_uint_eq(tdd_completion_count(), 0);
@@ -755,7 +757,8 @@ START_TEST(test_block_status)
     assert_status_tiles(tag_of(1), 3, 20, web1_state);
     assert_status_tiles(tag_of(2), 8190, 5, web1_state);
     /* Out of range: refused at once. */
-    drv->ops->td_queue_block_status(drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, total, 1, tag_of(3)));
+    drv->ops->td_queue_block_status(drv,
+                                    tdd_request(TD_OP_BLOCK_STATUS, NULL, total, 1, tag_of(3)));
     int status = 0;
     ck_assert_uint_eq(tdd_completions_of(tag_of(3), &status), 1);
     ck_assert_int_eq(status, -EINVAL);
@@ -772,7 +775,8 @@ START_TEST(test_block_status)
     ck_assert_int_eq(plx_store_close(st), 0);
     drv = open_ok("web1@s", TD_OPEN_RDONLY);
     tdd_reset();
-    drv->ops->td_queue_block_status(drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 0, (int)total, tag_of(4)));
+    drv->ops->td_queue_block_status(
+        drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, 0, (int)total, tag_of(4)));
     ck_assert_int_eq(tdd_run_until(4, WAIT_MS), 0);
     assert_status_tiles(tag_of(4), 0, (int)total, web1_state);
     close_ok(drv);
@@ -791,9 +795,11 @@ START_TEST(test_close_with_mixed_requests_in_flight)
         tu_fill(bufs[i], 8 * SEC, 500 + (uint64_t)i);
         td_sector_t sec = (td_sector_t)i * 64;
         if (i % 3 == 0)
-            drv->ops->td_queue_write(drv, tdd_request(TD_OP_WRITE, bufs[i], sec, 8, tag_of((size_t)i)));
+            drv->ops->td_queue_write(drv,
+                                     tdd_request(TD_OP_WRITE, bufs[i], sec, 8, tag_of((size_t)i)));
         else if (i % 3 == 1)
-            drv->ops->td_queue_read(drv, tdd_request(TD_OP_READ, bufs[i], sec, 8, tag_of((size_t)i)));
+            drv->ops->td_queue_read(drv,
+                                    tdd_request(TD_OP_READ, bufs[i], sec, 8, tag_of((size_t)i)));
         else
             drv->ops->td_queue_block_status(
                 drv, tdd_request(TD_OP_BLOCK_STATUS, NULL, sec, 4096, tag_of((size_t)i)));
@@ -815,7 +821,8 @@ START_TEST(test_close_with_mixed_requests_in_flight)
 }
 END_TEST
 
-/* ---- Control socket: admin commands served from tapdisk's loop ----------------------------------- */
+/* ---- Control socket: admin commands served from tapdisk's loop
+ * ----------------------------------- */
 
 /* Send one control line to this process's control socket and run tapdisk's loop until the reply
  * arrives (the client must not block: the server runs in this thread). Returns the reply line. */
@@ -914,7 +921,8 @@ START_TEST(test_control_snapshot)
 }
 END_TEST
 
-/* ---- Durability modes under simulated crashes --------------------------------------------------- */
+/* ---- Durability modes under simulated crashes ---------------------------------------------------
+ */
 
 enum { DUR_WRITES = 48, DUR_GROUP = 8 };
 static uint64_t dur_done_at[DUR_WRITES]; /* fault log position when tapdisk saw the completion */
@@ -942,8 +950,8 @@ static void dur_workload(const char *params_prefix, char **data)
     for (int g = 0; g < DUR_WRITES; g += DUR_GROUP) {
         size_t before = tdd_completion_count();
         for (int i = g; i < g + DUR_GROUP; i++) {
-            td_request_t r = tdd_request(TD_OP_WRITE, data[i], (td_sector_t)i * 8 * 3, 8,
-                                         tag_of((size_t)i));
+            td_request_t r =
+                tdd_request(TD_OP_WRITE, data[i], (td_sector_t)i * 8 * 3, 8, tag_of((size_t)i));
             r.cb = dur_completed;
             drv->ops->td_queue_write(drv, r);
         }
@@ -955,8 +963,8 @@ static void dur_workload(const char *params_prefix, char **data)
 
 /* Crash at `pos` with `mode`: the store opens, checks clean, and every block holds zeros or its
  * write's data. Returns how many writes tapdisk had seen complete by pos that are missing. */
-static unsigned dur_check_crash(struct plx_crash_cursor *cur, uint64_t pos, enum plx_crash_mode mode,
-                                char **data)
+static unsigned dur_check_crash(struct plx_crash_cursor *cur, uint64_t pos,
+                                enum plx_crash_mode mode, char **data)
 {
     plx_crash_cursor_seek(cur, pos);
     plx_backend *img = plx_crash_cursor_image(cur, mode, pos);
@@ -1067,8 +1075,10 @@ START_TEST(test_durability_ordered)
     unsigned lost_power = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned lost = dur_check_crash(cur, pts[i], PLX_CRASH_KEEP_ALL, data);
-        ck_assert_msg(lost == 0, "durability=ordered: %u completed writes lost when tapdisk "
-                                 "died at %llu", lost, (unsigned long long)pts[i]);
+        ck_assert_msg(lost == 0,
+                      "durability=ordered: %u completed writes lost when tapdisk "
+                      "died at %llu",
+                      lost, (unsigned long long)pts[i]);
     }
     plx_crash_cursor_free(cur);
     cur = plx_crash_cursor_new(fault_be);
