@@ -20,6 +20,9 @@ TEST_PKGS=(
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
     # archive of the tree the frequency section builds
     qemu-system-common gnuplot-nox fonts-dejavu-core mount git tar coreutils
+    # the install and package tests (tests/integration/install.sh, deb_package.sh): Debian
+    # package builds, `script` for a terminal, nm and readelf
+    debhelper dpkg-dev bsdutils binutils
 )
 
 usage() {

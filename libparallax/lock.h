@@ -1,0 +1,43 @@
+/*
+ * lock.h - who this process is, and the locks processes sharing a medium take (layer 1).
+ *
+ * Today: the admin lock is the backend's (flock on a file or device of this host; a flag on the
+ * memory medium), and a holder recorded on the medium (a VDI's writer lock, an extent's
+ * allocation lock) is alive while its process is (same host, same pid and start time). This is
+ * the one place a lock manager for many hosts plugs in (lockd/, docs/DESIGN.md "Locking").
+ */
+#ifndef PLX_LOCK_H
+#define PLX_LOCK_H
+
+#include "engine.h"
+
+/* The lock seam: how a process takes the admin lock and judges holders recorded on the medium
+ * (a VDI's writer lock, an extent's allocation lock). One implementation today, plx_lock_local;
+ * a lock manager client (lockd/) is the next. */
+struct plx_lock_ops {
+    const char *name;
+    /* take != 0: try the admin lock once (0, -EWOULDBLOCK when another process holds it, or
+     * -errno); take == 0: release it. Never called nested (plx_admin_lock counts). */
+    int (*admin_try)(plx_store *st, int take);
+    /* Is this holder, never this process and never host 0, alive? */
+    bool (*holder_alive)(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+};
+/* Single host: the backend's lock (flock) and /proc (pid and start time) on this host; holders
+ * on other hosts count as alive. */
+extern const struct plx_lock_ops plx_lock_local;
+
+/* Set the store's identity: host name (or `host`), its hash, pid and process start time; and
+ * its lock implementation (plx_lock_local). */
+void plx_identity_init(plx_store *st, const char *host);
+/* Is a lock held by (host, pid, epoch) stale, i.e. held by a process on this host that is gone?
+ * Locks of other hosts are never stale from here: that is the lock manager's call. */
+bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+/* Record this process as a holder (VDI lock fields, extent catalogue entry). */
+void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint64_t *epoch);
+/* Serialise catalogue and registry changes between processes sharing the medium. Nests within
+ * a process; waits at most $PARALLAX_LOCK_TIMEOUT seconds (default 30), then -EBUSY. */
+int plx_admin_lock(plx_store *st);
+void plx_admin_unlock(plx_store *st);
+
+#endif
