@@ -545,6 +545,9 @@ int main(int argc, char **argv)
 
     unlink(store);
     unlink(raw);
+    unlink(qsock); /* qemu-storage-daemon leaves its NBD socket behind */
+    unlink(qmp);
+    unlink(sock);
     unlink(log);
     unlink(qlog);
     rmdir(run);
