@@ -34,7 +34,7 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 san = $(patsubst %.c,$(B)/san/%.o,$(1))
 LIB_OBJS := $(call obj,$(LIB_SRCS))
 
-all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax
+all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/parallax-lockd
 
 # ---- objects -----------------------------------------------------------------------------------
 # -fvisibility=hidden: the shared library exports only what parallax.h declares (under its
@@ -91,6 +91,10 @@ $(B)/libparallax.so: $(B)/$(SONAME)
 $(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -ldl -lpthread -o $@
 
+# The lock manager of many hosts (lockd/). It shares only the protocol header with the library.
+$(B)/parallax-lockd: $(call obj,lockd/lockd.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@
+
 $(B):
 	@mkdir -p $(B)
 
@@ -132,7 +136,7 @@ integration: all deps
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
-	    libparallax tools server tapdisk
+	    libparallax tools server tapdisk lockd
 
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])

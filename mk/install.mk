@@ -36,6 +36,7 @@ install: all
 	    $(DESTDIR)$(XENSCRIPTDIR) $(DESTDIR)$(SYSTEMDUNITDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/parallax/serve
 	$(INSTALL) -m 755 $(B)/parallax $(DESTDIR)$(BINDIR)/parallax
+	$(INSTALL) -m 755 $(B)/parallax-lockd $(DESTDIR)$(BINDIR)/parallax-lockd
 	$(INSTALL) -m 644 $(B)/libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libparallax.so
@@ -51,7 +52,7 @@ install: all
 # Removes the files install made, then the directories that belong to Parallax alone (only if
 # empty: a configuration someone added stays).
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/parallax
+	rm -f $(DESTDIR)$(BINDIR)/parallax $(DESTDIR)$(BINDIR)/parallax-lockd
 	rm -f $(DESTDIR)$(LIBDIR)/libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libparallax.so $(DESTDIR)$(LIBDIR)/libparallax.a
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_HDRS)))

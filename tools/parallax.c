@@ -37,6 +37,9 @@ static const struct command commands[] = {
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--tls=off|on|require]\n"
      "        [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]",
      "export every VDI and snapshot over NBD"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
+     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

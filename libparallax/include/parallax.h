@@ -109,6 +109,15 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
  * store. Returns the first error met while closing. Blocking. */
 int plx_store_close(plx_store *st);
 
+/* The lock manager (parallax-lockd) that hosts sharing this store use, as "HOST:PORT" in the
+ * store's state block; "" makes it a single-host store again. Every process that opens the store
+ * afterwards talks to it ($PARALLAX_LOCKD overrides the address; "none" ignores it). Takes
+ * effect for processes that open the store later. Blocking. */
+int plx_store_set_lockd(plx_store *st, const char *addr);
+/* The lock manager's view: one line per connected engine process (host, pid, lease), passed to
+ * `line`. -ENOENT when the store has no lock manager. Blocking. */
+int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
+
 /* The message for the last failed call on this store. */
 const char *plx_store_errmsg(const plx_store *st);
 

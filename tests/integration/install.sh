@@ -29,6 +29,7 @@ version=$(sed -n 's/^#define PLX_API_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\)
 root="$dest$prefix"
 expected=(
     "bin/parallax"
+    "bin/parallax-lockd"
     "lib/libparallax.so.$version"
     "lib/libparallax.so.1"
     "lib/libparallax.so"
