@@ -8,11 +8,13 @@
 # otherwise names them and exits 1.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-dev cppcheck clang-format nbdkit-plugin-dev)
+BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-dev cppcheck clang-format libgnutls28-dev)
 TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
-    nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    nbdkit libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    # TLS tests: certtool and psktool; bench/fua.c: libnbd's C API
+    gnutls-bin libnbd-dev
     tgt libiscsi-bin
     # the side-by-side benchmark suite (bench/suite/run.sh; make bench, make bench-suite-smoke):
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git

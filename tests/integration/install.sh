@@ -39,7 +39,6 @@ expected=(
     "lib/pkgconfig/parallax.pc"
     "share/man/man8/parallax.8"
     "share/man/man3/libparallax.3"
-    "lib/parallax/nbdkit-parallax-plugin.so"
     "etc/xen/scripts/block-parallax"
     "etc/xen/scripts/block-parallax-tap"
     "etc/xen/scripts/parallax-hotplug-common.sh"

@@ -95,9 +95,7 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         be = open_temp_file(tu_tmpdir(), nblocks);
         break;
     case K_FILE_THREAD:
-        setenv("PLX_TEST_SYNC_THREAD", "1", 1);
-        be = open_temp_file(tu_tmpdir(), nblocks);
-        unsetenv("PLX_TEST_SYNC_THREAD");
+        be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_FLUSH_THREAD);
         break;
     case K_FILE_SHM:
         be = open_temp_file(stat("/dev/shm", &st) == 0 ? "/dev/shm" : tu_tmpdir(), nblocks);
