@@ -127,7 +127,7 @@ cat >"$ird/init" <<EOF
 export PATH=/bin
 mount -t devtmpfs dev /dev
 mount -t proc proc /proc
-echo "plx-initramfs: start"
+echo "plx-initramfs: start \$(cut -d' ' -f1 /proc/uptime)"
 for m in $VIRTIO_MODULES; do
     insmod /modules/\$m.ko || echo "plx-initramfs: insmod \$m failed"
 done
