@@ -7,12 +7,24 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wno-unused-parameter
 INC     := -Ilibparallax/include -Ilibparallax
+# Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
+# library's own objects do not get them, so it cannot include what sits above it.
+APP_INC := -Itools -Itapdisk -Itests/unit
 LIBS    := -laio
 B       := build
+# Every object writes its header dependencies beside it (build/**/*.d, included at the end).
+DEPFLAGS := -MMD -MP
+
+# The version, read from parallax.h (PLX_API_VERSION_MAJOR/MINOR/PATCH) so it is written once.
+plx_version_part = $(shell sed -n 's/^\#define PLX_API_VERSION_$(1) *\([0-9]*\).*/\1/p' \
+                           libparallax/include/parallax.h)
+PLX_MAJOR   := $(call plx_version_part,MAJOR)
+PLX_VERSION := $(PLX_MAJOR).$(call plx_version_part,MINOR).$(call plx_version_part,PATCH)
+SONAME      := libparallax.so.$(PLX_MAJOR)
+LIB_MAP     := libparallax/libparallax.map
 
 LIB_SRCS  := $(filter-out libparallax/backend_fault.c,$(wildcard libparallax/*.c))
 TEST_LIB_SRCS := libparallax/backend_fault.c tests/unit/testutil.c
-LIB_HDRS  := $(wildcard libparallax/*.h libparallax/include/*.h)
 TOOL_SRCS := $(wildcard tools/*.c) $(wildcard gc/*.c) tapdisk/control_client.c \
              tapdisk/nbd_server.c tapdisk/engine_thread.c tapdisk/control_server.c \
              tapdisk/export_names.c
@@ -20,46 +32,100 @@ PLUGIN_SRCS := tapdisk/nbd_plugin.c tapdisk/engine_thread.c tapdisk/control_serv
                tapdisk/control_client.c tapdisk/export_names.c
 UNIT_SRCS := $(filter-out tests/unit/testutil.c,$(wildcard tests/unit/test_*.c))
 
-all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so
+# Object of each source: build/obj/PATH.o, and build/san/PATH.o for the ASan+UBSan build.
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+san = $(patsubst %.c,$(B)/san/%.o,$(1))
+LIB_OBJS := $(call obj,$(LIB_SRCS))
+
+all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/nbdkit-parallax-plugin.so \
+     $(B)/parallax-lockd
+
+# ---- objects -----------------------------------------------------------------------------------
+# -fvisibility=hidden: the shared library exports only what parallax.h declares (under its
+# visibility pragma) and libparallax.map lists. The static archive keeps every symbol, so the
+# programs and tests that use internals (backend.h, format.h) link it instead.
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OBJ_FLAGS := $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS)
+SAN_FLAGS := $(WARN) -O1 -g $(SAN) $(DEPFLAGS)
+
+# Objects depend on the flags they were built with: this file changes only when they do.
+$(B)/compile-flags: FORCE | $(B)
+	@echo '$(CC) $(OBJ_FLAGS) | $(SAN_FLAGS) | $(INC) $(APP_INC)' | cmp -s - $@ || \
+	    echo '$(CC) $(OBJ_FLAGS) | $(SAN_FLAGS) | $(INC) $(APP_INC)' > $@
+
+$(B)/obj/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(OBJ_FLAGS) $(INC) -c $< -o $@
+
+$(B)/obj/%.o: %.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(OBJ_FLAGS) $(INC) $(APP_INC) -c $< -o $@
+
+$(B)/san/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) $(INC) -c $< -o $@
+
+$(B)/san/%.o: %.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) $(INC) $(APP_INC) -c $< -o $@
+
+FORCE:
 
 # ---- the library -------------------------------------------------------------------------------
-$(B)/obj/%.o: %.c $(LIB_HDRS) | $(B) builddeps
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -fPIC $(INC) -c $< -o $@
-
-$(B)/libparallax.a: $(LIB_SRCS:%.c=$(B)/obj/%.o)
+$(B)/libparallax.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(B)/libparallax.so: $(LIB_SRCS:%.c=$(B)/obj/%.o)
-	$(CC) -shared -Wl,-soname,libparallax.so.1 -o $@ $^ $(LIBS)
+# The same objects built with the sanitizers, for the sanitized unit tests.
+$(B)/san/libparallax.a: $(call san,$(LIB_SRCS))
+	rm -f $@ && ar rcs $@ $^
 
-$(B)/parallax: $(TOOL_SRCS) $(B)/libparallax.a $(LIB_HDRS) $(wildcard tools/*.h tapdisk/*.h) | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itools -Itapdisk $(TOOL_SRCS) $(B)/libparallax.a $(LIBS) -lpthread -o $@
+# libparallax.so.X.Y.Z (soname libparallax.so.X) and its two links, as installed.
+$(B)/libparallax.so.$(PLX_VERSION): $(LIB_OBJS) $(LIB_MAP)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(LIB_MAP) \
+	    -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LIBS)
 
-# The NBD export: an nbdkit plugin with the engine linked in (`parallax serve` runs nbdkit).
-$(B)/nbdkit-parallax-plugin.so: $(PLUGIN_SRCS) $(wildcard tapdisk/*.h) $(B)/libparallax.a | builddeps
-	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden $(INC) -Itapdisk $(PLUGIN_SRCS) \
-	    $(B)/libparallax.a $(LIBS) -lpthread -o $@
+$(B)/$(SONAME): $(B)/libparallax.so.$(PLX_VERSION)
+	ln -sf $(notdir $<) $@
+
+$(B)/libparallax.so: $(B)/$(SONAME)
+	ln -sf $(notdir $<) $@
+
+# ---- programs (they link the static archive) ---------------------------------------------------
+$(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -o $@
+
+# The lock manager of many hosts (lockd/). It shares only the protocol header with the library.
+$(B)/parallax-lockd: $(call obj,lockd/lockd.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@
+
+# The NBD export as an nbdkit plugin (`parallax serve --nbdkit`), with the engine linked in.
+$(B)/nbdkit-parallax-plugin.so: $(call obj,$(PLUGIN_SRCS)) $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,--exclude-libs,ALL $^ $(LIBS) -lpthread -o $@
 
 $(B):
 	@mkdir -p $(B)
 
 # ---- unit tests (Check), plain and sanitized -------------------------------------------------
+# Each test binary is its own object, the test helpers and the library archive: the library is
+# compiled once per flavour, not once per test.
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
-SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tapdisk/block-parallax.c tests/unit/tapdisk_double.c
-TEST_HDRS := $(wildcard tests/unit/*.h tapdisk/*.h)
 
 .SECONDEXPANSION:
-$(B)/unit/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
+$(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
+             $(B)/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
-$(B)/unit-san/%: tests/unit/%.c $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIB_HDRS) $(TEST_HDRS) $$(EXTRA_$$*) | builddeps
+$(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$(TEST_LIB_SRCS)) \
+                 $(B)/san/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests/unit -Itapdisk $< $(EXTRA_$*) $(LIB_SRCS) $(TEST_LIB_SRCS) $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) -O1 -g $(SAN) $^ $(LIBS) $(CHECK_LIBS) -o $@
+
+# Objects are kept (make would delete them as intermediates of the binaries above).
+.SECONDARY:
 
 UNIT_BINS     := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit/%)
 UNIT_SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/unit-san/%)
@@ -76,7 +142,7 @@ integration: all deps
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
-	    libparallax tools gc tapdisk
+	    libparallax tools gc tapdisk lockd
 
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] gc/*.[ch] tests/unit/*.[ch])
@@ -84,11 +150,15 @@ format: builddeps
 check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke bench-clones-smoke
 	@echo "make check: all passed"
 
+# The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
+# dpkg-buildpackage has already checked Build-Depends.
+DEPS_SCRIPT ?= scripts/install-deps.sh
+
 builddeps:
-	@scripts/install-deps.sh build
+	@$(DEPS_SCRIPT) build
 
 deps: builddeps
-	@scripts/install-deps.sh test
+	@$(DEPS_SCRIPT) test
 
 demo: builddeps all
 	@scripts/demo.sh
@@ -96,8 +166,8 @@ demo: builddeps all
 # ---- engine benchmark (bench/README.md) ----------------------------------------------------------
 BENCH_DIR ?= /var/tmp
 
-$(B)/bench-engine: bench/engine.c $(B)/libparallax.a $(LIB_HDRS) | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -lpthread -lm -o $@
+$(B)/bench-engine: $(B)/obj/bench/engine.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -lm -o $@
 
 bench-engine: $(B)/bench-engine
 
@@ -105,6 +175,7 @@ bench-engine: $(B)/bench-engine
 # judges times.
 bench-smoke: $(B)/bench-engine
 	@mkdir -p $(B)/test-logs
+	@echo "bench-engine --quick: running (log: $(B)/test-logs/bench-engine-quick.txt)"
 	@$(B)/bench-engine --quick --dir $(BENCH_DIR) --json $(B)/test-logs/bench-engine-quick.json \
 	    > $(B)/test-logs/bench-engine-quick.txt 2>&1 \
 	    || { tail -40 $(B)/test-logs/bench-engine-quick.txt; exit 1; }
@@ -137,6 +208,7 @@ bench-clones-smoke: deps all
 bench-suite-smoke: deps all
 	@mkdir -p $(B)/test-logs
 	@rm -rf $(B)/bench-suite-smoke
+	@echo "bench/suite/run.sh --smoke: running, about 100 s (log: $(B)/test-logs/bench-suite-smoke.log)"
 	@bench/suite/run.sh --smoke --dir $(BENCH_DIR) --out $(B)/bench-suite-smoke \
 	    > $(B)/test-logs/bench-suite-smoke.log 2>&1 \
 	    || { tail -40 $(B)/test-logs/bench-suite-smoke.log; echo "bench-suite-smoke: FAILED (log: $(B)/test-logs/bench-suite-smoke.log)"; exit 1; }
@@ -144,11 +216,17 @@ bench-suite-smoke: deps all
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
 
 # The writer that bench/gc.sh runs beside the collector.
-$(B)/bench-gc-writer: bench/gc-writer.c $(B)/libparallax.a | builddeps
-	$(CC) $(WARN) $(CFLAGS) $(INC) $< $(B)/libparallax.a $(LIBS) -o $@
+$(B)/bench-gc-writer: $(B)/obj/bench/gc-writer.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
 clean:
 	rm -rf $(B)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench \
+# make install / make uninstall (PREFIX, DESTDIR, ...): see mk/install.mk.
+include mk/install.mk
+
+# Header dependencies written by -MMD (none before the first build).
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke

@@ -1,11 +1,12 @@
 /*
- * cmd_gc.c - `parallax gc [--dry-run] [--json]`: run the garbage collector (the logic is
+ * cmd_gc.c - `parallax gc [--dry-run] [--json] [--quiet]`: run the garbage collector (the logic is
  * plx_gc in libparallax/gc.c) and report what it freed.
  */
 #include <stdio.h>
 
 #include "commands.h"
 #include "json.h"
+#include "progress.h"
 
 static const char *const type_names[4] = {"unused", "system", "metadata", "data"};
 
@@ -60,16 +61,24 @@ static void report_human(const struct plx_gc_report *r, int dry_run)
 
 int cmd_gc(struct cli_ctx *ctx, int argc, char **argv)
 {
-    int dry_run = 0, json = 0;
-    const struct cli_opt opts[] = {{"dry-run", 0, NULL, &dry_run}, {"json", 0, NULL, &json}, {0}};
+    int dry_run = 0, json = 0, quiet = 0;
+    const struct cli_opt opts[] = {
+        {"dry-run", 0, NULL, &dry_run}, {"json", 0, NULL, &json}, {"quiet", 0, NULL, &quiet}, {0}};
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, dry_run, &st);
     if (rc != EXIT_OK)
         return rc;
+    struct progress prog;
+    progress_init(&prog, "gc", quiet);
+    struct plx_gc_opts go = {.struct_size = sizeof go,
+                             .dry_run = dry_run,
+                             .progress = progress_step,
+                             .progress_arg = &prog};
     struct plx_gc_report r;
-    int err = plx_gc(st, dry_run, &r);
+    int err = plx_gc_ex(st, &go, &r);
+    progress_clear(&prog);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
     if (json)

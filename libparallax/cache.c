@@ -14,11 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "alloc.h"
+#include "cache.h"
 
-void plx_req_resume(struct plx_req *r);
-int plx_catalogue_read(plx_store *st);
-void plx_run_ready(plx_store *st);
 
 static size_t hash_of(const struct plx_cache *c, uint64_t addr)
 {
@@ -27,7 +25,11 @@ static size_t hash_of(const struct plx_cache *c, uint64_t addr)
 
 int plx_cache_init(plx_store *st, uint64_t bytes)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return plx_err(st, -ENOMEM, "out of memory for the node cache");
+    st->cache = c;
+    st->gc_epoch_moved = plx_cache_drop_clean;
     c->capacity = bytes / PLX_BLOCK_SIZE;
     if (c->capacity < 64)
         c->capacity = 64;
@@ -65,10 +67,10 @@ static void free_node(struct plx_node *n)
 
 void plx_cache_free(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
-    if (!c->hash)
+    struct plx_cache *c = st->cache;
+    if (!c)
         return;
-    for (size_t i = 0; i < c->hash_size; i++) {
+    for (size_t i = 0; c->hash && i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
             struct plx_node *next = n->hash_next;
@@ -82,12 +84,19 @@ void plx_cache_free(plx_store *st)
         }
     }
     free(c->hash);
-    c->hash = NULL;
+    while (c->owners) {
+        struct plx_owner *o = c->owners;
+        c->owners = o->next;
+        free(o);
+    }
+    free(c);
+    st->cache = NULL;
+    st->gc_epoch_moved = NULL;
 }
 
 struct plx_node *plx_cache_lookup(plx_store *st, uint64_t addr)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (struct plx_node *n = c->hash[hash_of(c, addr)]; n; n = n->hash_next)
         if (n->addr == addr)
             return n;
@@ -96,7 +105,7 @@ struct plx_node *plx_cache_lookup(plx_store *st, uint64_t addr)
 
 static void make_room(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     /* Bounded sweep: if everything is pinned the cache grows past its size rather than wait. */
     size_t budget = c->count * (PLX_HEIGHT_LARGE + 2);
     while (c->count >= c->capacity && c->hand && budget--) {
@@ -116,7 +125,7 @@ static void make_room(plx_store *st)
 
 static struct plx_node *insert(plx_store *st, uint64_t addr, unsigned level)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     make_room(st);
     struct plx_node *n = calloc(1, sizeof *n);
     if (!n)
@@ -144,13 +153,13 @@ static struct plx_node *insert(plx_store *st, uint64_t addr, unsigned level)
 
 void plx_cache_drop(plx_store *st, struct plx_node *n)
 {
-    unlink_node(&st->cache, n);
+    unlink_node(st->cache, n);
     free_node(n);
 }
 
 void plx_cache_drop_clean(plx_store *st)
 {
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (size_t i = 0; i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
@@ -227,51 +236,68 @@ static void node_loaded(plx_store *st, struct plx_ev *ev)
         n->state = NODE_VALID;
     while (w) {
         struct plx_waiter *next = w->next;
-        struct plx_req *r = w->req;
-        if (status && !r->status)
-            r->status = status;
-        r->loads_waiting--;
+        struct plx_load_wait *lw = w->w;
+        if (status && !*lw->status)
+            *lw->status = status;
         free(w);
-        if (r->loads_waiting == 0)
-            plx_req_resume(r);
+        if (--lw->pending == 0)
+            lw->ready(lw);
         w = next;
     }
 }
 
-static int add_waiter(struct plx_node *n, struct plx_req *req)
+static int add_waiter(struct plx_node *n, struct plx_load_wait *lw)
 {
-    if (!req)
+    if (!lw)
         return 0;
     struct plx_waiter *w = malloc(sizeof *w);
     if (!w)
         return -ENOMEM;
-    w->req = req;
+    w->w = lw;
     w->next = n->waiters;
     n->waiters = w;
-    req->loads_waiting++;
+    lw->pending++;
     return 0;
 }
 
-struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level, struct plx_req *req,
-                               int *err)
+/* May a lookup that reaches n as belonging to `want` (NULL: reached as immutable) use the cached
+ * copy? See struct plx_owner. A node that cannot be dropped (pinned, loading, changed) was
+ * current when it was pinned and is used as it is. */
+static bool node_current(const struct plx_node *n, const struct plx_owner *want)
+{
+    const struct plx_owner *o = n->owner;
+    if (o == want || o == NULL)
+        return true;
+    if (n->pins || n->state != NODE_VALID || n->dirty_batch)
+        return true;
+    return want == NULL && o->handles > 0 && o->gen != PLX_GEN_NEVER;
+}
+
+struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
+                               struct plx_owner *owner, struct plx_load_wait *w, int *err)
 {
     *err = 0;
     struct plx_node *n = plx_cache_lookup(st, addr);
+    if (n && !node_current(n, owner)) {
+        plx_cache_drop(st, n);
+        n = NULL;
+    }
     if (n && n->state == NODE_VALID) {
-        st->cache.hits++;
+        st->cache->hits++;
         n->chances = n->level + 1;
         return n;
     }
     if (n) {
-        *err = add_waiter(n, req);
+        *err = add_waiter(n, w);
         return NULL;
     }
-    st->cache.misses++;
+    st->cache->misses++;
     n = insert(st, addr, level);
     if (!n) {
         *err = -ENOMEM;
         return NULL;
     }
+    n->owner = owner;
     n->state = NODE_LOADING;
     n->pins = 1;
     n->load_ev.io.op = PLX_IO_READ;
@@ -287,22 +313,26 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level, str
                        strerror(-rc));
         return NULL;
     }
-    *err = add_waiter(n, req);
+    *err = add_waiter(n, w);
     return NULL;
 }
 
-struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level)
+struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level,
+                               struct plx_owner *owner)
 {
     struct plx_node *old = plx_cache_lookup(st, addr);
     if (old)
         plx_cache_drop(st, old); /* a stale entry for a block that was freed and reused */
     struct plx_node *n = insert(st, addr, level);
-    if (n)
+    if (n) {
         n->state = NODE_VALID;
+        n->owner = owner;
+    }
     return n;
 }
 
-int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_node **out)
+int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_owner *owner,
+                       struct plx_node **out)
 {
     struct plx_node *n;
     while ((n = plx_cache_lookup(st, addr)) && n->state == NODE_LOADING) {
@@ -310,6 +340,10 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
         if (rc < 0 && rc != -EINTR)
             return rc;
         plx_run_ready(st);
+    }
+    if (n && !node_current(n, owner)) {
+        plx_cache_drop(st, n);
+        n = NULL;
     }
     if (n) {
         n->chances = n->level + 1;
@@ -319,6 +353,7 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
     n = insert(st, addr, level);
     if (!n)
         return plx_err(st, -ENOMEM, "out of memory");
+    n->owner = owner;
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, n->links, 0);
     if (rc)
         plx_err(st, rc, "reading radix node %llu: %s", (unsigned long long)addr, strerror(-rc));
@@ -331,4 +366,64 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
     n->state = NODE_VALID;
     *out = n;
     return 0;
+}
+
+/* ---- Owners of writable nodes (struct plx_owner) ------------------------------------------------ */
+
+/* Forget what the cache holds of o's nodes: drop them, or, where they cannot be dropped (pinned
+ * snapshot roots that were current when pinned), keep them as immutable. */
+static void disown(plx_store *st, struct plx_owner *o)
+{
+    struct plx_cache *c = st->cache;
+    for (size_t i = 0; i < c->hash_size; i++) {
+        struct plx_node *n = c->hash[i];
+        while (n) {
+            struct plx_node *next = n->hash_next;
+            if (n->owner == o) {
+                if (!n->pins && n->state == NODE_VALID && !n->dirty_batch)
+                    plx_cache_drop(st, n);
+                else
+                    n->owner = NULL;
+            }
+            n = next;
+        }
+    }
+}
+
+struct plx_owner *plx_cache_owner_open(plx_store *st, uint64_t vdi_id, uint64_t seen_gen,
+                                       uint64_t new_gen)
+{
+    struct plx_owner *o = st->cache->owners;
+    while (o && o->vdi_id != vdi_id)
+        o = o->next;
+    if (!o) {
+        o = calloc(1, sizeof *o);
+        if (!o)
+            return NULL;
+        o->vdi_id = vdi_id;
+        o->gen = new_gen;
+        o->next = st->cache->owners;
+        st->cache->owners = o;
+    } else if (o->handles == 0) {
+        /* Dormant: adopt the nodes only if no other writer took the VDI since they were
+         * current here. */
+        if (o->gen != seen_gen || seen_gen == PLX_GEN_NEVER)
+            disown(st, o);
+        o->gen = new_gen;
+    } else if (o->gen != seen_gen || new_gen == PLX_GEN_NEVER) {
+        /* Handles here trust nodes that another process's writes may have outdated: nobody
+         * trusts them from now on (the caller refuses to write through them). */
+        o->gen = PLX_GEN_NEVER;
+    } else {
+        o->gen = new_gen;
+    }
+    o->handles++;
+    return o;
+}
+
+void plx_cache_owner_close(plx_store *st, struct plx_owner *o)
+{
+    (void)st;
+    if (o && o->handles)
+        o->handles--;
 }

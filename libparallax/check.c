@@ -36,7 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "alloc.h"
+#include "lock.h"
+#include "registry.h"
+#include "snaplog.h"
 
 #define CK_RUN 256u         /* blocks per read of radix nodes */
 #define CK_REG_BATCH 64u    /* registry slots per read */
@@ -81,6 +84,8 @@ struct ck {
     struct plx_check_report *out;
     void (*report)(void *arg, int is_error, const char *line);
     void *arg;
+    plx_progress_fn progress; /* may be NULL */
+    void *progress_arg;
     uint64_t nb, eb, bmb, next;   /* blocks, blocks per extent, bitmap blocks, extents */
     struct plx_state_block state; /* as on disk now (falls back to the one read at open) */
     uint8_t *types;               /* per extent: catalogue type or CK_TYPE_BAD */
@@ -118,6 +123,12 @@ static inline void bit_clear(uint64_t *m, uint64_t i)
 }
 
 /* ---- Reporting ------------------------------------------------------------------------------- */
+
+static void progress(const struct ck *c, const char *step, uint64_t done, uint64_t total)
+{
+    if (c->progress)
+        c->progress(c->progress_arg, step, done, total);
+}
 
 static void problem(struct ck *c, int is_error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -366,6 +377,7 @@ static void read_bitmaps(struct ck *c)
         bits = own;
     }
     for (uint64_t e = 1; e < c->next; e++) {
+        progress(c, "reading bitmaps", e, c->next);
         if (c->types[e] != PLX_EXTENT_METADATA && c->types[e] != PLX_EXTENT_DATA)
             continue;
         int rc = plx_sync_io(c->st, PLX_IO_READ, e * c->eb, (uint32_t)c->bmb, bits, 0);
@@ -738,7 +750,10 @@ static void walk_level(struct ck *c, unsigned level)
     if (!l->n)
         return;
     qsort(l->v, l->n, sizeof *l->v, cmp_item);
+    char step[40];
+    snprintf(step, sizeof step, "walking trees (level %u)", level);
     for (size_t i = 0; i < l->n;) {
+        progress(c, step, i, l->n);
         size_t j = i + 1;
         while (j < l->n && j - i < CK_RUN && l->v[j].addr == l->v[j - 1].addr + 1)
             j++;
@@ -763,6 +778,7 @@ static void walk_level(struct ck *c, unsigned level)
         }
         i = j;
     }
+    progress(c, step, l->n, l->n);
     free(l->v);
     l->v = NULL;
     l->n = l->cap = 0;
@@ -776,7 +792,7 @@ static void check_leaks(struct ck *c)
     /* Blocks this process has claimed but not used yet are not leaks: closing the store gives
      * them back. Bitmap blocks are allocated by definition and never reachable. */
     for (int t = 0; t < 2; t++) {
-        const struct plx_alloc_pool *p = &st->alloc.pool[t];
+        const struct plx_alloc_pool *p = &st->alloc->pool[t];
         if (!p->valid)
             continue;
         for (uint64_t b = p->next; b < p->end && b < c->nb; b++)
@@ -838,9 +854,96 @@ static void ck_free(struct ck *c)
     plx_block_free(c->blkbuf);
 }
 
+/* ---- Who else writes ------------------------------------------------------------------------------ */
+
+
+static void describe_holder(const plx_store *st, uint64_t host, uint32_t pid, const char *what,
+                            char *who, size_t len)
+{
+    if (host != st->host_hash) {
+        snprintf(who, len, "a process on another host (pid %u there) %s", pid, what);
+        return;
+    }
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fgets(comm, sizeof comm, f))
+            comm[strcspn(comm, "\n")] = 0;
+        fclose(f);
+    }
+    snprintf(who, len, "pid %u%s%s%s on this host %s", pid, *comm ? " (" : "", comm,
+             *comm ? ")" : "", what);
+}
+
+int plx_store_writers(plx_store *st, char *who, size_t len)
+{
+    if (who && len)
+        *who = 0;
+    int rc = plx_catalogue_read(st);
+    struct plx_vdi_record *recs = NULL;
+    uint64_t *slots = NULL;
+    size_t n = 0;
+    if (!rc)
+        rc = plx_registry_scan(st, &recs, &slots, &n);
+    if (rc)
+        return rc;
+    /* Distinct live holders: each (host, pid, epoch) counted once. */
+    struct holder {
+        uint64_t host, epoch;
+        uint32_t pid;
+    } *seen = calloc(n + st->sb.extent_count, sizeof *seen);
+    if (!seen) {
+        free(recs);
+        free(slots);
+        return plx_err(st, -ENOMEM, "out of memory");
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < n + st->sb.extent_count; i++) {
+        uint64_t host, epoch;
+        uint32_t pid;
+        char what[PLX_NAME_MAX + 64];
+        if (i < n) {
+            if (recs[i].flags & PLX_VDI_DELETED)
+                continue;
+            host = recs[i].lock_host, pid = recs[i].lock_pid, epoch = recs[i].lock_epoch;
+            snprintf(what, sizeof what, "has VDI %s open for writing", recs[i].name);
+        } else {
+            const struct plx_extent_entry *c = &st->cat[i - n];
+            host = c->holder_host, pid = c->holder_pid, epoch = c->holder_epoch;
+            snprintf(what, sizeof what, "allocates in extent %llu", (unsigned long long)(i - n));
+        }
+        if (!host || plx_holder_stale(st, host, pid, epoch) ||
+            plx_holder_is_me(st, host, pid, epoch))
+            continue;
+        size_t k = 0;
+        while (k < count && !(seen[k].host == host && seen[k].pid == pid && seen[k].epoch == epoch))
+            k++;
+        if (k < count)
+            continue;
+        seen[count++] = (struct holder){.host = host, .epoch = epoch, .pid = pid};
+        if (count == 1 && who && len)
+            describe_holder(st, host, pid, what, who, len);
+    }
+    free(seen);
+    free(recs);
+    free(slots);
+    return (int)count;
+}
+
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg)
 {
+    struct plx_check_opts o = {.struct_size = sizeof o, .report = report, .report_arg = arg};
+    return plx_check_ex(st, &o, out);
+}
+
+int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_check_report *out)
+{
+    /* Fields beyond the caller's struct_size (an older caller) stay zero. */
+    struct plx_check_opts o = {0};
+    if (opts)
+        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
     if (!st || !out)
         return -EINVAL;
     memset(out, 0, sizeof *out);
@@ -848,8 +951,10 @@ int plx_check(plx_store *st, struct plx_check_report *out,
     memset(&c, 0, sizeof c);
     c.st = st;
     c.out = out;
-    c.report = report;
-    c.arg = arg;
+    c.report = o.report;
+    c.arg = o.report_arg;
+    c.progress = o.progress;
+    c.progress_arg = o.progress_arg;
     c.nb = st->sb.block_count;
     c.eb = st->sb.extent_blocks;
     c.bmb = plx_bitmap_blocks(c.eb);
@@ -880,8 +985,10 @@ int plx_check(plx_store *st, struct plx_check_report *out,
     /* Logs before roots, current roots before snapshot roots: a block that must be private is
      * then reported from the place that should not reach it. */
     size_t ncurrent = c.ntrees;
-    for (size_t i = 0; !rc && i < c.nvdis; i++)
+    for (size_t i = 0; !rc && i < c.nvdis; i++) {
+        progress(&c, "reading snapshot logs", i, c.nvdis);
         rc = check_log(&c, i);
+    }
     for (size_t t = 0; !rc && t < ncurrent; t++)
         add_root(&c, t);
     for (size_t t = ncurrent; !rc && t < c.ntrees; t++)
@@ -894,14 +1001,15 @@ int plx_check(plx_store *st, struct plx_check_report *out,
         plx_err(st, rc, "check: out of memory");
         goto out;
     }
+    progress(&c, "counting leaks", 0, 0);
     check_leaks(&c);
     for (size_t w = 0; w < words; w++)
         out->reachable_blocks += (uint64_t)__builtin_popcountll(c.reach[w]);
-    if (c.suppressed && report) {
+    if (c.suppressed && c.report) {
         char line[128];
         snprintf(line, sizeof line, "%llu more problems were found but are not listed",
                  (unsigned long long)c.suppressed);
-        report(arg, 0, line);
+        c.report(c.arg, 0, line);
     }
 out:
     ck_free(&c);

@@ -147,7 +147,9 @@ struct plx_vdi_record {
     uint32_t reserved1;
     uint64_t lock_epoch;
     uint64_t lock_time_ns;
-    uint64_t reserved2[8];
+    uint64_t writer_gen;    /* bumped each time a writer takes the lock: another process's
+                             * cached nodes of this VDI from an older generation are stale */
+    uint64_t reserved2[7];
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");

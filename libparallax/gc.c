@@ -31,16 +31,16 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
-#include "internal.h"
+#include "alloc.h"
+#include "cache.h"
+#include "lock.h"
+#include "pipeline.h"
+#include "registry.h"
+#include "snaplog.h"
+#include "system.h"
 
 #define GC_RUN 256u /* blocks per read */
 
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-int plx_wait_alloc_written(plx_store *st);
-int plx_state_read(plx_store *st);
-int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
-void plx_alloc_return_pools(plx_store *st);
 
 struct gc {
     plx_store *st;
@@ -54,7 +54,16 @@ struct gc {
     struct plx_gc_report *out;
     uint64_t epoch;           /* state.gc_epoch this collection expects (it bumps it once) */
     bool bumped;
+    plx_progress_fn progress; /* may be NULL */
+    void *progress_arg;
+    unsigned pass;            /* marking pass, from 1 */
 };
+
+static void progress(const struct gc *g, const char *step, uint64_t done, uint64_t total)
+{
+    if (g->progress)
+        g->progress(g->progress_arg, step, done, total);
+}
 
 static inline bool test_bit(const uint64_t *m, uint64_t i)
 {
@@ -111,6 +120,7 @@ static int checkpoint(struct gc *g, bool dry_run)
         return rc;
     rc = plx_catalogue_read(st);
     for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        progress(g, "checkpoint", e, st->sb.extent_count);
         const struct plx_extent_entry *c = &st->cat[e];
         if (c->type != PLX_EXTENT_METADATA && c->type != PLX_EXTENT_DATA)
             continue;
@@ -119,8 +129,8 @@ static int checkpoint(struct gc *g, bool dry_run)
             continue;
         }
         g->ckpt[e] = plx_block_alloc(g->bmb);
-        if (st->alloc.ext[e].held)
-            memcpy(g->ckpt[e], st->alloc.ext[e].bitmap, g->bmb * PLX_BLOCK_SIZE);
+        if (st->alloc->ext[e].held)
+            memcpy(g->ckpt[e], st->alloc->ext[e].bitmap, g->bmb * PLX_BLOCK_SIZE);
         else
             rc = plx_bitmap_read(st, e, g->ckpt[e]);
     }
@@ -169,7 +179,10 @@ static long mark_pass(struct gc *g, uint64_t *buf)
 {
     plx_store *st = g->st;
     long read_now = 0;
+    char step[32];
+    snprintf(step, sizeof step, "marking (pass %u)", ++g->pass);
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        progress(g, step, e, st->sb.extent_count);
         if (st->cat[e].type != PLX_EXTENT_METADATA)
             continue;
         uint64_t base = e * g->eb;
@@ -191,9 +204,19 @@ static long mark_pass(struct gc *g, uint64_t *buf)
                 const uint64_t *links = buf + (b - i) * (PLX_BLOCK_SIZE / 8);
                 set_bit(g->scanned, b);
                 read_now++;
-                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++)
-                    if (links[k] && link_target_ok(st, links[k]))
-                        set_bit(g->rmap, plx_link_addr(links[k]));
+                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++) {
+                    if (!links[k])
+                        continue;
+                    /* What a corrupt node really linked is unknown: freeing anything could
+                     * free blocks it still reaches. */
+                    if (!link_target_ok(st, links[k]))
+                        return plx_err(st, -EUCLEAN,
+                                       "gc: nothing freed: radix node %llu is corrupt: entry "
+                                       "%u = 0x%016llx is not a valid link (parallax check "
+                                       "reports it)",
+                                       (unsigned long long)b, k, (unsigned long long)links[k]);
+                    set_bit(g->rmap, plx_link_addr(links[k]));
+                }
             }
             i = j;
         }
@@ -234,7 +257,7 @@ static int claim_epoch(struct gc *g, bool will_free)
 static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
 {
     plx_store *st = g->st;
-    struct plx_extent_state *x = &st->alloc.ext[e];
+    struct plx_extent_state *x = &st->alloc->ext[e];
     int rc = plx_admin_lock(st);
     if (rc)
         return rc;
@@ -254,7 +277,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         rc = plx_bitmap_read(st, e, cur);
     uint64_t freed = 0, used = 0;
     if (!rc) {
-        st->alloc.gen++;
+        st->alloc->gen++;
         for (uint64_t i = g->bmb; i < g->eb; i++) {
             if (!bm_get(cur, i))
                 continue;
@@ -264,7 +287,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
                     continue;
                 bm_clear(cur, i);
                 if (x->held)
-                    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = st->alloc.gen;
+                    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = st->alloc->gen;
             } else {
                 used++;
             }
@@ -290,8 +313,8 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
             rc = plx_extent_entry_write(st, e, &ent);
         }
     }
-    bool pooled = st->alloc.pool[0].valid && st->alloc.pool[0].extent == e;
-    pooled |= st->alloc.pool[1].valid && st->alloc.pool[1].extent == e;
+    bool pooled = st->alloc->pool[0].valid && st->alloc->pool[0].extent == e;
+    pooled |= st->alloc->pool[1].valid && st->alloc->pool[1].extent == e;
     if (!rc && !dry_run && used == 0 && !pooled) {
         /* Nothing left in it: give the extent back to the unused pool, untyped. */
         struct plx_extent_entry empty;
@@ -354,6 +377,17 @@ static double mono_seconds(void)
 
 int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
 {
+    struct plx_gc_opts o = {.struct_size = sizeof o, .dry_run = dry_run};
+    return plx_gc_ex(st, &o, out);
+}
+
+int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_report *out)
+{
+    /* Fields beyond the caller's struct_size (an older caller) stay zero. */
+    struct plx_gc_opts o = {0};
+    if (opts)
+        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
+    int dry_run = o.dry_run;
     struct plx_gc_report local;
     if (!out)
         out = &local;
@@ -361,7 +395,11 @@ int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
     if (st->read_only && !dry_run)
         return plx_err(st, -EROFS, "blockstore opened read-only: gc needs --dry-run");
     double t0 = mono_seconds();
-    struct gc g = {.st = st, .eb = st->sb.extent_blocks, .out = out};
+    struct gc g = {.st = st,
+                   .eb = st->sb.extent_blocks,
+                   .out = out,
+                   .progress = o.progress,
+                   .progress_arg = o.progress_arg};
     g.bmb = plx_bitmap_blocks(g.eb);
     uint64_t words = (st->sb.block_count + 63) / 64;
     g.rmap = calloc(words, sizeof *g.rmap);
@@ -384,9 +422,11 @@ int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)
         for (uint64_t i = 0; i < words; i++)
             out->reachable += (uint64_t)__builtin_popcountll(g.rmap[i]);
     }
-    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++)
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        progress(&g, "sweeping", e, st->sb.extent_count);
         if (g.ckpt[e])
             rc = sweep_extent(&g, e, dry_run);
+    }
     if (!rc && !dry_run)
         rc = purge_deleted(&g);
     if (!rc && g.bumped) {

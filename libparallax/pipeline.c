@@ -31,13 +31,14 @@
  * second's stage A overlaps the first's stage B (see batch_maybe_start).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "pipeline.h"
+#include "registry.h"
+#include "snaplog.h"
 
-int plx_drive_until(plx_store *st, const int *flag);
-void plx_req_resume(struct plx_req *r);
 static void batch_advance(struct plx_vdi *v, struct plx_batch *b);
 static void batch_maybe_start(struct plx_vdi *v);
 static void vdi_reload(struct plx_vdi *v);
@@ -503,7 +504,7 @@ static void vdi_reload(struct plx_vdi *v)
      * are dropped only when unpinned; the root is re-read below. */
     struct plx_vdi_record rec;
     int rc = plx_registry_read(st, v->slot_addr, &rec);
-    struct plx_cache *c = &st->cache;
+    struct plx_cache *c = st->cache;
     for (size_t i = 0; i < c->hash_size; i++) {
         struct plx_node *n = c->hash[i];
         while (n) {
@@ -539,7 +540,7 @@ static void vdi_reload(struct plx_vdi *v)
     }
     struct plx_node *root = NULL;
     if (rc == 0)
-        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, &root);
+        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
     if (rc == 0) {
         plx_cache_pin(root);
         v->root = root;
@@ -562,7 +563,8 @@ static struct plx_node *walk(struct plx_vdi *v, struct plx_req *r, uint64_t vb, 
         if (!link)
             return NULL;
         int err;
-        struct plx_node *child = plx_cache_get(st, plx_link_addr(link), level - 1, r, &err);
+        struct plx_node *child =
+            plx_cache_get(st, plx_link_addr(link), level - 1, plx_child_owner(n, link), &r->loads, &err);
         if (err && !r->status)
             r->status = err;
         if (!child) {
@@ -637,7 +639,7 @@ static void do_read(struct plx_req *r)
     }
     if (loading || r->status) {
         free(phys);
-        if (!r->loads_waiting)
+        if (!r->loads.pending)
             req_finish(r);
         return;
     }
@@ -695,7 +697,7 @@ static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, str
         *err = rc;
         return NULL;
     }
-    struct plx_node *c = plx_cache_new(st, addr, n->level - 1);
+    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner);
     if (!c) {
         *err = -ENOMEM;
         return NULL;
@@ -912,7 +914,7 @@ static void do_snapshot(struct plx_req *r)
     }
     struct plx_node *nr = NULL;
     if (!err && !clean) {
-        nr = plx_cache_new(st, new_addr, v->height - 1);
+        nr = plx_cache_new(st, new_addr, v->height - 1, v->owner);
         err = nr ? 0 : -ENOMEM;
     }
     if (err) {
@@ -1035,11 +1037,11 @@ static void do_resolve(struct plx_req *r)
     bool loading = false;
     for (uint64_t vb = r->b0; vb < r->b1; vb++)
         walk(v, r, vb, &loading);
-    if (r->status && !r->loads_waiting) {
+    if (r->status && !r->loads.pending) {
         req_finish(r);
         return;
     }
-    if (loading || r->loads_waiting)
+    if (loading || r->loads.pending)
         return;
     if ((r->head_partial || r->tail_partial) && !r->old_data_read) {
         if (ensure_ios(r, 2)) {
@@ -1063,9 +1065,11 @@ static void do_resolve(struct plx_req *r)
     do_mutate(r);
 }
 
-void plx_req_resume(struct plx_req *r)
+/* The cache finished every node load the request waited for (struct plx_load_wait). */
+static void loads_ready(struct plx_load_wait *w)
 {
-    if (r->state == RQ_RESOLVE && !r->loads_waiting && !r->ios_waiting)
+    struct plx_req *r = (struct plx_req *)((char *)w - offsetof(struct plx_req, loads));
+    if (r->state == RQ_RESOLVE && !r->loads.pending && !r->ios_waiting)
         do_resolve(r);
 }
 
@@ -1128,7 +1132,7 @@ void plx_pipeline_kick(struct plx_vdi *v)
                 next = r->next;
                 if (r->state == RQ_DONE)
                     v->kick_again = true; /* the list changed under us */
-            } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT && !r->loads_waiting) {
+            } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT && !r->loads.pending) {
                 do_resolve(r);
             }
             if (v->kick_again)
@@ -1139,8 +1143,29 @@ void plx_pipeline_kick(struct plx_vdi *v)
     v->kicking = false;
 }
 
+/* The request's callback, from the service loop (struct plx_deferred). */
+static void req_deliver(struct plx_deferred *d)
+{
+    struct plx_req *r = (struct plx_req *)((char *)d - offsetof(struct plx_req, done));
+    plx_done_fn cb = r->cb;
+    void *arg = r->arg;
+    int status = r->status;
+    free(r);
+    if (cb)
+        cb(arg, status);
+}
+
+void plx_complete(plx_store *st, struct plx_req *r)
+{
+    r->state = RQ_DONE;
+    r->done.run = req_deliver;
+    plx_defer(st, &r->done);
+}
+
 int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
 {
+    r->loads.status = &r->status;
+    r->loads.ready = loads_ready;
     r->v = v;
     r->seq = v->next_seq++;
     r->state = RQ_WAIT_RANGE;

@@ -9,9 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
-
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+#include "alloc.h"
+#include "lock.h"
+#include "registry.h"
+#include "snaplog.h"
 
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out)
@@ -185,7 +186,6 @@ int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, si
     return plx_snaplog_read(st, &rec, out, count, NULL);
 }
 
-int plx_label_check(plx_store *st, const char *label);
 int plx_label_check(plx_store *st, const char *label)
 {
     if (strlen(label) > PLX_LABEL_MAX)

@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include "internal.h"
-
-bool plx_holder_stale(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
-int plx_label_check(plx_store *st, const char *label);
+#include "cache.h"
+#include "lock.h"
+#include "pipeline.h"
+#include "registry.h"
+#include "snaplog.h"
+#include "vdi.h"
 
 /* ---- Open / close ------------------------------------------------------------------------------- */
 
@@ -30,10 +32,9 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
                          rec.name, rec.lock_host == st->host_hash ? st->host : "another host",
                          rec.lock_pid);
         if (!rc) {
-            rec.lock_host = st->host_hash;
-            rec.lock_pid = st->pid;
-            rec.lock_epoch = st->epoch;
+            plx_holder_set_me(st, &rec.lock_host, &rec.lock_pid, &rec.lock_epoch);
             rec.lock_time_ns = plx_now_ns();
+            rec.writer_gen++; /* other processes' cached nodes of this VDI are now stale */
         }
     } else if (!rc) {
         /* Closing: the in-memory record is the newest (snapshots moved the root). */
@@ -59,6 +60,38 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     return rc;
 }
 
+/* Is VDI `id` open for writing through this store? */
+static bool written_here(const plx_store *st, uint64_t id)
+{
+    for (const struct plx_vdi *o = st->vdis; o; o = o->next)
+        if (!o->ro && o->rec.id == id)
+            return true;
+    return false;
+}
+
+/* Which of this VDI's cached writable nodes the new handle may trust (struct plx_owner). A
+ * writer took the lock and bumped writer_gen: nodes cached under the generation before it are
+ * still good. A reader trusts the generation on disk, unless a writer elsewhere holds the VDI
+ * now, whose in-place changes it would never see. */
+static int attach_owner(plx_store *st, struct plx_vdi *v)
+{
+    uint64_t gen = v->rec.writer_gen;
+    if (v->ro) {
+        bool other_writer = v->rec.lock_host && !written_here(st, v->rec.id);
+        v->owner = plx_cache_owner_open(st, v->rec.id, gen, other_writer ? PLX_GEN_NEVER : gen);
+    } else {
+        v->owner = plx_cache_owner_open(st, v->rec.id, gen - 1, gen);
+    }
+    if (!v->owner)
+        return plx_err(st, -ENOMEM, "out of memory");
+    if (!v->ro && v->owner->gen == PLX_GEN_NEVER)
+        return plx_err(st, -EBUSY,
+                       "VDI %s is open read-only in this process and another process has "
+                       "written it since; close it before opening it for writing",
+                       v->rec.name);
+    return 0;
+}
+
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
 {
     *out = NULL;
@@ -79,20 +112,20 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
         v->ro = (flags & PLX_OPEN_READONLY) != 0;
         if (!rc && !v->ro && st->read_only)
             rc = plx_err(st, -EROFS, "blockstore opened read-only");
-        for (struct plx_vdi *o = st->vdis; !rc && !v->ro && o; o = o->next)
-            if (!o->ro && o->rec.id == v->rec.id)
-                rc = plx_err(st, -EBUSY, "VDI %s is already open for writing here",
-                             v->rec.name);
+        if (!rc && !v->ro && written_here(st, v->rec.id))
+            rc = plx_err(st, -EBUSY, "VDI %s is already open for writing here", v->rec.name);
         if (!rc && !v->ro) {
             rc = lock_record(st, v, true);
             locked = rc == 0;
         }
+        if (!rc)
+            rc = attach_owner(st, v);
     }
     v->height = v->rec.height;
     v->nblocks = v->rec.size / PLX_BLOCK_SIZE;
     struct plx_node *root = NULL;
     if (!rc)
-        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, &root);
+        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
     if (!rc && !v->ro && v->rec.snaplog_head) {
         v->log_head = plx_block_alloc(1);
         rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
@@ -102,6 +135,7 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     if (rc) {
         if (locked)
             lock_record(st, v, false);
+        plx_cache_owner_close(st, v->owner);
         plx_block_free(v->log_head);
         free(v->snaps);
         free(v);
@@ -129,6 +163,8 @@ int plx_vdi_close(plx_vdi *v)
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
     rc = rc < 0 ? rc : 0;
+    if (!v->ro && st->fenced && !rc)
+        rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
     if (!v->ro && !st->fatal) {
         int lrc = lock_record(st, v, false);
         if (!rc)
@@ -136,6 +172,7 @@ int plx_vdi_close(plx_vdi *v)
     }
     if (v->root)
         plx_cache_unpin(st, v->root);
+    plx_cache_owner_close(st, v->owner);
     for (struct plx_vdi **pp = &st->vdis; *pp; pp = &(*pp)->next) {
         if (*pp == v) {
             *pp = v->next;
@@ -148,7 +185,6 @@ int plx_vdi_close(plx_vdi *v)
     return rc;
 }
 
-int plx_vdi_close_all(plx_store *st);
 int plx_vdi_close_all(plx_store *st)
 {
     int rc = 0;
@@ -216,6 +252,8 @@ static int complete_empty(plx_vdi *v, plx_done_fn cb, void *arg)
 static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, size_t len,
                      unsigned flags, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (op != REQ_READ && v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -258,6 +296,8 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
 
 int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return complete_empty(v, cb, arg);
     struct plx_req *r = req_new(v, REQ_FLUSH, 0, 0, cb, arg);
@@ -290,6 +330,8 @@ static const uint8_t zero_block[PLX_BLOCK_SIZE];
 
 int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -351,6 +393,8 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
                             void *arg)
 {
     plx_store *st = v->st;
+    if (plx_lease_check(st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(st, -EROFS, "VDI %s is open read-only: cannot snapshot", v->rec.name);
     if (!label)
@@ -367,69 +411,6 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     snprintf(r->label, sizeof r->label, "%s", label);
     r->index_out = index_out;
     return plx_req_submit(v, r);
-}
-
-/* ---- Blocking forms ----------------------------------------------------------------------------- */
-
-struct sync_wait {
-    int done;
-    int status;
-};
-
-static void sync_done(void *arg, int status)
-{
-    struct sync_wait *w = arg;
-    w->status = status;
-    w->done = 1;
-}
-
-static int sync_finish(plx_vdi *v, int rc, struct sync_wait *w)
-{
-    if (rc)
-        return rc;
-    rc = plx_store_wait(v->st, &w->done);
-    return rc ? rc : w->status;
-}
-
-int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_read(v, buf, off, len, sync_done, &w), &w);
-}
-
-int plx_vdi_pwrite(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_write(v, buf, off, len, flags, sync_done, &w), &w);
-}
-
-int plx_vdi_flush(plx_vdi *v)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_flush(v, sync_done, &w), &w);
-}
-
-int plx_vdi_trim(plx_vdi *v, uint64_t off, uint64_t len)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_trim(v, off, len, sync_done, &w), &w);
-}
-
-int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
-{
-    struct sync_wait w = {0, 0};
-    return sync_finish(v, plx_vdi_submit_snapshot(v, label, index_out, sync_done, &w), &w);
-}
-
-int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
-{
-    plx_vdi *v;
-    int rc = plx_vdi_open(st, vdi, 0, &v);
-    if (rc)
-        return rc;
-    rc = plx_vdi_snapshot_open(v, label, index_out);
-    int crc = plx_vdi_close(v);
-    return rc ? rc : crc;
 }
 
 /* ---- Block status ------------------------------------------------------------------------------- */
@@ -451,7 +432,8 @@ static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
             *span = 1;
             return 0;
         }
-        int rc = plx_cache_get_sync(v->st, plx_link_addr(link), level - 1, &n);
+        int rc = plx_cache_get_sync(v->st, plx_link_addr(link), level - 1,
+                                    plx_child_owner(n, link), &n);
         if (rc)
             return rc;
     }

@@ -18,6 +18,9 @@ TEST_PKGS=(
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
     # archive of the tree the frequency section builds
     qemu-system-common gnuplot-nox fonts-dejavu-core mount git tar coreutils
+    # the install and package tests (tests/integration/install.sh, deb_package.sh): Debian
+    # package builds, `script` for a terminal, nm and readelf
+    debhelper dpkg-dev bsdutils binutils
     # real guests on VDIs (tests/integration/vm_clones.sh, bench/clones.sh): QEMU with TCG, the
     # initramfs packer; the guest's kernel and busybox are fetched by scripts/golden-image.sh
     # with apt-get download, not installed

@@ -120,6 +120,7 @@ struct export
     plx_vdi *v;
     int refs;
     struct export *next;
+    char last_err[256]; /* the engine's message for the last failed request, said once */
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -458,11 +459,29 @@ static void reply_read(struct conn *c, uint64_t handle, uint64_t off, char *buf,
 /* ---- requests ----------------------------------------------------------------------------------
  */
 
+/* The client only gets an errno; the operator gets the engine's reason on stderr, once per
+ * distinct message (a full store fails every write the same way). */
+static void log_request_error(struct conn *c, const struct req *r, int status)
+{
+    static const char *const names[] = {"read", "write", "disconnect", "flush", "trim",
+                                        "cache", "write zeroes", "block status"};
+    const char *msg = plx_store_errmsg(et_store(c->srv->et));
+    struct export *ex = c->ex;
+    if (!ex || !strcmp(ex->last_err, msg))
+        return;
+    snprintf(ex->last_err, sizeof ex->last_err, "%s", msg);
+    fprintf(stderr, "parallax: serve: export '%s': %s failed (%s): %s\n", ex->name,
+            r->type < sizeof names / sizeof names[0] ? names[r->type] : "request",
+            strerror(-status), msg);
+}
+
 static void req_finish(struct req *r, int status)
 {
     struct conn *c = r->c;
-    if (status)
+    if (status) {
+        log_request_error(c, r, status);
         reply_error(c, r->type, r->handle, nbd_error(status));
+    }
     else if (r->type == NBD_CMD_READ) {
         reply_read(c, r->handle, r->off, r->buf, r->len);
         r->buf = NULL;

@@ -56,9 +56,13 @@ trap 'exit 130' INT TERM
 
 passed=0 failed=0 skipped=0
 failed_names=()
+n=0
 for f in ${scripts[@]+"${scripts[@]}"}; do
     name=$(basename "$f" .sh)
     log="$log_dir/$name.log"
+    n=$((n + 1))
+    # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
+    echo "RUN  $name ($n of ${#scripts[@]})"
     cur_tmp=$(mktemp -d "$tmp_base/$name.XXXXXX")
     start=$SECONDS
     rc=0

@@ -7,11 +7,16 @@ passed=0
 failed=0
 status=0
 
+n=0
 for bin in "$@"; do
-    echo "== $bin"
+    n=$((n + 1))
+    # A line as each binary starts and one as it ends, so a long run shows where it is.
+    echo "== $bin ($n of $#)"
+    start=$(date +%s)
     out=$("$bin" 2>&1)
     rc=$?
     [ -n "$out" ] && printf '%s\n' "$out"
+    echo "== $bin: exit $rc after $(($(date +%s) - start)) s"
     # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.
     summary=$(printf '%s\n' "$out" |
         sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p')

@@ -12,7 +12,8 @@
 
 #include "parallax.h"
 
-enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2 };
+/* EXIT_BUSY: `check` did not run because another process writes the store. */
+enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2, EXIT_BUSY = 3 };
 
 struct cli_ctx {
     const char *blockstore; /* from -b; NULL means $PARALLAX_BLOCKSTORE */

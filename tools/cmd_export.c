@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "progress.h"
 #include "zero.h"
 
 #define EXPORT_CHUNK (1u << 20)
@@ -24,6 +25,8 @@ struct sink {
     const char *name;
     int sparse;   /* a regular file already truncated to size: skip zeros */
     int seekable; /* use pwrite; otherwise offsets arrive in order and write() is used */
+    struct progress *prog;
+    uint64_t size; /* of the image, for the progress line */
 };
 
 static int sink_write(const struct sink *s, const unsigned char *p, uint64_t off, size_t len)
@@ -85,6 +88,7 @@ static int copy_mapped(plx_vdi *v, plx_store *st, const struct sink *s, unsigned
         rc = sink_chunk(s, buf, off, n);
         off += n;
         len -= n;
+        progress_bytes(s->prog, off, s->size);
     }
     return rc;
 }
@@ -104,7 +108,9 @@ static int export_vdi(plx_vdi *v, plx_store *st, const struct sink *s, unsigned 
                              (unsigned long long)off, (unsigned long long)run);
         rc = mapped ? copy_mapped(v, st, s, buf, off, run) : sink_zeros(s, off, run);
         off += run;
+        progress_bytes(s->prog, off, size);
     }
+    progress_end(s->prog);
     return rc;
 }
 
@@ -138,14 +144,17 @@ static int close_sink(const struct sink *s, int rc)
     return rc;
 }
 
-static int export_to(plx_store *st, const char *spec, const char *file)
+static int export_to(plx_store *st, const char *spec, const char *file, int quiet)
 {
-    struct sink s = {.fd = -1};
+    struct progress prog;
+    struct sink s = {.fd = -1, .prog = &prog};
     plx_vdi *v;
     int err = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v);
 
     if (err < 0)
         return cli_engine_error(st, err);
+    progress_init(&prog, "vdi-export", quiet);
+    s.size = plx_vdi_size(v);
     unsigned char *buf = malloc(EXPORT_CHUNK);
     int rc = buf != NULL ? open_sink(&s, file, plx_vdi_size(v))
                          : cli_error("vdi-export: %s", strerror(ENOMEM));
@@ -159,7 +168,8 @@ static int export_to(plx_store *st, const char *spec, const char *file)
 
 int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
 {
-    const struct cli_opt opts[] = {{0}};
+    int quiet = 0;
+    const struct cli_opt opts[] = {{"quiet", 0, NULL, &quiet}, {0}};
     const char *pos[2];
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
@@ -168,5 +178,5 @@ int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
         rc = cli_open_store_aio(ctx, 1, &st);
     if (rc != EXIT_OK)
         return rc;
-    return cli_close_store(st, export_to(st, pos[0], pos[1]));
+    return cli_close_store(st, export_to(st, pos[0], pos[1], quiet));
 }

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "progress.h"
 #include "zero.h"
 
 #define IMPORT_CHUNK (1u << 20)
@@ -44,6 +45,8 @@ struct import {
     uint64_t known_end;
     int known_mapped;
     struct import_buf bufs[IMPORT_BUFS];
+    struct progress prog;
+    uint64_t file_size; /* for the progress line; 0 when not known (a pipe) */
 };
 
 static void import_done(void *arg, int status)
@@ -186,22 +189,26 @@ static int import_file(struct import *im, int fd, const char *file, const char *
         }
         err = import_chunk(im, b, (size_t)n, off);
         off += (uint64_t)n;
+        progress_bytes(&im->prog, off, im->file_size);
     }
     int derr = drain(im);
     err = err < 0 ? err : derr;
     if (err == 0)
         err = plx_vdi_flush(im->v);
+    progress_end(&im->prog);
     return err < 0 ? cli_engine_error(im->st, err) : EXIT_OK;
 }
 
-static int check_file_size(int fd, const char *file, const char *vdi, uint64_t vdi_size)
+static int check_file_size(struct import *im, int fd, const char *file, const char *vdi)
 {
     struct stat sb;
 
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+        im->file_size = (uint64_t)sb.st_size;
     /* Catch the common mistake before anything is written; pipes are caught while reading. */
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > vdi_size)
+    if (im->file_size > im->size)
         return cli_error("%s (%llu bytes) is larger than VDI %s (%llu bytes)", file,
-                         (unsigned long long)sb.st_size, vdi, (unsigned long long)vdi_size);
+                         (unsigned long long)im->file_size, vdi, (unsigned long long)im->size);
     return EXIT_OK;
 }
 
@@ -216,15 +223,16 @@ static int alloc_bufs(struct import *im)
     return EXIT_OK;
 }
 
-static int import_into(plx_store *st, const char *vdi, int fd, const char *file)
+static int import_into(plx_store *st, const char *vdi, int fd, const char *file, int quiet)
 {
     struct import im = {.st = st};
     int err = plx_vdi_open(st, vdi, 0, &im.v);
 
     if (err < 0)
         return cli_engine_error(st, err);
+    progress_init(&im.prog, "vdi-import", quiet);
     im.size = plx_vdi_size(im.v);
-    int rc = check_file_size(fd, file, vdi, im.size);
+    int rc = check_file_size(&im, fd, file, vdi);
     if (rc == EXIT_OK)
         rc = alloc_bufs(&im);
     if (rc == EXIT_OK)
@@ -240,7 +248,8 @@ static int import_into(plx_store *st, const char *vdi, int fd, const char *file)
 
 int cmd_vdi_import(struct cli_ctx *ctx, int argc, char **argv)
 {
-    const struct cli_opt opts[] = {{0}};
+    int quiet = 0;
+    const struct cli_opt opts[] = {{"quiet", 0, NULL, &quiet}, {0}};
     const char *pos[2];
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
@@ -253,7 +262,7 @@ int cmd_vdi_import(struct cli_ctx *ctx, int argc, char **argv)
         return cli_error("%s: %s", pos[1], strerror(errno));
     rc = cli_open_store_aio(ctx, 0, &st);
     if (rc == EXIT_OK)
-        rc = cli_close_store(st, import_into(st, pos[0], fd, is_stdin ? "stdin" : pos[1]));
+        rc = cli_close_store(st, import_into(st, pos[0], fd, is_stdin ? "stdin" : pos[1], quiet));
     if (!is_stdin)
         close(fd);
     return rc;

@@ -30,7 +30,50 @@ static const struct plx_vdi_info *vdi_by_id(const struct plx_vdi_info *v, size_t
 
 /* ---- vdi-list -------------------------------------------------------------------------------- */
 
-static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
+/* What the registry record does not say: snapshots deleted since they were taken still count in
+ * snap_count, and a clone's source snapshot may be deleted. Per VDI, from the snapshot logs. */
+struct vdi_extra {
+    uint64_t live_snaps;
+    int parent_deleted;
+};
+
+static int snap_deleted(plx_store *st, uint64_t vdi_id, uint64_t index)
+{
+    struct plx_snap_info *snaps;
+    size_t n;
+    int deleted = 0;
+    if (plx_snap_list(st, vdi_id, &snaps, &n) != 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (snaps[i].index == index)
+            deleted = snaps[i].deleted;
+    free(snaps);
+    return deleted;
+}
+
+static int vdi_extras(plx_store *st, const struct plx_vdi_info *v, size_t n,
+                      struct vdi_extra *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct plx_snap_info *snaps;
+        size_t ns;
+        out[i] = (struct vdi_extra){0};
+        if (v[i].deleted)
+            continue;
+        int err = plx_snap_list(st, v[i].id, &snaps, &ns);
+        if (err < 0)
+            return err;
+        for (size_t k = 0; k < ns; k++)
+            out[i].live_snaps += !snaps[k].deleted;
+        free(snaps);
+        if (v[i].parent_id != 0)
+            out[i].parent_deleted = snap_deleted(st, v[i].parent_id, v[i].parent_snap);
+    }
+    return 0;
+}
+
+static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v,
+                     const struct vdi_extra *x)
 {
     json_begin_object(w);
     json_key(w, "id");
@@ -42,7 +85,7 @@ static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
     json_key(w, "height");
     json_u64(w, v->height);
     json_key(w, "snapshots");
-    json_u64(w, v->snap_count);
+    json_u64(w, x->live_snaps);
     /* null rather than 0 for "not a clone": ids are numbers, and 0 would read like one. */
     json_key(w, "parent");
     if (v->parent_id != 0)
@@ -52,6 +95,11 @@ static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
     json_key(w, "parent_snap");
     if (v->parent_id != 0)
         json_u64(w, v->parent_snap);
+    else
+        json_null(w);
+    json_key(w, "parent_snap_deleted");
+    if (v->parent_id != 0)
+        json_bool(w, x->parent_deleted);
     else
         json_null(w);
     json_key(w, "created_ns");
@@ -78,7 +126,7 @@ static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v)
     json_end_object(w);
 }
 
-static void vdi_list_json(const struct plx_vdi_info *v, size_t n)
+static void vdi_list_json(const struct plx_vdi_info *v, size_t n, const struct vdi_extra *x)
 {
     struct json_writer w;
 
@@ -86,7 +134,7 @@ static void vdi_list_json(const struct plx_vdi_info *v, size_t n)
     json_begin_array(&w);
     for (size_t i = 0; i < n; i++)
         if (!v[i].deleted)
-            vdi_json(&w, &v[i]);
+            vdi_json(&w, &v[i], &x[i]);
     json_end_array(&w);
     json_finish(&w);
 }
@@ -109,7 +157,7 @@ static void attached_cell(const char *name, char *buf, size_t len)
 }
 
 static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
-                   const struct plx_vdi_info *v)
+                   const struct plx_vdi_info *v, const struct vdi_extra *x)
 {
     char id[24], size[32], snaps[24], parent[PLX_NAME_MAX + 32] = "-", attached[256];
     const char *locker = v->lock_holder[0] != '\0' ? v->lock_holder : "-";
@@ -118,20 +166,22 @@ static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
 
     snprintf(id, sizeof id, "%llu", (unsigned long long)v->id);
     size_format(v->size, size, sizeof size);
-    snprintf(snaps, sizeof snaps, "%llu", (unsigned long long)v->snap_count);
+    snprintf(snaps, sizeof snaps, "%llu", (unsigned long long)x->live_snaps);
     if (v->parent_id != 0) {
         /* The list includes deleted VDIs, so a deleted parent still has a name to show. */
         const struct plx_vdi_info *p = vdi_by_id(all, n, v->parent_id);
+        const char *gone = x->parent_deleted ? " (deleted)" : "";
         if (p != NULL)
-            snprintf(parent, sizeof parent, "%s@%llu", p->name, (unsigned long long)v->parent_snap);
+            snprintf(parent, sizeof parent, "%s@%llu%s", p->name,
+                     (unsigned long long)v->parent_snap, gone);
         else
-            snprintf(parent, sizeof parent, "%llu@%llu", (unsigned long long)v->parent_id,
-                     (unsigned long long)v->parent_snap);
+            snprintf(parent, sizeof parent, "%llu@%llu%s", (unsigned long long)v->parent_id,
+                     (unsigned long long)v->parent_snap, gone);
     }
     return table_add_row(t, cells);
 }
 
-static int vdi_list_table(const struct plx_vdi_info *v, size_t n)
+static int vdi_list_table(const struct plx_vdi_info *v, size_t n, const struct vdi_extra *x)
 {
     static const char *const head[] = {"ID",     "NAME",      "SIZE",    "SNAPS",
                                        "PARENT", "LOCKED-BY", "ATTACHED"};
@@ -143,7 +193,7 @@ static int vdi_list_table(const struct plx_vdi_info *v, size_t n)
     err = table_add_row(&t, head);
     for (size_t i = 0; i < n && err == 0; i++)
         if (!v[i].deleted)
-            err = vdi_row(&t, v, n, &v[i]);
+            err = vdi_row(&t, v, n, &v[i], &x[i]);
     if (err == 0)
         table_print(&t, stdout);
     table_free(&t);
@@ -166,11 +216,23 @@ int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
     int err = plx_vdi_list(st, &vdis, &n);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
+    struct vdi_extra *extra = calloc(n ? n : 1, sizeof *extra);
+    if (extra == NULL) {
+        free(vdis);
+        return cli_close_store(st, cli_error("vdi-list: out of memory"));
+    }
+    err = vdi_extras(st, vdis, n, extra);
+    if (err < 0) {
+        free(vdis);
+        free(extra);
+        return cli_close_store(st, cli_engine_error(st, err));
+    }
     xen_known = xen_attachments(&att, &n_att);
     if (json)
-        vdi_list_json(vdis, n);
+        vdi_list_json(vdis, n, extra);
     else
-        rc = vdi_list_table(vdis, n);
+        rc = vdi_list_table(vdis, n, extra);
+    free(extra);
     free(vdis);
     free(att);
     return cli_close_store(st, rc);

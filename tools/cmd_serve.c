@@ -123,6 +123,19 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
     return EXIT_OK;
 }
 
+/* A decimal port 1..65535: getaddrinfo would take 0 (any port), 99999 (wrapped) or a service
+ * name, and the server would listen somewhere the user did not ask for. */
+static int valid_port(const char *s)
+{
+    if (*s == 0 || strlen(s) > 5)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    long v = strtol(s, NULL, 10);
+    return v >= 1 && v <= 65535;
+}
+
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL, *threads = NULL;
@@ -138,6 +151,8 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
     if (rc == EXIT_OK && !!unix_path == !!port)
         rc = cli_usage_error(ctx, "give exactly one of --unix PATH and --port N");
+    if (rc == EXIT_OK && port && !valid_port(port))
+        rc = cli_usage_error(ctx, "--port '%s': not a TCP port number (1 to 65535)", port);
     if (rc == EXIT_OK)
         rc = cli_blockstore(ctx, &path);
     uint64_t cache_bytes = 0;

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "progress.h"
 #include "size.h"
 
 #define ERRBUF_MAX 4096
@@ -94,7 +96,10 @@ static void info_json(const struct plx_store_info *in)
         json_begin_object(&w);
         for (int t = 0; t < 4; t++) {
             json_key(&w, extent_type_names[t]);
-            json_u64(&w, groups[g].by_type[t]);
+            if (groups[g].by_type[t] == PLX_UNKNOWN)
+                json_null(&w); /* leaked blocks behind a corrupt radix node */
+            else
+                json_u64(&w, groups[g].by_type[t]);
         }
         json_end_object(&w);
     }
@@ -128,13 +133,20 @@ static void info_human(const char *path, const struct plx_store_info *in)
            "LEAKED BLOCKS");
     for (int t = 1; t <= 4; t++) {
         int type = t % 4; /* unused last: it is the least interesting row */
-        printf("%-10s %12llu %14llu %14llu %14llu\n", extent_type_names[type],
+        char leaked[24] = "unknown";
+        if (in->blocks_unreachable_by_type[type] != PLX_UNKNOWN)
+            snprintf(leaked, sizeof leaked, "%llu",
+                     (unsigned long long)in->blocks_unreachable_by_type[type]);
+        printf("%-10s %12llu %14llu %14llu %14s\n", extent_type_names[type],
                (unsigned long long)in->extents_by_type[type],
                (unsigned long long)in->blocks_used_by_type[type],
-               (unsigned long long)in->blocks_free_by_type[type],
-               (unsigned long long)in->blocks_unreachable_by_type[type]);
+               (unsigned long long)in->blocks_free_by_type[type], leaked);
     }
-    printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees it)\n");
+    if (in->blocks_unreachable_by_type[0] == PLX_UNKNOWN)
+        printf("(leaked: unknown, a radix node is corrupt; `parallax check` says which)\n");
+    else
+        printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees "
+               "it)\n");
 }
 
 int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
@@ -164,26 +176,29 @@ int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
 
 /* ---- check ----------------------------------------------------------------------------------- */
 
+#define LIVE_PASSES 5       /* --live: most passes before what persists is reported */
+#define LIVE_PAUSE_US 200000 /* between passes: let half-made changes finish */
+
 struct check_out {
-    int json;
-    char **lines; /* JSON mode: kept until the report is printed */
+    char **lines; /* "error: ..." and "warning: ..." of one pass, in the engine's order */
     size_t count, cap;
     int nomem;
 };
 
-static char *check_line(int is_error, const char *line)
+static void lines_free(struct check_out *o)
 {
-    const char *kind = is_error ? "error: " : "warning: ";
-    size_t len = strlen(kind) + strlen(line) + 1;
-    char *s = malloc(len);
-
-    if (s != NULL)
-        snprintf(s, len, "%s%s", kind, line);
-    return s;
+    for (size_t i = 0; i < o->count; i++)
+        free(o->lines[i]);
+    free(o->lines);
+    memset(o, 0, sizeof *o);
 }
 
 static void keep_line(struct check_out *o, char *s)
 {
+    if (s == NULL) {
+        o->nomem = 1;
+        return;
+    }
     if (o->count == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 64;
         char **lines = realloc(o->lines, cap * sizeof *lines);
@@ -200,20 +215,62 @@ static void keep_line(struct check_out *o, char *s)
 
 static void check_report(void *arg, int is_error, const char *line)
 {
-    struct check_out *o = arg;
-
-    if (!o->json) {
-        printf("%s %s\n", is_error ? "error:" : "warning:", line);
-        return;
-    }
-    char *s = check_line(is_error, line);
-    if (s == NULL)
-        o->nomem = 1;
-    else
-        keep_line(o, s);
+    const char *kind = is_error ? "error: " : "warning: ";
+    size_t len = strlen(kind) + strlen(line) + 1;
+    char *s = malloc(len);
+    if (s != NULL)
+        snprintf(s, len, "%s%s", kind, line);
+    keep_line(arg, s);
 }
 
-static void check_json(const struct plx_check_report *r, const struct check_out *o)
+static int is_error_line(const char *s)
+{
+    return strncmp(s, "error: ", 7) == 0;
+}
+
+static int has_line(const struct check_out *o, const char *s)
+{
+    for (size_t i = 0; i < o->count; i++)
+        if (strcmp(o->lines[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+/* --live: keep the error lines of `prev` that `cur` reports too, and every warning of `cur`:
+ * a problem that a writer's half-made change showed goes away on the next pass; a real one
+ * stays, with the same text. Returns the errors that did not persist. */
+static uint64_t keep_persistent(struct check_out *prev, struct check_out *cur)
+{
+    uint64_t gone = 0;
+    struct check_out next = {0};
+    for (size_t i = 0; i < cur->count; i++) {
+        char *s = cur->lines[i];
+        cur->lines[i] = NULL;
+        if (!is_error_line(s) || has_line(prev, s))
+            keep_line(&next, s);
+        else
+            free(s);
+    }
+    for (size_t i = 0; i < prev->count; i++)
+        if (is_error_line(prev->lines[i]) && !has_line(&next, prev->lines[i]))
+            gone++;
+    next.nomem |= prev->nomem | cur->nomem;
+    lines_free(prev);
+    lines_free(cur);
+    *prev = next;
+    return gone;
+}
+
+static uint64_t count_errors(const struct check_out *o)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < o->count; i++)
+        n += is_error_line(o->lines[i]) != 0;
+    return n;
+}
+
+static void check_json(const struct plx_check_report *r, const struct check_out *o, int live,
+                       unsigned passes, uint64_t transient)
 {
     const struct {
         const char *key;
@@ -231,6 +288,12 @@ static void check_json(const struct plx_check_report *r, const struct check_out 
         json_key(&w, counts[i].key);
         json_u64(&w, counts[i].value);
     }
+    if (live) {
+        json_key(&w, "passes");
+        json_u64(&w, passes);
+        json_key(&w, "transient_errors");
+        json_u64(&w, transient);
+    }
     json_key(&w, "messages");
     json_begin_array(&w);
     for (size_t i = 0; i < o->count; i++)
@@ -240,38 +303,86 @@ static void check_json(const struct plx_check_report *r, const struct check_out 
     json_finish(&w);
 }
 
-static int check_result(const struct plx_check_report *r, const struct check_out *o)
+/* One pass over a freshly opened store (nothing cached from an earlier pass). */
+static int check_pass(const struct cli_ctx *ctx, struct plx_check_report *rep,
+                      struct check_out *out, int refuse_writers, struct progress *prog)
 {
-    if (o->json)
-        check_json(r, o);
-    else
-        printf("check: %llu errors, %llu leaked blocks, %llu trees, %llu snapshots\n",
-               (unsigned long long)r->errors, (unsigned long long)r->leaked_blocks,
-               (unsigned long long)r->trees, (unsigned long long)r->snapshots);
-    if (o->nomem)
-        return cli_error("check: out of memory keeping the messages");
-    if (r->errors > 0)
-        return cli_error("check found %llu error%s", (unsigned long long)r->errors,
-                         r->errors == 1 ? "" : "s");
-    return EXIT_OK;
+    plx_store *st = NULL;
+    int rc = cli_open_store(ctx, 1, &st);
+    if (rc != EXIT_OK)
+        return rc;
+    if (refuse_writers) {
+        char who[PLX_NAME_MAX + 160];
+        int n = plx_store_writers(st, who, sizeof who);
+        if (n < 0)
+            return cli_close_store(st, cli_engine_error(st, n));
+        if (n > 0) {
+            cli_error("check: not run: %s%s. A check beside a writer sees its changes half "
+                      "made; stop the writer, or run 'parallax check --live', which reports "
+                      "only the problems that persist",
+                      who, n > 1 ? " (and other processes write too)" : "");
+            return cli_close_store(st, EXIT_BUSY);
+        }
+    }
+    struct plx_check_opts co = {.struct_size = sizeof co,
+                                .report = check_report,
+                                .report_arg = out,
+                                .progress = progress_step,
+                                .progress_arg = prog};
+    int err = plx_check_ex(st, &co, rep);
+    progress_clear(prog);
+    return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
 int cmd_check(struct cli_ctx *ctx, int argc, char **argv)
 {
-    struct check_out out = {0};
-    const struct cli_opt opts[] = {{"json", 0, NULL, &out.json}, {0}};
+    int json = 0, live = 0, quiet = 0;
+    const struct cli_opt opts[] = {
+        {"json", 0, NULL, &json}, {"live", 0, NULL, &live}, {"quiet", 0, NULL, &quiet}, {0}};
+    struct progress prog;
     struct plx_check_report report = {0};
-    plx_store *st = NULL;
+    struct check_out out = {0};
+    uint64_t transient = 0;
+    unsigned passes = 1;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
+    progress_init(&prog, "check", quiet);
     if (rc == EXIT_OK)
-        rc = cli_open_store(ctx, 1, &st);
-    if (rc != EXIT_OK)
-        return rc;
-    int err = plx_check(st, &report, check_report, &out);
-    rc = err < 0 ? cli_engine_error(st, err) : check_result(&report, &out);
-    for (size_t i = 0; i < out.count; i++)
-        free(out.lines[i]);
-    free(out.lines);
-    return cli_close_store(st, rc);
+        rc = check_pass(ctx, &report, &out, !live, &prog);
+    while (rc == EXIT_OK && live && count_errors(&out) > 0 && passes < LIVE_PASSES) {
+        struct plx_check_report again = {0};
+        struct check_out cur = {0};
+        usleep(LIVE_PAUSE_US);
+        rc = check_pass(ctx, &again, &cur, 0, &prog);
+        passes++;
+        if (rc != EXIT_OK) {
+            lines_free(&cur);
+            break;
+        }
+        transient += keep_persistent(&out, &cur);
+        report = again;
+        report.errors = count_errors(&out);
+    }
+    if (rc == EXIT_OK) {
+        if (json)
+            check_json(&report, &out, live, passes, transient);
+        else {
+            for (size_t i = 0; i < out.count; i++)
+                printf("%s\n", out.lines[i]);
+            printf("check: %llu errors, %llu leaked blocks, %llu trees, %llu snapshots",
+                   (unsigned long long)report.errors, (unsigned long long)report.leaked_blocks,
+                   (unsigned long long)report.trees, (unsigned long long)report.snapshots);
+            if (live)
+                printf(" (%u pass%s; %llu problems seen beside writers did not persist)", passes,
+                       passes == 1 ? "" : "es", (unsigned long long)transient);
+            printf("\n");
+        }
+        if (out.nomem)
+            rc = cli_error("check: out of memory keeping the messages");
+        else if (report.errors > 0)
+            rc = cli_error("check found %llu error%s", (unsigned long long)report.errors,
+                           report.errors == 1 ? "" : "s");
+    }
+    lines_free(&out);
+    return rc;
 }

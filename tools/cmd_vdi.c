@@ -2,8 +2,10 @@
  * cmd_vdi.c - commands that change the VDI registry: create/clone, delete, snapshot, label.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -61,6 +63,34 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
     return cli_close_store(st, err < 0 ? cli_engine_error(st, err) : EXIT_OK);
 }
 
+/* "parallax vdi-import" for a parallax process (its command line), else /proc/PID/comm, or "". */
+static void process_name(int pid, char *buf, size_t len)
+{
+    char path[64], raw[256];
+    *buf = 0;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(raw, 1, sizeof raw - 1, f);
+    fclose(f);
+    raw[n] = 0;
+    const char *prog = strrchr(raw, '/') ? strrchr(raw, '/') + 1 : raw;
+    if (strcmp(prog, "parallax") != 0) {
+        snprintf(buf, len, "%s", prog);
+        return;
+    }
+    /* argv: parallax [-b STORE] COMMAND ...: the first argument after the options. */
+    const char *arg = raw + strlen(raw) + 1;
+    while (arg < raw + n && *arg == '-') {
+        bool takes_value = strcmp(arg, "-b") == 0 || strcmp(arg, "--blockstore") == 0;
+        arg += strlen(arg) + 1;
+        if (takes_value && arg < raw + n)
+            arg += strlen(arg) + 1;
+    }
+    snprintf(buf, len, "parallax%s%.40s", arg < raw + n ? " " : "", arg < raw + n ? arg : "");
+}
+
 /* A VDI open for writing in a server on this host is changed by that server, inside its
  * request stream (single writer): send it the command over its control socket. Returns 1 and
  * sets *rc when the command was routed. */
@@ -73,6 +103,15 @@ static int route(plx_store *st, uint64_t vdi_id, const char *line, char *reply, 
     if (plx_vdi_lookup(st, id, &info) != 0 || info.lock_pid == 0)
         return 0;
     int err = control_request((int)info.lock_pid, line, reply, len);
+    if (err == -ENOENT || err == -ECONNREFUSED) {
+        /* No control socket: the writer is not a server (vdi-import, a library user). */
+        char comm[64];
+        process_name((int)info.lock_pid, comm, sizeof comm);
+        *rc = cli_error("VDI %s is open for writing by pid %u%s%s%s, which is not a server "
+                        "and takes no commands: try again when it has finished",
+                        info.name, info.lock_pid, *comm ? " (" : "", comm, *comm ? ")" : "");
+        return 1;
+    }
     *rc = err ? cli_error("%s (VDI %s, served by pid %u)", reply, info.name, info.lock_pid)
               : EXIT_OK;
     return 1;

@@ -91,6 +91,12 @@ void json_null(struct json_writer *w)
     fputs("null", w->out);
 }
 
+void json_bool(struct json_writer *w, int v)
+{
+    before_item(w);
+    fputs(v ? "true" : "false", w->out);
+}
+
 void json_finish(struct json_writer *w)
 {
     assert(w->depth == 0);

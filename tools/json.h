@@ -33,6 +33,7 @@ void json_string(struct json_writer *w, const char *s);
 void json_u64(struct json_writer *w, uint64_t v);
 void json_double(struct json_writer *w, double v);
 void json_null(struct json_writer *w);
+void json_bool(struct json_writer *w, int v);
 /* End the document with a newline. */
 void json_finish(struct json_writer *w);
 

@@ -7,10 +7,6 @@
 #include "cli.h"
 #include "commands.h"
 
-#ifndef PARALLAX_VERSION
-#define PARALLAX_VERSION "0.1.0"
-#endif
-
 struct command {
     const char *name;
     cmd_fn fn;
@@ -30,14 +26,19 @@ static const struct command commands[] = {
     {"snap-list", cmd_snap_list, "VDI [--json]", "list a VDI's snapshots"},
     {"snap-label", cmd_snap_label, "SNAP LABEL", "set (or clear, with \"\") a snapshot's label"},
     {"vdi-tree", cmd_vdi_tree, "[--dot]", "draw VDIs, snapshots and clones as a forest"},
-    {"vdi-import", cmd_vdi_import, "VDI FILE", "copy FILE (or - for stdin) into a VDI"},
-    {"vdi-export", cmd_vdi_export, "VDI|SNAP FILE", "write a VDI or snapshot to FILE (or -)"},
+    {"vdi-import", cmd_vdi_import, "VDI FILE [--quiet]", "copy FILE (or - for stdin) into a VDI"},
+    {"vdi-export", cmd_vdi_export, "VDI|SNAP FILE [--quiet]",
+     "write a VDI or snapshot to FILE (or -)"},
     {"snap-delete", cmd_snap_delete, "SNAP", "delete a snapshot (gc frees what nothing else uses)"},
-    {"gc", cmd_gc, "[--dry-run] [--json]", "free the blocks no live VDI or snapshot reaches"},
-    {"check", cmd_check, "[--json]", "check the blockstore's consistency"},
+    {"gc", cmd_gc, "[--dry-run] [--json] [--quiet]",
+     "free the blocks no live VDI or snapshot reaches"},
+    {"check", cmd_check, "[--live] [--json] [--quiet]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
      "export every VDI and snapshot over NBD"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
+     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
@@ -97,7 +98,9 @@ static int parse_global(struct cli_ctx *ctx, int argc, char **argv, int *rc)
             return -1;
         }
         if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
-            printf("parallax %s\n", PARALLAX_VERSION);
+            /* The command and the library are one release: print the library's version. */
+            unsigned v = plx_version();
+            printf("parallax %u.%u.%u\n", v / 10000, v / 100 % 100, v % 100);
             *rc = EXIT_OK;
             return -1;
         }

@@ -1,4 +1,5 @@
 #include "table.h"
+#include "utf8.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -50,14 +51,16 @@ void table_print(const struct table *t, FILE *out)
     for (size_t c = 0; c < t->cols; c++) {
         width[c] = 0;
         for (size_t r = 0; r < t->rows; r++) {
-            size_t len = strlen(t->cells[r * t->cols + c]);
+            size_t len = utf8_width(t->cells[r * t->cols + c]);
             width[c] = len > width[c] ? len : width[c];
         }
     }
     for (size_t r = 0; r < t->rows; r++) {
         const char *const *row = (const char *const *)t->cells + r * t->cols;
+        /* Padded by display width: printf's %-*s counts bytes, and a name in UTF-8 would
+         * push the columns after it. */
         for (size_t c = 0; c + 1 < t->cols; c++)
-            fprintf(out, "%-*s  ", (int)width[c], row[c]);
+            fprintf(out, "%s%*s  ", row[c], (int)(width[c] - utf8_width(row[c])), "");
         /* No padding after the last column: trailing blanks only get in the way of grep. */
         fprintf(out, "%s\n", row[t->cols - 1]);
     }

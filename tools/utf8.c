@@ -1,5 +1,8 @@
 #include "utf8.h"
 
+#include <locale.h>
+#include <wchar.h>
+
 size_t utf8_seq_len(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -27,4 +30,32 @@ size_t utf8_seq_len(const char *s)
         if ((p[i] & 0xC0) != 0x80)
             return 0;
     return n;
+}
+
+size_t utf8_width(const char *s)
+{
+    /* wcwidth follows LC_CTYPE: ask a UTF-8 one for this thread, whatever the user's is. */
+    static locale_t utf8;
+    if (!utf8)
+        utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+    locale_t old = utf8 ? uselocale(utf8) : (locale_t)0;
+    size_t cols = 0;
+    while (*s) {
+        const unsigned char *p = (const unsigned char *)s;
+        size_t n = utf8_seq_len(s);
+        if (n == 0) {
+            cols++; /* ASCII, or a stray byte the terminal shows as one cell */
+            s++;
+            continue;
+        }
+        unsigned cp = p[0] & (0x7Fu >> n);
+        for (size_t i = 1; i < n; i++)
+            cp = (cp << 6) | (p[i] & 0x3Fu);
+        int w = utf8 ? wcwidth((wchar_t)cp) : 1;
+        cols += w < 0 ? 1 : (size_t)w;
+        s += n;
+    }
+    if (utf8)
+        uselocale(old);
+    return cols;
 }

@@ -381,7 +381,8 @@ section_latency() {
 
 # ==== 3. snapshot frequency ======================================================================
 # The source tree of the build workload: this repository's sources at HEAD (git archive; without
-# git, a tar of the working tree), without the committed benchmark results and plots. Each copy is
+# git, a tar of the working tree), without the benchmark outputs (bench/results/, untracked since
+# 2026-11-23 but excluded anyway, so older commits give the same tree) and plots. Each copy is
 # unpacked onto the ext4 and built there with `make -j$BUILD_JOBS all`.
 BUILD_JOBS=$(nproc)
 make_tarball() {

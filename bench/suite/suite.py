@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import struct
@@ -1173,6 +1174,9 @@ def cmd_verify(a):
 
 README_BEGIN = "<!-- suite-results:begin (written by bench/suite/suite.py readme; do not edit by hand) -->"
 README_END = "<!-- suite-results:end -->"
+# The latest full run's results.md, copied beside the README: bench/results/ is output and not
+# committed, so this is the one summary the README can link to.
+SUMMARY_NAME = "suite-results.md"
 
 
 def _k(x):
@@ -1203,8 +1207,8 @@ def readme_block(R, results_rel, plots_rel):
     secs = R.get("section_seconds", {})
     md.append("- **duration:** %.1f min (%s)" % (R.get("wall_seconds", 0) / 60.0,
                                                 ", ".join("%s %.0f s" % (k, v) for k, v in secs.items() if v is not None)))
-    md.append("- **files:** [`%s/results.md`](%s/results.md) (every table), `results.json`, `results.csv`, "
-              "`raw/`" % (results_rel, results_rel))
+    md.append("- **files:** [`%s`](%s) (every table of this run); the raw run (`results.json`, `results.csv`, "
+              "`raw/`) stays in `%s/`, not committed" % (SUMMARY_NAME, SUMMARY_NAME, results_rel))
     md.append("")
     md.append("#### Targets\n")
     md.append("| section | target | measured | |")
@@ -1311,6 +1315,9 @@ def cmd_readme(a):
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     block = readme_block(R, results_rel, plots_rel)
+    summary = os.path.join(rd, SUMMARY_NAME)
+    shutil.copyfile(os.path.join(a.results, "results.md"), summary + ".tmp")
+    os.replace(summary + ".tmp", summary)
     with open(a.readme + ".tmp", "w") as f:
         f.write(head + README_BEGIN + "\n\n" + block + "\n" + README_END + tail)
     os.replace(a.readme + ".tmp", a.readme)

@@ -22,6 +22,9 @@
  * - Calls marked "blocking" are thin loops over the asynchronous ones (submit, then service until
  *   done). They must not be called from inside a completion callback.
  * - A plx_store and everything opened from it must be used from one thread at a time.
+ * - Compatibility: libparallax.so.1 exports exactly the functions declared here (version node
+ *   PARALLAX_1 of libparallax/libparallax.map). Within one major version, functions, fields at
+ *   the end of versioned structs (those with struct_size) and flags are only ever added.
  */
 #ifndef PARALLAX_H
 #define PARALLAX_H
@@ -29,9 +32,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library is built with -fvisibility=hidden: what is declared here is its public surface. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Version -------------------------------------------------------------------------------- */
+
+/* The API version this header describes. MAJOR is the soname (libparallax.so.MAJOR) and changes
+ * only when something is removed or changed incompatibly; MINOR grows when something is added;
+ * PATCH counts releases without API changes. */
+#define PLX_API_VERSION_MAJOR 1
+#define PLX_API_VERSION_MINOR 0
+#define PLX_API_VERSION_PATCH 0
+#define PLX_API_VERSION                                                                            \
+    (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
+
+/* The API version of the library actually running, encoded like PLX_API_VERSION (10000 for
+ * 1.0.0). A program built against a newer minor version than the library it runs with can test
+ * plx_version() >= PLX_API_VERSION before using what the newer version added. Never fails. */
+unsigned plx_version(void);
 
 #define PLX_BLOCK_SIZE 4096u
 #define PLX_NAME_MAX 255   /* longest VDI name, bytes, without the NUL */
@@ -60,11 +84,17 @@ struct plx_open_opts {
     int blocking_io;
 };
 
-/* Format `path` (created as a sparse file of `size` bytes if absent; an existing file or device
- * keeps its size when size is 0). extent_size 0 = default. Refuses to overwrite an existing
- * Parallax blockstore unless force is set. Blocking. */
+/* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
+ * is resized to `size`, and a device or a file keeps its size when size is 0). extent_size 0 =
+ * plx_default_extent_size() of the store's size. Refuses to overwrite an existing Parallax
+ * blockstore unless force is set. Every check runs before anything changes: on failure the
+ * file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
+/* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
+ * from PLX_MIN_EXTENT_SIZE to PLX_DEFAULT_EXTENT_SIZE (2 GiB, the most it picks). Each process
+ * writing to a store allocates in extents of its own, so small stores need small extents. */
+uint64_t plx_default_extent_size(uint64_t store_bytes);
 /* The same on a backend the caller owns (tests use the memory backend). */
 int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size_t errlen);
 
@@ -78,6 +108,15 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
 /* Wait for all outstanding work, release claimed-but-unused blocks, close open VDIs and the
  * store. Returns the first error met while closing. Blocking. */
 int plx_store_close(plx_store *st);
+
+/* The lock manager (parallax-lockd) that hosts sharing this store use, as "HOST:PORT" in the
+ * store's state block; "" makes it a single-host store again. Every process that opens the store
+ * afterwards talks to it ($PARALLAX_LOCKD overrides the address; "none" ignores it). Takes
+ * effect for processes that open the store later. Blocking. */
+int plx_store_set_lockd(plx_store *st, const char *addr);
+/* The lock manager's view: one line per connected engine process (host, pid, lease), passed to
+ * `line`. -ENOENT when the store has no lock manager. Blocking. */
+int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 
 /* The message for the last failed call on this store. */
 const char *plx_store_errmsg(const plx_store *st);
@@ -116,9 +155,11 @@ struct plx_store_info {
     uint64_t vdi_count;                /* live (not deleted) VDIs */
     char lockd_addr[64];               /* lock manager address, "" when none */
     /* Allocated blocks no live tree or log reaches (what gc would free): crash leftovers,
-     * deleted VDIs and snapshots, and blocks claimed right now by running writers. */
+     * deleted VDIs and snapshots, and blocks claimed right now by running writers.
+     * PLX_UNKNOWN when a corrupt radix node leaves it unknown (parallax check says where). */
     uint64_t blocks_unreachable_by_type[4];
 };
+#define PLX_UNKNOWN UINT64_MAX
 int plx_store_info(plx_store *st, struct plx_store_info *out);
 
 struct plx_vdi_info {
@@ -182,6 +223,31 @@ struct plx_check_report {
 int plx_check(plx_store *st, struct plx_check_report *out,
               void (*report)(void *arg, int is_error, const char *line), void *arg);
 
+/* How many other processes may be writing this blockstore right now (live holders of a VDI's
+ * writer lock or of an extent), 0 when none, or a negative errno. `who` (may be NULL) receives a
+ * description of one of them, such as "pid 812 (parallax) on this host has VDI vm open for
+ * writing". A check beside a writer can see changes half made. Blocking. */
+int plx_store_writers(plx_store *st, char *who, size_t len);
+
+/* Progress of a long blocking call (plx_check_ex, plx_gc_ex): called from inside the call as it
+ * advances. `step` names what it is doing ("reading bitmaps", "walking trees", "marking",
+ * "sweeping", ...; the wording may change); `done` of `total` units of that step are finished
+ * (total 0: unknown). Called often, up to once per read the call issues: a caller that draws
+ * something rate-limits itself. It must not call into the store. */
+typedef void (*plx_progress_fn)(void *arg, const char *step, uint64_t done, uint64_t total);
+
+/* Options of plx_check_ex. Zero-initialise, set struct_size = sizeof(struct plx_check_opts);
+ * fields are only ever appended. */
+struct plx_check_opts {
+    size_t struct_size;
+    void (*report)(void *arg, int is_error, const char *line); /* as for plx_check; may be NULL */
+    void *report_arg;
+    plx_progress_fn progress; /* may be NULL */
+    void *progress_arg;
+};
+/* plx_check with options: the same walk and results; opts may be NULL. Blocking. */
+int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_check_report *out);
+
 /* ---- Deletion and garbage collection ----------------------------------------------------------- */
 
 /* Mark one snapshot deleted. Its blocks come back when the collector runs, except those that a
@@ -204,6 +270,17 @@ struct plx_gc_report {
  * extent another live process holds is skipped (its claimed blocks may be linked at any time).
  * In this process, open VDIs are first brought to a committed state. Blocking. */
 int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out);
+
+/* Options of plx_gc_ex. Zero-initialise, set struct_size = sizeof(struct plx_gc_opts); fields
+ * are only ever appended. */
+struct plx_gc_opts {
+    size_t struct_size;
+    int dry_run;              /* as for plx_gc */
+    plx_progress_fn progress; /* may be NULL */
+    void *progress_arg;
+};
+/* plx_gc with options; opts may be NULL (a real collection, no progress). Blocking. */
+int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_report *out);
 
 /* ---- VDI I/O ------------------------------------------------------------------------------------ */
 
@@ -259,5 +336,9 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
 
 #ifdef __cplusplus
 }
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
 #endif
 #endif

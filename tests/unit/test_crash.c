@@ -51,6 +51,7 @@
 #include "backend.h"
 #include "backend_fault.h"
 #include "format.h"
+#include "lock.h"
 #include "parallax.h"
 #include "testutil.h"
 
@@ -248,6 +249,7 @@ struct wl {
     uint64_t seed, rng;
     plx_backend *fb; /* the fault backend: owned here, outlives the store */
     plx_store *st;
+    plx_store *other; /* a second engine on the same medium (another host), or NULL */
     struct mvdi v[MAXV];
     int nv;
     struct wrec *w;
@@ -497,6 +499,39 @@ static void close_vdi(struct wl *wl, int vi)
     if (rc != 0 && wl->expect_ok)
         violation(wl, "closing VDI %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
     m->h = NULL;
+}
+
+/* Hand every open VDI to the other engine (opened on first use as another host): wait for the
+ * requests in flight, close the VDIs here and open them there. The engine that let go keeps
+ * its node cache, which must not be trusted when the VDIs come back (writer_gen). */
+static void switch_engine(struct wl *wl)
+{
+    while (wl->inflight > 0) {
+        int rc = plx_store_service(wl->st);
+        ck_assert_msg(rc >= 0, "service: %d", rc);
+        if (rc == 0 && wl->inflight > 0) {
+            struct pollfd pfd = {.fd = plx_store_fd(wl->st), .events = POLLIN};
+            poll(&pfd, 1, 2000);
+        }
+    }
+    bool was_open[MAXV] = {false};
+    for (int vi = 0; vi < wl->nv; vi++)
+        if (wl->v[vi].h) {
+            was_open[vi] = true;
+            close_vdi(wl, vi);
+        }
+    if (!wl->other) {
+        char err[256] = "";
+        struct plx_open_opts o = {.struct_size = sizeof o, .host = "second-host"};
+        int rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->other, err, sizeof err);
+        ck_assert_msg(rc == 0, "opening the second engine: %d %s", rc, err);
+    }
+    plx_store *t = wl->st;
+    wl->st = wl->other;
+    wl->other = t;
+    for (int vi = 0; vi < wl->nv; vi++)
+        if (was_open[vi])
+            open_vdi(wl, vi);
 }
 
 /* The last successful snapshot of VDI vi that completed, or -1. */
@@ -1311,6 +1346,9 @@ static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned 
     if (rc != 0 && wl->expect_ok)
         violation(wl, "closing the store: %d", rc);
     wl->st = NULL;
+    if (wl->other && (rc = plx_store_close(wl->other)) != 0 && wl->expect_ok)
+        violation(wl, "closing the second engine: %d", rc);
+    wl->other = NULL;
     snprintf(wl->where, sizeof wl->where, "after the workload");
     check_superblock(wl);
 
@@ -1617,6 +1655,88 @@ static void wl_checkpoint(struct wl *wl)
     }
 }
 
+/* A VDI handed back and forth between two engines (hosts) on one medium, with writes,
+ * overwrites, trims and snapshots on both sides: each engine's cached nodes go stale while the
+ * other writes. Crash points fall in the writer-lock handovers too. */
+static void wl_handover(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 160), R(900, 100)};
+    int a = add_vdi(wl, "mover", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 66,
+                     .fua = 5,
+                     .trim = 6,
+                     .flush = 8,
+                     .snap = 5,
+                     .read = 10,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .hot = 50,
+                     .inflight = 32,
+                     .max_snaps = 30,
+                     .label = 10};
+    for (int round = 0; round < 10; round++) {
+        run_phase(wl, &mx, scale(50), 1u << a);
+        switch_engine(wl);
+    }
+    run_phase(wl, &mx, scale(50), 1u << a);
+}
+
+/* Lock takeover: the engine writing a VDI loses its lease mid-run (a host frozen past its lease,
+ * or partitioned): it is fenced, with the VDI still open, and another engine, to which the first
+ * one's holder now counts as dead, takes the VDI over and goes on writing. Every write the first
+ * engine completed is in the VDI the second one sees (the live reads check it), and crash images
+ * taken during the takeover hold everything flushed by either engine. */
+static uint64_t g_dead_host;
+
+static bool takeover_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
+                                  uint64_t epoch)
+{
+    return host != g_dead_host && plx_lock_local.holder_alive(st, host, pid, epoch);
+}
+
+static const struct plx_lock_ops takeover_lock_ops = {
+    .name = "test: the first engine's lease lapsed",
+    .admin_try = plx_lock_local_admin_try,
+    .holder_alive = takeover_holder_alive,
+};
+
+static void wl_takeover(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 200), R(700, 64)};
+    int a = add_vdi(wl, "taken", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 66,
+                     .fua = 6,
+                     .trim = 5,
+                     .flush = 8,
+                     .snap = 5,
+                     .read = 10,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .hot = 40,
+                     .inflight = 32,
+                     .max_snaps = 20,
+                     .label = 10};
+    run_phase(wl, &mx, scale(200), 1u << a);
+    drain(wl);
+    /* The first engine is fenced with the VDI open: nothing of it reaches the medium again. */
+    plx_store *first = wl->st;
+    plx_vdi *abandoned = wl->v[a].h;
+    g_dead_host = first->host_hash;
+    plx_fence(first, "test: the lease of the first engine lapsed");
+    char err[256] = "";
+    struct plx_open_opts o = {.struct_size = sizeof o, .host = "taking-host"};
+    int rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->st, err, sizeof err);
+    ck_assert_msg(rc == 0, "opening the second engine: %d %s", rc, err);
+    wl->st->lock_ops = &takeover_lock_ops;
+    open_vdi(wl, a); /* takes the lock from the dead holder */
+    run_phase(wl, &mx, scale(300), 1u << a);
+    /* The fenced engine goes away; its close writes nothing (and says so). */
+    ck_assert_int_eq(plx_vdi_close(abandoned), -ESTALE);
+    plx_store_close(first);
+}
+
 struct workload {
     const char *name;
     void (*run)(struct wl *wl);
@@ -1628,6 +1748,7 @@ static const struct workload workloads[] = {
     {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
     {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
+    {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 

@@ -1,0 +1,577 @@
+/*
+ * alloc.c - the extent catalogue and the block allocator (layer 2, alloc.h).
+ *
+ * The store is cut into fixed-size extents. A process allocates only inside extents it holds
+ * (its identity is in the extent's catalogue entry), so allocation needs no coordination on the
+ * data path. Inside a held extent, blocks are claimed in chunks: the claim sets the bits in the
+ * in-memory bitmap, and the batch that links any claimed block first waits for
+ * plx_alloc_sync(), which writes the changed bitmap blocks. Before its commit-node writes the
+ * batch flushes, so a link never reaches the medium before the claim of the block it names.
+ * A crash therefore only leaks claimed blocks (the collector takes them back).
+ *
+ * Taking a new extent is rare (once per extent's worth of allocation) and is done synchronously
+ * under the single-host admin lock: read the catalogue block fresh, pick an extent, write the
+ * entry and the fresh bitmap, flush. The lock manager will replace the flock for many hosts.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "alloc.h"
+#include "lock.h"
+
+#define CLAIM_CHUNK 2048u
+
+
+static uint64_t eb(const plx_store *st)
+{
+    return st->sb.extent_blocks;
+}
+
+static uint64_t bitmap_blocks(const plx_store *st)
+{
+    return plx_bitmap_blocks(st->sb.extent_blocks);
+}
+
+enum plx_extent_type plx_block_type(const plx_store *st, uint64_t block)
+{
+    uint64_t e = block / eb(st);
+    if (e >= st->sb.extent_count)
+        return PLX_EXTENT_UNUSED;
+    return (enum plx_extent_type)st->cat[e].type;
+}
+
+bool plx_block_in_bitmap_area(const plx_store *st, uint64_t block)
+{
+    return block / eb(st) != 0 && block % eb(st) < bitmap_blocks(st);
+}
+
+static inline bool bit_get(const uint8_t *bits, uint64_t i)
+{
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline void bit_set(uint8_t *bits, uint64_t i, bool v)
+{
+    if (v)
+        bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    else
+        bits[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* ---- Catalogue ------------------------------------------------------------------------------- */
+
+static int catalogue_block_read(plx_store *st, uint64_t b, struct plx_catalog_block *out)
+{
+    uint64_t addr = st->sb.catalogue_start + b;
+    int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, out, 0);
+    if (rc)
+        return plx_err(st, rc, "reading extent catalogue block %llu: %s",
+                       (unsigned long long)addr, strerror(-rc));
+    const char *why = "";
+    rc = plx_blkhdr_verify(out, PLX_MAGIC_CATALOG, addr, &why);
+    if (rc || out->first_extent != b * PLX_CATALOG_PER_BLOCK ||
+        out->count > PLX_CATALOG_PER_BLOCK)
+        return plx_err(st, -EUCLEAN, "extent catalogue block %llu is corrupt: %s",
+                       (unsigned long long)addr, rc ? why : "wrong extent range");
+    return 0;
+}
+
+int plx_catalogue_read(plx_store *st)
+{
+    if (!st->cat) {
+        st->cat = calloc(st->sb.extent_count, sizeof *st->cat);
+        if (!st->cat)
+            return plx_err(st, -ENOMEM, "out of memory for the extent catalogue");
+    }
+    struct plx_catalog_block *cb = plx_block_alloc(1);
+    int rc = 0;
+    for (uint64_t b = 0; b < st->sb.catalogue_blocks && !rc; b++) {
+        rc = catalogue_block_read(st, b, cb);
+        for (uint32_t i = 0; !rc && i < cb->count; i++) {
+            uint64_t e = cb->first_extent + i;
+            if (e >= st->sb.extent_count)
+                break;
+            st->cat[e] = cb->entries[i];
+            if (cb->entries[i].type > PLX_EXTENT_DATA || (e == 0) != (cb->entries[i].type ==
+                                                                       PLX_EXTENT_SYSTEM))
+                rc = plx_err(st, -EUCLEAN, "extent catalogue: extent %llu has invalid type %u",
+                             (unsigned long long)e, cb->entries[i].type);
+        }
+    }
+    plx_block_free(cb);
+    return rc;
+}
+
+/* Write one catalogue entry: read-modify-write of its block, under the admin lock. */
+static int catalogue_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+{
+    struct plx_catalog_block *cb = plx_block_alloc(1);
+    uint64_t b = e / PLX_CATALOG_PER_BLOCK;
+    int rc = catalogue_block_read(st, b, cb);
+    if (!rc) {
+        cb->entries[e % PLX_CATALOG_PER_BLOCK] = *ent;
+        plx_blkhdr_seal(cb, PLX_MAGIC_CATALOG, st->sb.catalogue_start + b);
+        rc = plx_sync_io(st, PLX_IO_WRITE, st->sb.catalogue_start + b, 1, cb, 0);
+        if (rc)
+            plx_err(st, rc, "writing extent catalogue block: %s", strerror(-rc));
+    }
+    if (!rc)
+        st->cat[e] = *ent;
+    plx_block_free(cb);
+    return rc;
+}
+
+int plx_bitmap_read(plx_store *st, uint64_t extent, uint8_t *bits)
+{
+    int rc = plx_sync_io(st, PLX_IO_READ, extent * eb(st), (uint32_t)bitmap_blocks(st), bits, 0);
+    if (rc)
+        return plx_err(st, rc, "reading the allocation bitmap of extent %llu: %s",
+                       (unsigned long long)extent, strerror(-rc));
+    return 0;
+}
+
+/* ---- Allocator ---------------------------------------------------------------------------------- */
+
+int plx_alloc_init(plx_store *st)
+{
+    struct plx_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return plx_err(st, -ENOMEM, "out of memory for extent state");
+    st->alloc = a;
+    a->ext = calloc(st->sb.extent_count, sizeof *a->ext);
+    if (!a->ext)
+        return plx_err(st, -ENOMEM, "out of memory for extent state");
+    a->claim_chunk = CLAIM_CHUNK;
+    if (a->claim_chunk > eb(st) / 4)
+        a->claim_chunk = eb(st) / 4;
+    return 0;
+}
+
+void plx_alloc_free(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    if (!a)
+        return;
+    for (uint64_t e = 0; a->ext && e < st->sb.extent_count; e++) {
+        plx_block_free(a->ext[e].bitmap);
+        free(a->ext[e].dirty_blocks);
+    }
+    free(a->ext);
+    while (a->waiters) {
+        struct plx_alloc_waiter *w = a->waiters;
+        a->waiters = w->next;
+        free(w);
+    }
+    free(a);
+    st->alloc = NULL;
+}
+
+static uint64_t count_free(const plx_store *st, const uint8_t *bits)
+{
+    uint64_t used = 0;
+    for (uint64_t i = 0; i < eb(st) / 8; i++)
+        used += (uint64_t)__builtin_popcount(bits[i]);
+    return eb(st) - used;
+}
+
+static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    x->bitmap = bits;
+    x->dirty_blocks = calloc(bitmap_blocks(st), sizeof *x->dirty_blocks);
+    if (!x->dirty_blocks)
+        return plx_err(st, -ENOMEM, "out of memory");
+    x->free = count_free(st, bits);
+    x->held = true;
+    return 0;
+}
+
+/* No extent to claim: say whether the store is really full or its extents are all held by
+ * other processes (each writer allocates in extents of its own), and what to do. */
+static int no_extent_error(plx_store *st, enum plx_extent_type type)
+{
+    uint64_t others = 0, mine = 0, full = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        const struct plx_extent_entry *c = &st->cat[e];
+        if (st->alloc->ext[e].held)
+            mine++;
+        else if (c->type != PLX_EXTENT_UNUSED &&
+                 !plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch))
+            others++;
+        else
+            full++;
+    }
+    const char *what = type == PLX_EXTENT_DATA ? "data" : "metadata";
+    uint64_t mib = st->sb.extent_blocks * PLX_BLOCK_SIZE >> 20;
+    if (others == 0)
+        return plx_err(st, -ENOSPC,
+                       "blockstore full: no %s extent has room (%llu extents of %llu MiB: %llu "
+                       "held here, %llu full); delete snapshots or VDIs and run parallax gc",
+                       what, (unsigned long long)(st->sb.extent_count - 1),
+                       (unsigned long long)mib, (unsigned long long)mine,
+                       (unsigned long long)full);
+    return plx_err(st, -ENOSPC,
+                   "no free %s extent for this process: of %llu extents of %llu MiB, %llu are "
+                   "held by other processes writing to this blockstore, %llu by this one and "
+                   "%llu have no room for %s blocks. Every process that writes needs a metadata and a data "
+                   "extent of its own: stop a process, or re-create the store with a smaller "
+                   "--extent-size (parallax format) so that it has more extents",
+                   what, (unsigned long long)(st->sb.extent_count - 1), (unsigned long long)mib,
+                   (unsigned long long)others, (unsigned long long)mine,
+                   (unsigned long long)full, what);
+}
+
+/* Take an extent of `type` for this process: one whose holder is gone and has room, else an
+ * unused one. Blocking, under the admin lock. */
+static int extent_claim(plx_store *st, enum plx_extent_type type)
+{
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_catalogue_read(st);
+    uint8_t *bits = plx_block_alloc(bitmap_blocks(st));
+    uint64_t chosen = 0;
+    for (int pass = 0; pass < 2 && !rc && !chosen; pass++) {
+        for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
+            const struct plx_extent_entry *c = &st->cat[e];
+            if (st->alloc->ext[e].held)
+                continue;
+            if (pass == 0 && c->type == type && !(c->flags & PLX_EXTENT_FULL) &&
+                plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch)) {
+                rc = plx_bitmap_read(st, e, bits);
+                if (!rc && count_free(st, bits) > 0) {
+                    chosen = e;
+                    break;
+                }
+            } else if (pass == 1 && c->type == PLX_EXTENT_UNUSED) {
+                memset(bits, 0, bitmap_blocks(st) * PLX_BLOCK_SIZE);
+                for (uint64_t i = 0; i < bitmap_blocks(st); i++)
+                    bit_set(bits, i, true);
+                rc = plx_sync_io(st, PLX_IO_WRITE, e * eb(st), (uint32_t)bitmap_blocks(st), bits,
+                                 0);
+                if (rc)
+                    plx_err(st, rc, "initialising the bitmap of extent %llu: %s",
+                            (unsigned long long)e, strerror(-rc));
+                else
+                    chosen = e;
+                break;
+            }
+        }
+    }
+    if (!rc && !chosen)
+        rc = no_extent_error(st, type);
+    if (!rc) {
+        struct plx_extent_entry ent = st->cat[chosen];
+        ent.type = (uint8_t)type;
+        plx_holder_set_me(st, &ent.holder_host, &ent.holder_pid, &ent.holder_epoch);
+        /* The bitmap must be durable before the entry that makes the extent ours. */
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc)
+            rc = catalogue_entry_write(st, chosen, &ent);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc)
+            rc = extent_hold(st, chosen, bits);
+        else
+            plx_err(st, rc, "claiming extent %llu: %s", (unsigned long long)chosen,
+                    strerror(-rc));
+        if (!rc)
+            bits = NULL;
+    }
+    plx_admin_unlock(st);
+    plx_block_free(bits);
+    return rc;
+}
+
+/* Claim a run of free blocks in a held extent of `type` into the pool. */
+static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_alloc_pool *pool)
+{
+    struct plx_alloc *a = st->alloc;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+            struct plx_extent_state *x = &a->ext[e];
+            if (!x->held || st->cat[e].type != type || x->free == 0)
+                continue;
+            /* First fit from the start keeps a writer's blocks close together. */
+            uint64_t i = bitmap_blocks(st);
+            while (i < eb(st) && bit_get(x->bitmap, i))
+                i++;
+            if (i == eb(st)) {
+                x->free = 0;
+                continue;
+            }
+            uint64_t j = i;
+            while (j < eb(st) && j - i < a->claim_chunk && !bit_get(x->bitmap, j))
+                j++;
+            a->gen++;
+            for (uint64_t k = i; k < j; k++) {
+                bit_set(x->bitmap, k, true);
+                x->dirty_blocks[k / (PLX_BLOCK_SIZE * 8)] = a->gen;
+            }
+            x->free -= j - i;
+            pool->next = e * eb(st) + i;
+            pool->end = e * eb(st) + j;
+            pool->extent = e;
+            pool->valid = true;
+            return 0;
+        }
+        if (attempt == 0) {
+            int rc = extent_claim(st, type);
+            if (rc)
+                return rc;
+        }
+    }
+    return plx_err(st, -ENOSPC, "blockstore full");
+}
+
+int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    struct plx_alloc_pool *pool = &st->alloc->pool[type == PLX_EXTENT_DATA];
+    if (!pool->valid || pool->next == pool->end) {
+        int rc = pool_refill(st, type, pool);
+        if (rc)
+            return rc;
+    }
+    uint64_t n = pool->end - pool->next;
+    if (n > want)
+        n = want;
+    *first = pool->next;
+    pool->next += n;
+    return (int)n;
+}
+
+uint64_t plx_alloc_gen(const plx_store *st)
+{
+    return st->alloc->gen;
+}
+
+/* ---- Writing claims ------------------------------------------------------------------------- */
+
+struct bitmap_write {
+    struct plx_ev ev;
+    uint64_t target_gen;
+    uint8_t *buf;
+};
+
+static void sync_round_start(plx_store *st);
+static int round_finish_if_empty(plx_store *st);
+
+static void wake_alloc_waiters(plx_store *st, int status)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_alloc_waiter **pp = &a->waiters;
+    while (*pp) {
+        struct plx_alloc_waiter *w = *pp;
+        if (status || w->gen <= a->written_gen) {
+            *pp = w->next;
+            w->cb(w->arg, status);
+            free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
+static void bitmap_write_done(plx_store *st, struct plx_ev *ev)
+{
+    struct bitmap_write *bw = (struct bitmap_write *)ev;
+    struct plx_alloc *a = st->alloc;
+    if (ev->status && !a->round_status)
+        a->round_status = ev->status;
+    plx_block_free(bw->buf);
+    free(bw);
+    if (--a->writes_inflight)
+        return;
+    int status = a->round_status;
+    if (!status)
+        a->written_gen = a->round_target;
+    else
+        plx_err(st, status, "writing an allocation bitmap: %s", strerror(-status));
+    wake_alloc_waiters(st, status);
+    while (a->waiters) {
+        sync_round_start(st);
+        if (!round_finish_if_empty(st))
+            break;
+        wake_alloc_waiters(st, a->round_status);
+    }
+}
+
+/* Write every bitmap block changed since the last completed round. */
+static void sync_round_start(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    a->round_status = 0;
+    a->round_target = a->gen;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        if (!x->held)
+            continue;
+        for (uint64_t b = 0; b < bitmap_blocks(st); b++) {
+            if (x->dirty_blocks[b] <= a->written_gen)
+                continue;
+            struct bitmap_write *bw = calloc(1, sizeof *bw);
+            if (!bw) {
+                a->round_status = -ENOMEM;
+                continue;
+            }
+            bw->buf = plx_block_alloc(1);
+            memcpy(bw->buf, x->bitmap + b * PLX_BLOCK_SIZE, PLX_BLOCK_SIZE);
+            bw->ev.io.op = PLX_IO_WRITE;
+            bw->ev.io.block = e * eb(st) + b;
+            bw->ev.io.nblocks = 1;
+            bw->ev.io.buf = bw->buf;
+            bw->ev.handler = bitmap_write_done;
+            int rc = plx_submit(st, &bw->ev);
+            if (rc) {
+                a->round_status = rc;
+                plx_block_free(bw->buf);
+                free(bw);
+                continue;
+            }
+            a->writes_inflight++;
+        }
+    }
+}
+
+/* A round with nothing to write (the changes were in extents since released) is done at once. */
+static int round_finish_if_empty(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    if (a->writes_inflight)
+        return 0;
+    if (!a->round_status)
+        a->written_gen = a->round_target;
+    return 1;
+}
+
+int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status), void *arg)
+{
+    struct plx_alloc *a = st->alloc;
+    if (gen <= a->written_gen)
+        return 1;
+    if (a->writes_inflight == 0) {
+        /* Callbacks never fire from inside this call: a round that needs no I/O is answered
+         * by the return value. */
+        sync_round_start(st);
+        if (round_finish_if_empty(st))
+            return a->round_status ? a->round_status : 1;
+    }
+    /* A round is in flight; if it does not reach gen, its completion starts the next one. */
+    struct plx_alloc_waiter *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->gen = gen;
+    w->cb = cb;
+    w->arg = arg;
+    w->next = a->waiters;
+    a->waiters = w;
+    return 0;
+}
+
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+{
+    return catalogue_entry_write(st, e, ent);
+}
+
+/* Give claimed-but-unused blocks back to their bitmaps (in memory; the next allocator write
+ * carries it). Safe at any time: nothing links a block before it leaves the pool. */
+void plx_alloc_return_pools(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    for (int t = 0; t < 2; t++) {
+        struct plx_alloc_pool *p = &a->pool[t];
+        if (!p->valid)
+            continue;
+        struct plx_extent_state *x = &a->ext[p->extent];
+        a->gen++;
+        for (uint64_t blk = p->next; blk < p->end; blk++) {
+            uint64_t i = blk % eb(st);
+            bit_set(x->bitmap, i, false);
+            x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+            x->free++;
+        }
+        p->valid = false;
+    }
+}
+
+/* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
+int plx_alloc_shutdown(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    if (!a->ext)
+        return 0;
+    plx_alloc_return_pools(st);
+    int rc = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        if (!x->held)
+            continue;
+        for (uint64_t b = 0; b < bitmap_blocks(st) && !rc; b++) {
+            if (x->dirty_blocks[b] <= a->written_gen)
+                continue;
+            rc = plx_sync_io(st, PLX_IO_WRITE, e * eb(st) + b, 1,
+                             x->bitmap + b * PLX_BLOCK_SIZE, 0);
+        }
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (rc)
+        return plx_err(st, rc, "writing allocation bitmaps at close: %s", strerror(-rc));
+    a->written_gen = a->gen;
+    rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
+        if (!a->ext[e].held)
+            continue;
+        struct plx_extent_entry ent = st->cat[e];
+        ent.holder_host = 0;
+        ent.holder_pid = 0;
+        ent.holder_epoch = 0;
+        if (a->ext[e].free == 0)
+            ent.flags |= PLX_EXTENT_FULL;
+        rc = catalogue_entry_write(st, e, &ent);
+        a->ext[e].held = false;
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+static void flag_done(void *arg, int status)
+{
+    int *f = arg;
+    f[0] = status;
+    f[1] = 1;
+}
+
+int plx_wait_alloc_written(plx_store *st)
+{
+    int f[2] = {0, 0};
+    int rc = plx_alloc_sync(st, st->alloc->gen, flag_done, f);
+    if (rc == 1)
+        return 0;
+    if (rc < 0)
+        return rc;
+    rc = plx_drive_until(st, &f[1]);
+    return rc ? rc : f[0];
+}
+
+int plx_extent_free(plx_store *st, uint64_t e, uint64_t *free_blocks)
+{
+    int rc = 0;
+    if (st->alloc->ext[e].held) {
+        *free_blocks = count_free(st, st->alloc->ext[e].bitmap);
+        return 0;
+    }
+    uint8_t *bits = plx_block_alloc(bitmap_blocks(st));
+    rc = plx_bitmap_read(st, e, bits);
+    if (!rc)
+        *free_blocks = count_free(st, bits);
+    plx_block_free(bits);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/*
+ * alloc.h - the extent catalogue and the block allocator (layer 2; alloc.c says how claims are
+ * made durable before the links that use them).
+ */
+#ifndef PLX_ALLOC_H
+#define PLX_ALLOC_H
+
+#include "engine.h"
+
+/* Per extent type (metadata, data): the extents this process holds and a run of claimed blocks
+ * ready to hand out. Claims are made durable by the batch that uses them (see alloc.c). */
+struct plx_extent_state {
+    uint8_t *bitmap;            /* in-memory bitmap of a held extent, NULL otherwise */
+    uint64_t free;              /* clear bits */
+    uint64_t *dirty_blocks;     /* per bitmap block: generation of its last change */
+    bool held;
+};
+
+struct plx_alloc_pool {
+    uint64_t next, end;         /* claimed, unused blocks [next, end) */
+    uint64_t extent;            /* extent the pool is in */
+    bool valid;
+};
+
+struct plx_alloc_waiter {
+    uint64_t gen;
+    void (*cb)(void *arg, int status);
+    void *arg;
+    struct plx_alloc_waiter *next;
+};
+
+struct plx_alloc {
+    struct plx_extent_state *ext;      /* extent_count entries */
+    struct plx_alloc_pool pool[2];     /* [0] metadata, [1] data */
+    uint64_t gen;                      /* bumped on every bitmap or catalogue change */
+    uint64_t written_gen;              /* every change up to here is written */
+    uint64_t round_target;             /* generation the writes in flight will reach */
+    int round_status;
+    struct plx_alloc_waiter *waiters;  /* batches waiting for claims to be written */
+    unsigned writes_inflight;
+    uint64_t claim_chunk;              /* blocks per claim */
+};
+
+int plx_alloc_init(plx_store *st);
+/* Release claimed-but-unused blocks and extent locks; write everything. Blocking. */
+int plx_alloc_shutdown(plx_store *st);
+void plx_alloc_free(plx_store *st);
+/* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
+ * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
+int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
+/* Current allocator generation: a batch that used blocks must see it written before linking. */
+uint64_t plx_alloc_gen(const plx_store *st);
+/* Write allocator state up to generation gen; cb fires when written (immediately if already). */
+int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status), void *arg);
+/* Read the whole catalogue and every held extent's bitmap from disk (check, info, gc). */
+int plx_catalogue_read(plx_store *st);
+int plx_bitmap_read(plx_store *st, uint64_t extent, uint8_t *bits);
+enum plx_extent_type plx_block_type(const plx_store *st, uint64_t block);
+bool plx_block_in_bitmap_area(const plx_store *st, uint64_t block);
+/* Write one catalogue entry (under the admin lock). */
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
+/* Give the claimed-but-unused blocks of this process's pools back to the bitmaps (in memory). */
+void plx_alloc_return_pools(plx_store *st);
+/* Free blocks of extent e: from the bitmap held here, else read from the medium. */
+int plx_extent_free(plx_store *st, uint64_t e, uint64_t *free_blocks);
+/* Write every allocator change made so far and wait for it. Blocking. */
+int plx_wait_alloc_written(plx_store *st);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * blocking.c - the blocking forms of the asynchronous calls (layer 7): submit, then service the
+ * store until the callback has run. Only this thin loop sits on top of the asynchronous API;
+ * nothing below it waits for a request.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include "pipeline.h"
+
+int plx_store_wait(plx_store *st, const int *done)
+{
+    while (!*done) {
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            return rc;
+        if (*done)
+            break;
+        if (!plx_store_busy(st))
+            return plx_err(st, -EDEADLK, "waiting for a request that can never complete");
+        struct epoll_event e;
+        rc = epoll_wait(st->epoll_fd, &e, 1, 1000);
+        if (rc < 0 && errno != EINTR)
+            return plx_err(st, -errno, "epoll_wait: %s", strerror(errno));
+    }
+    return 0;
+}
+
+struct sync_wait {
+    int done;
+    int status;
+};
+
+static void sync_done(void *arg, int status)
+{
+    struct sync_wait *w = arg;
+    w->status = status;
+    w->done = 1;
+}
+
+static int sync_finish(plx_vdi *v, int rc, struct sync_wait *w)
+{
+    if (rc)
+        return rc;
+    rc = plx_store_wait(v->st, &w->done);
+    return rc ? rc : w->status;
+}
+
+int plx_vdi_pread(plx_vdi *v, void *buf, uint64_t off, size_t len)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_read(v, buf, off, len, sync_done, &w), &w);
+}
+
+int plx_vdi_pwrite(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_write(v, buf, off, len, flags, sync_done, &w), &w);
+}
+
+int plx_vdi_flush(plx_vdi *v)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_flush(v, sync_done, &w), &w);
+}
+
+int plx_vdi_trim(plx_vdi *v, uint64_t off, uint64_t len)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_trim(v, off, len, sync_done, &w), &w);
+}
+
+int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_snapshot(v, label, index_out, sync_done, &w), &w);
+}
+
+int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
+{
+    const char *at = strchr(vdi, '@');
+    if (at)
+        return plx_err(st, -EINVAL,
+                       "%s is a snapshot, and snapshots never change: snapshot the VDI %.*s, or "
+                       "make a writable copy with 'vdi-create NAME --from %s'",
+                       vdi, (int)(at - vdi), vdi, vdi);
+    plx_vdi *v;
+    int rc = plx_vdi_open(st, vdi, 0, &v);
+    if (rc)
+        return rc;
+    rc = plx_vdi_snapshot_open(v, label, index_out);
+    int crc = plx_vdi_close(v);
+    return rc ? rc : crc;
+}
+

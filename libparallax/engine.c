@@ -1,0 +1,247 @@
+/*
+ * engine.c - the engine's event loop: engine I/O as events whose handlers run from the service
+ * loop, deferred callbacks (how requests complete to their callers), the store's error
+ * message, and the blocking single I/O of admin paths. See engine.h for the layers.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include "engine.h"
+
+uint64_t plx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int plx_err(plx_store *st, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->errmsg, sizeof st->errmsg, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *plx_store_errmsg(const plx_store *st)
+{
+    return st->errmsg;
+}
+
+void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (!errbuf || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- I/O plumbing ------------------------------------------------------------------------------ */
+
+static void ev_io_done(struct plx_io *io, int status)
+{
+    struct plx_ev *ev = (struct plx_ev *)io;
+    plx_store *st = io->owner;
+    ev->status = status;
+    ev->next = NULL;
+    if (st->ready_tail)
+        st->ready_tail->next = ev;
+    else
+        st->ready_head = ev;
+    st->ready_tail = ev;
+}
+
+int plx_submit(plx_store *st, struct plx_ev *ev)
+{
+    if (st->fenced)
+        return -ESTALE;
+    ev->io.done = ev_io_done;
+    ev->io.owner = st;
+    int rc = st->be->ops->submit(st->be, &ev->io);
+    if (rc == 0)
+        st->internal_ios++;
+    return rc;
+}
+
+static void sync_done(struct plx_io *io, int status)
+{
+    int *result = io->owner;
+    result[0] = status;
+    result[1] = 1;
+}
+
+int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
+                unsigned flags)
+{
+    if (st->service_tick)
+        st->service_tick(st); /* long blocking admin work keeps its lease too */
+    if (st->fenced)
+        return -ESTALE;
+    int result[2] = {0, 0};
+    struct plx_io io = {.op = op, .flags = flags, .block = block, .nblocks = n, .buf = buf};
+    io.done = sync_done;
+    io.owner = result;
+    int rc = st->be->ops->submit(st->be, &io);
+    if (rc)
+        return rc;
+    while (!result[1]) {
+        rc = st->be->ops->poll(st->be, -1);
+        if (rc < 0 && rc != -EINTR)
+            return rc;
+    }
+    /* A baseline message: callers with more context replace it. */
+    if (result[0]) {
+        static const char *const names[] = {"read", "write", "flush"};
+        if (op == PLX_IO_FLUSH)
+            plx_err(st, result[0], "flushing %s: %s", st->be->desc, strerror(-result[0]));
+        else
+            plx_err(st, result[0], "%s of block %llu on %s: %s", names[op],
+                    (unsigned long long)block, st->be->desc, strerror(-result[0]));
+    }
+    return result[0];
+}
+
+void plx_wake(plx_store *st)
+{
+    uint64_t one = 1;
+    if (write(st->wake_fd, &one, sizeof one) < 0) {
+        /* The counter cannot overflow in practice; a failed wake only delays work to the next
+         * service call. */
+    }
+}
+
+void plx_defer(plx_store *st, struct plx_deferred *d)
+{
+    d->next = NULL;
+    if (st->deferred_tail)
+        st->deferred_tail->next = d;
+    else
+        st->deferred_head = d;
+    st->deferred_tail = d;
+    /* Inside the service loop the queue is drained before it returns: a wake-up would only
+     * cost a system call per request. */
+    if (!st->in_service)
+        plx_wake(st);
+}
+
+int plx_store_fd(const plx_store *st)
+{
+    return st->epoll_fd;
+}
+
+void plx_run_ready(plx_store *st)
+{
+    while (st->ready_head) {
+        struct plx_ev *ev = st->ready_head;
+        st->ready_head = ev->next;
+        if (!st->ready_head)
+            st->ready_tail = NULL;
+        st->internal_ios--;
+        ev->handler(st, ev);
+    }
+}
+
+int plx_store_service(plx_store *st)
+{
+    uint64_t junk;
+    if (read(st->wake_fd, &junk, sizeof junk) < 0) {
+        /* EAGAIN: nothing was signalled. */
+    }
+    if (st->service_tick)
+        st->service_tick(st);
+    int ran = 0;
+    st->in_service = true;
+    for (;;) {
+        int rc = st->be->ops->poll(st->be, 0);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
+            st->in_service = false;
+            return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
+        }
+        plx_run_ready(st);
+        if (!st->deferred_head)
+            break;
+        while (st->deferred_head) {
+            struct plx_deferred *d = st->deferred_head;
+            st->deferred_head = d->next;
+            if (!st->deferred_head)
+                st->deferred_tail = NULL;
+            ran++;
+            d->run(d);
+        }
+    }
+    st->in_service = false;
+    return ran;
+}
+
+/* Blocking internal wait: run engine I/O handlers until *flag is set. User callbacks are not
+ * run here (they stay queued for the next plx_store_service), so admin paths may use this. */
+int plx_drive_until(plx_store *st, const int *flag)
+{
+    plx_run_ready(st);
+    while (!*flag) {
+        if (!st->internal_ios && !st->ready_head)
+            return plx_err(st, -EDEADLK, "internal wait with nothing in flight");
+        int rc = st->be->ops->poll(st->be, -1);
+        if (rc < 0 && rc != -EINTR)
+            return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
+        plx_run_ready(st);
+    }
+    return 0;
+}
+
+int plx_engine_init(plx_store *st)
+{
+    st->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    st->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (st->wake_fd < 0 || st->epoll_fd < 0)
+        return plx_err(st, -errno, "creating event descriptors: %s", strerror(errno));
+    struct epoll_event e = {.events = EPOLLIN};
+    if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, st->wake_fd, &e) != 0)
+        return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
+    int bfd = st->be->ops->fd(st->be);
+    if (bfd >= 0 && epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, bfd, &e) != 0)
+        return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
+    return 0;
+}
+
+void plx_engine_free(plx_store *st)
+{
+    if (st->wake_fd >= 0)
+        close(st->wake_fd);
+    if (st->epoll_fd >= 0)
+        close(st->epoll_fd);
+    st->wake_fd = st->epoll_fd = -1;
+}
+
+bool plx_engine_busy(const plx_store *st)
+{
+    return st->internal_ios || st->ready_head || st->deferred_head;
+}
+
+int plx_engine_watch_fd(plx_store *st, int fd)
+{
+    struct epoll_event e = {.events = EPOLLIN};
+    if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, fd, &e) != 0)
+        return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
+    return 0;
+}
+
+void plx_fence(plx_store *st, const char *fmt, ...)
+{
+    if (st->fenced)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->errmsg, sizeof st->errmsg, fmt, ap);
+    va_end(ap);
+    st->fenced = true;
+    st->fatal = -ESTALE;
+}

@@ -1,0 +1,134 @@
+/*
+ * engine.h - the engine's context and event loop (layer 0 above the backend).
+ *
+ * The engine is layered, each layer calling only the ones below it (docs/DESIGN.md, "Layers"):
+ *
+ *   8  check.c, gc.c, info.c      read everything below; nothing calls them
+ *   7  store.c, blocking.c        open and close a store; the blocking forms of the calls
+ *   6  vdi.c, vdi_admin.c         VDI handles; create, clone, delete
+ *   5  pipeline.c                 radix walks, copy-on-write, batches, snapshots, commit order
+ *   4  registry.c, snaplog.c      VDI records; snapshot logs
+ *   3  cache.c                    cached radix nodes; "loaded" is a callback to layer 5
+ *   2  alloc.c                    extent catalogue, bitmaps, claims
+ *   1  lock.c, system.c, format.c identity, admin lock, holder liveness; superblock and system
+ *                                 state block; making a new store
+ *   0  engine.c                   this header: I/O events, deferred callbacks, errors
+ *      backend.h                  the medium (file, memory; fault injection in tests)
+ *
+ * Every layer receives the one context, struct plx_store, and uses its own part of it and the
+ * parts of the layers below. Layers above are reached only through callbacks they registered
+ * (struct plx_deferred, the node cache's waiters, gc_epoch_moved).
+ *
+ * Everything runs on one thread; nothing takes a mutex.
+ */
+#ifndef PLX_ENGINE_H
+#define PLX_ENGINE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "backend.h"
+#include "format.h"
+#include "parallax.h"
+
+typedef struct plx_store plx_store_t;
+struct plx_alloc;
+struct plx_cache;
+struct plx_lock_ops;
+struct plx_lockd;
+struct plx_vdi;
+
+/* Every engine I/O is an event: the backend's completion only records the status and queues the
+ * event; the service loop runs the handler afterwards, outside the backend's poll, so handlers
+ * may submit (or even wait for) more I/O. */
+struct plx_ev {
+    struct plx_io io;
+    int status;
+    void (*handler)(struct plx_store *st, struct plx_ev *ev);
+    void *ctx;
+    struct plx_ev *next;
+};
+
+/* A callback to run at the end of the current service pass, never inside the call that queued
+ * it (how completions reach the caller of an asynchronous request). */
+struct plx_deferred {
+    void (*run)(struct plx_deferred *d);
+    struct plx_deferred *next;
+};
+
+struct plx_store {
+    /* The medium and what is known of it (system.c, alloc.c). */
+    plx_backend *be;
+    struct plx_superblock sb;
+    struct plx_state_block state;
+    struct plx_extent_entry *cat;      /* extent catalogue, extent_count entries (alloc.c) */
+    int read_only;
+    uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
+    /* Called when a read of the state block finds that a collection freed blocks since (the
+     * node cache registers it: cached nodes may describe blocks that were reused). */
+    void (*gc_epoch_moved)(struct plx_store *st);
+
+    /* Who we are, for locks and holders (lock.c). */
+    uint64_t host_hash;
+    uint32_t pid;
+    uint64_t epoch;
+    char host[64];
+    const struct plx_lock_ops *lock_ops; /* lock.h */
+    struct plx_lockd *lockd;           /* the lock manager's client, when the store has one */
+    /* Called at the start of every service pass (the lock manager's heartbeat). */
+    void (*service_tick)(struct plx_store *st);
+    unsigned admin_depth;              /* nested plx_admin_lock calls: only the outermost locks */
+
+    /* The event loop (engine.c). */
+    int epoll_fd;                      /* plx_store_fd(): backend fd + wake_fd */
+    int wake_fd;                       /* eventfd: callbacks are ready to run */
+    struct plx_ev *ready_head, *ready_tail;          /* I/O completed, handler not yet run */
+    struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */
+    unsigned internal_ios;             /* engine I/O in flight */
+    bool in_service;                   /* inside plx_store_service: completions need no wake */
+    int fatal;                         /* nonzero: the store stopped (negative errno) */
+    bool fenced;                       /* lease lost: no I/O may reach the medium any more */
+    char errmsg[512];
+
+    /* The layers above, each owning its state. */
+    struct plx_alloc *alloc;           /* alloc.c */
+    struct plx_cache *cache;           /* cache.c */
+    struct plx_vdi *vdis;              /* open VDI handles (vdi.c) */
+};
+
+/* Set the store's error message; returns err. */
+int plx_err(plx_store *st, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Like plx_err for calls that have no store yet: the message goes to errbuf. */
+void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint64_t plx_now_ns(void);
+
+/* Create and release the event descriptors (epoll set: the backend's fd and the wake fd). */
+int plx_engine_init(plx_store *st);
+void plx_engine_free(plx_store *st);
+
+/* Submit an engine I/O; ev->handler runs from the service loop when it completes. On a submit
+ * error the handler never runs. */
+int plx_submit(plx_store *st, struct plx_ev *ev);
+/* Blocking single I/O for admin paths: submit, then poll the backend until it completes. */
+int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
+                unsigned flags);
+/* Queue d->run for the end of the current service pass (waking the loop if outside one). */
+void plx_defer(plx_store *st, struct plx_deferred *d);
+void plx_wake(plx_store *st);
+/* Run the handlers of completed engine I/O (not deferred callbacks). */
+void plx_run_ready(plx_store *st);
+/* Blocking internal wait: poll and run I/O handlers until *flag is set. Deferred callbacks are
+ * not run (they stay queued for the next plx_store_service), so admin paths may use this. */
+int plx_drive_until(plx_store *st, const int *flag);
+/* Add fd to the set behind plx_store_fd(), so that its readiness wakes the host loop (which
+ * then calls plx_store_service). */
+int plx_engine_watch_fd(plx_store *st, int fd);
+/* Stop all further I/O to the medium for good: this process may no longer own what it holds
+ * (its lease lapsed). Submissions fail with -ESTALE and the message from then on. */
+void plx_fence(plx_store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Anything queued or in flight at this level (I/O, handlers, deferred callbacks)? */
+bool plx_engine_busy(const plx_store *st);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * pipeline.h - VDI trees being read and written: requests, copy-on-write, batches and commit
+ * ordering (layer 5; pipeline.c). struct plx_vdi is the state of one open tree; vdi.c (layer 6)
+ * opens and closes it.
+ */
+#ifndef PLX_PIPELINE_H
+#define PLX_PIPELINE_H
+
+#include "alloc.h"
+#include "cache.h"
+#include "engine.h"
+
+enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT };
+
+enum plx_req_state {
+    RQ_WAIT_RANGE,   /* an earlier overlapping request is still active */
+    RQ_RESOLVE,      /* loading radix nodes / old data for partial blocks */
+    RQ_IO,           /* data I/O in flight */
+    RQ_WAIT_BATCH,   /* waiting for its batch to commit */
+    RQ_DONE,
+};
+
+/* A link changed for a new data block, remembered so a failed data write can put it back. */
+struct plx_relink {
+    uint64_t leaf_addr;
+    unsigned idx;
+    uint64_t old_link;
+};
+
+struct plx_req {
+    struct plx_vdi *v;
+    enum plx_req_op op;
+    enum plx_req_state state;
+    unsigned flags;
+    uint64_t seq;
+    uint64_t off, len;           /* bytes */
+    uint64_t b0, b1;             /* virtual blocks [b0, b1) */
+    void *ubuf;                  /* caller's buffer */
+    uint8_t *bounce;             /* block-aligned staging buffer, or NULL when ubuf is used */
+    uint8_t *io_buf;             /* bounce or ubuf: what data I/O reads/writes */
+    bool head_partial, tail_partial, old_data_read;
+    plx_done_fn cb;
+    void *arg;
+    int status;
+    struct plx_load_wait loads;  /* radix nodes this request waits for */
+    unsigned ios_waiting;
+    struct plx_ev *ios;
+    size_t nios;
+    struct plx_relink *relinks;
+    size_t nrelinks;
+    bool needs_batch;            /* allocated or changed metadata */
+    struct plx_batch *batch;
+    char label[PLX_LABEL_MAX + 1];
+    uint64_t *index_out;
+    struct plx_req *next, *prev; /* vdi active list */
+    struct plx_req *batch_next;  /* batch membership */
+    struct plx_deferred done;    /* queued when complete: delivers the callback */
+};
+
+enum plx_batch_state {
+    B_OPEN,
+    B_STAGE_A,
+    B_FLUSH_A,
+    B_WAIT_PREV, /* stage A durable; stage B waits for the older flying batch to finish */
+    B_STAGE_B,
+    B_FLUSH_REC, /* snapshot: commit nodes durable before the record (FUA) that counts it */
+    B_FLUSH_B,
+    B_DONE,
+};
+
+struct plx_batch {
+    uint64_t seq;
+    struct plx_vdi *v;
+    enum plx_batch_state state;
+    struct plx_node **nodes;     /* changed nodes: written in stage A when new, else in B */
+    size_t nnodes, cap;
+    struct plx_req *reqs;        /* requests completing with this batch */
+    bool final_flush;            /* FUA, FLUSH or SNAPSHOT inside */
+    uint64_t alloc_gen;          /* allocator generation that must be written first */
+    unsigned data_pending;       /* data writes of member requests still in flight */
+    unsigned io_pending;         /* this batch's own I/O in flight */
+    int status;
+    struct plx_ev *ios;          /* metadata writes */
+    void *images;                /* node images captured when the batch started flying */
+    struct plx_ev flush_ev;
+    bool stage_a_started;
+    bool overlapped;             /* started flying while an older batch was in flight */
+    /* snapshot carried by this batch */
+    struct plx_req *snap;
+    uint8_t *rec_buf;            /* VDI record image */
+    uint8_t *log_buf;            /* snapshot log block image */
+    uint64_t log_addr;
+};
+
+struct plx_vdi {
+    plx_store *st;
+    struct plx_vdi *next;        /* store's open list */
+    struct plx_vdi_record rec;   /* in-memory copy of the registry record */
+    uint64_t slot_addr;
+    bool ro;
+    uint64_t nblocks;            /* virtual blocks */
+    unsigned height;
+    uint64_t root_addr;
+    struct plx_node *root;       /* pinned */
+    struct plx_owner *owner;     /* owner of this tree's writable nodes; NULL for a snapshot */
+    struct plx_snaplog_block *log_head; /* newest log block image (NULL: none) */
+    struct plx_snap_info *snaps; /* writable VDIs: every snapshot, as committed or in flight */
+    size_t nsnaps;
+    struct plx_req *active_head, *active_tail;
+    struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
+    struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
+    uint64_t next_seq, batch_seq;
+    bool needs_reload;
+    /* No write or trim since the newest snapshot was taken (in request order): the tree equals
+     * that snapshot's, so the next snapshot can share its root instead of copying one. */
+    bool same_as_newest_snap;
+    bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
+};
+
+int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
+void plx_pipeline_kick(struct plx_vdi *v);
+bool plx_vdi_idle(const struct plx_vdi *v);
+unsigned plx_index_at(uint64_t vblock, unsigned level);
+/* Is `label` the label of a live snapshot of v (in memory: includes snapshots in flight)? */
+bool plx_label_taken(const struct plx_vdi *v, const char *label, uint64_t except_index);
+/* Queue a finished request's callback for the end of the service pass (never inline). */
+void plx_complete(plx_store *st, struct plx_req *r);
+
+#endif

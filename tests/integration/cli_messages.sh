@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Everyday mistakes get a message in the user's terms, and change nothing: an empty file as a
+# blockstore, snapshotting a snapshot, an all-digits name that matches nothing, snapshotting a
+# VDI that a non-server process holds, serve with a port that is not one; vdi-list counts only
+# live snapshots, marks a clone whose source snapshot was deleted, and lines its columns up by
+# display width for names in UTF-8.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+require_cmd jq
+
+T=$PLX_TEST_TMP
+export PARALLAX_RUN_DIR=$T/run
+mkdir -p "$PARALLAX_RUN_DIR"
+has() { [[ $PLX_LAST_STDERR == *"$1"* ]] || fail "message [$PLX_LAST_STDERR] lacks [$1]"; }
+
+: >"$T/empty.img"
+expect_fail 1 "$PARALLAX" -b "$T/empty.img" info
+has "is empty"
+has "parallax format"
+[[ ! -s $T/empty.img ]] || fail "info wrote to the empty file"
+
+plx format --size 64M >/dev/null
+plx vdi-create gold --size 8M >/dev/null
+plx vdi-snapshot gold >/dev/null
+plx vdi-snapshot gold >/dev/null
+expect_fail 1 plx vdi-snapshot gold@1
+has "gold@1 is a snapshot"
+has "vdi-create NAME --from gold@1"
+assert_eq 2 "$(plx snap-list gold --json | jq length)" "snapshots after the refused snapshot"
+expect_fail 1 plx vdi-snapshot 999
+has "no VDI named '999' and none with id 999"
+
+# A VDI held by vdi-import (reading a FIFO, so it waits with the VDI open).
+mkfifo "$T/fifo"
+"$PARALLAX" -b "$T/store.img" vdi-import gold "$T/fifo" >"$T/import.log" 2>&1 &
+imp=$!
+bg_pid "$imp"
+exec 4>"$T/fifo"
+for ((i = 0; i < 100; i++)); do
+    [[ -n $(plx vdi-list --json | jq -r '.[] | select(.name == "gold") | .lock_holder') ]] && break
+    sleep 0.05
+done
+expect_fail 1 plx vdi-snapshot gold
+has "open for writing by pid $imp (parallax vdi-import)"
+has "not a server"
+[[ $PLX_LAST_STDERR != *"cannot reach"* ]] || fail "still talks of a server: $PLX_LAST_STDERR"
+exec 4>&-
+wait "$imp" || fail "import: $(cat "$T/import.log")"
+
+# Ports: refused as usage errors, before anything listens.
+for p in 0 99999 65536 '' -1 abc 80x; do
+    expect_fail 2 plx serve --port "$p"
+    has "not a TCP port number"
+done
+
+# vdi-list after a snapshot delete, with a clone of the deleted snapshot.
+plx vdi-create c --from gold@2 >/dev/null
+plx snap-delete gold@2 >/dev/null
+assert_eq 1 "$(plx vdi-list --json | jq '.[] | select(.name == "gold") | .snapshots')" "live snapshots of gold"
+assert_eq true "$(plx vdi-list --json | jq '.[] | select(.name == "c") | .parent_snap_deleted')" "clone's source deleted"
+plx vdi-list | grep -q 'gold@2 (deleted)' || fail "vdi-list does not mark the deleted source: $(plx vdi-list)"
+
+# Columns by display width: the SIZE column starts at the same column on every row.
+plx vdi-create 'héllo' --size 1M >/dev/null
+plx vdi-create '日本語' --size 1M >/dev/null
+cols=$(plx vdi-list | python3 -c '
+import re, sys, unicodedata
+def width(s):
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1 for c in s)
+for line in sys.stdin.read().splitlines():
+    m = re.search(r"SIZE|[0-9]+[.][0-9] [KMG]iB", line)
+    print(width(line[:m.start()]))
+' | sort -u | wc -l)
+assert_eq 1 "$cols" "rows whose third column starts at a different display column"
+echo ok

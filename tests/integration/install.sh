@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# make install / make uninstall into a DESTDIR, as a library user sees it:
+# - every promised file lands under PREFIX (the command, the plugin, libparallax.so.1.0.0 and its
+#   links, the archive, the header, parallax.pc, both man pages, the Xen hotplug scripts, the
+#   systemd unit with the install paths written in, its settings);
+# - a program outside the tree builds against the installed parallax.pc (PKG_CONFIG_SYSROOT_DIR)
+#   with the shared library and again with the static one (--static), and both run: plx_version()
+#   equals PLX_API_VERSION, a blockstore is formatted, written, read back and checked;
+# - the installed .so exports exactly the functions parallax.h declares, versioned PARALLAX_1
+#   (tests/check-exports.sh), and that check does fail on a library that exports one too few;
+# - the installed command runs and reports the same version;
+# - make uninstall leaves no file, link or Parallax directory behind.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+require_cmd make cc pkg-config readelf man ldd
+src=${PLX_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+T=$PLX_TEST_TMP
+dest="$T/dest"
+prefix=/opt/plx-test
+vars=(PREFIX="$prefix" DESTDIR="$dest")
+
+make -C "$src" --no-print-directory -s "${vars[@]}" install >"$T/install.log" 2>&1 ||
+    { cat "$T/install.log"; fail "make install"; }
+
+version=$(sed -n 's/^#define PLX_API_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' \
+    "$src/libparallax/include/parallax.h" | paste -sd.)
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "no version in parallax.h ($version)"
+root="$dest$prefix"
+expected=(
+    "bin/parallax"
+    "bin/parallax-lockd"
+    "lib/libparallax.so.$version"
+    "lib/libparallax.so.1"
+    "lib/libparallax.so"
+    "lib/libparallax.a"
+    "include/parallax.h"
+    "lib/pkgconfig/parallax.pc"
+    "share/man/man8/parallax.8"
+    "share/man/man3/libparallax.3"
+    "lib/parallax/nbdkit-parallax-plugin.so"
+    "etc/xen/scripts/block-parallax"
+    "etc/xen/scripts/block-parallax-tap"
+    "etc/xen/scripts/parallax-hotplug-common.sh"
+    "lib/systemd/system/parallax-serve@.service"
+    "etc/parallax/serve/qemu-nbd.conf"
+)
+for f in "${expected[@]}"; do
+    [[ -e $root/$f ]] || fail "make install did not install $prefix/$f"
+done
+# Nothing is installed outside PREFIX, and nothing unexpected inside it.
+unexpected=$(cd "$dest" && find . \( -type f -o -type l \) | sed "s|^\./${prefix#/}/||" |
+    grep -vxF -f <(printf '%s\n' "${expected[@]}") || true)
+[[ -z $unexpected ]] || fail "make install installed files nobody listed: $unexpected"
+assert_eq "libparallax.so.$version" "$(readlink "$root/lib/libparallax.so.1")" "soname link"
+assert_eq "libparallax.so.1" "$(readlink "$root/lib/libparallax.so")" "dev link"
+assert_eq "libparallax.so.1" \
+    "$(readelf -d "$root/lib/libparallax.so.$version" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')" "SONAME"
+[[ -x $root/bin/parallax && -x $root/etc/xen/scripts/block-parallax ]] || fail "modes"
+grep -qx "ExecStart=$prefix/bin/parallax serve \$PARALLAX_SERVE_ARGS" \
+    "$root/lib/systemd/system/parallax-serve@.service" || fail "unit does not run $prefix/bin/parallax"
+grep -q "EnvironmentFile=$prefix/etc/parallax/serve/%i.conf" \
+    "$root/lib/systemd/system/parallax-serve@.service" || fail "unit reads the wrong settings"
+# The man pages render without warnings.
+for page in share/man/man8/parallax.8 share/man/man3/libparallax.3; do
+    warn=$(MANWIDTH=100 man --warnings -l "$root/$page" 2>&1 >/dev/null || true)
+    [[ -z $warn ]] || fail "$page: $warn"
+done
+
+# ---- the exports of the installed library ---------------------------------------------------
+"$src/tests/check-exports.sh" "$root/lib/libparallax.so.$version" "$root/include" \
+    "$src/libparallax/libparallax.map" || fail "exports of the installed library"
+# The check itself must be able to fail: a library linked from the same objects with one
+# function left out of the export list.
+grep -v '^    plx_version;$' "$src/libparallax/libparallax.map" >"$T/short.map"
+cc -shared -Wl,--version-script="$T/short.map" -o "$T/short.so" \
+    -Wl,--whole-archive "$root/lib/libparallax.a" -Wl,--no-whole-archive -laio
+if "$src/tests/check-exports.sh" "$T/short.so" "$root/include" >"$T/short.out" 2>&1; then
+    fail "check-exports passed a library that does not export plx_version"
+fi
+grep -q '^-plx_version$' "$T/short.out" || { cat "$T/short.out"; fail "check-exports did not name plx_version"; }
+
+# ---- a program built against the installed parallax.pc ---------------------------------------
+export PKG_CONFIG_PATH="$root/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest"
+export PKG_CONFIG_LIBDIR="$root/lib/pkgconfig" # nothing of the system's
+assert_eq "$version" "$(pkg-config --modversion parallax)" "pkg-config --modversion"
+prog="$src/tests/integration/install_prog.c"
+# shellcheck disable=SC2046 # word splitting of pkg-config's output is the point
+cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-shared" \
+    $(pkg-config --libs parallax) || fail "building against the installed parallax.pc"
+# It must really use the installed header and library, not the source tree's.
+readelf -d "$T/prog-shared" | grep -q 'NEEDED.*\[libparallax.so.1\]' || fail "not linked to libparallax.so.1"
+out=$(LD_LIBRARY_PATH="$root/lib" "$T/prog-shared" "$T/store-shared.img") || fail "program (shared)"
+[[ $out == "ok "* ]] || fail "program (shared) said: $out"
+# Which library it ran with: the installed one.
+LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" | grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " ||
+    fail "the program does not load $root/lib/libparallax.so.1"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-static" \
+    "$root/lib/libparallax.a" -laio -lpthread ||
+    fail "building against the static library"
+readelf -d "$T/prog-static" | grep -q 'libparallax' && fail "the static build needs libparallax.so"
+out=$("$T/prog-static" "$T/store-static.img") || fail "program (static)"
+[[ $out == "ok "* ]] || fail "program (static) said: $out"
+
+# ---- the installed command ---------------------------------------------------------------------
+assert_eq "parallax $version" "$("$root/bin/parallax" --version)" "parallax --version"
+"$root/bin/parallax" -b "$T/store-shared.img" vdi-list | grep -q '^1 *disk ' ||
+    fail "the installed command does not see the VDI the program made"
+
+# ---- uninstall ---------------------------------------------------------------------------------
+make -C "$src" --no-print-directory -s "${vars[@]}" uninstall >"$T/uninstall.log" 2>&1 ||
+    { cat "$T/uninstall.log"; fail "make uninstall"; }
+left=$(cd "$dest" && find . \( -type f -o -type l \))
+[[ -z $left ]] || fail "make uninstall left: $left"
+for d in lib/parallax etc/parallax; do
+    [[ ! -e $root/$d ]] || fail "make uninstall left the directory $prefix/$d"
+done
+echo "install: $version installed under $prefix, built against, exports checked, uninstalled"
