@@ -141,7 +141,7 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke
+check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke bench-clones-smoke
 	@echo "make check: all passed"
 
 # The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
@@ -181,6 +181,21 @@ bench-smoke: $(B)/bench-engine
 # rewritten. Needs root for the file-system parts (loop devices, mounts).
 bench: deps all
 	bench/suite/run.sh --dir $(BENCH_DIR)
+	bench/clones.sh --dir $(BENCH_DIR)
+
+# Clones of the golden image (bench/README.md, "Clones"): space and boot time of 1, 10 and 30
+# booted clones, Parallax vs qcow2 overlays vs raw copies, under QEMU TCG (about 12 minutes on
+# 2 cores). Results in bench/results/clones-HOST-STAMP/, the figure in bench/plots/clones.png.
+bench-clones: deps all
+	bench/clones.sh --dir $(BENCH_DIR)
+
+# Smoke run for make check: 1 and 2 clones of each kind, one boot round; fails when any guest
+# or step fails, judges no number (output in build/bench-clones-smoke).
+bench-clones-smoke: deps all
+	@mkdir -p $(B)/test-logs
+	@bench/clones.sh --smoke --dir $(BENCH_DIR) > $(B)/test-logs/bench-clones-smoke.log 2>&1 \
+	    || { tail -40 $(B)/test-logs/bench-clones-smoke.log; echo "bench-clones-smoke: FAILED"; exit 1; }
+	@echo "bench/clones.sh --smoke: ok"
 
 # Smoke run for make check: tiny sizes, every section, every server and figure; fails when any
 # part fails. Never judges times, never writes into bench/ (output in build/bench-suite-smoke).
@@ -219,4 +234,4 @@ include mk/install.mk
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
 .PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi FORCE \
-        bench-suite-smoke
+        bench-suite-smoke bench-clones bench-clones-smoke
