@@ -23,6 +23,8 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <stddef.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -121,13 +124,23 @@
 
 /* ---- types ----------------------------------------------------------------------------------- */
 
+struct req;
+
 struct export
 {
     char name[PLX_NAME_MAX + 64];
-    plx_vdi *v;
+    plx_vdi *v;         /* NULL while waiting for the VDI (see below) */
     int refs;
     struct export *next;
     char last_err[256]; /* the engine's message for the last failed request, said once */
+    /* Handover: another process holds the VDI for writing (a guest migrating here, whose source
+     * still runs). The client gets the export (size from the VDI's record) at once; its
+     * requests wait, in order, until the source lets go and the VDI opens here, so nothing is
+     * served while the source still can. */
+    uint64_t size;
+    uint64_t wait_since_ns;
+    int failed;                      /* the wait ended without the VDI: every request fails */
+    struct req *pending_head, *pending_tail;
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -175,6 +188,7 @@ struct req {
     uint32_t len;
     int flushing; /* write zeroes with FUA: the trim is done, the flush runs */
     char *buf;
+    struct req *pending_next; /* waiting for the export's VDI (handover) */
 };
 
 struct nbd_server {
@@ -188,9 +202,18 @@ struct nbd_server {
     struct nbd_tls *tls; /* NULL: --tls=off */
     enum nbd_tls_mode tls_mode;
     int stopping;
+    struct et_fd_handler retry; /* timerfd: try the waiting exports' VDIs again */
+    int retry_armed;
 };
 
 static struct nbd_server *the_server;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- byte order ------------------------------------------------------------------------------ */
 
@@ -234,10 +257,12 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
     if (!the_server)
         return NULL;
     for (struct export *e = the_server->exports; e; e = e->next)
-        if (!plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+        if (e->v && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
             return e->v;
     return NULL;
 }
+
+static int retry_arm(struct nbd_server *srv);
 
 /* Open (or share) the export `name`. Blocking: never from a completion callback. */
 static int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out)
@@ -258,7 +283,15 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     if (!e)
         return -ENOMEM;
     int rc = plx_vdi_open(st, name, 0, &e->v);
-    if (rc) {
+    struct plx_vdi_info info;
+    if (rc == -EBUSY && !strchr(name, '@') && plx_vdi_lookup(st, name, &info) == 0 &&
+        retry_arm(srv) == 0) {
+        fprintf(stderr, "parallax: serve: export '%s': %s; its requests wait until it lets go\n",
+                name, plx_store_errmsg(st));
+        e->size = info.size;
+        e->wait_since_ns = now_ns();
+        rc = 0;
+    } else if (rc) {
         fprintf(stderr, "parallax: serve: export '%s': %s\n", name, plx_store_errmsg(st));
         free(e);
         return rc;
@@ -282,7 +315,7 @@ static void export_put(struct nbd_server *srv, struct export *e)
             break;
         }
     }
-    int rc = plx_vdi_close(e->v);
+    int rc = e->v ? plx_vdi_close(e->v) : 0;
     if (rc)
         fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
     free(e);
@@ -653,6 +686,112 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
     c->outstanding++;
 }
 
+/* ---- handover: exports waiting for their VDI --------------------------------------------------- */
+
+static void req_submit(struct req *r);
+
+/* How long a handover may take before the waiting requests fail: $PARALLAX_HANDOVER_WAIT
+ * seconds, default 60 (libxl gives a migrating guest's disks about as long). */
+static uint64_t handover_wait_ns(void)
+{
+    const char *env = getenv("PARALLAX_HANDOVER_WAIT");
+    double s = env ? strtod(env, NULL) : 60.0;
+    return (uint64_t)((s > 0 ? s : 60.0) * 1e9);
+}
+
+static void req_wait(struct export *e, struct req *r)
+{
+    if (e->failed) {
+        req_finish(r, e->failed);
+        return;
+    }
+    r->pending_next = NULL;
+    if (e->pending_tail)
+        e->pending_tail->pending_next = r;
+    else
+        e->pending_head = r;
+    e->pending_tail = r;
+}
+
+/* While waiting, block status says "data" everywhere: true of any disk, and it needs no tree. */
+static void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
+{
+    if (!c->meta_alloc) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        return;
+    }
+    unsigned char h[40];
+    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
+    put32(h + 20, NBD_CONTEXT_ALLOCATION);
+    put32(h + 24, len);
+    put32(h + 28, 0);
+    queue(c, h, 32, NULL, 0);
+    (void)off;
+}
+
+/* Try the waiting exports' VDIs again (every few ms, from the retry timer). */
+static void retry_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, retry));
+    uint64_t junk;
+    if (read(h->fd, &junk, sizeof junk) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    int still_waiting = 0;
+    for (struct export *e = srv->exports; e; e = e->next) {
+        if (e->v || e->failed)
+            continue;
+        int rc = plx_vdi_open(st, e->name, 0, &e->v);
+        if (rc == -EBUSY && now_ns() - e->wait_since_ns < handover_wait_ns()) {
+            e->v = NULL;
+            still_waiting = 1;
+            continue;
+        }
+        if (rc) {
+            e->v = NULL;
+            e->failed = rc == -EBUSY ? -ETIMEDOUT : rc;
+            fprintf(stderr, "parallax: serve: export '%s': gave up waiting for it: %s\n",
+                    e->name, plx_store_errmsg(st));
+        } else {
+            fprintf(stderr, "parallax: serve: export '%s': handed over after %.1f ms\n", e->name,
+                    (double)(now_ns() - e->wait_since_ns) / 1e6);
+        }
+        struct req *r = e->pending_head;
+        e->pending_head = e->pending_tail = NULL;
+        while (r) {
+            struct req *next = r->pending_next;
+            if (e->v)
+                req_submit(r);
+            else
+                req_finish(r, e->failed);
+            r = next;
+        }
+    }
+    if (!still_waiting) {
+        struct itimerspec off = {0};
+        timerfd_settime(h->fd, 0, &off, NULL);
+        srv->retry_armed = 0;
+    }
+}
+
+/* Start the retry timer (5 ms) for an export that waits. */
+static int retry_arm(struct nbd_server *srv)
+{
+    if (srv->retry.fd <= 0) {
+        srv->retry.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        srv->retry.on_ready = retry_ready;
+        if (srv->retry.fd < 0 || et_watch(srv->et, &srv->retry) != 0)
+            return -errno;
+    }
+    if (!srv->retry_armed) {
+        struct itimerspec its = {.it_interval = {0, 5000000}, .it_value = {0, 5000000}};
+        if (timerfd_settime(srv->retry.fd, 0, &its, NULL) != 0)
+            return -errno;
+        srv->retry_armed = 1;
+    }
+    return 0;
+}
+
 /* One request (header fields and, for a write, its payload). */
 static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle,
                            uint64_t off, uint32_t len, const unsigned char *payload)
@@ -677,6 +816,10 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
             (type == NBD_CMD_READ && len > NBD_MAX_PAYLOAD) ||
             (type == NBD_CMD_BLOCK_STATUS && len == 0)) {
             reply_error(c, type, handle, NBD_EINVAL);
+            return;
+        }
+        if (type == NBD_CMD_BLOCK_STATUS && !c->ex->v) {
+            block_status_waiting(c, handle, off, len);
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS) {
@@ -716,15 +859,29 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
                       .off = off,
                       .len = len,
                       .buf = r->buf};
+    c->outstanding++;
+    if (!c->ex->v) {
+        req_wait(c->ex, r);
+        return;
+    }
+    req_submit(r);
+}
+
+/* Hand a request to the engine (or fail it). */
+static void req_submit(struct req *r)
+{
+    struct conn *c = r->c;
     plx_vdi *v = c->ex->v;
+    uint64_t off = r->off;
+    uint32_t len = r->len;
     int rc;
-    switch (type) {
+    switch (r->type) {
     case NBD_CMD_READ:
         rc = plx_vdi_submit_read(v, r->buf, off, len, req_done, r);
         break;
     case NBD_CMD_WRITE:
         rc = plx_vdi_submit_write(v, r->buf, off, len,
-                                  (flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
+                                  (r->flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
         break;
     case NBD_CMD_FLUSH:
         rc = plx_vdi_submit_flush(v, req_done, r);
@@ -733,7 +890,6 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
         rc = plx_vdi_submit_trim(v, off, len, req_done, r);
         break;
     }
-    c->outstanding++;
     if (rc)
         req_finish(r, rc);
 }
@@ -819,8 +975,8 @@ static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsig
     }
     struct export *old = c->ex;
     c->ex = e;
-    c->size = plx_vdi_size(e->v);
-    c->writable = !plx_vdi_readonly(e->v);
+    c->size = e->v ? plx_vdi_size(e->v) : e->size;
+    c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
     unsigned char info[14];
     put16(info, NBD_INFO_EXPORT);
     put64(info + 2, c->size);
@@ -945,8 +1101,8 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
         if (c->ex)
             export_put(c->srv, c->ex);
         c->ex = e;
-        c->size = plx_vdi_size(e->v);
-        c->writable = !plx_vdi_readonly(e->v);
+        c->size = e->v ? plx_vdi_size(e->v) : e->size;
+        c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
         unsigned char h[10];
         put64(h, c->size);
         put16(h + 8, export_flags(c));
@@ -1434,10 +1590,19 @@ static void stop_job(struct et_job *job, plx_store *st)
         free_out(c);
     }
     /* Closing a VDI completes its outstanding requests (their callbacks run now). */
+    if (srv->retry.fd > 0) {
+        et_unwatch(srv->et, &srv->retry);
+        close(srv->retry.fd);
+        srv->retry.fd = 0;
+    }
     while (srv->exports) {
         struct export *e = srv->exports;
         srv->exports = e->next;
-        int rc = plx_vdi_close(e->v);
+        for (struct req *r = e->pending_head, *next; r; r = next) {
+            next = r->pending_next;
+            req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
+        }
+        int rc = e->v ? plx_vdi_close(e->v) : 0;
         if (rc)
             fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
         free(e);
