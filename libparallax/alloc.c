@@ -33,6 +33,13 @@ static uint64_t bitmap_blocks(const plx_store *st)
     return plx_bitmap_blocks(st->sb.extent_blocks);
 }
 
+/* Blocks per leaf slot: a leaf's worth, or the whole extent when extents are smaller (both are
+ * powers of two, so slots tile an extent exactly). */
+static uint64_t slot_blocks(const plx_store *st)
+{
+    return eb(st) < PLX_RADIX_FANOUT ? eb(st) : PLX_RADIX_FANOUT;
+}
+
 enum plx_extent_type plx_block_type(const plx_store *st, uint64_t block)
 {
     uint64_t e = block / eb(st);
@@ -156,6 +163,7 @@ void plx_alloc_free(plx_store *st)
     for (uint64_t e = 0; a->ext && e < st->sb.extent_count; e++) {
         plx_block_free(a->ext[e].bitmap);
         free(a->ext[e].dirty_blocks);
+        free(a->ext[e].slots);
     }
     free(a->ext);
     while (a->waiters) {
@@ -182,6 +190,11 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
     x->dirty_blocks = calloc(bitmap_blocks(st), sizeof *x->dirty_blocks);
     if (!x->dirty_blocks)
         return plx_err(st, -ENOMEM, "out of memory");
+    if (st->cat[e].type == PLX_EXTENT_DATA) {
+        x->slots = calloc(eb(st) / slot_blocks(st), sizeof *x->slots);
+        if (!x->slots)
+            return plx_err(st, -ENOMEM, "out of memory");
+    }
     x->free = count_free(st, bits);
     x->held = true;
     return 0;
@@ -341,6 +354,167 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
     *first = pool->next;
     pool->next += n;
     return (int)n;
+}
+
+/* ---- Data blocks placed by leaf ---------------------------------------------------------------- */
+
+/* Claim block i of held extent e (in memory; a batch makes it durable, see the top). */
+static void claim_block(plx_store *st, uint64_t e, uint64_t i)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
+    a->gen++;
+    bit_set(x->bitmap, i, true);
+    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+    x->free--;
+}
+
+static uint64_t slot_free(const plx_store *st, const struct plx_extent_state *x, uint64_t s)
+{
+    uint64_t n = slot_blocks(st), used = 0;
+    const uint8_t *bits = x->bitmap + s * n / 8;
+    for (uint64_t i = 0; i < n / 8; i++)
+        used += (uint64_t)__builtin_popcount(bits[i]);
+    return n - used;
+}
+
+/* The free block of slot s nearest to offset off (off itself first); false if the slot is full. */
+static bool slot_nearest_free(const plx_store *st, const struct plx_extent_state *x, uint64_t s,
+                              uint64_t off, uint64_t *i)
+{
+    uint64_t n = slot_blocks(st), base = s * n;
+    for (uint64_t d = 0; d < n; d++) {
+        if (off + d < n && !bit_get(x->bitmap, base + off + d)) {
+            *i = base + off + d;
+            return true;
+        }
+        if (d && d <= off && !bit_get(x->bitmap, base + off - d)) {
+            *i = base + off - d;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool is_data_extent(const plx_store *st, uint64_t e)
+{
+    const struct plx_extent_state *x = &st->alloc->ext[e];
+    return x->held && x->slots && st->cat[e].type == PLX_EXTENT_DATA && x->free > 0;
+}
+
+/* The unowned slot with the most free blocks whose offset off is free (the first empty one
+ * ends the search): an empty slot takes a leaf's whole run, a part-used one fills its holes. */
+static bool slot_choose(plx_store *st, uint64_t off, uint64_t *ext, uint64_t *slot)
+{
+    uint64_t n = slot_blocks(st), best = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        if (!is_data_extent(st, e))
+            continue;
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        for (uint64_t s = 0; s < eb(st) / n; s++) {
+            if (x->slots[s].leaf || bit_get(x->bitmap, s * n + off))
+                continue;
+            uint64_t f = slot_free(st, x, s);
+            if (f > best) {
+                best = f;
+                *ext = e;
+                *slot = s;
+                if (f == n)
+                    return true;
+            }
+        }
+    }
+    return best > 0;
+}
+
+/* Any free block of a held data extent, first fit. */
+static bool any_free_block(plx_store *st, uint64_t *ext, uint64_t *i)
+{
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        if (!is_data_extent(st, e))
+            continue;
+        const uint8_t *bits = st->alloc->ext[e].bitmap;
+        for (uint64_t k = bitmap_blocks(st) / 8; k < eb(st) / 8; k++) {
+            if (bits[k] == 0xff)
+                continue;
+            uint64_t j = k * 8;
+            while (bit_get(bits, j))
+                j++;
+            *ext = e;
+            *i = j;
+            return true;
+        }
+    }
+    return false;
+}
+
+int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
+                         uint64_t *slot, uint64_t *block)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    struct plx_alloc *a = st->alloc;
+    uint64_t n = slot_blocks(st), off = idx % n, e, s, i;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (*slot) {
+            e = *slot / eb(st);
+            s = *slot % eb(st) / n;
+            struct plx_extent_state *x = e < st->sb.extent_count ? &a->ext[e] : NULL;
+            if (x && x->held && x->slots && x->slots[s].leaf == leaf_addr &&
+                x->slots[s].tag == tag && slot_nearest_free(st, x, s, off, &i)) {
+                claim_block(st, e, i);
+                *block = e * eb(st) + i;
+                return 0;
+            }
+        }
+        if (slot_choose(st, off, &e, &s)) {
+            struct plx_extent_state *x = &a->ext[e];
+            x->slots[s].leaf = leaf_addr;
+            x->slots[s].tag = tag;
+            a->slots_owned++;
+            *slot = e * eb(st) + s * n;
+            claim_block(st, e, s * n + off);
+            *block = *slot + off;
+            return 0;
+        }
+        if (any_free_block(st, &e, &i)) {
+            claim_block(st, e, i);
+            *block = e * eb(st) + i;
+            return 0;
+        }
+        if (attempt == 0) {
+            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            if (rc)
+                return rc;
+        }
+    }
+    return plx_err(st, -ENOSPC, "blockstore full");
+}
+
+void plx_alloc_release_slots(plx_store *st, uint64_t tag)
+{
+    struct plx_alloc *a = st->alloc;
+    for (uint64_t e = 1; a->slots_owned && e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++) {
+            if (x->slots[s].leaf && x->slots[s].tag == tag) {
+                x->slots[s].leaf = 0;
+                a->slots_owned--;
+            }
+        }
+    }
+}
+
+void plx_alloc_extent_released(plx_store *st, uint64_t e)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++)
+        if (x->slots[s].leaf)
+            st->alloc->slots_owned--;
+    plx_block_free(x->bitmap);
+    free(x->dirty_blocks);
+    free(x->slots);
+    memset(x, 0, sizeof *x);
 }
 
 uint64_t plx_alloc_gen(const plx_store *st)
@@ -535,6 +709,11 @@ int plx_alloc_shutdown(plx_store *st)
             ent.flags |= PLX_EXTENT_FULL;
         rc = catalogue_entry_write(st, e, &ent);
         a->ext[e].held = false;
+        for (uint64_t s = 0; a->ext[e].slots && s < eb(st) / slot_blocks(st); s++)
+            if (a->ext[e].slots[s].leaf)
+                a->slots_owned--;
+        free(a->ext[e].slots);
+        a->ext[e].slots = NULL;
     }
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);

@@ -325,9 +325,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         if (!rc) {
             g->out->extents_released++;
             if (x->held) {
-                plx_block_free(x->bitmap);
-                free(x->dirty_blocks);
-                memset(x, 0, sizeof *x);
+                plx_alloc_extent_released(st, e);
                 cur = NULL;
             }
         }

@@ -788,8 +788,10 @@ static void do_mutate(struct plx_req *r)
             phys[vb - r->b0] = plx_link_addr(link);
             continue;
         }
+        /* Placed by its leaf, so virtual neighbours are neighbours on the store whatever
+         * order they are written in (alloc.h, leaf slots). */
         uint64_t pb;
-        int rc = plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
+        int rc = plx_alloc_leaf_block(st, v->rec.id, n->addr, idx, &n->data_slot, &pb);
         if (rc < 0) {
             err = rc;
             break;
@@ -972,6 +974,8 @@ static void do_snapshot(struct plx_req *r)
     if (r->index_out)
         *r->index_out = v->rec.snap_count;
 
+    /* The leaves written so far are frozen: their copies take slots of their own. */
+    plx_alloc_release_slots(st, v->rec.id);
     b->snap = r;
     b->log_addr = log_addr;
     b->final_flush = true;

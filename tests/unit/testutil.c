@@ -106,13 +106,19 @@ static plx_backend *inner_of(const plx_backend *be)
     return ((const struct keep_be *)be)->inner;
 }
 
-unsigned long tu_flushes;
+unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
     plx_backend *in = inner_of(be);
     if (io->op == PLX_IO_FLUSH)
         tu_flushes++;
+    if (io->op == PLX_IO_READ) {
+        tu_reads++;
+        tu_read_blocks += io->nblocks;
+    }
+    if (io->op == PLX_IO_WRITE)
+        tu_writes++;
     return in->ops->submit(in, io);
 }
 
