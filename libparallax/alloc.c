@@ -197,6 +197,7 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
     }
     x->free = count_free(st, bits);
     x->held = true;
+    st->alloc->empty_cursor = 0;
     return 0;
 }
 
@@ -402,29 +403,59 @@ static bool is_data_extent(const plx_store *st, uint64_t e)
     return x->held && x->slots && st->cat[e].type == PLX_EXTENT_DATA && x->free > 0;
 }
 
-/* The unowned slot with the most free blocks whose offset off is free (the first empty one
- * ends the search): an empty slot takes a leaf's whole run, a part-used one fills its holes. */
+static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, uint64_t s)
+{
+    uint64_t n = slot_blocks(st);
+    const uint8_t *bits = x->bitmap + s * n / 8;
+    for (uint64_t i = 0; i < n / 8; i++)
+        if (bits[i])
+            return false;
+    return true;
+}
+
+/* A slot for a leaf whose entry at offset off needs a block. First an empty unowned slot, in
+ * store order from a cursor that only moves forward (so a sequential writer's leaves lie one
+ * after the other; the cursor goes back to the start when blocks are given back or an extent
+ * is taken). When none is left, an unowned slot with offset off free, from a rotating cursor,
+ * preferring one at least a quarter free: holes left by leaves frozen early get filled. Each
+ * search costs O(slots) at worst, and the cursors make the common case O(1). */
 static bool slot_choose(plx_store *st, uint64_t off, uint64_t *ext, uint64_t *slot)
 {
-    uint64_t n = slot_blocks(st), best = 0;
-    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
-        if (!is_data_extent(st, e))
+    struct plx_alloc *a = st->alloc;
+    uint64_t n = slot_blocks(st), spe = eb(st) / n, total = st->sb.extent_count * spe;
+    for (; a->empty_cursor < total; a->empty_cursor++) {
+        uint64_t e = a->empty_cursor / spe, s = a->empty_cursor % spe;
+        if (!is_data_extent(st, e)) {
+            a->empty_cursor = (e + 1) * spe - 1;
             continue;
-        const struct plx_extent_state *x = &st->alloc->ext[e];
-        for (uint64_t s = 0; s < eb(st) / n; s++) {
-            if (x->slots[s].leaf || bit_get(x->bitmap, s * n + off))
-                continue;
-            uint64_t f = slot_free(st, x, s);
-            if (f > best) {
-                best = f;
-                *ext = e;
-                *slot = s;
-                if (f == n)
-                    return true;
-            }
+        }
+        const struct plx_extent_state *x = &a->ext[e];
+        if (!x->slots[s].leaf && slot_empty(st, x, s)) {
+            *ext = e;
+            *slot = s;
+            a->empty_cursor++;
+            return true;
         }
     }
-    return best > 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint64_t k = 0; k < total; k++) {
+            uint64_t g = (a->fill_cursor + k) % total, e = g / spe, s = g % spe;
+            if (!is_data_extent(st, e)) {
+                k += spe - 1 - s;
+                continue;
+            }
+            const struct plx_extent_state *x = &a->ext[e];
+            if (x->slots[s].leaf || bit_get(x->bitmap, s * n + off))
+                continue;
+            if (pass == 0 && slot_free(st, x, s) < n / 4)
+                continue;
+            a->fill_cursor = g;
+            *ext = e;
+            *slot = s;
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Any free block of a held data extent, first fit. */
@@ -669,6 +700,12 @@ void plx_alloc_return_pools(plx_store *st)
         }
         p->valid = false;
     }
+    a->empty_cursor = 0;
+}
+
+void plx_alloc_blocks_freed(plx_store *st)
+{
+    st->alloc->empty_cursor = 0;
 }
 
 /* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */

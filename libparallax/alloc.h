@@ -50,6 +50,7 @@ struct plx_alloc {
     unsigned writes_inflight;
     uint64_t claim_chunk;              /* blocks per claim */
     uint64_t slots_owned;              /* slots with an owner, in all held data extents */
+    uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
 };
 
 int plx_alloc_init(plx_store *st);
@@ -61,13 +62,15 @@ void plx_alloc_free(plx_store *st);
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
 /* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag: at offset idx
  * of the leaf's slot (*slot, 0 when it has none; updated when the leaf takes one), else the
- * nearest free block in it; a leaf without a usable slot takes the unowned slot with the most
- * free blocks that has offset idx free. Falls back to any free data block, and claims a new
+ * nearest free block in it; a leaf without a usable slot takes an empty unowned slot, or else
+ * an unowned one with offset idx free. Falls back to any free data block, and claims a new
  * extent only when every held data extent is full. Returns 0 or -ENOSPC. */
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
                          uint64_t *slot, uint64_t *block);
 /* Every slot owned by tag is released (its leaves were frozen by a snapshot, or closed). */
 void plx_alloc_release_slots(plx_store *st, uint64_t tag);
+/* Blocks of a held extent were freed (the collector): slot searches start over. */
+void plx_alloc_blocks_freed(plx_store *st);
 /* Extent e was given back (the collector emptied it): forget its bitmap and slots. */
 void plx_alloc_extent_released(plx_store *st, uint64_t e);
 /* Current allocator generation: a batch that used blocks must see it written before linking. */

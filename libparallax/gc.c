@@ -299,6 +299,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     if (!rc && !dry_run && freed) {
         if (x->held) {
             x->free += freed;
+            plx_alloc_blocks_freed(st);
             rc = plx_wait_alloc_written(st);
         } else {
             rc = plx_sync_io(st, PLX_IO_WRITE, e * g->eb, (uint32_t)g->bmb, cur, 0);
