@@ -479,6 +479,23 @@ static bool any_free_block(plx_store *st, uint64_t *ext, uint64_t *i)
     return false;
 }
 
+/* At least a quarter of the held data extents' blocks are in use: slots never make a process
+ * hold more than four times the data it has written. (A disk rewritten in random order after a
+ * snapshot needs a second copy's worth of slots, so half would be too tight.) */
+static bool data_mostly_used(const plx_store *st)
+{
+    uint64_t held = 0, free_blocks = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (x->held && x->slots) {
+            held += eb(st);
+            free_blocks += x->free;
+        }
+    }
+    return (held - free_blocks) * 4 >= held;
+}
+
+
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
                          uint64_t *slot, uint64_t *block)
 {
@@ -507,6 +524,17 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
             claim_block(st, e, s * n + off);
             *block = *slot + off;
             return 0;
+        }
+        /* Every slot is owned or full. A new extent gives the leaves slots of their own, but
+         * only while what this process holds is well used: a writer scattering single
+         * blocks over many leaves would otherwise take extent after extent (and starve other
+         * writers) for slots that stay almost empty. Then blocks go wherever one is free. */
+        if (attempt == 0 && data_mostly_used(st)) {
+            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            if (rc == 0)
+                continue;
+            if (rc != -ENOSPC)
+                return rc;
         }
         if (any_free_block(st, &e, &i)) {
             claim_block(st, e, i);
