@@ -413,13 +413,14 @@ static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, ui
     return true;
 }
 
-/* A slot for a leaf whose entry at offset off needs a block. First an empty unowned slot, in
- * store order from a cursor that only moves forward (so a sequential writer's leaves lie one
- * after the other; the cursor goes back to the start when blocks are given back or an extent
- * is taken). When none is left, an unowned slot with offset off free, from a rotating cursor,
- * preferring one at least a quarter free: holes left by leaves frozen early get filled. Each
- * search costs O(slots) at worst, and the cursors make the common case O(1). */
-static bool slot_choose(plx_store *st, uint64_t off, uint64_t *ext, uint64_t *slot)
+/* A slot for a leaf whose entry at offset off needs a block (UINT64_MAX: any offset). First an
+ * empty unowned slot, in store order from a cursor that only moves forward (so a sequential
+ * writer's leaves lie one after the other; the cursor goes back to the start when blocks are
+ * given back or an extent is taken). When none is left, an unowned slot with offset off free
+ * and at least min_free free blocks, from a rotating cursor: holes left by leaves frozen early
+ * get filled. The cursors make the common case O(1); the worst is O(slots held). */
+static bool slot_choose(plx_store *st, uint64_t off, uint64_t min_free, uint64_t *ext,
+                        uint64_t *slot)
 {
     struct plx_alloc *a = st->alloc;
     uint64_t n = slot_blocks(st), spe = eb(st) / n, total = st->sb.extent_count * spe;
@@ -437,23 +438,21 @@ static bool slot_choose(plx_store *st, uint64_t off, uint64_t *ext, uint64_t *sl
             return true;
         }
     }
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint64_t k = 0; k < total; k++) {
-            uint64_t g = (a->fill_cursor + k) % total, e = g / spe, s = g % spe;
-            if (!is_data_extent(st, e)) {
-                k += spe - 1 - s;
-                continue;
-            }
-            const struct plx_extent_state *x = &a->ext[e];
-            if (x->slots[s].leaf || bit_get(x->bitmap, s * n + off))
-                continue;
-            if (pass == 0 && slot_free(st, x, s) < n / 4)
-                continue;
-            a->fill_cursor = g;
-            *ext = e;
-            *slot = s;
-            return true;
+    for (uint64_t k = 0; k < total; k++) {
+        uint64_t g = (a->fill_cursor + k) % total, e = g / spe, s = g % spe;
+        if (!is_data_extent(st, e)) {
+            k += spe - 1 - s;
+            continue;
         }
+        const struct plx_extent_state *x = &a->ext[e];
+        if (x->slots[s].leaf || (off != UINT64_MAX && bit_get(x->bitmap, s * n + off)))
+            continue;
+        if (slot_free(st, x, s) < min_free)
+            continue;
+        a->fill_cursor = g;
+        *ext = e;
+        *slot = s;
+        return true;
     }
     return false;
 }
@@ -496,45 +495,102 @@ static bool data_mostly_used(const plx_store *st)
 }
 
 
+/* The held extent state of the slot at base if leaf/tag own it, else NULL. */
+static struct plx_extent_state *owned_slot(plx_store *st, uint64_t base, uint64_t leaf,
+                                           uint64_t tag)
+{
+    uint64_t e = base / eb(st), s = base % eb(st) / slot_blocks(st);
+    if (!base || e >= st->sb.extent_count)
+        return NULL;
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    return x->held && x->slots && x->slots[s].leaf == leaf && x->slots[s].tag == tag ? x : NULL;
+}
+
+static void slot_take(plx_store *st, uint64_t e, uint64_t s, uint64_t leaf, uint64_t tag)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    x->slots[s].leaf = leaf;
+    x->slots[s].tag = tag;
+    st->alloc->slots_owned++;
+}
+
+/* The owner of the spill slot (no leaf or VDI has this address or id). */
+#define SPILL UINT64_MAX
+
+/* A block whose place in its leaf's slot is taken (by an extent's bitmap, or by a block of a
+ * leaf that held the slot before) goes to the spill slot, filled in order: it costs a sequential
+ * reader one more request, where taking the nearest free place in the leaf's slot would push
+ * its neighbours out of place one after another. */
+static bool spill_block(plx_store *st, uint64_t *ext, uint64_t *i)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t n = slot_blocks(st), e, s;
+    for (int tries = 0; tries < 2; tries++) {
+        struct plx_extent_state *x = owned_slot(st, a->spill, SPILL, SPILL);
+        if (x) {
+            e = a->spill / eb(st);
+            s = a->spill % eb(st) / n;
+            if (slot_nearest_free(st, x, s, 0, i)) {
+                *ext = e;
+                return true;
+            }
+            x->slots[s].leaf = 0; /* full */
+            a->slots_owned--;
+        }
+        a->spill = 0;
+        if (!slot_choose(st, UINT64_MAX, n / 4, &e, &s) &&
+            !(data_mostly_used(st) && extent_claim(st, PLX_EXTENT_DATA) == 0 &&
+              slot_choose(st, UINT64_MAX, n / 4, &e, &s)) &&
+            !slot_choose(st, UINT64_MAX, 1, &e, &s))
+            return false;
+        slot_take(st, e, s, SPILL, SPILL);
+        a->spill = e * eb(st) + s * n;
+    }
+    return false;
+}
+
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
                          uint64_t *slot, uint64_t *block)
 {
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
-    struct plx_alloc *a = st->alloc;
     uint64_t n = slot_blocks(st), off = idx % n, e, s, i;
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (*slot) {
+        struct plx_extent_state *x = owned_slot(st, *slot, leaf_addr, tag);
+        if (x) {
             e = *slot / eb(st);
-            s = *slot % eb(st) / n;
-            struct plx_extent_state *x = e < st->sb.extent_count ? &a->ext[e] : NULL;
-            if (x && x->held && x->slots && x->slots[s].leaf == leaf_addr &&
-                x->slots[s].tag == tag && slot_nearest_free(st, x, s, off, &i)) {
+            i = *slot % eb(st) + off;
+            if (bit_get(x->bitmap, i) && spill_block(st, &e, &i)) {
+                claim_block(st, e, i);
+                *block = e * eb(st) + i;
+                return 0;
+            }
+            if (!bit_get(x->bitmap, i) ||
+                slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
                 claim_block(st, e, i);
                 *block = e * eb(st) + i;
                 return 0;
             }
         }
-        if (slot_choose(st, off, &e, &s)) {
-            struct plx_extent_state *x = &a->ext[e];
-            x->slots[s].leaf = leaf_addr;
-            x->slots[s].tag = tag;
-            a->slots_owned++;
-            *slot = e * eb(st) + s * n;
-            claim_block(st, e, s * n + off);
-            *block = *slot + off;
-            return 0;
-        }
-        /* Every slot is owned or full. A new extent gives the leaves slots of their own, but
-         * only while what this process holds is well used: a writer scattering single
+        /* Every slot is owned or mostly full. A new extent gives the leaves slots of their
+         * own, but only while what this process holds is well used: a writer scattering single
          * blocks over many leaves would otherwise take extent after extent (and starve other
-         * writers) for slots that stay almost empty. Then blocks go wherever one is free. */
-        if (attempt == 0 && data_mostly_used(st)) {
+         * writers) for slots that stay almost empty. Then any slot with the place free, then
+         * any free block. */
+        bool got = slot_choose(st, off, n / 4, &e, &s);
+        if (!got && attempt == 0 && data_mostly_used(st)) {
             int rc = extent_claim(st, PLX_EXTENT_DATA);
             if (rc == 0)
                 continue;
             if (rc != -ENOSPC)
                 return rc;
+        }
+        if (got || slot_choose(st, off, 1, &e, &s)) {
+            slot_take(st, e, s, leaf_addr, tag);
+            *slot = e * eb(st) + s * n;
+            claim_block(st, e, s * n + off);
+            *block = *slot + off;
+            return 0;
         }
         if (any_free_block(st, &e, &i)) {
             claim_block(st, e, i);

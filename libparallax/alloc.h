@@ -51,6 +51,7 @@ struct plx_alloc {
     uint64_t claim_chunk;              /* blocks per claim */
     uint64_t slots_owned;              /* slots with an owner, in all held data extents */
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
+    uint64_t spill;                    /* slot for blocks whose place was taken (alloc.c) */
 };
 
 int plx_alloc_init(plx_store *st);
@@ -61,8 +62,8 @@ void plx_alloc_free(plx_store *st);
  * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
 /* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag: at offset idx
- * of the leaf's slot (*slot, 0 when it has none; updated when the leaf takes one), else the
- * nearest free block in it; a leaf without a usable slot takes an empty unowned slot, or else
+ * of the leaf's slot (*slot, 0 when it has none; updated when the leaf takes one); when that
+ * block is taken, in the allocator's spill slot; a leaf without a usable slot takes an empty unowned slot, or else
  * an unowned one with offset idx free. Falls back to any free data block, and claims a new
  * extent only when every held data extent is full. Returns 0 or -ENOSPC. */
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
