@@ -357,7 +357,7 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
     return (int)n;
 }
 
-/* ---- Data blocks placed by leaf ---------------------------------------------------------------- */
+/* ---- Data blocks placed by leaf --------------------------------------------------------------- */
 
 /* Claim block i of held extent e (in memory; a batch makes it durable, see the top). */
 static void claim_block(plx_store *st, uint64_t e, uint64_t i)
@@ -494,7 +494,6 @@ static bool data_mostly_used(const plx_store *st)
     return (held - free_blocks) * 4 >= held;
 }
 
-
 /* The held extent state of the slot at base if leaf/tag own it, else NULL. */
 static struct plx_extent_state *owned_slot(plx_store *st, uint64_t base, uint64_t leaf,
                                            uint64_t tag)
@@ -565,8 +564,7 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
                 *block = e * eb(st) + i;
                 return 0;
             }
-            if (!bit_get(x->bitmap, i) ||
-                slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
+            if (!bit_get(x->bitmap, i) || slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
                 claim_block(st, e, i);
                 *block = e * eb(st) + i;
                 return 0;

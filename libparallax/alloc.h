@@ -51,7 +51,7 @@ struct plx_alloc {
     uint64_t claim_chunk;              /* blocks per claim */
     uint64_t slots_owned;              /* slots with an owner, in all held data extents */
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
-    uint64_t spill;                    /* slot for blocks whose place was taken (alloc.c) */
+    uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
 };
 
 int plx_alloc_init(plx_store *st);
@@ -61,11 +61,12 @@ void plx_alloc_free(plx_store *st);
 /* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
  * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
-/* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag: at offset idx
- * of the leaf's slot (*slot, 0 when it has none; updated when the leaf takes one); when that
- * block is taken, in the allocator's spill slot; a leaf without a usable slot takes an empty unowned slot, or else
- * an unowned one with offset idx free. Falls back to any free data block, and claims a new
- * extent only when every held data extent is full. Returns 0 or -ENOSPC. */
+/* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag (alloc.c,
+ * "Data blocks placed by leaf"): at offset idx of the leaf's slot (*slot, 0 when it has none;
+ * updated when the leaf takes one), or in the spill slot when that block is taken. A leaf
+ * without a usable slot takes an empty one, else one with offset idx free, else a new extent
+ * (while the held ones are at least a quarter used), else any free data block; a new extent
+ * also when every held data extent is full. Returns 0, -ENOSPC or another claim error. */
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
                          uint64_t *slot, uint64_t *block);
 /* Every slot owned by tag is released (its leaves were frozen by a snapshot, or closed). */

@@ -1834,8 +1834,8 @@ static void write_blocks_async(plx_store *st, plx_vdi *v, uint64_t first, const 
         uint64_t blk = first + perm[i];
         pattern(bufs + (size_t)perm[i] * BS, BS, gen, blk);
         recs[i] = (struct cb_rec){.in_submit = &in_submit, .id = (int)i};
-        OK(st, plx_vdi_submit_write(v, bufs + (size_t)perm[i] * BS, blk * BS, BS, 0, rec_cb,
-                                    &recs[i]));
+        OK(st,
+           plx_vdi_submit_write(v, bufs + (size_t)perm[i] * BS, blk * BS, BS, 0, rec_cb, &recs[i]));
     }
     drain_all(st, recs, (int)n);
     for (unsigned i = 0; i < n; i++)
@@ -1889,10 +1889,11 @@ START_TEST(test_placement_by_leaf)
         }
         write_blocks_async(st, v, N, perm, N, 40 + (uint64_t)round, bufs);
         unsigned long reqs = read_requests(st, v, N, N, bufs);
-        fprintf(stderr, "engine: placement round %d: a 2 MiB read of a leaf written in random "
-                        "order took %lu backend reads\n", round, reqs);
-        ck_assert_msg(reqs == 1, "round %d: %lu backend reads for one leaf's blocks", round,
-                      reqs);
+        fprintf(stderr,
+                "engine: placement round %d: a 2 MiB read of a leaf written in random "
+                "order took %lu backend reads\n",
+                round, reqs);
+        ck_assert_msg(reqs == 1, "round %d: %lu backend reads for one leaf's blocks", round, reqs);
     }
     close_vdi(st, v);
     check_clean(st, "after placement");
@@ -1939,8 +1940,10 @@ START_TEST(test_placement_after_snapshot_rewrite)
     unsigned long total = 0;
     for (unsigned b = 0; b < N; b += CHUNK)
         total += read_requests(st, v, b, CHUNK, want + (size_t)b * BS);
-    fprintf(stderr, "engine: placement: %u 1 MiB reads after a random rewrite took %lu backend "
-                    "reads\n", N / CHUNK, total);
+    fprintf(stderr,
+            "engine: placement: %u 1 MiB reads after a random rewrite took %lu backend "
+            "reads\n",
+            N / CHUNK, total);
     ck_assert_msg(total <= 2 * (N / CHUNK), "%lu backend reads for %u 1 MiB reads", total,
                   N / CHUNK);
     close_vdi(st, v);
