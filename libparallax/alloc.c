@@ -164,6 +164,7 @@ void plx_alloc_free(plx_store *st)
         plx_block_free(a->ext[e].bitmap);
         free(a->ext[e].dirty_blocks);
         free(a->ext[e].slots);
+        free(a->ext[e].reserved);
     }
     free(a->ext);
     while (a->waiters) {
@@ -192,7 +193,8 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
         return plx_err(st, -ENOMEM, "out of memory");
     if (st->cat[e].type == PLX_EXTENT_DATA) {
         x->slots = calloc(eb(st) / slot_blocks(st), sizeof *x->slots);
-        if (!x->slots)
+        x->reserved = calloc(eb(st) / 8, 1);
+        if (!x->slots || !x->reserved)
             return plx_err(st, -ENOMEM, "out of memory");
     }
     x->free = count_free(st, bits);
@@ -379,17 +381,35 @@ static uint64_t slot_free(const plx_store *st, const struct plx_extent_state *x,
     return n - used;
 }
 
-/* The free block of slot s nearest to offset off (off itself first); false if the slot is full. */
+/* Block i of an owned slot may be handed out: reserved for it, or free. */
+static bool place_free(const struct plx_extent_state *x, uint64_t i)
+{
+    return bit_get(x->reserved, i) || !bit_get(x->bitmap, i);
+}
+
+/* Hand out block i of an owned slot: take it out of the reservation, or claim it. */
+static void take_block(plx_store *st, uint64_t e, uint64_t i)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    if (bit_get(x->reserved, i)) {
+        bit_set(x->reserved, i, false);
+        st->alloc->reserved--;
+    } else {
+        claim_block(st, e, i);
+    }
+}
+
+/* The place of owned slot s nearest to offset off (off itself first); false if none is left. */
 static bool slot_nearest_free(const plx_store *st, const struct plx_extent_state *x, uint64_t s,
                               uint64_t off, uint64_t *i)
 {
     uint64_t n = slot_blocks(st), base = s * n;
     for (uint64_t d = 0; d < n; d++) {
-        if (off + d < n && !bit_get(x->bitmap, base + off + d)) {
+        if (off + d < n && place_free(x, base + off + d)) {
             *i = base + off + d;
             return true;
         }
-        if (d && d <= off && !bit_get(x->bitmap, base + off - d)) {
+        if (d && d <= off && place_free(x, base + off - d)) {
             *i = base + off - d;
             return true;
         }
@@ -491,7 +511,7 @@ static bool data_mostly_used(const plx_store *st)
             free_blocks += x->free;
         }
     }
-    return (held - free_blocks) * 4 >= held;
+    return (held - free_blocks - st->alloc->reserved) * 4 >= held;
 }
 
 /* The held extent state of the slot at base if leaf/tag own it, else NULL. */
@@ -505,12 +525,64 @@ static struct plx_extent_state *owned_slot(plx_store *st, uint64_t base, uint64_
     return x->held && x->slots && x->slots[s].leaf == leaf && x->slots[s].tag == tag ? x : NULL;
 }
 
+/* Take slot s of extent e for leaf/tag and claim its free blocks: a batch then writes the
+ * bitmap once for the slot instead of for every block the leaf adds. */
 static void slot_take(plx_store *st, uint64_t e, uint64_t s, uint64_t leaf, uint64_t tag)
 {
-    struct plx_extent_state *x = &st->alloc->ext[e];
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
     x->slots[s].leaf = leaf;
     x->slots[s].tag = tag;
-    st->alloc->slots_owned++;
+    a->slots_owned++;
+    uint64_t n = slot_blocks(st);
+    a->gen++;
+    for (uint64_t i = s * n; i < s * n + n; i++) {
+        if (bit_get(x->bitmap, i))
+            continue;
+        bit_set(x->bitmap, i, true);
+        bit_set(x->reserved, i, true);
+        x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+        x->free--;
+        a->reserved++;
+    }
+}
+
+/* Give back what slot s of extent e still has reserved (nothing links those blocks). */
+static void slot_unreserve(plx_store *st, uint64_t e, uint64_t s)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
+    uint64_t n = slot_blocks(st);
+    a->gen++;
+    for (uint64_t i = s * n; i < s * n + n; i++) {
+        if (!bit_get(x->reserved, i))
+            continue;
+        bit_set(x->reserved, i, false);
+        bit_set(x->bitmap, i, false);
+        x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+        x->free++;
+        a->reserved--;
+    }
+    a->empty_cursor = 0;
+}
+
+static void slot_release(plx_store *st, uint64_t e, uint64_t s)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    x->slots[s].leaf = 0;
+    st->alloc->slots_owned--;
+    slot_unreserve(st, e, s);
+}
+
+/* Give back every reservation (owners keep their slots): before a collection, at close, and
+ * when the store has no other free block. */
+static void unreserve_all(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    for (uint64_t e = 1; a->reserved && e < st->sb.extent_count; e++)
+        for (uint64_t s = 0; a->ext[e].reserved && s < eb(st) / slot_blocks(st); s++)
+            if (a->ext[e].slots[s].leaf)
+                slot_unreserve(st, e, s);
 }
 
 /* The owner of the spill slot (no leaf or VDI has this address or id). */
@@ -533,8 +605,7 @@ static bool spill_block(plx_store *st, uint64_t *ext, uint64_t *i)
                 *ext = e;
                 return true;
             }
-            x->slots[s].leaf = 0; /* full */
-            a->slots_owned--;
+            slot_release(st, e, s); /* full */
         }
         a->spill = 0;
         if (!slot_choose(st, UINT64_MAX, n / 4, &e, &s) &&
@@ -559,13 +630,13 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
         if (x) {
             e = *slot / eb(st);
             i = *slot % eb(st) + off;
-            if (bit_get(x->bitmap, i) && spill_block(st, &e, &i)) {
-                claim_block(st, e, i);
+            if (!place_free(x, i) && spill_block(st, &e, &i)) {
+                take_block(st, e, i);
                 *block = e * eb(st) + i;
                 return 0;
             }
-            if (!bit_get(x->bitmap, i) || slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
-                claim_block(st, e, i);
+            if (place_free(x, i) || slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
+                take_block(st, e, i);
                 *block = e * eb(st) + i;
                 return 0;
             }
@@ -586,10 +657,12 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
         if (got || slot_choose(st, off, 1, &e, &s)) {
             slot_take(st, e, s, leaf_addr, tag);
             *slot = e * eb(st) + s * n;
-            claim_block(st, e, s * n + off);
+            take_block(st, e, s * n + off);
             *block = *slot + off;
             return 0;
         }
+        if (!any_free_block(st, &e, &i) && st->alloc->reserved)
+            unreserve_all(st); /* the store is full but for reservations */
         if (any_free_block(st, &e, &i)) {
             claim_block(st, e, i);
             *block = e * eb(st) + i;
@@ -610,10 +683,8 @@ void plx_alloc_release_slots(plx_store *st, uint64_t tag)
     for (uint64_t e = 1; a->slots_owned && e < st->sb.extent_count; e++) {
         struct plx_extent_state *x = &a->ext[e];
         for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++) {
-            if (x->slots[s].leaf && x->slots[s].tag == tag) {
-                x->slots[s].leaf = 0;
-                a->slots_owned--;
-            }
+            if (x->slots[s].leaf && x->slots[s].tag == tag)
+                slot_release(st, e, s);
         }
     }
 }
@@ -623,10 +694,11 @@ void plx_alloc_extent_released(plx_store *st, uint64_t e)
     struct plx_extent_state *x = &st->alloc->ext[e];
     for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++)
         if (x->slots[s].leaf)
-            st->alloc->slots_owned--;
+            slot_release(st, e, s);
     plx_block_free(x->bitmap);
     free(x->dirty_blocks);
     free(x->slots);
+    free(x->reserved);
     memset(x, 0, sizeof *x);
 }
 
@@ -763,8 +835,9 @@ int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_en
     return catalogue_entry_write(st, e, ent);
 }
 
-/* Give claimed-but-unused blocks back to their bitmaps (in memory; the next allocator write
- * carries it). Safe at any time: nothing links a block before it leaves the pool. */
+/* Give claimed-but-unused blocks (pools, slot reservations) back to their bitmaps (in memory;
+ * the next allocator write carries it). Safe at any time: nothing links a block before it is
+ * handed out. */
 void plx_alloc_return_pools(plx_store *st)
 {
     struct plx_alloc *a = st->alloc;
@@ -782,6 +855,7 @@ void plx_alloc_return_pools(plx_store *st)
         }
         p->valid = false;
     }
+    unreserve_all(st);
     a->empty_cursor = 0;
 }
 
@@ -833,6 +907,8 @@ int plx_alloc_shutdown(plx_store *st)
                 a->slots_owned--;
         free(a->ext[e].slots);
         a->ext[e].slots = NULL;
+        free(a->ext[e].reserved);
+        a->ext[e].reserved = NULL;
     }
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);

@@ -14,13 +14,16 @@ struct plx_extent_state {
     uint64_t free;              /* clear bits */
     uint64_t *dirty_blocks;     /* per bitmap block: generation of its last change */
     struct plx_leaf_slot *slots; /* data extents: per slot, the leaf placing blocks in it */
+    uint8_t *reserved;          /* data extents: set in the bitmap for an owned slot, not handed out */
     bool held;
 };
 
 /* A slot is an aligned run of PLX_RADIX_FANOUT blocks (one leaf's worth of data; less when the
  * extent is smaller) in a held data extent. A leaf that takes a slot puts the data block for its
  * entry i at slot + i, so a leaf's blocks lie in virtual order whatever order they are written
- * in. Owning a slot only keeps other leaves from choosing it; blocks are claimed one by one. */
+ * in. A slot is claimed with all its free blocks when taken (one bitmap change, not one per
+ * block); what its leaf has not used is given back when the slot is released (a snapshot or a
+ * close of the VDI, or when the store has no other free block). */
 struct plx_leaf_slot {
     uint64_t leaf; /* address of the owning leaf, 0: none */
     uint64_t tag;  /* who owns it (a VDI id): released together at a snapshot or a close */
@@ -52,6 +55,7 @@ struct plx_alloc {
     uint64_t slots_owned;              /* slots with an owner, in all held data extents */
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
     uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
+    uint64_t reserved;                  /* blocks reserved by owned slots, all extents */
 };
 
 int plx_alloc_init(plx_store *st);
