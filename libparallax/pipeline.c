@@ -851,8 +851,12 @@ static void do_mutate(struct plx_req *r)
             phys[vb - r->b0] = plx_link_addr(link);
             continue;
         }
+        /* With placement by leaf, virtual neighbours are neighbours on the store whatever
+         * order they are written in (alloc.h, leaf slots); else blocks go in arrival order. */
         uint64_t pb;
-        int rc = plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
+        int rc = st->alloc->by_leaf
+                     ? plx_alloc_leaf_block(st, v->rec.id, n->addr, idx, &n->data_slot, &pb)
+                     : plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
         if (rc < 0) {
             err = rc;
             break;
@@ -1035,6 +1039,8 @@ static void do_snapshot(struct plx_req *r)
     if (r->index_out)
         *r->index_out = v->rec.snap_count;
 
+    /* The leaves written so far are frozen: their copies take slots of their own. */
+    plx_alloc_release_slots(st, v->rec.id);
     b->snap = r;
     b->log_addr = log_addr;
     b->final_flush = true;

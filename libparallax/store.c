@@ -77,6 +77,8 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts,
         rc = plx_catalogue_read(st);
     if (!rc)
         rc = plx_alloc_init(st);
+    if (!rc && opts && opts->struct_size >= offsetof(struct plx_open_opts, placement) + sizeof(int))
+        st->alloc->by_leaf = opts->placement == PLX_PLACEMENT_LEAF;
     if (!rc)
         rc = plx_cache_init(st, cache);
     if (rc) {

@@ -170,6 +170,8 @@ int plx_vdi_close(plx_vdi *v)
         if (!rc)
             rc = lrc;
     }
+    if (!v->ro)
+        plx_alloc_release_slots(st, v->rec.id);
     if (v->root)
         plx_cache_unpin(st, v->root);
     plx_cache_owner_close(st, v->owner);

@@ -32,8 +32,8 @@ struct et_fd_handler {
     uint32_t revents; /* set before on_ready: the epoll events that fired */
 };
 
-/* Open the blockstore and start the thread. */
-int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char *err,
+/* Open the blockstore (placement: plx_open_opts.placement) and start the thread. */
+int et_start(const char *blockstore, uint64_t cache_bytes, int placement, struct et **out, char *err,
              size_t errlen);
 /* Stop the thread (after the jobs queued so far) and close the store. */
 void et_stop(struct et *et);

@@ -68,8 +68,9 @@ static plx_vdi *serve_find_vdi(void *host_arg, uint64_t id, plx_store **st, int 
 }
 
 /* The built-in server: runs until SIGINT or SIGTERM. */
-static int serve_builtin(const char *path, uint64_t cache_bytes, const char *unix_path,
-                         const char *port, const char *ipaddr, const struct nbd_tls_config *tls)
+static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
+                         const char *unix_path, const char *port, const char *ipaddr,
+                         const struct nbd_tls_config *tls)
 {
     /* Block the stop signals in every thread (the engine thread inherits the mask); sigwait. */
     sigset_t stop;
@@ -81,7 +82,7 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, const char *uni
 
     char err[512];
     struct et *et = NULL;
-    if (et_start(path, cache_bytes, &et, err, sizeof err) != 0)
+    if (et_start(path, cache_bytes, placement, &et, err, sizeof err) != 0)
         return cli_error("%s", err);
     struct nbd_server *srv = NULL;
     if (nbd_server_start(et, unix_path, port, ipaddr, tls, &srv, err, sizeof err) != 0) {
@@ -116,12 +117,13 @@ static int valid_port(const char *s)
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL;
-    const char *tls = NULL, *tls_certs = NULL, *tls_psk = NULL;
+    const char *tls = NULL, *tls_certs = NULL, *tls_psk = NULL, *placement = NULL;
     int tls_verify = 0;
     const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
                                    {"port", 1, &port, NULL},
                                    {"ipaddr", 1, &ipaddr, NULL},
                                    {"cache", 1, &cache, NULL},
+                                   {"placement", 1, &placement, NULL},
                                    {"tls", 1, &tls, NULL},
                                    {"tls-certificates", 1, &tls_certs, NULL},
                                    {"tls-psk", 1, &tls_psk, NULL},
@@ -142,7 +144,12 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         .mode = NBD_TLS_OFF, .cert_dir = tls_certs, .psk_file = tls_psk, .verify_peer = tls_verify};
     if (rc == EXIT_OK && tls && nbd_tls_parse_mode(tls, &tcfg.mode) != 0)
         rc = cli_usage_error(ctx, "--tls takes off, on or require, not '%s'", tls);
+    int place = PLX_PLACEMENT_ARRIVAL;
+    if (rc == EXIT_OK && placement && strcmp(placement, "leaf") == 0)
+        place = PLX_PLACEMENT_LEAF;
+    else if (rc == EXIT_OK && placement && strcmp(placement, "arrival") != 0)
+        rc = cli_usage_error(ctx, "--placement takes arrival or leaf, not '%s'", placement);
     if (rc != EXIT_OK)
         return rc;
-    return serve_builtin(path, cache_bytes, unix_path, port, ipaddr, &tcfg);
+    return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg);
 }

@@ -50,6 +50,7 @@
 
 #include "backend.h"
 #include "backend_fault.h"
+#include "alloc.h"
 #include "format.h"
 #include "lock.h"
 #include "parallax.h"
@@ -1658,6 +1659,34 @@ static void wl_checkpoint(struct wl *wl)
 /* A VDI handed back and forth between two engines (hosts) on one medium, with writes,
  * overwrites, trims and snapshots on both sides: each engine's cached nodes go stale while the
  * other writes. Crash points fall in the writer-lock handovers too. */
+/* Data placement by leaf (alloc.h, leaf slots): single-block writes in random order over two
+ * leaves' ranges fill slots at their entries' offsets, snapshots release the slots so the copies
+ * of the leaves take new ones (copy on write moves every block), writes to blocks already taken
+ * collide and go to the nearest free block, a small cache evicts leaves with their slot hint,
+ * and a close releases every slot. */
+static void wl_placement(struct wl *wl)
+{
+    wl->st->alloc->by_leaf = true; /* plx_open_opts.placement = PLX_PLACEMENT_LEAF */
+    static const struct range r[] = {R(0, 512), R(512, 300), R(1024, 40)}; /* at most 512 each */
+    int a = add_vdi(wl, "place", 8 * MIB, r, 3);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 92, .flush = 4, .read = 4, .max_nb = 1, .inflight = 64};
+    run_phase(wl, &fill, scale(300), 1u << a);
+    struct mix mx = {.write = 70,
+                     .fua = 4,
+                     .flush = 4,
+                     .snap = 6,
+                     .read = 16,
+                     .max_nb = 3,
+                     .inflight = 48,
+                     .max_snaps = 24,
+                     .label = 10};
+    run_phase(wl, &mx, scale(300), 1u << a);
+    close_vdi(wl, a);
+    open_vdi(wl, a);
+    run_phase(wl, &mx, scale(200), 1u << a);
+}
+
 static void wl_handover(struct wl *wl)
 {
     static const struct range r[] = {R(0, 160), R(900, 100)};
@@ -1749,6 +1778,7 @@ static const struct workload workloads[] = {
     {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
+    {"placement", wl_placement, 64 * 1024},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 

@@ -98,7 +98,7 @@ int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, 
 
 /* A stacked backend (parallax_backend.h) that does not own the medium below and counts flushes. */
 
-unsigned long tu_flushes;
+unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 static struct plx_backend_ops keep_ops;
 static int (*forward_submit)(plx_backend *be, struct plx_io *io);
 
@@ -106,6 +106,12 @@ static int keep_submit(plx_backend *be, struct plx_io *io)
 {
     if (io->op == PLX_IO_FLUSH)
         tu_flushes++;
+    if (io->op == PLX_IO_READ) {
+        tu_reads++;
+        tu_read_blocks += io->nblocks;
+    }
+    if (io->op == PLX_IO_WRITE)
+        tu_writes++;
     return forward_submit(be, io);
 }
 
