@@ -24,6 +24,7 @@
 #ifndef PLX_BACKEND_H
 #define PLX_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "parallax.h"
 
@@ -67,6 +68,15 @@ struct plx_backend_ops {
      * between processes sharing the medium. take != 0: try to take it without waiting (0, or
      * -EWOULDBLOCK when another holder has it); take == 0: release it. Not recursive. */
     int (*lock)(plx_backend *be, int take);
+    /* Optional: fencing at the medium itself (SCSI-3 persistent reservations on an iSCSI LUN;
+     * docs/DESIGN.md "The lock manager", Fencing). Both block.
+     * fence_join: register `key` (nonzero) for this connection and make sure the medium is
+     * reserved "write exclusive, registrants only". From then on an I/O that the medium refuses
+     * because `key` was preempted completes with -ESTALE, and so does every later one.
+     * fence_preempt: remove every registration of `victim` so the medium refuses its writes
+     * (0 when it has none); -ESTALE when this connection's own key was preempted. */
+    int (*fence_join)(plx_backend *be, uint64_t key);
+    int (*fence_preempt)(plx_backend *be, uint64_t victim);
 };
 
 struct plx_backend {
@@ -112,6 +122,9 @@ const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
 void plx_backend_mem_poke(plx_backend *be, uint64_t block, const void *data);
 
 /* Helpers shared by backends and the engine. */
+/* The configured host id: $PARALLAX_HOST_ID, else the first word of /etc/parallax/host-id, else
+ * the host name (host_id.c). The engine's identity and the iSCSI initiator name both use it. */
+void plx_host_id_default(char *out, size_t len);
 void *plx_block_alloc(size_t nblocks); /* zeroed, PLX_BLOCK_SIZE-aligned; abort on OOM */
 void plx_block_free(void *p);
 

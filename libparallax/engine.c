@@ -46,10 +46,23 @@ void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
 
 /* ---- I/O plumbing ------------------------------------------------------------------------------ */
 
+/* The medium refused our I/O because another host preempted our reservation key (backend.h,
+ * fence_join): it declared us dead and took over our locks. Nothing more may be written. */
+static void fence_refused(plx_store *st)
+{
+    plx_fence(st,
+              "%s: the target refused this process's I/O (SCSI RESERVATION CONFLICT): another "
+              "host preempted its reservation key after the lock manager declared it dead, and "
+              "took over its locks; it writes nothing more (restart it and reopen the VDIs)",
+              st->be->desc);
+}
+
 static void ev_io_done(struct plx_io *io, int status)
 {
     struct plx_ev *ev = (struct plx_ev *)io;
     plx_store *st = io->owner;
+    if (status == -ESTALE)
+        fence_refused(st);
     ev->status = status;
     ev->next = NULL;
     if (st->ready_tail)
@@ -96,6 +109,10 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
         rc = st->be->ops->poll(st->be, -1);
         if (rc < 0 && rc != -EINTR)
             return rc;
+    }
+    if (result[0] == -ESTALE) {
+        fence_refused(st);
+        return -ESTALE;
     }
     /* A baseline message: callers with more context replace it. */
     if (result[0]) {
