@@ -22,6 +22,9 @@ uint64_t plx_now_ns(void)
 
 int plx_err(plx_store *st, int err, const char *fmt, ...)
 {
+    /* A fenced store's failures all come from the fence: its message says why, keep it. */
+    if (st->fenced && err == -ESTALE)
+        return err;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(st->errmsg, sizeof st->errmsg, fmt, ap);
@@ -81,6 +84,8 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
     int rc = st->be->ops->submit(st->be, &ev->io);
     if (rc == 0)
         st->internal_ios++;
+    else if (rc == -ESTALE)
+        fence_refused(st);
     return rc;
 }
 
@@ -103,6 +108,8 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
     io.done = sync_done;
     io.owner = result;
     int rc = st->be->ops->submit(st->be, &io);
+    if (rc == -ESTALE)
+        fence_refused(st);
     if (rc)
         return rc;
     while (!result[1]) {
