@@ -12,7 +12,7 @@ BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-
 TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
-    nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    nbdkit nbdkit-plugin-dev libnbd-bin libnbd-dev qemu-utils fio fuse3 bonnie++ postmark
     tgt libiscsi-bin
     # the side-by-side benchmark suite (bench/suite/run.sh; make bench, make bench-suite-smoke):
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
