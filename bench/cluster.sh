@@ -40,7 +40,10 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    [[ -n $tgtd_pid ]] && kill -9 "$tgtd_pid" 2>/dev/null && wait "$tgtd_pid" 2>/dev/null
+    if [[ -n $tgtd_pid ]]; then
+        kill -9 "$tgtd_pid" 2>/dev/null || true
+        wait "$tgtd_pid" 2>/dev/null || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT

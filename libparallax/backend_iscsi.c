@@ -549,6 +549,9 @@ static int pr_judge_conflict(struct iscsi_backend *b)
         return -ESTALE;
     int there = pr_key_registered(b, b->pr_key);
     int rc = there < 0 ? -EIO : there == 0 ? -ESTALE : pr_register(b);
+    if (rc == 0)
+        fprintf(stderr, "parallax: %s: registered our reservation key again for this session\n",
+                b->base.desc);
     if (rc == -ESTALE) {
         b->fenced = 1;
         fprintf(stderr,
