@@ -879,9 +879,17 @@ static const struct plx_backend_ops iscsi_ops = {
     .inflight = iscsi_inflight,
     .destroy = iscsi_destroy,
     .lock = iscsi_lock,
-    .fence_join = iscsi_fence_join,
-    .fence_preempt = iscsi_fence_preempt,
 };
+
+static const struct plx_fence_ops iscsi_fence_ops = {
+    .join = iscsi_fence_join,
+    .preempt = iscsi_fence_preempt,
+};
+
+const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be)
+{
+    return be != NULL && be->ops == &iscsi_ops ? &iscsi_fence_ops : NULL;
+}
 
 /* ---- Opening -------------------------------------------------------------------------------- */
 

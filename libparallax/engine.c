@@ -50,7 +50,7 @@ void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
 /* ---- I/O plumbing ------------------------------------------------------------------------------ */
 
 /* The medium refused our I/O because another host preempted our reservation key (backend.h,
- * fence_join): it declared us dead and took over our locks. Nothing more may be written. */
+ * plx_fence_ops): it declared us dead and took over our locks. Nothing more may be written. */
 static void fence_refused(plx_store *st)
 {
     plx_fence(st,

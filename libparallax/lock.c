@@ -123,10 +123,12 @@ uint64_t plx_fence_key(uint64_t host, uint32_t pid, uint64_t epoch)
 
 int plx_fence_join(plx_store *st)
 {
-    if (!st->lockd || st->read_only || !st->be->ops->fence_join)
+    if (!st->fence_ops)
+        st->fence_ops = plx_backend_fence_ops(st->be);
+    if (!st->lockd || st->read_only || !st->fence_ops)
         return 0;
     uint64_t key = plx_fence_key(st->host_hash, st->pid, st->epoch);
-    int rc = st->be->ops->fence_join(st->be, key);
+    int rc = st->fence_ops->join(st->be, key);
     if (rc)
         return plx_err(st, rc,
                        "%s: cannot register this host's reservation key %016llx on the LUN "
@@ -141,7 +143,7 @@ int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
     if (!st->fencing || !host || plx_holder_is_me(st, host, pid, epoch))
         return 0;
     uint64_t key = plx_fence_key(host, pid, epoch);
-    int rc = st->be->ops->fence_preempt(st->be, key);
+    int rc = st->fence_ops->preempt(st->be, key);
     if (rc == -ESTALE) {
         plx_fence(st,
                   "%s: this process's own reservation key was preempted: another host declared "

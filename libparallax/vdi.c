@@ -298,6 +298,22 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
     return submit_rw(v, REQ_WRITE, (void *)(uintptr_t)buf, off, len, flags, cb, arg);
 }
 
+int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
+                                int *mapped, plx_done_fn cb, void *arg)
+{
+    int rc = range_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0)
+        return plx_err(v->st, -EINVAL, "block status of an empty range of VDI %s", v->rec.name);
+    struct plx_req *r = req_new(v, REQ_STATUS, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->run_out = run_len;
+    r->mapped_out = mapped;
+    return plx_req_submit(v, r);
+}
+
 int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))

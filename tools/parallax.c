@@ -34,7 +34,8 @@ static const struct command commands[] = {
      "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--live] [--json] [--quiet]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
-     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
+     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--tls=off|on|require]\n"
+     "        [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]",
      "export every VDI and snapshot over NBD"},
     {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
      "name the lock manager that the hosts sharing this blockstore use"},

@@ -339,6 +339,12 @@ int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out);
 /* Is the block at `off` mapped (1) or sparse (0)? *run_len receives how many bytes from off share
  * that state (up to len). Blocking (may read radix nodes). */
 int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len);
+/* The same without blocking: the radix nodes it needs are read asynchronously. len > 0. When the
+ * callback fires with status 0, *mapped (1 mapped, 0 sparse) and *run_len (bytes from off, up
+ * to len, sharing that state) are set; both are owned by the caller. It waits for earlier
+ * writes overlapping the range, like a read, so it sees them. */
+int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
+                                int *mapped, plx_done_fn cb, void *arg);
 
 #ifdef __cplusplus
 }

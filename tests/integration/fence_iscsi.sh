@@ -142,6 +142,12 @@ echo "flush" >&3
 sleep 1
 model b 33 0 65536
 kill -STOP "${SRV[h1]}"
+# Every thread of h1 stopped before the next write is sent (a signal takes effect a moment
+# later: a write h1 still served would be a write done before the takeover, correctly).
+for ((i = 0; i < 100; i++)); do
+    awk '{ if ($3 != "T") bad = 1 } END { exit bad }' /proc/"${SRV[h1]}"/task/*/stat && break
+    sleep 0.05
+done
 echo "write -P 98 262144 4096" >&3 # waits in h1's socket while it is stopped
 sleep $((lease + 2))
 write h2 b 44 8192 4096 || fail "h2 could not take b from the frozen h1: $(tail -5 "$T/h2.log")"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A blockstore on an iSCSI LUN (tgtd on loopback) works wherever a path does: `parallax format`
 # takes the LUN's size, the admin commands, import/export, /etc/parallax/blockstore
-# ($PARALLAX_BLOCKSTORE_FILE here), `parallax serve` (built-in server and --nbdkit) with fio
+# ($PARALLAX_BLOCKSTORE_FILE here), `parallax serve` with fio
 # verifying 4 KiB random writes at queue depth 32 and qemu-io patterns over NBD; kill -9 of the
 # server in the middle of writes leaves a LUN that `parallax check` finds clean and gc collects.
 # shellcheck source=tests/integration/lib.sh
@@ -39,7 +39,7 @@ cmp -n $((5 << 20)) "$T/in.bin" "$T/out.bin" || fail "export of the clone differ
 assert_eq 3 "$(PARALLAX_BLOCKSTORE_FILE=$T/blockstore.conf "$PARALLAX" vdi-list --json | jq length)" \
     "three VDIs listed through the configuration file"
 
-# serve: the built-in server, then nbdkit's.
+# serve
 sock=$T/nbd.sock
 start_server() {
     local i
@@ -74,14 +74,6 @@ qemu-io -f raw -c "write -P 0x5a 1M 64k" -c "read -P 0x5a 1M 64k" -c flush \
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || true
 
-if [[ -e $(dirname "$PARALLAX")/nbdkit-parallax-plugin.so ]] && command -v nbdkit >/dev/null; then
-    start_server --nbdkit
-    fio_verify nbdkit 32M --offset=64M
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || true
-else
-    echo "nbdkit or the plugin missing: serve --nbdkit not tried"
-fi
 lun check >"$T/check.out" || fail "check after serving: $(cat "$T/check.out")"
 tail -n1 "$T/check.out"
 

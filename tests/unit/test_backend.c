@@ -95,9 +95,7 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         be = open_temp_file(tu_tmpdir(), nblocks);
         break;
     case K_FILE_THREAD:
-        setenv("PLX_TEST_SYNC_THREAD", "1", 1);
-        be = open_temp_file(tu_tmpdir(), nblocks);
-        unsetenv("PLX_TEST_SYNC_THREAD");
+        be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_FLUSH_THREAD);
         break;
     case K_FILE_SHM:
         be = open_temp_file(stat("/dev/shm", &st) == 0 ? "/dev/shm" : tu_tmpdir(), nblocks);
@@ -1492,8 +1490,8 @@ START_TEST(test_iscsi_open_errors)
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/", port);
     expect_iscsi_open_error(url, -EINVAL, "no target IQN");
     /* An IQN without such a LUN: LUN 0 is tgt's controller; 200 is never created here. */
-    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/200", port, iqn);
-    expect_iscsi_open_error(url, -ENOENT, "has no LUN 200");
+    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/300", port, iqn); /* tu_tgtd_new_lun uses 1-255 */
+    expect_iscsi_open_error(url, -ENOENT, "has no LUN 300");
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/iqn.2026-11.org.parallax.test:nosuch/1", port);
     expect_iscsi_open_error(url, -ENOENT, "no such target IQN");
     /* A portal nobody listens on. */

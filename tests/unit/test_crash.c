@@ -379,8 +379,11 @@ static const struct plx_backend_ops fwd_ops = {
     .fd = fwd_fd,
     .inflight = fwd_inflight,
     .destroy = fwd_destroy,
-    .fence_join = fwd_fence_join,
-    .fence_preempt = fwd_fence_preempt,
+};
+
+static const struct plx_fence_ops fwd_fence_ops = {
+    .join = fwd_fence_join,
+    .preempt = fwd_fence_preempt,
 };
 
 static plx_backend *fwd_new(plx_backend *in)
@@ -1745,8 +1748,8 @@ static const struct plx_lock_ops takeover_lock_ops = {
 /* What plx_fence_join does for a store with a lock manager on a medium that fences. */
 static void join_fencing(plx_store *st)
 {
-    ck_assert_int_eq(st->be->ops->fence_join(st->be, plx_fence_key(st->host_hash, st->pid,
-                                                                   st->epoch)),
+    st->fence_ops = &fwd_fence_ops;
+    ck_assert_int_eq(st->fence_ops->join(st->be, plx_fence_key(st->host_hash, st->pid, st->epoch)),
                      0);
     st->fencing = true;
 }

@@ -1171,6 +1171,86 @@ static void drain_all(plx_store *st, struct cb_rec *recs, int n)
     }
 }
 
+/* Block status without blocking: on a cold cache (the nodes are read asynchronously), it gives
+ * the same answers as the blocking call; it sees a write submitted before it; its callback never
+ * runs inside the submit call. */
+START_TEST(test_async_block_status)
+{
+    plx_backend *mem = new_medium(64 * MiB);
+    plx_store *st = open_kept(mem);
+    const uint64_t size = 16 * MiB; /* several leaves (2 MiB each) */
+    create_vdi(st, "s", size);
+    plx_vdi *v = open_vdi(st, "s", 0);
+    unsigned char *buf = malloc(MiB);
+    tu_fill(buf, MiB, 5);
+    /* Mapped: [0, 8K), [1M, 1M+12K), [5M, 6M), the last block; the rest sparse. */
+    pwrite_ok(st, v, buf, 0, 2 * BS);
+    pwrite_ok(st, v, buf, MiB, 3 * BS);
+    pwrite_ok(st, v, buf, 5 * MiB, MiB);
+    pwrite_ok(st, v, buf, size - BS, BS);
+    close_vdi(st, v);
+    close_ok(st);
+
+    uint64_t seed = 42;
+    enum { N = 64 };
+    uint64_t offs[N], lens[N], runs[N];
+    int mapped[N], in_submit = 0;
+    struct cb_rec recs[N];
+    memset(recs, 0, sizeof recs);
+    st = open_kept(mem); /* cold cache: every node below the root must be read */
+    v = open_vdi(st, "s", 0);
+    for (int i = 0; i < N; i++) {
+        offs[i] = tu_rand(&seed) % size;
+        lens[i] = 1 + tu_rand(&seed) % (size - offs[i]);
+        recs[i].in_submit = &in_submit;
+        in_submit = 1;
+        OK(st, plx_vdi_submit_block_status(v, offs[i], lens[i], &runs[i], &mapped[i], rec_cb,
+                                           &recs[i]));
+        in_submit = 0;
+        ck_assert_int_eq(recs[i].fired, 0);
+    }
+    drain_all(st, recs, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(recs[i].fired, 1);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+        ck_assert_int_eq(recs[i].status, 0);
+        uint64_t run = 0;
+        int want = plx_vdi_block_status(v, offs[i], lens[i], &run);
+        ck_assert_int_ge(want, 0);
+        ck_assert_msg(mapped[i] == want && runs[i] == run,
+                      "status of [%llu, +%llu): async %d/%llu, blocking %d/%llu",
+                      (unsigned long long)offs[i], (unsigned long long)lens[i], mapped[i],
+                      (unsigned long long)runs[i], want, (unsigned long long)run);
+    }
+    /* Spot checks against the layout written above. */
+    uint64_t run = 0;
+    int m = -1;
+    struct cb_rec one = {.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_block_status(v, 2 * BS, size - 2 * BS, &run, &m, rec_cb, &one));
+    drain_all(st, &one, 1);
+    ck_assert_int_eq(m, 0);
+    ck_assert_uint_eq(run, MiB - 2 * BS);
+    /* A write submitted just before is seen. */
+    struct cb_rec w = {.in_submit = &in_submit}, bs = {.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_write(v, buf, 9 * MiB, BS, 0, rec_cb, &w));
+    OK(st, plx_vdi_submit_block_status(v, 9 * MiB, MiB, &run, &m, rec_cb, &bs));
+    drain_all(st, &bs, 1);
+    ck_assert_int_eq(w.fired, 1);
+    ck_assert_int_eq(m, 1);
+    ck_assert_uint_eq(run, BS);
+    /* Bad ranges are refused at submission, without a callback. */
+    int calls = 0;
+    EXPECT_ERR(st, plx_vdi_submit_block_status(v, size, BS, &run, &m, count_cb, &calls), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_submit_block_status(v, 0, 0, &run, &m, count_cb, &calls), -EINVAL);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(calls, 0);
+    close_vdi(st, v);
+    close_ok(st);
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 START_TEST(test_async_many_in_flight)
 {
     enum { N = 256 };
@@ -1856,6 +1936,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_unaligned_io);
     tcase_add_test(tc, test_range_and_readonly_errors);
     tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_async_block_status);
     tcase_add_test(tc, test_block_status);
     tcase_add_test(tc, test_large_write);
     tcase_add_test(tc, test_small_cache);

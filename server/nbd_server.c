@@ -2,9 +2,14 @@
  * nbd_server.c - an event-driven NBD server on the engine thread; see nbd_server.h.
  *
  * Written from the NBD protocol specification (doc/proto.md of the NBD project): fixed
- * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STRUCTURED_REPLY,
+ * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STARTTLS, STRUCTURED_REPLY,
  * SET_META_CONTEXT and LIST_META_CONTEXT ("base:allocation"), commands READ, WRITE, DISC,
  * FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS.
+ *
+ * TLS (nbd_tls.c): after NBD_OPT_STARTTLS is acknowledged in plain text, the connection runs a
+ * non-blocking GnuTLS handshake driven by the same event loop (waiting for input or output as
+ * the handshake asks), then carries the rest of the option haggling and the transmission phase
+ * in TLS records. With --tls=require, everything but STARTTLS and ABORT is refused before it.
  *
  * Life of a connection: its socket is watched for input while it may take more requests (fewer
  * than NBD_MAX_INFLIGHT outstanding, output not piling up); complete requests in the input
@@ -14,7 +19,6 @@
  * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
  * there means no callback and no pending epoll event can refer to a freed connection.
  */
-#define PLX_CONTROL_SERVER
 #include "nbd_server.h"
 
 #include <errno.h>
@@ -33,6 +37,7 @@
 
 #include "control.h"
 #include "export_names.h"
+#include "nbd_tls.h"
 
 /* ---- protocol constants -------------------------------------------------------------------- */
 
@@ -49,6 +54,7 @@
 #define NBD_OPT_EXPORT_NAME 1u
 #define NBD_OPT_ABORT 2u
 #define NBD_OPT_LIST 3u
+#define NBD_OPT_STARTTLS 5u
 #define NBD_OPT_INFO 6u
 #define NBD_OPT_GO 7u
 #define NBD_OPT_STRUCTURED_REPLY 8u
@@ -62,6 +68,7 @@
 #define NBD_REP_ERR_UNSUP 0x80000001u
 #define NBD_REP_ERR_INVALID 0x80000003u
 #define NBD_REP_ERR_PLATFORM 0x80000004u
+#define NBD_REP_ERR_TLS_REQD 0x80000005u
 #define NBD_REP_ERR_UNKNOWN 0x80000006u
 
 #define NBD_INFO_EXPORT 0u
@@ -133,10 +140,15 @@ struct msg {
 
 enum conn_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
 
+/* TLS_ACK: STARTTLS acknowledged, the ACK not yet all sent: read nothing more in plain text. */
+enum conn_tls { TLS_PLAIN, TLS_ACK, TLS_HANDSHAKE, TLS_UP };
+
 struct conn {
     struct et_fd_handler h; /* first: the handler is the connection */
     struct nbd_server *srv;
     enum conn_state state;
+    enum conn_tls tls_state;
+    struct nbd_tls_session *tls; /* from TLS_HANDSHAKE on */
     int no_zeroes, structured, meta_alloc;
     struct export *ex;
     uint64_t size;
@@ -173,6 +185,8 @@ struct nbd_server {
     struct conn *conns;
     struct conn *dirty_head;
     struct export *exports;
+    struct nbd_tls *tls; /* NULL: --tls=off */
+    enum nbd_tls_mode tls_mode;
     int stopping;
 };
 
@@ -337,9 +351,65 @@ static int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_
     return 0;
 }
 
+/* Drop `left` bytes of queued output: they have been sent. */
+static void out_advance(struct conn *c, size_t left)
+{
+    c->out_bytes -= left;
+    while (left && c->out_head) {
+        struct msg *m = c->out_head;
+        size_t rest = m->hlen + m->dlen - m->sent;
+        if (left < rest) {
+            m->sent += left;
+            break;
+        }
+        left -= rest;
+        c->out_head = m->next;
+        if (!c->out_head)
+            c->out_tail = NULL;
+        free(m->data);
+        free(m);
+    }
+}
+
+static void tls_start(struct conn *c);
+
+/* Queued output through TLS, one piece (header or data) per record call. After -EAGAIN the
+ * same piece is offered again with the same length, as GnuTLS requires: m->sent only moves on
+ * success. */
+static void conn_flush_tls(struct conn *c)
+{
+    while (c->out_head && !c->wr_broken) {
+        struct msg *m = c->out_head;
+        const char *p;
+        size_t n;
+        if (m->sent < m->hlen) {
+            p = (const char *)m->hdr + m->sent;
+            n = m->hlen - m->sent;
+        } else {
+            p = m->data + (m->sent - m->hlen);
+            n = m->dlen - (m->sent - m->hlen);
+        }
+        ssize_t r = nbd_tls_send(c->tls, p, n);
+        if (r == -EAGAIN)
+            return;
+        if (r <= 0) {
+            c->wr_broken = c->quit = 1;
+            free_out(c);
+            return;
+        }
+        out_advance(c, (size_t)r);
+    }
+}
+
 /* Write as much queued output as the socket takes. */
 static void conn_flush(struct conn *c)
 {
+    if (c->tls_state == TLS_UP) {
+        conn_flush_tls(c);
+        return;
+    }
+    if (c->tls_state == TLS_HANDSHAKE)
+        return; /* nothing is queued while the handshake runs */
     while (c->out_head && !c->wr_broken) {
         struct iovec iov[64];
         int n = 0;
@@ -362,23 +432,10 @@ static void conn_flush(struct conn *c)
             }
             return;
         }
-        size_t left = (size_t)r;
-        c->out_bytes -= left;
-        while (left && c->out_head) {
-            struct msg *m = c->out_head;
-            size_t rest = m->hlen + m->dlen - m->sent;
-            if (left < rest) {
-                m->sent += left;
-                break;
-            }
-            left -= rest;
-            c->out_head = m->next;
-            if (!c->out_head)
-                c->out_tail = NULL;
-            free(m->data);
-            free(m);
-        }
+        out_advance(c, (size_t)r);
     }
+    if (c->tls_state == TLS_ACK && !c->out_head && !c->wr_broken)
+        tls_start(c); /* the ACK is out: the client's next bytes are its ClientHello */
 }
 
 /* ---- replies -----------------------------------------------------------------------------------
@@ -509,7 +566,65 @@ static void req_done(void *arg, int status)
     req_finish(r, status);
 }
 
-/* Block status, computed here (blocking reads of radix nodes, never inside a callback). */
+/* Block status: one engine request per run of one state (plx_vdi_submit_block_status reads
+ * the radix nodes it needs asynchronously), until the range or the extent budget is used up. */
+struct status_req {
+    struct conn *c;
+    uint64_t handle, pos, end;
+    size_t max, n;       /* extents allowed / gathered */
+    unsigned char *d;    /* n descriptors of 8 bytes */
+    uint64_t run;        /* the engine's answer */
+    int mapped;
+};
+
+static void status_reply(struct status_req *r, int rc)
+{
+    struct conn *c = r->c;
+    if (rc < 0 && r->n == 0) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, r->handle, nbd_error(rc));
+        free(r->d);
+    } else {
+        unsigned char h[24];
+        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle,
+                     (uint32_t)(4 + r->n * 8));
+        put32(h + 20, NBD_CONTEXT_ALLOCATION);
+        queue(c, h, sizeof h, (char *)r->d, r->n * 8);
+    }
+    free(r);
+    c->outstanding--;
+    conn_kick(c);
+}
+
+static void status_done(void *arg, int status)
+{
+    struct status_req *r = arg;
+    if (status < 0) {
+        status_reply(r, status);
+        return;
+    }
+    uint64_t run = r->run;
+    if (run == 0 || run > r->end - r->pos)
+        run = r->end - r->pos;
+    uint32_t state = r->mapped ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
+    unsigned char *last = r->n ? r->d + (r->n - 1) * 8 : NULL;
+    if (last && get32(last + 4) == state) {
+        put32(last, get32(last) + (uint32_t)run);
+    } else {
+        put32(r->d + r->n * 8, (uint32_t)run);
+        put32(r->d + r->n * 8 + 4, state);
+        r->n++;
+    }
+    r->pos += run;
+    int rc = 0;
+    if (r->pos < r->end && r->n < r->max && !r->c->srv->stopping) {
+        rc = plx_vdi_submit_block_status(r->c->ex->v, r->pos, r->end - r->pos, &r->run,
+                                         &r->mapped, status_done, r);
+        if (rc == 0)
+            return;
+    }
+    status_reply(r, rc);
+}
+
 static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t len,
                          uint16_t flags)
 {
@@ -517,43 +632,25 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
         return;
     }
+    struct status_req *r = calloc(1, sizeof *r);
     size_t max = (flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_MAX_EXTENTS;
     unsigned char *d = malloc(max * 8);
-    if (!d) {
+    if (!r || !d) {
+        free(r);
+        free(d);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
         return;
     }
-    size_t n = 0;
-    uint64_t pos = off, end = off + len;
-    int rc = 0;
-    while (pos < end && n < max) {
-        uint64_t run = 0;
-        rc = plx_vdi_block_status(c->ex->v, pos, end - pos, &run);
-        if (rc < 0)
-            break;
-        if (run == 0 || run > end - pos)
-            run = end - pos;
-        uint32_t state = rc ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
-        if (n > 0 && get32(d + (n - 1) * 8 + 4) == state) {
-            put32(d + (n - 1) * 8, get32(d + (n - 1) * 8) + (uint32_t)run);
-        } else {
-            put32(d + n * 8, (uint32_t)run);
-            put32(d + n * 8 + 4, state);
-            n++;
-        }
-        pos += run;
-        rc = 0;
-    }
-    if (rc < 0 && n == 0) {
+    *r = (struct status_req){.c = c, .handle = handle, .pos = off, .end = off + len, .max = max,
+                             .d = d};
+    int rc = plx_vdi_submit_block_status(c->ex->v, off, len, &r->run, &r->mapped, status_done, r);
+    if (rc < 0) {
         free(d);
+        free(r);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
         return;
     }
-    unsigned char h[24];
-    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle,
-                 (uint32_t)(4 + n * 8));
-    put32(h + 20, NBD_CONTEXT_ALLOCATION);
-    queue(c, h, sizeof h, (char *)d, n * 8);
+    c->outstanding++;
 }
 
 /* One request (header fields and, for a write, its payload). */
@@ -797,10 +894,41 @@ static void opt_meta(struct conn *c, uint32_t opt, const unsigned char *d, uint3
     opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+static void opt_starttls(struct conn *c, uint32_t len)
+{
+    if (!c->srv->tls) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
+                  "TLS is off on this server (parallax serve --tls=on|require)");
+        return;
+    }
+    if (c->tls_state != TLS_PLAIN) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already on");
+        return;
+    }
+    if (len) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+        return;
+    }
+    opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+    c->tls_state = TLS_ACK;
+}
+
 static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
                           uint32_t len)
 {
+    if (c->srv->tls_mode == NBD_TLS_REQUIRE && c->tls_state != TLS_UP &&
+        opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
+        if (opt == NBD_OPT_EXPORT_NAME) {
+            c->quit = 1; /* no way to answer it with an error: close */
+            return;
+        }
+        opt_error(c, opt, NBD_REP_ERR_TLS_REQD, "this server requires TLS (NBD_OPT_STARTTLS)");
+        return;
+    }
     switch (opt) {
+    case NBD_OPT_STARTTLS:
+        opt_starttls(c, len);
+        return;
     case NBD_OPT_EXPORT_NAME: {
         char name[PLX_NAME_MAX + 64];
         struct export *e = NULL;
@@ -865,13 +993,15 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
 
 static int may_read(const struct conn *c)
 {
-    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT && c->out_bytes < NBD_OUT_LIMIT;
+    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT && c->out_bytes < NBD_OUT_LIMIT &&
+           (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP);
 }
 
 /* Handle every complete message in the input buffer that may be handled now. */
 static void conn_parse(struct conn *c, plx_store *st)
 {
-    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT) {
+    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT &&
+           (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP)) {
         const unsigned char *p = (const unsigned char *)c->in + c->in_off;
         size_t avail = c->in_len - c->in_off;
         if (c->state == ST_CLIENT_FLAGS) {
@@ -948,6 +1078,20 @@ static void conn_read(struct conn *c)
         c->in = n;
         c->in_cap = c->in_len + room;
     }
+    if (c->tls_state == TLS_UP) {
+        ssize_t r = nbd_tls_recv(c->tls, c->in + c->in_len, c->in_cap - c->in_len);
+        if (r > 0)
+            c->in_len += (size_t)r;
+        else if (r == 0)
+            c->eof = 1;
+        else if (r != -EAGAIN)
+            c->eof = c->quit = c->wr_broken = 1;
+        /* GnuTLS may hold decrypted bytes the socket will not announce again: read them from
+         * the idle hook. */
+        if (r > 0 && nbd_tls_pending(c->tls))
+            conn_kick(c);
+        return;
+    }
     ssize_t r = recv(c->h.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
     if (r > 0)
         c->in_len += (size_t)r;
@@ -955,6 +1099,44 @@ static void conn_read(struct conn *c)
         c->eof = 1;
     else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         c->eof = c->quit = c->wr_broken = 1;
+}
+
+/* ---- TLS ---------------------------------------------------------------------------------------
+ */
+
+/* Advance the handshake; on success go on with the options (in TLS from now on). */
+static void tls_step(struct conn *c)
+{
+    char err[256];
+    int rc = nbd_tls_handshake(c->tls, err, sizeof err);
+    if (rc == -EAGAIN)
+        return;
+    if (rc) {
+        fprintf(stderr, "parallax: serve: TLS handshake with a client failed: %s\n", err);
+        c->quit = c->wr_broken = 1; /* nothing can be said to it in plain text any more */
+        free_out(c);
+        return;
+    }
+    c->tls_state = TLS_UP;
+    conn_kick(c); /* records may already be buffered */
+}
+
+static void tls_start(struct conn *c)
+{
+    if (c->in_len != c->in_off) {
+        /* The client sent more plain text after STARTTLS, which the protocol forbids. */
+        fprintf(stderr, "parallax: serve: protocol error from a client (data after "
+                        "NBD_OPT_STARTTLS): closing\n");
+        c->quit = c->wr_broken = 1;
+        return;
+    }
+    if (nbd_tls_session_new(c->srv->tls, c->h.fd, &c->tls) != 0) {
+        fprintf(stderr, "parallax: serve: cannot start a TLS session: closing the connection\n");
+        c->quit = c->wr_broken = 1;
+        return;
+    }
+    c->tls_state = TLS_HANDSHAKE;
+    tls_step(c);
 }
 
 static int conn_finished(const struct conn *c)
@@ -977,6 +1159,8 @@ static void conn_update(struct conn *c)
         return;
     }
     uint32_t ev = 0;
+    if (c->tls_state == TLS_HANDSHAKE)
+        ev = nbd_tls_wants_write(c->tls) ? EPOLLOUT : EPOLLIN;
     if (may_read(c))
         ev |= EPOLLIN;
     if (c->out_head && !c->wr_broken)
@@ -990,6 +1174,7 @@ static void conn_destroy(struct conn *c)
     struct nbd_server *srv = c->srv;
     if (c->watched)
         et_unwatch(srv->et, &c->h);
+    nbd_tls_session_free(c->tls);
     close(c->h.fd);
     if (c->ex)
         export_put(srv, c->ex);
@@ -1007,6 +1192,14 @@ static void conn_destroy(struct conn *c)
 static void conn_ready(struct et_fd_handler *h, plx_store *st)
 {
     struct conn *c = (struct conn *)h;
+    if (c->tls_state == TLS_HANDSHAKE) {
+        if (h->revents & (EPOLLHUP | EPOLLERR) && !(h->revents & EPOLLIN)) {
+            c->eof = c->quit = c->wr_broken = 1;
+        } else
+            tls_step(c);
+        conn_update(c);
+        return;
+    }
     if (h->revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         if (may_read(c))
             conn_read(c);
@@ -1029,6 +1222,8 @@ static void server_idle(void *arg, plx_store *st)
         struct conn *c = srv->dirty_head;
         srv->dirty_head = c->dirty_next;
         c->dirty = 0;
+        if (c->tls_state == TLS_UP && nbd_tls_pending(c->tls) && may_read(c))
+            conn_read(c);
         conn_parse(c, st);
         conn_flush(c);
         if (conn_finished(c))
@@ -1184,7 +1379,8 @@ static void close_listeners(struct nbd_server *srv)
 }
 
 int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,
-                     struct nbd_server **out, char *err, size_t errlen)
+                     const struct nbd_tls_config *tls, struct nbd_server **out, char *err,
+                     size_t errlen)
 {
     struct nbd_server *srv = calloc(1, sizeof *srv);
     if (!srv) {
@@ -1192,6 +1388,14 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
         return -ENOMEM;
     }
     srv->et = et;
+    if (tls) {
+        int trc = nbd_tls_new(tls, &srv->tls, err, errlen);
+        if (trc) {
+            free(srv);
+            return trc;
+        }
+        srv->tls_mode = tls->mode;
+    }
     int rc = unix_path ? listen_unix(srv, unix_path, err, errlen)
                        : listen_tcp(srv, port, ipaddr ? ipaddr : "127.0.0.1", err, errlen);
     if (rc == 0) {
@@ -1201,10 +1405,12 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
             snprintf(err, errlen, "watching the listening socket: %s", strerror(-rc));
     }
     if (rc) {
-        if (srv->nlis)
+        if (srv->nlis) {
             nbd_server_stop(srv);
-        else
+        } else {
+            nbd_tls_free(srv->tls);
             free(srv);
+        }
         return rc;
     }
     *out = srv;
@@ -1242,6 +1448,8 @@ static void stop_job(struct et_job *job, plx_store *st)
         close(c->h.fd);
         free_out(c);
         free(c->in);
+        nbd_tls_session_free(c->tls);
+        c->tls = NULL;
         if (c->outstanding == 0)
             free(c); /* else a request never completed: leak it rather than risk its callback */
     }
@@ -1256,5 +1464,6 @@ void nbd_server_stop(struct nbd_server *srv)
         return;
     struct srv_job j = {.job.fn = stop_job, .srv = srv};
     et_call(srv->et, &j.job);
+    nbd_tls_free(srv->tls);
     free(srv);
 }
