@@ -37,6 +37,12 @@
  * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
  * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
  * and is delivered by the next poll(), as in the file backend.
+ *
+ * Fencing (plx_backend_fence_ops; docs/DESIGN.md "The lock manager"): SCSI-3 persistent
+ * reservations. A writing engine of a store with a lock manager registers its key, the LUN is
+ * reserved "write exclusive, registrants only", and a host taking over a dead holder's locks
+ * preempts that holder's key; the preempted engine's commands then meet RESERVATION CONFLICT and
+ * fail with -ESTALE.
  */
 #include <ctype.h>
 #include <errno.h>
