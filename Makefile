@@ -179,8 +179,9 @@ bench-smoke: $(B)/bench-engine
 # `make bench` is the full run (about 18-20 minutes on 2 cores): results in
 # bench/results/suite-HOST-STAMP/, plots in bench/plots/, and the results block of bench/README.md
 # rewritten. Needs root for the file-system parts (loop devices, mounts).
-bench: deps all
+bench: deps all $(B)/bench-handover
 	bench/suite/run.sh --dir $(BENCH_DIR)
+	bench/cluster.sh --dir $(BENCH_DIR)
 	bench/clones.sh --dir $(BENCH_DIR)
 
 # Clones of the golden image (bench/README.md, "Clones"): space and boot time of 1, 10 and 30
@@ -216,6 +217,13 @@ $(B)/bench-iscsi: $(B)/obj/bench/iscsi.o $(B)/libparallax.a
 bench-iscsi: $(B)/bench-iscsi deps
 	bench/iscsi.sh --dir $(BENCH_DIR)
 
+# Many hosts on one LUN (bench/cluster.sh starts tgtd, lockd and the hosts; part of `make bench`).
+$(B)/bench-handover: $(B)/obj/bench/handover.o
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lnbd -o $@
+
+bench-cluster: $(B)/bench-handover deps all
+	bench/cluster.sh --dir $(BENCH_DIR)
+
 # FUA writes in the engine and through NBD against a raw file (bench/README.md, "FUA writes").
 $(B)/bench-fua: $(B)/obj/bench/fua.o $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lnbd -o $@
@@ -233,5 +241,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi FORCE \
+.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke

@@ -277,6 +277,10 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     }
     if (!rc && !chosen)
         rc = no_extent_error(st, type);
+    /* An extent of a dead holder: cut that holder off at the target before we allocate in it. */
+    if (!rc)
+        rc = plx_holder_evict(st, st->cat[chosen].holder_host, st->cat[chosen].holder_pid,
+                              st->cat[chosen].holder_epoch);
     if (!rc) {
         struct plx_extent_entry ent = st->cat[chosen];
         ent.type = (uint8_t)type;

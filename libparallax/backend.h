@@ -17,6 +17,26 @@ const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
 /* Overwrite a block directly (tests: corrupt a block). data NULL = zero it. */
 void plx_backend_mem_poke(plx_backend *be, uint64_t block, const void *data);
 
+/* Fencing at the medium itself (SCSI-3 persistent reservations on an iSCSI LUN; docs/DESIGN.md
+ * "The lock manager", Fencing). Internal, not in the public ops (a field added to the public
+ * struct plx_backend_ops would be read past the end of an older program's struct). Both block.
+ * join: register `key` (nonzero) for this connection and make sure the medium is reserved
+ * "write exclusive, registrants only". From then on an I/O that the medium refuses because
+ * `key` was preempted fails with -ESTALE (at submit or completion), and so does every later one.
+ * preempt: remove every registration of `victim` so the medium refuses its writes (0 when it
+ * has none); -ESTALE when this connection's own key was preempted. */
+struct plx_fence_ops {
+    int (*join)(plx_backend *be, uint64_t key);
+    int (*preempt)(plx_backend *be, uint64_t victim);
+};
+/* The medium's fencing, or NULL when it has none: an iSCSI LUN opened directly (a backend
+ * stacked over one does not fence; its writes would not be refused). */
+const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be);
+
+/* The configured host id: $PARALLAX_HOST_ID, else the first word of /etc/parallax/host-id, else
+ * the host name (host_id.c). The engine's identity and the iSCSI initiator name both use it. */
+void plx_host_id_default(char *out, size_t len);
+
 /* Helpers shared by backends and the engine. */
 void *plx_block_alloc(size_t nblocks); /* zeroed, PLX_BLOCK_SIZE-aligned; abort on OOM */
 void plx_block_free(void *p);

@@ -37,7 +37,14 @@
  * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
  * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
  * and is delivered by the next poll(), as in the file backend.
+ *
+ * Fencing (plx_backend_fence_ops; docs/DESIGN.md "The lock manager"): SCSI-3 persistent
+ * reservations. A writing engine of a store with a lock manager registers its key, the LUN is
+ * reserved "write exclusive, registrants only", and a host taking over a dead holder's locks
+ * preempts that holder's key; the preempted engine's commands then meet RESERVATION CONFLICT and
+ * fail with -ESTALE.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -101,6 +108,9 @@ struct iscsi_backend {
     struct iscsi_req *all;       /* requests whose task libiscsi holds */
     struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
     int lock_fd;                 /* flock stand-in for the admin lock (one host) */
+    uint64_t pr_key;             /* our persistent reservation key; 0: not fencing */
+    int fenced;                  /* our key was preempted: everything fails with -ESTALE */
+    struct req_list conflict;    /* RESERVATION CONFLICT, to be judged outside libiscsi's callbacks */
     char lock_path[PATH_MAX];
 };
 
@@ -255,6 +265,10 @@ static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status
     }
     if (retryable(status, task) && r->retries++ < MAX_RETRIES)
         return 1;
+    /* Refused by a reservation: preempted (fenced), or our registration belonged to a session
+     * that was replaced by a reconnect. pr_judge_conflict tells which. */
+    if (status == SCSI_STATUS_RESERVATION_CONFLICT && b->pr_key != 0)
+        return b->fenced ? -ESTALE : 2;
     if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
         fprintf(stderr, "parallax: %s: %s of block %llu failed: %s (%s)\n", b->base.desc,
                 op_names[r->io->op], (unsigned long long)r->io->block,
@@ -353,6 +367,10 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         list_push(&b->retry, r);
         return;
     }
+    if (rc == 2) {
+        list_push(&b->conflict, r); /* judged by poll(), which may send commands of its own */
+        return;
+    }
     finish(b, r, rc);
 }
 
@@ -442,6 +460,224 @@ static int wait_events(struct iscsi_backend *b, int ms)
     return 0;
 }
 
+/* ---- Fencing: SCSI-3 persistent reservations ------------------------------------------------ */
+
+/* The LUN is reserved "Write Exclusive, Registrants Only": every engine process that writes
+ * registers its key (lock.c: plx_fence_key), and the target refuses writes from any session
+ * whose key is not registered. A host that takes over a dead holder's locks first preempts its
+ * key (PREEMPT), so whatever the dead holder still sends is refused (RESERVATION CONFLICT).
+ * These are libiscsi's synchronous calls: they run at open, under the admin lock, and when a
+ * conflict must be judged, never inside a libiscsi callback. */
+#define PR_TYPE SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
+#define PR_KEYS_BYTES 16384 /* READ KEYS allocation: some 2000 keys */
+
+/* After a synchronous call in asynchronous mode: the socket may want other events now, and
+ * callbacks of our own requests may have run inside it. */
+static void after_sync(struct iscsi_backend *b)
+{
+    sync_socket(b, 1);
+    if (b->ready.head != NULL)
+        efd_signal(b->efd);
+}
+
+/* PERSISTENT RESERVE OUT: the SCSI status, or -1 when the session failed. UNIT ATTENTION (a
+ * reconnect, "reservations preempted" for others) is answered by sending the command again. */
+static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key, int type)
+{
+    for (int i = 0;; i++) {
+        struct scsi_persistent_reserve_out_basic p = {.reservation_key = key,
+                                                      .service_action_reservation_key = sa_key};
+        struct scsi_task *t = iscsi_persistent_reserve_out_sync(
+            b->iscsi, b->lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, type, &p);
+        int status = t != NULL ? t->status : -1;
+        int again = retryable(status, t) && i < MAX_RETRIES;
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        if (!again)
+            return status;
+    }
+}
+
+/* PERSISTENT RESERVE IN, unmarshalled into *out (the task, to free); -EIO on failure. */
+static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void **out)
+{
+    for (int i = 0;; i++) {
+        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa,
+                                                               PR_KEYS_BYTES);
+        if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+            *out = scsi_datain_unmarshall(t);
+            if (*out == NULL) {
+                scsi_free_scsi_task(t);
+                return -EIO;
+            }
+            *task = t;
+            return 0;
+        }
+        int again = t != NULL && retryable(t->status, t) && i < MAX_RETRIES;
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        if (!again)
+            return -EIO;
+    }
+}
+
+/* 1 when `key` is registered on the LUN, 0 when not, -EIO. */
+static int pr_key_registered(struct iscsi_backend *b, uint64_t key)
+{
+    struct scsi_task *t;
+    void *data;
+    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_KEYS, &t, &data) < 0)
+        return -EIO;
+    const struct scsi_persistent_reserve_in_read_keys *rk = data;
+    int found = 0;
+    for (int i = 0; i < rk->num_keys && !found; i++)
+        found = rk->keys[i] == key;
+    scsi_free_scsi_task(t);
+    return found;
+}
+
+/* Register our key for this session (also for a session that replaced one by reconnecting:
+ * the target ties a registration to the session, not to the key). */
+static int pr_register(struct iscsi_backend *b)
+{
+    int status = pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key,
+                        0);
+    return status == SCSI_STATUS_GOOD ? 0 : -EIO;
+}
+
+/* A command of ours was refused with RESERVATION CONFLICT. Our key gone from the LUN: another
+ * host preempted it (it took over our locks), and we are fenced for good: -ESTALE. Our key
+ * still there: the refused command ran in a session that reconnected since we registered (the
+ * target dropped the old session's registration), so register this session too: 0. */
+static int pr_judge_conflict(struct iscsi_backend *b)
+{
+    if (b->fenced)
+        return -ESTALE;
+    int there = pr_key_registered(b, b->pr_key);
+    int rc = there < 0 ? -EIO : there == 0 ? -ESTALE : pr_register(b);
+    if (rc == 0)
+        fprintf(stderr, "parallax: %s: registered our reservation key again for this session\n",
+                b->base.desc);
+    if (rc == -ESTALE) {
+        b->fenced = 1;
+        fprintf(stderr,
+                "parallax: %s: the target refused our I/O: our reservation key %016llx was "
+                "preempted by a host that took over our locks; no further I/O\n",
+                b->base.desc, (unsigned long long)b->pr_key);
+    }
+    if (!b->blocking)
+        after_sync(b);
+    return rc;
+}
+
+/* Requests that met RESERVATION CONFLICT: sent again, or failed with -ESTALE when fenced. */
+static void resolve_conflicts(struct iscsi_backend *b)
+{
+    struct req_list l = b->conflict;
+    b->conflict.head = b->conflict.tail = NULL;
+    int rc = pr_judge_conflict(b);
+    struct iscsi_req *r;
+    while ((r = list_pop(&l)) != NULL) {
+        int st = rc;
+        if (st == 0 && r->retries++ >= MAX_RETRIES)
+            st = -EIO;
+        if (st == 0)
+            st = issue(b, r);
+        if (st < 0)
+            finish(b, r, st);
+    }
+    if (!b->blocking)
+        after_sync(b);
+}
+
+static int iscsi_fence_join(plx_backend *be, uint64_t key)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    b->pr_key = key;
+    int rc = pr_register(b);
+    for (int i = 0; rc == 0 && i < 4; i++) {
+        struct scsi_task *t;
+        void *data;
+        rc = pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data);
+        if (rc < 0)
+            break;
+        const struct scsi_persistent_reserve_in_read_reservation *rr = data;
+        int reserved = rr->reserved, type = rr->pr_type;
+        scsi_free_scsi_task(t);
+        if (reserved && type == PR_TYPE)
+            break;
+        if (reserved) {
+            fprintf(stderr,
+                    "parallax: %s: the LUN holds a persistent reservation of type %d, not ours "
+                    "(%d, write exclusive for registrants): another user owns it\n",
+                    be->desc, type, PR_TYPE);
+            rc = -EBUSY;
+            break;
+        }
+        /* Nobody reserved it yet: we do. Racing another host is fine: the loser reads again. */
+        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_RESERVE, key, 0, PR_TYPE);
+        if (status != SCSI_STATUS_GOOD && status != SCSI_STATUS_RESERVATION_CONFLICT)
+            rc = -EIO;
+        rc = rc ? rc : (i == 3 ? -EIO : 0);
+    }
+    if (rc)
+        b->pr_key = 0;
+    if (!b->blocking)
+        after_sync(b);
+    return rc;
+}
+
+static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b->fenced)
+        return -ESTALE;
+    if (b->pr_key == 0 || victim == 0 || victim == b->pr_key)
+        return 0;
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        int there = pr_key_registered(b, victim);
+        if (there <= 0) {
+            rc = there; /* 0: it has no registration, nothing to cut off */
+            break;
+        }
+        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_PREEMPT, b->pr_key, victim, PR_TYPE);
+        if (status == SCSI_STATUS_GOOD) {
+            fprintf(stderr, "parallax: %s: preempted the reservation key %016llx of a dead "
+                            "holder: the target refuses its writes from now on\n",
+                    be->desc, (unsigned long long)victim);
+            break;
+        }
+        /* Refused: our own registration is gone (preempted, or left in a replaced session). */
+        rc = status == SCSI_STATUS_RESERVATION_CONFLICT ? pr_judge_conflict(b) : -EIO;
+        if (rc < 0)
+            break;
+        rc = i == 2 ? -EIO : 0;
+    }
+    if (!b->blocking)
+        after_sync(b);
+    return rc;
+}
+
+/* At close: a registrant that does not hold the reservation unregisters. The holder stays
+ * registered: in tgt, as in SPC, the reservation of type "registrants only" ends when its holder
+ * leaves, and a LUN with no reservation would take writes from a host that was fenced. So at
+ * most one key outlives its process; the next preempt of a dead holder's key removes it. */
+static void pr_leave(struct iscsi_backend *b)
+{
+    if (b->pr_key == 0 || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+        return;
+    struct scsi_task *t;
+    void *data;
+    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
+        return;
+    const struct scsi_persistent_reserve_in_read_reservation *rr = data;
+    int holder = rr->reserved && rr->reservation_key == b->pr_key;
+    scsi_free_scsi_task(t);
+    if (!holder)
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0);
+}
+
 /* ---- Blocking path -------------------------------------------------------------------------- */
 
 static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
@@ -473,6 +709,8 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             return -EIO;
         }
         int rc = task_outcome(b, r, t->status, t);
+        if (rc == 2)
+            rc = pr_judge_conflict(b) == 0 && r->retries++ < MAX_RETRIES ? 1 : -ESTALE;
         if (rc == 0 && io->op == PLX_IO_READ) {
             if (t->datain.data == NULL || t->datain.size < (int)len)
                 rc = -EIO;
@@ -506,6 +744,8 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
         return rc;
     if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && b->rdonly)
         return -EBADF;
+    if (b->fenced)
+        return -ESTALE;
     if (b->dead)
         return -EIO;
     struct iscsi_req *r = calloc(1, sizeof(*r));
@@ -546,6 +786,8 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
         efd_drain(b->efd);
         if (!b->blocking)
             service(b);
+        if (b->conflict.head != NULL)
+            resolve_conflicts(b);
         if (b->ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
             break;
         int wait = -1;
@@ -596,6 +838,7 @@ static void iscsi_destroy(plx_backend *be)
         /* Log out only from a working session, and give a silent target 2 s, not forever. */
         if (!b->dead && iscsi_is_logged_in(b->iscsi)) {
             iscsi_set_timeout(b->iscsi, 2);
+            pr_leave(b);
             iscsi_logout_sync(b->iscsi);
         }
         iscsi_destroy_context(b->iscsi);
@@ -643,6 +886,16 @@ static const struct plx_backend_ops iscsi_ops = {
     .destroy = iscsi_destroy,
     .lock = iscsi_lock,
 };
+
+static const struct plx_fence_ops iscsi_fence_ops = {
+    .join = iscsi_fence_join,
+    .preempt = iscsi_fence_preempt,
+};
+
+const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be)
+{
+    return be != NULL && be->ops == &iscsi_ops ? &iscsi_fence_ops : NULL;
+}
 
 /* ---- Opening -------------------------------------------------------------------------------- */
 
@@ -724,8 +977,9 @@ static void log_fn(int level, const char *message)
     fprintf(stderr, "parallax: iscsi: %s\n", message);
 }
 
-/* The initiator name: $PARALLAX_ISCSI_INITIATOR, else one derived from the host name. Hosts
- * sharing a target need distinct names (the target tells sessions apart by them). */
+/* The initiator name: $PARALLAX_ISCSI_INITIATOR, else one derived from the host id (backend.h:
+ * $PARALLAX_HOST_ID, /etc/parallax/host-id, the host name). Hosts sharing a target need
+ * distinct names: the target tells their sessions apart by them. */
 static void initiator_name(char *out, size_t len)
 {
     const char *env = getenv("PARALLAX_ISCSI_INITIATOR");
@@ -733,9 +987,14 @@ static void initiator_name(char *out, size_t len)
         snprintf(out, len, "%s", env);
         return;
     }
-    char host[200] = "localhost";
-    gethostname(host, sizeof(host) - 1);
-    host[sizeof(host) - 1] = '\0';
+    char host[200];
+    plx_host_id_default(host, sizeof(host));
+    /* An iqn's name part: lower case letters, digits, '.', '-' and ':'. */
+    for (char *p = host; *p; p++) {
+        *p = (char)tolower((unsigned char)*p);
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != ':')
+            *p = '-';
+    }
     snprintf(out, len, "iqn.2026-11.org.parallax:%.200s", host);
 }
 

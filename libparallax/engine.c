@@ -22,6 +22,9 @@ uint64_t plx_now_ns(void)
 
 int plx_err(plx_store *st, int err, const char *fmt, ...)
 {
+    /* A fenced store's failures all come from the fence: its message says why, keep it. */
+    if (st->fenced && err == -ESTALE)
+        return err;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(st->errmsg, sizeof st->errmsg, fmt, ap);
@@ -46,10 +49,23 @@ void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
 
 /* ---- I/O plumbing ------------------------------------------------------------------------------ */
 
+/* The medium refused our I/O because another host preempted our reservation key (backend.h,
+ * plx_fence_ops): it declared us dead and took over our locks. Nothing more may be written. */
+static void fence_refused(plx_store *st)
+{
+    plx_fence(st,
+              "%s: the target refused this process's I/O (SCSI RESERVATION CONFLICT): another "
+              "host preempted its reservation key after the lock manager declared it dead, and "
+              "took over its locks; it writes nothing more (restart it and reopen the VDIs)",
+              st->be->desc);
+}
+
 static void ev_io_done(struct plx_io *io, int status)
 {
     struct plx_ev *ev = (struct plx_ev *)io;
     plx_store *st = io->owner;
+    if (status == -ESTALE)
+        fence_refused(st);
     ev->status = status;
     ev->next = NULL;
     if (st->ready_tail)
@@ -68,6 +84,8 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
     int rc = st->be->ops->submit(st->be, &ev->io);
     if (rc == 0)
         st->internal_ios++;
+    else if (rc == -ESTALE)
+        fence_refused(st);
     return rc;
 }
 
@@ -90,12 +108,18 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
     io.done = sync_done;
     io.owner = result;
     int rc = st->be->ops->submit(st->be, &io);
+    if (rc == -ESTALE)
+        fence_refused(st);
     if (rc)
         return rc;
     while (!result[1]) {
         rc = st->be->ops->poll(st->be, -1);
         if (rc < 0 && rc != -EINTR)
             return rc;
+    }
+    if (result[0] == -ESTALE) {
+        fence_refused(st);
+        return -ESTALE;
     }
     /* A baseline message: callers with more context replace it. */
     if (result[0]) {

@@ -79,6 +79,8 @@ struct plx_store {
     /* Called at the start of every service pass (the lock manager's heartbeat). */
     void (*service_tick)(struct plx_store *st);
     unsigned admin_depth;              /* nested plx_admin_lock calls: only the outermost locks */
+    const struct plx_fence_ops *fence_ops; /* the medium's fencing (backend.h), or NULL */
+    bool fencing;                      /* our key is registered at the medium (plx_fence_join) */
 
     /* The event loop (engine.c). */
     int epoll_fd;                      /* plx_store_fd(): backend fd + wake_fd */

@@ -272,8 +272,12 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         plx_admin_unlock(st);
         return rc;
     }
+    /* Freeing blocks of a dead holder's extent: cut that holder off at the target first, or a
+     * block it still writes could land after another process reused it. */
+    if (!dry_run)
+        rc = plx_holder_evict(st, ent.holder_host, ent.holder_pid, ent.holder_epoch);
     uint8_t *cur = x->held ? x->bitmap : plx_block_alloc(g->bmb);
-    if (!x->held)
+    if (!rc && !x->held)
         rc = plx_bitmap_read(st, e, cur);
     uint64_t freed = 0, used = 0;
     if (!rc) {

@@ -42,30 +42,12 @@ static uint64_t process_start_ticks(pid_t pid)
     return v;
 }
 
-/* The configured host id, if any: one word on the first line of the file. */
-static bool host_id_file(char *buf, size_t len)
-{
-    FILE *f = fopen("/etc/parallax/host-id", "r");
-    if (!f)
-        return false;
-    bool ok = fgets(buf, (int)len, f) != NULL;
-    fclose(f);
-    if (ok)
-        buf[strcspn(buf, " \t\r\n")] = 0;
-    return ok && *buf;
-}
-
 void plx_identity_init(plx_store *st, const char *host)
 {
-    const char *env = getenv("PARALLAX_HOST_ID");
-    if (!(host && *host) && env && *env)
-        host = env;
-    if (host && *host) {
+    if (host && *host)
         snprintf(st->host, sizeof st->host, "%s", host);
-    } else if (!host_id_file(st->host, sizeof st->host) &&
-               gethostname(st->host, sizeof st->host - 1) != 0) {
-        snprintf(st->host, sizeof st->host, "localhost");
-    }
+    else
+        plx_host_id_default(st->host, sizeof st->host);
     /* A word: it travels in the lock manager's protocol and in messages. */
     for (char *p = st->host; *p; p++)
         if (*p == ' ' || *p == '\t' || *p == '\n')
@@ -120,6 +102,62 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     return host == st->host_hash && pid == st->pid && epoch == st->epoch;
+}
+
+/* ---- Fencing at the medium --------------------------------------------------------------------- */
+
+/* A key names one engine process, like a holder record (host, pid, start time): a dead holder's
+ * key is computed from its record, and preempting it cuts off that process and nothing else
+ * (another engine process of the same host keeps its own key and its VDIs). FNV-1a, never 0
+ * (0 means "no key" to a SCSI target). */
+uint64_t plx_fence_key(uint64_t host, uint32_t pid, uint64_t epoch)
+{
+    uint64_t words[3] = {host, pid, epoch}, h = 14695981039346656037ull;
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 8; i++) {
+            h ^= (words[w] >> (8 * i)) & 0xff;
+            h *= 1099511628211ull;
+        }
+    return h ? h : 1;
+}
+
+int plx_fence_join(plx_store *st)
+{
+    if (!st->fence_ops)
+        st->fence_ops = plx_backend_fence_ops(st->be);
+    if (!st->lockd || st->read_only || !st->fence_ops)
+        return 0;
+    uint64_t key = plx_fence_key(st->host_hash, st->pid, st->epoch);
+    int rc = st->fence_ops->join(st->be, key);
+    if (rc)
+        return plx_err(st, rc,
+                       "%s: cannot register this host's reservation key %016llx on the LUN "
+                       "(SCSI persistent reservations, which fence dead hosts): %s",
+                       st->be->desc, (unsigned long long)key, strerror(-rc));
+    st->fencing = true;
+    return 0;
+}
+
+int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
+{
+    if (!st->fencing || !host || plx_holder_is_me(st, host, pid, epoch))
+        return 0;
+    uint64_t key = plx_fence_key(host, pid, epoch);
+    int rc = st->fence_ops->preempt(st->be, key);
+    if (rc == -ESTALE) {
+        plx_fence(st,
+                  "%s: this process's own reservation key was preempted: another host declared "
+                  "it dead and took over its locks, so it writes nothing more (restart it)",
+                  st->be->desc);
+        return -ESTALE;
+    }
+    if (rc)
+        return plx_err(st, rc,
+                       "%s: cannot preempt the reservation key %016llx of dead holder (host "
+                       "%016llx pid %u) before taking over its locks: %s",
+                       st->be->desc, (unsigned long long)key, (unsigned long long)host, pid,
+                       strerror(-rc));
+    return 0;
 }
 
 /* ---- The admin lock ---------------------------------------------------------------------------- */

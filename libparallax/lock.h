@@ -41,6 +41,18 @@ int plx_lease_check(plx_store *st);
 /* lockd's STATUS lines, one call of `line` each. */
 int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 
+/* Fencing at the medium (SCSI-3 persistent reservations; docs/DESIGN.md "The lock manager").
+ * A process's key, derived from its holder identity. */
+uint64_t plx_fence_key(uint64_t host, uint32_t pid, uint64_t epoch);
+/* At open of a writable store with a lock manager whose backend can fence (an iSCSI LUN):
+ * register this process's key and make sure the LUN is reserved for registrants. */
+int plx_fence_join(plx_store *st);
+/* Under the admin lock, before taking over a lock whose holder was judged dead (a VDI lock, an
+ * extent): preempt the holder's key, so the target refuses anything it still sends. 0 when the
+ * store does not fence or the holder has no key; -ESTALE (and the store fenced) when our own key
+ * was preempted. */
+int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+
 /* Set the store's identity: host id (`host`, else $PARALLAX_HOST_ID, else the first line of
  * /etc/parallax/host-id, else the host name), its hash, pid and process start time; and its lock
  * implementation (plx_lock_local). */

@@ -74,6 +74,8 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts,
     if (!rc)
         rc = attach_lock_manager(st);
     if (!rc)
+        rc = plx_fence_join(st);
+    if (!rc)
         rc = plx_catalogue_read(st);
     if (!rc)
         rc = plx_alloc_init(st);

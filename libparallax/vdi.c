@@ -31,6 +31,10 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
             rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u",
                          rec.name, rec.lock_host == st->host_hash ? st->host : "another host",
                          rec.lock_pid);
+        /* Taking the lock from a dead holder: cut it off at the target first, so nothing it
+         * still sends can land after we start writing (a no-op without fencing). */
+        if (!rc)
+            rc = plx_holder_evict(st, rec.lock_host, rec.lock_pid, rec.lock_epoch);
         if (!rc) {
             plx_holder_set_me(st, &rec.lock_host, &rec.lock_pid, &rec.lock_epoch);
             rec.lock_time_ns = plx_now_ns();

@@ -7,6 +7,10 @@
 # still served, new opens fail after the lock timeout with a message naming the lock manager,
 # and after lockd restarts everything works again; a second live host with the same id and an
 # unreachable lockd are refused with clear messages. parallax check is clean at the end.
+# With PLX_LOCKD_ON_ISCSI=1 (lockd_iscsi.sh) the store is a tgtd LUN instead of a file: each host
+# then has its own iSCSI session and initiator name (from its host id) and its own reservation
+# key, takeovers from dead hosts preempt their keys, and the target drops every connection in the
+# middle of the handovers.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -15,6 +19,12 @@ LOCKD=$(dirname "$PARALLAX")/parallax-lockd
 [[ -x $LOCKD ]] || fail "parallax-lockd not built"
 
 T=$PLX_TEST_TMP
+STORE=$T/store.img
+if [[ -n ${PLX_LOCKD_ON_ISCSI:-} ]]; then
+    tgt_start
+    STORE=$(tgt_add_lun 1 4G)
+    plx() { "$PARALLAX" -b "$STORE" "$@"; }
+fi
 export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
 export PARALLAX_LOCK_TIMEOUT=4
@@ -44,7 +54,7 @@ for v in a b c d; do truncate -s $size "$T/model-$v.img"; done
 declare -A SRV
 start_host() { # HOST-ID
     local i
-    PARALLAX_HOST_ID=$1 "$PARALLAX" -b "$T/store.img" serve --unix "$T/$1.sock" >"$T/$1.log" 2>&1 &
+    PARALLAX_HOST_ID=$1 "$PARALLAX" -b "$STORE" serve --unix "$T/$1.sock" >"$T/$1.log" 2>&1 &
     SRV[$1]=$!
     bg_pid "${SRV[$1]}"
     for ((i = 0; i < 100; i++)); do
@@ -108,19 +118,32 @@ for round in 1 2 3 4; do
     write h1 a "1$round" & w1=$!
     write h2 b "2$round" & w2=$!
     write h3 c "3$round" & w3=$!
-    PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$T/store.img" gc --quiet >"$T/gc.log" 2>&1 & g=$!
+    PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" gc --quiet >"$T/gc.log" 2>&1 & g=$!
     wait $w1 && wait $w2 && wait $w3 || fail "concurrent writes, round $round"
     wait $g || grep -q "another collection" "$T/gc.log" || fail "gc on h4: $(cat "$T/gc.log")"
-    snap=$(PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$T/store.img" vdi-snapshot d)
-    PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$T/store.img" snap-delete "$snap" >/dev/null
+    snap=$(PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" vdi-snapshot d)
+    PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" snap-delete "$snap" >/dev/null
 done
 verify h2 a "three hosts"; verify h3 b "three hosts"; verify h1 c "three hosts"
 echo "three hosts wrote side by side"
+if [[ -n ${PLX_LOCKD_ON_ISCSI:-} ]]; then
+    sessions=$(tgt_adm --op show --mode target)
+    for h in h1 h2 h3; do
+        grep -q "Initiator: iqn.2026-11.org.parallax:$h " <<<"$sessions" ||
+            grep -q "Initiator: iqn.2026-11.org.parallax:$h\$" <<<"$sessions" ||
+            fail "no session with initiator name ...:$h: $sessions"
+    done
+    echo "each host has its own initiator name"
+fi
 
 # 2. VDI a handed between hosts a hundred times.
 hosts=(h1 h2 h3)
 for ((i = 0; i < ${PLX_LOCKD_HANDOVERS:-100}; i++)); do
     from=${hosts[i % 3]} to=${hosts[(i + 1) % 3]}
+    if [[ -n ${PLX_LOCKD_ON_ISCSI:-} ]] && ((i == 50)); then
+        dropped=$(tgt_drop_connections)
+        ((dropped >= 3)) || fail "tgtadm dropped $dropped connections, not every host's"
+    fi
     write "$from" a $((1000 + i)) || fail "handover $i: write through $from: $(tail -3 "$T/$from.log")"
     if ((i % 10 == 9)); then verify "$to" a "handover $i"; fi
 done
@@ -187,9 +210,9 @@ verify h1 a "after lockd restarted"
 echo "served through a lockd outage; opens work again after its restart"
 
 # 6. A second live host with the same id, and an unreachable lockd, are refused.
-expect_fail 1 env PARALLAX_HOST_ID=h1 PARALLAX_HOST_INSTANCE=another-machine "$PARALLAX" -b "$T/store.img" vdi-list
+expect_fail 1 env PARALLAX_HOST_ID=h1 PARALLAX_HOST_INSTANCE=another-machine "$PARALLAX" -b "$STORE" vdi-list
 [[ $PLX_LAST_STDERR == *"in use by another live host"* ]] || fail "same id: $PLX_LAST_STDERR"
-expect_fail 1 env PARALLAX_LOCKD=127.0.0.1:1 "$PARALLAX" -b "$T/store.img" vdi-list
+expect_fail 1 env PARALLAX_LOCKD=127.0.0.1:1 "$PARALLAX" -b "$STORE" vdi-list
 [[ $PLX_LAST_STDERR == *"cannot reach the lock manager at 127.0.0.1:1"* ]] || fail "unreachable: $PLX_LAST_STDERR"
 
 # The end: everything stops, the store checks clean, nothing flushed was lost.

@@ -307,12 +307,48 @@ static void violation(struct wl *wl, const char *fmt, ...)
 struct fwd {
     plx_backend base;
     plx_backend *in;
+    uint64_t key; /* registered fence key (persistent reservations, as on an iSCSI LUN); 0: none */
 };
+
+/* The medium's registered fence keys, shared by every engine on it (the takeover workload): a
+ * stand-in for the target's persistent reservations. An engine whose key was preempted has its
+ * writes refused, as RESERVATION CONFLICT would. */
+#define MAX_KEYS 8
+static uint64_t g_keys[MAX_KEYS];
+static int g_nkeys;
+
+static int key_index(uint64_t key)
+{
+    for (int i = 0; i < g_nkeys; i++)
+        if (g_keys[i] == key)
+            return i;
+    return -1;
+}
 
 static int fwd_submit(plx_backend *be, struct plx_io *io)
 {
-    plx_backend *in = ((struct fwd *)be)->in;
-    return in->ops->submit(in, io);
+    struct fwd *f = (struct fwd *)be;
+    if (f->key && key_index(f->key) < 0 && io->op != PLX_IO_READ)
+        return -ESTALE;
+    return f->in->ops->submit(f->in, io);
+}
+
+static int fwd_fence_join(plx_backend *be, uint64_t key)
+{
+    ck_assert_int_lt(g_nkeys, MAX_KEYS);
+    g_keys[g_nkeys++] = key;
+    ((struct fwd *)be)->key = key;
+    return 0;
+}
+
+static int fwd_fence_preempt(plx_backend *be, uint64_t victim)
+{
+    if (key_index(((struct fwd *)be)->key) < 0)
+        return -ESTALE;
+    int i = key_index(victim);
+    if (i >= 0)
+        g_keys[i] = g_keys[--g_nkeys];
+    return 0;
 }
 
 static int fwd_poll(plx_backend *be, int timeout_ms)
@@ -344,6 +380,11 @@ static const struct plx_backend_ops fwd_ops = {
     .fd = fwd_fd,
     .inflight = fwd_inflight,
     .destroy = fwd_destroy,
+};
+
+static const struct plx_fence_ops fwd_fence_ops = {
+    .join = fwd_fence_join,
+    .preempt = fwd_fence_preempt,
 };
 
 static plx_backend *fwd_new(plx_backend *in)
@@ -1712,10 +1753,13 @@ static void wl_handover(struct wl *wl)
 }
 
 /* Lock takeover: the engine writing a VDI loses its lease mid-run (a host frozen past its lease,
- * or partitioned): it is fenced, with the VDI still open, and another engine, to which the first
- * one's holder now counts as dead, takes the VDI over and goes on writing. Every write the first
- * engine completed is in the VDI the second one sees (the live reads check it), and crash images
- * taken during the takeover hold everything flushed by either engine. */
+ * or partitioned from the lock manager) with the VDI still open, and does not know it. Another
+ * engine, to which the first one's holder now counts as dead, takes the VDI over: under the admin
+ * lock it preempts the first engine's fence key at the medium (persistent reservations, as on an
+ * iSCSI LUN), then writes itself as the holder and goes on writing. Every write the first engine
+ * completed is in the VDI the second one sees (the live reads check it), crash images taken
+ * during the takeover hold everything flushed by either engine, and when the first engine then
+ * writes (its close), the medium refuses it and it stops: nothing of it lands. */
 static uint64_t g_dead_host;
 
 static bool takeover_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
@@ -1730,9 +1774,20 @@ static const struct plx_lock_ops takeover_lock_ops = {
     .holder_alive = takeover_holder_alive,
 };
 
+/* What plx_fence_join does for a store with a lock manager on a medium that fences. */
+static void join_fencing(plx_store *st)
+{
+    st->fence_ops = &fwd_fence_ops;
+    ck_assert_int_eq(st->fence_ops->join(st->be, plx_fence_key(st->host_hash, st->pid, st->epoch)),
+                     0);
+    st->fencing = true;
+}
+
 static void wl_takeover(struct wl *wl)
 {
     static const struct range r[] = {R(0, 200), R(700, 64)};
+    g_nkeys = 0;
+    join_fencing(wl->st);
     int a = add_vdi(wl, "taken", 4 * MIB, r, 2);
     open_vdi(wl, a);
     struct mix mx = {.write = 66,
@@ -1749,20 +1804,24 @@ static void wl_takeover(struct wl *wl)
                      .label = 10};
     run_phase(wl, &mx, scale(200), 1u << a);
     drain(wl);
-    /* The first engine is fenced with the VDI open: nothing of it reaches the medium again. */
+    /* The first engine's lease lapses; it has not noticed (partitioned, not frozen). */
     plx_store *first = wl->st;
     plx_vdi *abandoned = wl->v[a].h;
     g_dead_host = first->host_hash;
-    plx_fence(first, "test: the lease of the first engine lapsed");
     char err[256] = "";
     struct plx_open_opts o = {.struct_size = sizeof o, .host = "taking-host"};
     int rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->st, err, sizeof err);
     ck_assert_msg(rc == 0, "opening the second engine: %d %s", rc, err);
+    join_fencing(wl->st);
     wl->st->lock_ops = &takeover_lock_ops;
-    open_vdi(wl, a); /* takes the lock from the dead holder */
+    open_vdi(wl, a); /* preempts the dead holder's key, then takes the lock */
+    ck_assert_int_eq(g_nkeys, 1);
     run_phase(wl, &mx, scale(300), 1u << a);
-    /* The fenced engine goes away; its close writes nothing (and says so). */
+    /* The first engine writes again (its close writes the VDI record): the medium refuses it,
+     * the store is fenced and says why, and nothing of it lands. */
     ck_assert_int_eq(plx_vdi_close(abandoned), -ESTALE);
+    ck_assert_msg(strstr(plx_store_errmsg(first), "RESERVATION CONFLICT") != NULL,
+                  "the fenced engine's message: %s", plx_store_errmsg(first));
     plx_store_close(first);
 }
 
