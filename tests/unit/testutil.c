@@ -106,13 +106,15 @@ static plx_backend *inner_of(const plx_backend *be)
     return ((const struct keep_be *)be)->inner;
 }
 
-unsigned long tu_flushes;
+unsigned long tu_flushes, tu_reads;
 
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
     plx_backend *in = inner_of(be);
     if (io->op == PLX_IO_FLUSH)
         tu_flushes++;
+    if (io->op == PLX_IO_READ)
+        tu_reads++;
     return in->ops->submit(in, io);
 }
 
