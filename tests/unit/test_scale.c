@@ -60,8 +60,7 @@ static plx_backend *many_snapshots(void)
     for (unsigned i = 0; i < NSNAPS; i++) {
         if (i % 7 == 0) {
             memset(buf, (int)(i & 0xff), sizeof buf);
-            ck_assert_int_eq(plx_vdi_pwrite(v, buf, (uint64_t)(i % 512) * 4096, sizeof buf, 0),
-                             0);
+            ck_assert_int_eq(plx_vdi_pwrite(v, buf, (uint64_t)(i % 512) * 4096, sizeof buf, 0), 0);
         }
         const char *label = i == 0 ? "first" : i == 3999 ? "middle" : "";
         ck_assert_int_eq(plx_vdi_submit_snapshot(v, label, &idx[i], snap_done, &c), 0);
@@ -114,8 +113,7 @@ static void assert_lookups(plx_backend *mem, unsigned max_reads, size_t step)
     fprintf(stderr, "scale: VDI@N over %u snapshots: at most %lu reads per lookup\n", NSNAPS,
             worst);
     if (max_reads)
-        ck_assert_msg(worst <= max_reads, "a lookup read %lu blocks (bound %u)", worst,
-                      max_reads);
+        ck_assert_msg(worst <= max_reads, "a lookup read %lu blocks (bound %u)", worst, max_reads);
     struct plx_snap_info si;
     ck_assert_int_eq(plx_snap_lookup(st, "v@middle", &si), 0);
     ck_assert_uint_eq(si.index, 4000);
