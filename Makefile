@@ -180,8 +180,9 @@ bench-smoke: $(B)/bench-engine
 # `make bench` is the full run (about 18-20 minutes on 2 cores): results in
 # bench/results/suite-HOST-STAMP/, plots in bench/plots/, and the results block of bench/README.md
 # rewritten. Needs root for the file-system parts (loop devices, mounts).
-bench: deps all
+bench: deps all $(B)/bench-scale
 	bench/suite/run.sh --dir $(BENCH_DIR)
+	bench/scale.sh --dir $(BENCH_DIR)
 
 # Smoke run for make check: tiny sizes, every section, every server and figure; fails when any
 # part fails. Never judges times, never writes into bench/ (output in build/bench-suite-smoke).
@@ -194,6 +195,10 @@ bench-suite-smoke: deps all
 	    || { tail -40 $(B)/test-logs/bench-suite-smoke.log; echo "bench-suite-smoke: FAILED (log: $(B)/test-logs/bench-suite-smoke.log)"; exit 1; }
 	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
+
+# Costs against the snapshot count (bench/README.md, "Scale"); part of make bench.
+$(B)/bench-scale: $(B)/obj/bench/scale.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: $(B)/obj/bench/gc-writer.o $(B)/libparallax.a

@@ -1,0 +1,189 @@
+/*
+ * scale.c - costs against the number of snapshots of one VDI (bench/README.md, "Scale").
+ *
+ * One VDI on a file blockstore (libaio, O_DIRECT) is snapshotted up to each count in
+ * --counts (clean snapshots, a 4 KiB write before every 10th, submitted 32 at a time), and at
+ * each count this measures, in the same run:
+ *   snap_ms       a blocking snapshot of the open writer (mean of 20; they add to the count)
+ *   lookup_ms     plx_snap_lookup "v@1" and "v@newest" (mean of 50 each)
+ *   list_ms       plx_snap_list: the whole log, which is what every lookup and every writable
+ *                 open read before skip links (the baseline)
+ *   open_snap_ms  plx_vdi_open "v@1" read-only + close (the snapshot export's open), mean of 20
+ *   open_rw_ms    plx_vdi_open "v" for writing + close, mean of 5
+ * Output: one CSV line per count on stdout.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parallax.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void die(plx_store *st, int rc, const char *what)
+{
+    fprintf(stderr, "scale: %s: %d %s\n", what, rc, st ? plx_store_errmsg(st) : "");
+    exit(1);
+}
+
+struct counter {
+    unsigned done, failed;
+};
+
+static void snap_done(void *arg, int status)
+{
+    struct counter *c = arg;
+    c->done++;
+    c->failed += status != 0;
+}
+
+/* Take snapshots until the VDI has `target`. */
+static void grow(plx_store *st, plx_vdi *v, uint64_t *have, uint64_t target)
+{
+    static char buf[4096];
+    static uint64_t idx[32];
+    struct counter c = {0, 0};
+    uint64_t want = target - *have, sent = 0;
+    while (c.done < want) {
+        while (sent < want && sent - c.done < 32) {
+            if ((*have + sent) % 10 == 0) {
+                memset(buf, (int)(sent & 0xff), sizeof buf);
+                int rc = plx_vdi_pwrite(v, buf, ((*have + sent) % 4096) * 4096, sizeof buf, 0);
+                if (rc)
+                    die(st, rc, "write");
+            }
+            int rc = plx_vdi_submit_snapshot(v, "", &idx[sent % 32], snap_done, &c);
+            if (rc)
+                die(st, rc, "snapshot");
+            sent++;
+        }
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            die(st, rc, "service");
+    }
+    if (c.failed)
+        die(st, -EIO, "a snapshot failed");
+    *have = target;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    const char *counts = "1,10,100,1000,10000,100000";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--store") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strcmp(argv[i], "--counts") == 0 && i + 1 < argc)
+            counts = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench-scale --store FILE [--counts 1,10,...]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "bench-scale: --store FILE is required\n");
+        return 2;
+    }
+    char err[512];
+    int rc = plx_format(path, 8ull << 30, 0, 1, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench-scale: format %s: %s\n", path, err);
+        return 1;
+    }
+    plx_store *st;
+    struct plx_open_opts o = {.struct_size = sizeof o};
+    rc = plx_store_open(path, &o, &st, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench-scale: open %s: %s\n", path, err);
+        return 1;
+    }
+    rc = plx_vdi_create(st, "v", 16ull << 30, NULL);
+    if (rc)
+        die(st, rc, "create");
+    plx_vdi *v;
+    rc = plx_vdi_open(st, "v", 0, &v);
+    if (rc)
+        die(st, rc, "open");
+    printf("snapshots,snap_ms,lookup_oldest_ms,lookup_newest_ms,list_ms,open_snap_ms,"
+           "open_rw_ms\n");
+    uint64_t have = 0;
+    char *list = strdup(counts);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        uint64_t target = strtoull(tok, NULL, 10);
+        if (target > have)
+            grow(st, v, &have, target);
+        char spec_old[64], spec_new[64];
+        snprintf(spec_old, sizeof spec_old, "v@1");
+        snprintf(spec_new, sizeof spec_new, "v@%llu", (unsigned long long)have);
+        struct plx_snap_info si;
+        double t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_snap_lookup(st, spec_old, &si)))
+                die(st, rc, spec_old);
+        double lookup_old = (now_ms() - t0) / 50;
+        t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_snap_lookup(st, spec_new, &si)))
+                die(st, rc, spec_new);
+        double lookup_new = (now_ms() - t0) / 50;
+        struct plx_vdi_info vi;
+        if ((rc = plx_vdi_lookup(st, "v", &vi)))
+            die(st, rc, "lookup v");
+        int reps = have > 20000 ? 3 : 10;
+        t0 = now_ms();
+        for (int i = 0; i < reps; i++) {
+            struct plx_snap_info *all;
+            size_t n;
+            if ((rc = plx_snap_list(st, vi.id, &all, &n)))
+                die(st, rc, "list");
+            free(all);
+        }
+        double list_ms = (now_ms() - t0) / reps;
+        t0 = now_ms();
+        for (int i = 0; i < 20; i++) {
+            plx_vdi *s;
+            if ((rc = plx_vdi_open(st, spec_old, PLX_OPEN_READONLY, &s)))
+                die(st, rc, "open snapshot");
+            plx_vdi_close(s);
+        }
+        double open_snap = (now_ms() - t0) / 20;
+        if ((rc = plx_vdi_close(v)))
+            die(st, rc, "close");
+        t0 = now_ms();
+        for (int i = 0; i < 5; i++) {
+            if ((rc = plx_vdi_open(st, "v", 0, &v)))
+                die(st, rc, "open writable");
+            if (i < 4 && (rc = plx_vdi_close(v)))
+                die(st, rc, "close");
+        }
+        double open_rw = (now_ms() - t0) / 5;
+        t0 = now_ms();
+        for (int i = 0; i < 20; i++) {
+            uint64_t idx;
+            if ((rc = plx_vdi_snapshot_open(v, "", &idx)))
+                die(st, rc, "snapshot");
+        }
+        double snap = (now_ms() - t0) / 20;
+        have += 20;
+        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", (unsigned long long)target, snap,
+               lookup_old, lookup_new, list_ms, open_snap, open_rw);
+        fflush(stdout);
+    }
+    free(list);
+    struct plx_check_report r;
+    double t0 = now_ms();
+    if ((rc = plx_check(st, &r, NULL, NULL)))
+        die(st, rc, "check");
+    fprintf(stderr, "bench-scale: check of %llu snapshots: %llu errors, %.0f ms\n",
+            (unsigned long long)r.snapshots, (unsigned long long)r.errors, now_ms() - t0);
+    plx_vdi_close(v);
+    plx_store_close(st);
+    return r.errors ? 1 : 0;
+}
