@@ -12,6 +12,8 @@
  *   open_rw_ms    plx_vdi_open "v" for writing + close, mean of 5
  *   iops          4 KiB random reads of the newest snapshot, 32 in flight, for 2 s, over the
  *                 16 MiB the benchmark wrote (the radix nodes stay cached; the data does not)
+ *   iops_oldest   the same on VDI@1, right after: the baseline of the same moment (the machine
+ *                 is shared, so a drop in both is the machine, not the snapshot count)
  * Output: one CSV line per count on stdout.
  *
  * --gc NODES: the collector's mark phase on scattered nodes instead. Eight VDIs of 64 GiB take
@@ -279,7 +281,7 @@ int main(int argc, char **argv)
             die(st, rc, "fill");
     free(fill);
     printf("snapshots,snap_ms,lookup_oldest_ms,lookup_newest_ms,list_ms,open_snap_ms,"
-           "open_rw_ms,iops\n");
+           "open_rw_ms,iops,iops_oldest\n");
     uint64_t have = 0;
     char *list = strdup(counts);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -341,8 +343,9 @@ int main(int argc, char **argv)
         have += 20;
         snprintf(spec_new, sizeof spec_new, "v@%llu", (unsigned long long)have);
         double iops = random_reads(st, spec_new);
-        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f\n", (unsigned long long)target, snap,
-               lookup_old, lookup_new, list_ms, open_snap, open_rw, iops);
+        double iops_oldest = random_reads(st, spec_old);
+        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,%.0f\n", (unsigned long long)target,
+               snap, lookup_old, lookup_new, list_ms, open_snap, open_rw, iops, iops_oldest);
         fflush(stdout);
     }
     free(list);
