@@ -295,6 +295,83 @@ START_TEST(test_bad_skip_link)
 }
 END_TEST
 
+/* The largest VDI, 256 TiB (a 4-level tree), on a 64 MiB store: written and read at both ends
+ * and in the middle, snapshotted, cloned, collected. */
+START_TEST(test_vdi_256tib)
+{
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(MEDIUM_BLOCKS);
+    ck_assert_int_eq(plx_format_backend(mem, MiB, err, sizeof err), 0);
+    plx_store *st = open_store(mem, 0);
+    ck_assert_int_eq(plx_vdi_create(st, "big", PLX_MAX_VDI_SIZE + 4096, NULL), -EFBIG);
+    ck_assert_int_eq(plx_vdi_create(st, "big", PLX_MAX_VDI_SIZE, NULL), 0);
+    struct plx_vdi_info info;
+    ck_assert_int_eq(plx_vdi_lookup(st, "big", &info), 0);
+    ck_assert_uint_eq(info.height, 4);
+    const uint64_t offs[] = {0, 4096, PLX_MAX_VDI_SIZE / 2 - 4096, PLX_MAX_VDI_SIZE / 2,
+                             (PLX_MAX_VDI_SIZE / 3) & ~4095ull, PLX_MAX_VDI_SIZE - 4096};
+    const unsigned n = sizeof offs / sizeof offs[0];
+    char buf[4096], got[4096];
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "big", 0, &v), 0);
+    ck_assert_uint_eq(plx_vdi_size(v), PLX_MAX_VDI_SIZE);
+    for (unsigned i = 0; i < n; i++) {
+        memset(buf, 'a' + (int)i, sizeof buf);
+        ck_assert_int_eq(plx_vdi_pwrite(v, buf, offs[i], sizeof buf, 0), 0);
+    }
+    /* A write across the end is refused and changes nothing. */
+    ck_assert_int_ne(plx_vdi_pwrite(v, buf, PLX_MAX_VDI_SIZE - 2048, sizeof buf, 0), 0);
+    uint64_t idx;
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "one", &idx), 0);
+    for (unsigned i = 0; i < n; i++) {
+        memset(buf, 'A' + (int)i, sizeof buf);
+        ck_assert_int_eq(plx_vdi_pwrite(v, buf, offs[i], sizeof buf, 0), 0);
+    }
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_vdi_clone(st, "kid", "big@one", NULL), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "kid", 0, &v), 0);
+    memset(buf, 'z', sizeof buf);
+    ck_assert_int_eq(plx_vdi_pwrite(v, buf, PLX_MAX_VDI_SIZE - 4096, sizeof buf, 0), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    /* Each view reads what it should at every offset; untouched blocks between read as zeros. */
+    const char *views[] = {"big", "big@one", "kid"};
+    for (unsigned w = 0; w < 3; w++) {
+        ck_assert_int_eq(plx_vdi_open(st, views[w], PLX_OPEN_READONLY, &v), 0);
+        for (unsigned i = 0; i < n; i++) {
+            ck_assert_int_eq(plx_vdi_pread(v, got, offs[i], sizeof got), 0);
+            int want = w == 0 ? 'A' + (int)i : 'a' + (int)i;
+            if (w == 2 && i == n - 1)
+                want = 'z';
+            memset(buf, want, sizeof buf);
+            ck_assert_msg(memcmp(got, buf, sizeof got) == 0, "%s at %llu", views[w],
+                          (unsigned long long)offs[i]);
+        }
+        ck_assert_int_eq(plx_vdi_pread(v, got, PLX_MAX_VDI_SIZE / 4, sizeof got), 0);
+        memset(buf, 0, sizeof buf);
+        ck_assert_int_eq(memcmp(got, buf, sizeof got), 0);
+        ck_assert_int_eq(plx_vdi_close(v), 0);
+    }
+    /* Collect after deleting the clone: it frees the clone's blocks, keeps the rest. */
+    ck_assert_int_eq(plx_vdi_delete(st, "kid"), 0);
+    struct plx_gc_report r;
+    ck_assert_int_eq(plx_gc(st, 0, &r), 0);
+    ck_assert_uint_gt(r.freed_by_type[PLX_EXTENT_METADATA] + r.freed_by_type[PLX_EXTENT_DATA], 0);
+    ck_assert_int_eq(plx_vdi_open(st, "big@one", PLX_OPEN_READONLY, &v), 0);
+    ck_assert_int_eq(plx_vdi_pread(v, got, PLX_MAX_VDI_SIZE - 4096, sizeof got), 0);
+    memset(buf, 'a' + (int)(n - 1), sizeof buf);
+    ck_assert_int_eq(memcmp(got, buf, sizeof got), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_store *ro = open_store(mem, 1);
+    struct plx_check_report cr;
+    ck_assert_int_eq(plx_check(ro, &cr, NULL, NULL), 0);
+    ck_assert_uint_eq(cr.errors, 0);
+    ck_assert_uint_eq(cr.snapshots, 1);
+    plx_store_close(ro);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 static Suite *scale_suite(void)
 {
     Suite *s = suite_create("scale");
@@ -305,6 +382,9 @@ static Suite *scale_suite(void)
     tcase_add_test(tc, test_old_log_is_linked);
     tcase_add_test(tc, test_bad_skip_link);
     suite_add_tcase(s, tc);
+    TCase *big = tcase_create("size");
+    tcase_add_test(big, test_vdi_256tib);
+    suite_add_tcase(s, big);
     return s;
 }
 
