@@ -51,3 +51,18 @@ if (exists("gccsv")) {
          "" u 2:5 every ::1 w lp lw 2.5 pt 5 t "check"
     unset multiplot
 }
+
+# A server's memory (serve-memory.csv: vdis, rss_kib, kib_per_vdi_since_first).
+if (exists("memcsv")) {
+    set output memout
+    set multiplot layout 1,1 title "parallax serve: resident memory against VDIs served (one NBD connection each)" font ",15"
+    set logscale x
+    unset logscale y
+    set yrange [0:*]
+    set xlabel "VDIs served (log)"
+    set ylabel "VmRSS, MiB"
+    set key top left box opaque
+    set title "default node cache budget: 64 MiB"
+    plot memcsv u 1:($2/1024) every ::2 w lp lw 2.5 pt 7 t "server RSS"
+    unset multiplot
+}

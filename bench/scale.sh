@@ -3,7 +3,9 @@
 #   bench/scale.sh [--dir DATA_DIR] [--counts 1,10,...] [--out RESULTS_DIR]
 # Runs build/bench-scale on a blockstore in a fresh directory under DATA_DIR (a real disk, default
 # /var/tmp), writes scale.csv to RESULTS_DIR (default bench/results/scale-HOST-STAMP) and plots
-# bench/plots/scale-snapshots.png. The store is removed at the end.
+# bench/plots/scale-snapshots.png; then the collector's mark rate against fio (gc.csv,
+# scale-gc.png) and a server's memory against the VDIs it serves (serve-memory.csv,
+# scale-serve-memory.png). Stores are removed at the end.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=/var/tmp
@@ -50,9 +52,14 @@ for n in $(echo "$GC_SIZES" | tr , ' '); do
         >> "$OUT/gc.csv"
 done
 cat "$OUT/gc.csv"
+
+# A server's memory against the VDIs it serves (one NBD connection each, all kept open).
+python3 "$ROOT/bench/serve-memory.py" --parallax "$ROOT/build/parallax" --dir "$WORK" \
+    --counts 1,10,100,1000 > "$OUT/serve-memory.csv"
+cat "$OUT/serve-memory.csv"
 echo "$(( $(date +%s) - start ))" > "$OUT/wall-seconds"
 if command -v gnuplot > /dev/null; then
-    gnuplot -e "csv='$OUT/scale.csv'; out='$ROOT/bench/plots/scale-snapshots.png'; gccsv='$OUT/gc.csv'; gcout='$ROOT/bench/plots/scale-gc.png'" \
+    gnuplot -e "csv='$OUT/scale.csv'; out='$ROOT/bench/plots/scale-snapshots.png'; gccsv='$OUT/gc.csv'; gcout='$ROOT/bench/plots/scale-gc.png'; memcsv='$OUT/serve-memory.csv'; memout='$ROOT/bench/plots/scale-serve-memory.png'" \
         "$ROOT/bench/scale.gp"
-    echo "plots: bench/plots/scale-snapshots.png bench/plots/scale-gc.png"
+    echo "plots: bench/plots/scale-snapshots.png scale-gc.png scale-serve-memory.png"
 fi
