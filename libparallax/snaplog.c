@@ -380,7 +380,8 @@ static int labels_load(plx_store *st, const struct plx_vdi_record *rec, struct p
     int rc = plx_snaplog_read(st, &base, &list, &n, NULL);
     if (rc)
         return rc;
-    qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
+    if (ls->n)
+        qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
     size_t nover = ls->n;
     for (size_t i = 0; i < n && !rc; i++) {
         if (list[i].deleted || !list[i].label[0])
