@@ -33,6 +33,13 @@ static uint64_t bitmap_blocks(const plx_store *st)
     return plx_bitmap_blocks(st->sb.extent_blocks);
 }
 
+/* Blocks per leaf slot: a leaf's worth, or the whole extent when extents are smaller (both are
+ * powers of two, so slots tile an extent exactly). */
+static uint64_t slot_blocks(const plx_store *st)
+{
+    return eb(st) < PLX_RADIX_FANOUT ? eb(st) : PLX_RADIX_FANOUT;
+}
+
 enum plx_extent_type plx_block_type(const plx_store *st, uint64_t block)
 {
     uint64_t e = block / eb(st);
@@ -156,6 +163,8 @@ void plx_alloc_free(plx_store *st)
     for (uint64_t e = 0; a->ext && e < st->sb.extent_count; e++) {
         plx_block_free(a->ext[e].bitmap);
         free(a->ext[e].dirty_blocks);
+        free(a->ext[e].slots);
+        free(a->ext[e].reserved);
     }
     free(a->ext);
     while (a->waiters) {
@@ -182,8 +191,15 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
     x->dirty_blocks = calloc(bitmap_blocks(st), sizeof *x->dirty_blocks);
     if (!x->dirty_blocks)
         return plx_err(st, -ENOMEM, "out of memory");
+    if (st->cat[e].type == PLX_EXTENT_DATA) {
+        x->slots = calloc(eb(st) / slot_blocks(st), sizeof *x->slots);
+        x->reserved = calloc(eb(st) / 8, 1);
+        if (!x->slots || !x->reserved)
+            return plx_err(st, -ENOMEM, "out of memory");
+    }
     x->free = count_free(st, bits);
     x->held = true;
+    st->alloc->empty_cursor = 0;
     return 0;
 }
 
@@ -343,6 +359,349 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
     return (int)n;
 }
 
+/* ---- Data blocks placed by leaf --------------------------------------------------------------- */
+
+/* Claim block i of held extent e (in memory; a batch makes it durable, see the top). */
+static void claim_block(plx_store *st, uint64_t e, uint64_t i)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
+    a->gen++;
+    bit_set(x->bitmap, i, true);
+    x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+    x->free--;
+}
+
+static uint64_t slot_free(const plx_store *st, const struct plx_extent_state *x, uint64_t s)
+{
+    uint64_t n = slot_blocks(st), used = 0;
+    const uint8_t *bits = x->bitmap + s * n / 8;
+    for (uint64_t i = 0; i < n / 8; i++)
+        used += (uint64_t)__builtin_popcount(bits[i]);
+    return n - used;
+}
+
+/* Block i of an owned slot may be handed out: reserved for it, or free. */
+static bool place_free(const struct plx_extent_state *x, uint64_t i)
+{
+    return bit_get(x->reserved, i) || !bit_get(x->bitmap, i);
+}
+
+/* Hand out block i of an owned slot: take it out of the reservation, or claim it. */
+static void take_block(plx_store *st, uint64_t e, uint64_t i)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    if (bit_get(x->reserved, i)) {
+        bit_set(x->reserved, i, false);
+        st->alloc->reserved--;
+    } else {
+        claim_block(st, e, i);
+    }
+}
+
+/* The place of owned slot s nearest to offset off (off itself first); false if none is left. */
+static bool slot_nearest_free(const plx_store *st, const struct plx_extent_state *x, uint64_t s,
+                              uint64_t off, uint64_t *i)
+{
+    uint64_t n = slot_blocks(st), base = s * n;
+    for (uint64_t d = 0; d < n; d++) {
+        if (off + d < n && place_free(x, base + off + d)) {
+            *i = base + off + d;
+            return true;
+        }
+        if (d && d <= off && place_free(x, base + off - d)) {
+            *i = base + off - d;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool is_data_extent(const plx_store *st, uint64_t e)
+{
+    const struct plx_extent_state *x = &st->alloc->ext[e];
+    return x->held && x->slots && st->cat[e].type == PLX_EXTENT_DATA && x->free > 0;
+}
+
+static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, uint64_t s)
+{
+    uint64_t n = slot_blocks(st);
+    const uint8_t *bits = x->bitmap + s * n / 8;
+    for (uint64_t i = 0; i < n / 8; i++)
+        if (bits[i])
+            return false;
+    return true;
+}
+
+/* A slot for a leaf whose entry at offset off needs a block (UINT64_MAX: any offset). First an
+ * empty unowned slot, in store order from a cursor that only moves forward (so a sequential
+ * writer's leaves lie one after the other; the cursor goes back to the start when blocks are
+ * given back or an extent is taken). When none is left, an unowned slot with offset off free
+ * and at least min_free free blocks, from a rotating cursor: holes left by leaves frozen early
+ * get filled. The cursors make the common case O(1); the worst is O(slots held). */
+static bool slot_choose(plx_store *st, uint64_t off, uint64_t min_free, uint64_t *ext,
+                        uint64_t *slot)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t n = slot_blocks(st), spe = eb(st) / n, total = st->sb.extent_count * spe;
+    for (; a->empty_cursor < total; a->empty_cursor++) {
+        uint64_t e = a->empty_cursor / spe, s = a->empty_cursor % spe;
+        if (!is_data_extent(st, e)) {
+            a->empty_cursor = (e + 1) * spe - 1;
+            continue;
+        }
+        const struct plx_extent_state *x = &a->ext[e];
+        if (!x->slots[s].leaf && slot_empty(st, x, s)) {
+            *ext = e;
+            *slot = s;
+            a->empty_cursor++;
+            return true;
+        }
+    }
+    for (uint64_t k = 0; k < total; k++) {
+        uint64_t g = (a->fill_cursor + k) % total, e = g / spe, s = g % spe;
+        if (!is_data_extent(st, e)) {
+            k += spe - 1 - s;
+            continue;
+        }
+        const struct plx_extent_state *x = &a->ext[e];
+        if (x->slots[s].leaf || (off != UINT64_MAX && bit_get(x->bitmap, s * n + off)))
+            continue;
+        if (slot_free(st, x, s) < min_free)
+            continue;
+        a->fill_cursor = g;
+        *ext = e;
+        *slot = s;
+        return true;
+    }
+    return false;
+}
+
+/* Any free block of a held data extent, first fit. */
+static bool any_free_block(plx_store *st, uint64_t *ext, uint64_t *i)
+{
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        if (!is_data_extent(st, e))
+            continue;
+        const uint8_t *bits = st->alloc->ext[e].bitmap;
+        for (uint64_t k = bitmap_blocks(st) / 8; k < eb(st) / 8; k++) {
+            if (bits[k] == 0xff)
+                continue;
+            uint64_t j = k * 8;
+            while (bit_get(bits, j))
+                j++;
+            *ext = e;
+            *i = j;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* At least a quarter of the held data extents' blocks are in use: slots never make a process
+ * hold more than four times the data it has written. (A disk rewritten in random order after a
+ * snapshot needs a second copy's worth of slots, so half would be too tight.) */
+static bool data_mostly_used(const plx_store *st)
+{
+    uint64_t held = 0, free_blocks = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (x->held && x->slots) {
+            held += eb(st);
+            free_blocks += x->free;
+        }
+    }
+    return (held - free_blocks - st->alloc->reserved) * 4 >= held;
+}
+
+/* The held extent state of the slot at base if leaf/tag own it, else NULL. */
+static struct plx_extent_state *owned_slot(plx_store *st, uint64_t base, uint64_t leaf,
+                                           uint64_t tag)
+{
+    uint64_t e = base / eb(st), s = base % eb(st) / slot_blocks(st);
+    if (!base || e >= st->sb.extent_count)
+        return NULL;
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    return x->held && x->slots && x->slots[s].leaf == leaf && x->slots[s].tag == tag ? x : NULL;
+}
+
+/* Take slot s of extent e for leaf/tag and claim its free blocks: a batch then writes the
+ * bitmap once for the slot instead of for every block the leaf adds. */
+static void slot_take(plx_store *st, uint64_t e, uint64_t s, uint64_t leaf, uint64_t tag)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
+    x->slots[s].leaf = leaf;
+    x->slots[s].tag = tag;
+    a->slots_owned++;
+    uint64_t n = slot_blocks(st);
+    a->gen++;
+    for (uint64_t i = s * n; i < s * n + n; i++) {
+        if (bit_get(x->bitmap, i))
+            continue;
+        bit_set(x->bitmap, i, true);
+        bit_set(x->reserved, i, true);
+        x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+        x->free--;
+        a->reserved++;
+    }
+}
+
+/* Give back what slot s of extent e still has reserved (nothing links those blocks). */
+static void slot_unreserve(plx_store *st, uint64_t e, uint64_t s)
+{
+    struct plx_alloc *a = st->alloc;
+    struct plx_extent_state *x = &a->ext[e];
+    uint64_t n = slot_blocks(st);
+    a->gen++;
+    for (uint64_t i = s * n; i < s * n + n; i++) {
+        if (!bit_get(x->reserved, i))
+            continue;
+        bit_set(x->reserved, i, false);
+        bit_set(x->bitmap, i, false);
+        x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+        x->free++;
+        a->reserved--;
+    }
+    a->empty_cursor = 0;
+}
+
+static void slot_release(plx_store *st, uint64_t e, uint64_t s)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    x->slots[s].leaf = 0;
+    st->alloc->slots_owned--;
+    slot_unreserve(st, e, s);
+}
+
+/* Give back every reservation (owners keep their slots): before a collection, at close, and
+ * when the store has no other free block. */
+static void unreserve_all(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    for (uint64_t e = 1; a->reserved && e < st->sb.extent_count; e++)
+        for (uint64_t s = 0; a->ext[e].reserved && s < eb(st) / slot_blocks(st); s++)
+            if (a->ext[e].slots[s].leaf)
+                slot_unreserve(st, e, s);
+}
+
+/* The owner of the spill slot (no leaf or VDI has this address or id). */
+#define SPILL UINT64_MAX
+
+/* A block whose place in its leaf's slot is taken (by an extent's bitmap, or by a block of a
+ * leaf that held the slot before) goes to the spill slot, filled in order: it costs a sequential
+ * reader one more request, where taking the nearest free place in the leaf's slot would push
+ * its neighbours out of place one after another. */
+static bool spill_block(plx_store *st, uint64_t *ext, uint64_t *i)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t n = slot_blocks(st), e, s;
+    for (int tries = 0; tries < 2; tries++) {
+        struct plx_extent_state *x = owned_slot(st, a->spill, SPILL, SPILL);
+        if (x) {
+            e = a->spill / eb(st);
+            s = a->spill % eb(st) / n;
+            if (slot_nearest_free(st, x, s, 0, i)) {
+                *ext = e;
+                return true;
+            }
+            slot_release(st, e, s); /* full */
+        }
+        a->spill = 0;
+        if (!slot_choose(st, UINT64_MAX, n / 4, &e, &s) &&
+            !(data_mostly_used(st) && extent_claim(st, PLX_EXTENT_DATA) == 0 &&
+              slot_choose(st, UINT64_MAX, n / 4, &e, &s)) &&
+            !slot_choose(st, UINT64_MAX, 1, &e, &s))
+            return false;
+        slot_take(st, e, s, SPILL, SPILL);
+        a->spill = e * eb(st) + s * n;
+    }
+    return false;
+}
+
+int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
+                         uint64_t *slot, uint64_t *block)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    uint64_t n = slot_blocks(st), off = idx % n, e, s, i;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct plx_extent_state *x = owned_slot(st, *slot, leaf_addr, tag);
+        if (x) {
+            e = *slot / eb(st);
+            i = *slot % eb(st) + off;
+            if (!place_free(x, i) && spill_block(st, &e, &i)) {
+                take_block(st, e, i);
+                *block = e * eb(st) + i;
+                return 0;
+            }
+            if (place_free(x, i) || slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
+                take_block(st, e, i);
+                *block = e * eb(st) + i;
+                return 0;
+            }
+        }
+        /* Every slot is owned or mostly full. A new extent gives the leaves slots of their
+         * own, but only while what this process holds is well used: a writer scattering single
+         * blocks over many leaves would otherwise take extent after extent (and starve other
+         * writers) for slots that stay almost empty. Then any slot with the place free, then
+         * any free block. */
+        bool got = slot_choose(st, off, n / 4, &e, &s);
+        if (!got && attempt == 0 && data_mostly_used(st)) {
+            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            if (rc == 0)
+                continue;
+            if (rc != -ENOSPC)
+                return rc;
+        }
+        if (got || slot_choose(st, off, 1, &e, &s)) {
+            slot_take(st, e, s, leaf_addr, tag);
+            *slot = e * eb(st) + s * n;
+            take_block(st, e, s * n + off);
+            *block = *slot + off;
+            return 0;
+        }
+        if (!any_free_block(st, &e, &i) && st->alloc->reserved)
+            unreserve_all(st); /* the store is full but for reservations */
+        if (any_free_block(st, &e, &i)) {
+            claim_block(st, e, i);
+            *block = e * eb(st) + i;
+            return 0;
+        }
+        if (attempt == 0) {
+            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            if (rc)
+                return rc;
+        }
+    }
+    return plx_err(st, -ENOSPC, "blockstore full");
+}
+
+void plx_alloc_release_slots(plx_store *st, uint64_t tag)
+{
+    struct plx_alloc *a = st->alloc;
+    for (uint64_t e = 1; a->slots_owned && e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++) {
+            if (x->slots[s].leaf && x->slots[s].tag == tag)
+                slot_release(st, e, s);
+        }
+    }
+}
+
+void plx_alloc_extent_released(plx_store *st, uint64_t e)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++)
+        if (x->slots[s].leaf)
+            slot_release(st, e, s);
+    plx_block_free(x->bitmap);
+    free(x->dirty_blocks);
+    free(x->slots);
+    free(x->reserved);
+    memset(x, 0, sizeof *x);
+}
+
 uint64_t plx_alloc_gen(const plx_store *st)
 {
     return st->alloc->gen;
@@ -476,8 +835,9 @@ int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_en
     return catalogue_entry_write(st, e, ent);
 }
 
-/* Give claimed-but-unused blocks back to their bitmaps (in memory; the next allocator write
- * carries it). Safe at any time: nothing links a block before it leaves the pool. */
+/* Give claimed-but-unused blocks (pools, slot reservations) back to their bitmaps (in memory;
+ * the next allocator write carries it). Safe at any time: nothing links a block before it is
+ * handed out. */
 void plx_alloc_return_pools(plx_store *st)
 {
     struct plx_alloc *a = st->alloc;
@@ -495,6 +855,13 @@ void plx_alloc_return_pools(plx_store *st)
         }
         p->valid = false;
     }
+    unreserve_all(st);
+    a->empty_cursor = 0;
+}
+
+void plx_alloc_blocks_freed(plx_store *st)
+{
+    st->alloc->empty_cursor = 0;
 }
 
 /* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
@@ -535,6 +902,13 @@ int plx_alloc_shutdown(plx_store *st)
             ent.flags |= PLX_EXTENT_FULL;
         rc = catalogue_entry_write(st, e, &ent);
         a->ext[e].held = false;
+        for (uint64_t s = 0; a->ext[e].slots && s < eb(st) / slot_blocks(st); s++)
+            if (a->ext[e].slots[s].leaf)
+                a->slots_owned--;
+        free(a->ext[e].slots);
+        a->ext[e].slots = NULL;
+        free(a->ext[e].reserved);
+        a->ext[e].reserved = NULL;
     }
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);

@@ -13,7 +13,20 @@ struct plx_extent_state {
     uint8_t *bitmap;            /* in-memory bitmap of a held extent, NULL otherwise */
     uint64_t free;              /* clear bits */
     uint64_t *dirty_blocks;     /* per bitmap block: generation of its last change */
+    struct plx_leaf_slot *slots; /* data extents: per slot, the leaf placing blocks in it */
+    uint8_t *reserved;          /* data extents: set in the bitmap for an owned slot, not handed out */
     bool held;
+};
+
+/* A slot is an aligned run of PLX_RADIX_FANOUT blocks (one leaf's worth of data; less when the
+ * extent is smaller) in a held data extent. A leaf that takes a slot puts the data block for its
+ * entry i at slot + i, so a leaf's blocks lie in virtual order whatever order they are written
+ * in. A slot is claimed with all its free blocks when taken (one bitmap change, not one per
+ * block); what its leaf has not used is given back when the slot is released (a snapshot or a
+ * close of the VDI, or when the store has no other free block). */
+struct plx_leaf_slot {
+    uint64_t leaf; /* address of the owning leaf, 0: none */
+    uint64_t tag;  /* who owns it (a VDI id): released together at a snapshot or a close */
 };
 
 struct plx_alloc_pool {
@@ -30,6 +43,7 @@ struct plx_alloc_waiter {
 };
 
 struct plx_alloc {
+    bool by_leaf;                      /* data placement: leaf slots (plx_alloc_leaf_block) */
     struct plx_extent_state *ext;      /* extent_count entries */
     struct plx_alloc_pool pool[2];     /* [0] metadata, [1] data */
     uint64_t gen;                      /* bumped on every bitmap or catalogue change */
@@ -39,6 +53,10 @@ struct plx_alloc {
     struct plx_alloc_waiter *waiters;  /* batches waiting for claims to be written */
     unsigned writes_inflight;
     uint64_t claim_chunk;              /* blocks per claim */
+    uint64_t slots_owned;              /* slots with an owner, in all held data extents */
+    uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
+    uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
+    uint64_t reserved;                  /* blocks reserved by owned slots, all extents */
 };
 
 int plx_alloc_init(plx_store *st);
@@ -48,6 +66,20 @@ void plx_alloc_free(plx_store *st);
 /* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
  * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
+/* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag (alloc.c,
+ * "Data blocks placed by leaf"): at offset idx of the leaf's slot (*slot, 0 when it has none;
+ * updated when the leaf takes one), or in the spill slot when that block is taken. A leaf
+ * without a usable slot takes an empty one, else one with offset idx free, else a new extent
+ * (while the held ones are at least a quarter used), else any free data block; a new extent
+ * also when every held data extent is full. Returns 0, -ENOSPC or another claim error. */
+int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
+                         uint64_t *slot, uint64_t *block);
+/* Every slot owned by tag is released (its leaves were frozen by a snapshot, or closed). */
+void plx_alloc_release_slots(plx_store *st, uint64_t tag);
+/* Blocks of a held extent were freed (the collector): slot searches start over. */
+void plx_alloc_blocks_freed(plx_store *st);
+/* Extent e was given back (the collector emptied it): forget its bitmap and slots. */
+void plx_alloc_extent_released(plx_store *st, uint64_t e);
 /* Current allocator generation: a batch that used blocks must see it written before linking. */
 uint64_t plx_alloc_gen(const plx_store *st);
 /* Write allocator state up to generation gen; cb fires when written (immediately if already). */

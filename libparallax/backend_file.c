@@ -670,9 +670,7 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->rdonly = rdonly;
     f->aio_fdsync = 1;
     f->rwf_dsync = 1;
-    /* Lets tests exercise the helper-thread fallback on kernels that do not need it. */
-    const char *force = getenv("PLX_TEST_SYNC_THREAD");
-    if (force != NULL && *force != '\0' && strcmp(force, "0") != 0)
+    if (flags & PLX_BACKEND_FLUSH_THREAD)
         f->aio_fdsync = f->rwf_dsync = 0;
 
     f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -198,6 +198,9 @@ int plx_backend_check_io(const plx_backend *be, const struct plx_io *io)
     switch (io->op) {
     case PLX_IO_FLUSH:
         return 0;
+    case PLX_IO_TRIM:
+        /* Optional (backend.h); a backend that discards checks the range itself. */
+        return -EOPNOTSUPP;
     case PLX_IO_READ:
     case PLX_IO_WRITE:
         if (io->nblocks == 0 || io->buf == NULL || io->nblocks > be->nblocks ||
@@ -264,6 +267,7 @@ static void mem_execute(struct plx_blk_table *tab, struct plx_io *io)
             plx_blk_table_set(tab, io->block + i, plx_blk_new(p + (size_t)i * PLX_BLOCK_SIZE));
         break;
     case PLX_IO_FLUSH:
+    case PLX_IO_TRIM: /* refused at submit */
         break;
     }
 }

@@ -50,6 +50,7 @@ struct plx_node {
     uint64_t new_batch;         /* batch that allocated this node (0: came from disk) */
     uint64_t dirty_batch;       /* latest batch that changed it and has not written it */
     bool stale;                 /* changed by a batch whose commit failed: reload from disk */
+    uint64_t data_slot;         /* leaf: the slot its new data blocks go to (alloc.h), 0: none */
     struct plx_owner *owner;    /* NULL: immutable (see struct plx_owner) */
     struct plx_ev load_ev;
     struct plx_waiter *waiters; /* requests waiting for the load */

@@ -858,6 +858,18 @@ static void check_leaks(struct ck *c)
         for (uint64_t b = p->next; b < p->end && b < c->nb; b++)
             bit_clear(c->alloc, b);
     }
+    /* Likewise the blocks this process's leaf slots have reserved (alloc.h), and blocks it has
+     * given back in memory that the medium's bitmap does not show yet. */
+    for (uint64_t e = 1; e < c->next && e < st->sb.extent_count; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (!x->held || !x->bitmap)
+            continue;
+        for (uint64_t i = 0; i < c->eb; i++) {
+            bool res = x->reserved && ((x->reserved[i >> 3] >> (i & 7)) & 1);
+            if (res || !((x->bitmap[i >> 3] >> (i & 7)) & 1))
+                bit_clear(c->alloc, e * c->eb + i);
+        }
+    }
     for (uint64_t e = 1; e < c->next; e++) {
         if (!c->bm_ok[e])
             continue;

@@ -61,6 +61,8 @@ static void ev_io_done(struct plx_io *io, int status)
 
 int plx_submit(plx_store *st, struct plx_ev *ev)
 {
+    if (st->fenced)
+        return -ESTALE;
     ev->io.done = ev_io_done;
     ev->io.owner = st;
     int rc = st->be->ops->submit(st->be, &ev->io);
@@ -79,6 +81,10 @@ static void sync_done(struct plx_io *io, int status)
 int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
                 unsigned flags)
 {
+    if (st->service_tick)
+        st->service_tick(st); /* long blocking admin work keeps its lease too */
+    if (st->fenced)
+        return -ESTALE;
     int result[2] = {0, 0};
     struct plx_io io = {.op = op, .flags = flags, .block = block, .nblocks = n, .buf = buf};
     io.done = sync_done;
@@ -93,7 +99,7 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
     }
     /* A baseline message: callers with more context replace it. */
     if (result[0]) {
-        static const char *const names[] = {"read", "write", "flush"};
+        static const char *const names[] = {"read", "write", "flush", "trim"};
         if (op == PLX_IO_FLUSH)
             plx_err(st, result[0], "flushing %s: %s", st->be->desc, strerror(-result[0]));
         else
@@ -149,6 +155,8 @@ int plx_store_service(plx_store *st)
     if (read(st->wake_fd, &junk, sizeof junk) < 0) {
         /* EAGAIN: nothing was signalled. */
     }
+    if (st->service_tick)
+        st->service_tick(st);
     int ran = 0;
     st->in_service = true;
     for (;;) {
@@ -216,4 +224,24 @@ void plx_engine_free(plx_store *st)
 bool plx_engine_busy(const plx_store *st)
 {
     return st->internal_ios || st->ready_head || st->deferred_head;
+}
+
+int plx_engine_watch_fd(plx_store *st, int fd)
+{
+    struct epoll_event e = {.events = EPOLLIN};
+    if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, fd, &e) != 0)
+        return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
+    return 0;
+}
+
+void plx_fence(plx_store *st, const char *fmt, ...)
+{
+    if (st->fenced)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->errmsg, sizeof st->errmsg, fmt, ap);
+    va_end(ap);
+    st->fenced = true;
+    st->fatal = -ESTALE;
 }

@@ -36,6 +36,7 @@ typedef struct plx_store plx_store_t;
 struct plx_alloc;
 struct plx_cache;
 struct plx_lock_ops;
+struct plx_lockd;
 struct plx_vdi;
 
 /* Every engine I/O is an event: the backend's completion only records the status and queues the
@@ -74,6 +75,9 @@ struct plx_store {
     uint64_t epoch;
     char host[64];
     const struct plx_lock_ops *lock_ops; /* lock.h */
+    struct plx_lockd *lockd;           /* the lock manager's client, when the store has one */
+    /* Called at the start of every service pass (the lock manager's heartbeat). */
+    void (*service_tick)(struct plx_store *st);
     unsigned admin_depth;              /* nested plx_admin_lock calls: only the outermost locks */
 
     /* The event loop (engine.c). */
@@ -84,6 +88,7 @@ struct plx_store {
     unsigned internal_ios;             /* engine I/O in flight */
     bool in_service;                   /* inside plx_store_service: completions need no wake */
     int fatal;                         /* nonzero: the store stopped (negative errno) */
+    bool fenced;                       /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
 
     /* The layers above, each owning its state. */
@@ -117,6 +122,12 @@ void plx_run_ready(plx_store *st);
 /* Blocking internal wait: poll and run I/O handlers until *flag is set. Deferred callbacks are
  * not run (they stay queued for the next plx_store_service), so admin paths may use this. */
 int plx_drive_until(plx_store *st, const int *flag);
+/* Add fd to the set behind plx_store_fd(), so that its readiness wakes the host loop (which
+ * then calls plx_store_service). */
+int plx_engine_watch_fd(plx_store *st, int fd);
+/* Stop all further I/O to the medium for good: this process may no longer own what it holds
+ * (its lease lapsed). Submissions fail with -ESTALE and the message from then on. */
+void plx_fence(plx_store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Anything queued or in flight at this level (I/O, handlers, deferred callbacks)? */
 bool plx_engine_busy(const plx_store *st);
 

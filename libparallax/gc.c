@@ -371,6 +371,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     if (!rc && !dry_run && freed) {
         if (x->held) {
             x->free += freed;
+            plx_alloc_blocks_freed(st);
             rc = plx_wait_alloc_written(st);
         } else {
             rc = plx_sync_io(st, PLX_IO_WRITE, e * g->eb, (uint32_t)g->bmb, cur, 0);
@@ -397,9 +398,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         if (!rc) {
             g->out->extents_released++;
             if (x->held) {
-                plx_block_free(x->bitmap);
-                free(x->dirty_blocks);
-                memset(x, 0, sizeof *x);
+                plx_alloc_extent_released(st, e);
                 cur = NULL;
             }
         }

@@ -3,22 +3,16 @@
  * a lock manager will replace for many hosts.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include "lock.h"
+#include "lockd_proto.h"
 
 /* ---- Identity -------------------------------------------------------------------------------- */
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h ? h : 1;
-}
 
 static uint64_t process_start_ticks(pid_t pid)
 {
@@ -48,14 +42,35 @@ static uint64_t process_start_ticks(pid_t pid)
     return v;
 }
 
+/* The configured host id, if any: one word on the first line of the file. */
+static bool host_id_file(char *buf, size_t len)
+{
+    FILE *f = fopen("/etc/parallax/host-id", "r");
+    if (!f)
+        return false;
+    bool ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    if (ok)
+        buf[strcspn(buf, " \t\r\n")] = 0;
+    return ok && *buf;
+}
+
 void plx_identity_init(plx_store *st, const char *host)
 {
+    const char *env = getenv("PARALLAX_HOST_ID");
+    if (!(host && *host) && env && *env)
+        host = env;
     if (host && *host) {
         snprintf(st->host, sizeof st->host, "%s", host);
-    } else if (gethostname(st->host, sizeof st->host - 1) != 0) {
+    } else if (!host_id_file(st->host, sizeof st->host) &&
+               gethostname(st->host, sizeof st->host - 1) != 0) {
         snprintf(st->host, sizeof st->host, "localhost");
     }
-    st->host_hash = fnv1a(st->host);
+    /* A word: it travels in the lock manager's protocol and in messages. */
+    for (char *p = st->host; *p; p++)
+        if (*p == ' ' || *p == '\t' || *p == '\n')
+            *p = '_';
+    st->host_hash = plx_host_hash(st->host);
     st->pid = (uint32_t)getpid();
     st->epoch = process_start_ticks(getpid());
     st->lock_ops = &plx_lock_local;
@@ -63,7 +78,7 @@ void plx_identity_init(plx_store *st, const char *host)
 
 /* ---- The local implementation of the lock seam ----------------------------------------------- */
 
-static int local_admin_try(plx_store *st, int take)
+int plx_lock_local_admin_try(plx_store *st, int take)
 {
     return st->be->ops->lock ? st->be->ops->lock(st->be, take) : 0;
 }
@@ -80,7 +95,7 @@ static bool local_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
 
 const struct plx_lock_ops plx_lock_local = {
     .name = "local",
-    .admin_try = local_admin_try,
+    .admin_try = plx_lock_local_admin_try,
     .holder_alive = local_holder_alive,
 };
 
@@ -119,26 +134,44 @@ static double lock_timeout(void)
     return t > 0 ? t : 30.0;
 }
 
+uint64_t plx_admin_lock_timeout_ns(void)
+{
+    return (uint64_t)(lock_timeout() * 1e9);
+}
+
 int plx_admin_lock(plx_store *st)
 {
     if (st->admin_depth++)
         return 0;
-    double waited = 0, limit = lock_timeout();
+    double limit = lock_timeout(), t0 = plx_now_ns() / 1e9;
     for (unsigned sleep_us = 1000;; sleep_us = sleep_us < 50000 ? sleep_us * 2 : 50000) {
         int rc = st->lock_ops->admin_try(st, 1);
         if (rc == 0)
             return 0;
-        if (rc != -EWOULDBLOCK || waited >= limit) {
+        double waited = plx_now_ns() / 1e9 - t0;
+        /* -ENOTCONN: the lock manager cannot be reached; it may come back within the wait. */
+        bool retry = rc == -EWOULDBLOCK || rc == -ENOTCONN;
+        if (!retry || waited >= limit) {
             st->admin_depth--;
             if (rc == -EWOULDBLOCK)
                 return plx_err(st, -EBUSY,
                                "%s: another process has held the blockstore's admin lock for "
                                "%.0f s",
                                st->be->desc, waited);
+            if (rc == -ENOTCONN)
+                return plx_err(st, -EHOSTUNREACH,
+                               "%s: waited %.0f s for the lock manager, which cannot be "
+                               "reached (%s); data already open is still served",
+                               st->be->desc, waited,
+                               st->lock_ops->unreachable ? st->lock_ops->unreachable(st) : "");
+            if (rc == -EACCES || rc == -EPROTO)
+                return rc; /* the message is set */
             return plx_err(st, rc, "locking %s: %s", st->be->desc, strerror(-rc));
         }
         usleep(sleep_us);
-        waited += sleep_us / 1e6;
+        /* Keep our own lease while we wait (a server waits here on its engine thread). */
+        if (st->service_tick)
+            st->service_tick(st);
     }
 }
 

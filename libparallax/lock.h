@@ -21,13 +21,29 @@ struct plx_lock_ops {
     int (*admin_try)(plx_store *st, int take);
     /* Is this holder, never this process and never host 0, alive? */
     bool (*holder_alive)(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
+    /* Optional: why admin_try answered -ENOTCONN (the lock manager cannot be reached). */
+    const char *(*unreachable)(const plx_store *st);
 };
 /* Single host: the backend's lock (flock) and /proc (pid and start time) on this host; holders
  * on other hosts count as alive. */
 extern const struct plx_lock_ops plx_lock_local;
+int plx_lock_local_admin_try(plx_store *st, int take);
+/* Many hosts: parallax-lockd (lock_lockd.c) for the admin lock and for holders on other hosts. */
+extern const struct plx_lock_ops plx_lock_lockd;
 
-/* Set the store's identity: host name (or `host`), its hash, pid and process start time; and
- * its lock implementation (plx_lock_local). */
+/* Use the lock manager at addr ("host:port") for this store: connect and say who we are, start
+ * the heartbeat, switch the store to plx_lock_lockd. Blocking. */
+int plx_lockd_attach(plx_store *st, const char *addr);
+void plx_lockd_detach(plx_store *st);
+/* Before a request is accepted: 0, or -ESTALE when this process has lost its lease (fenced;
+ * the store's message says why). One clock read. */
+int plx_lease_check(plx_store *st);
+/* lockd's STATUS lines, one call of `line` each. */
+int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
+
+/* Set the store's identity: host id (`host`, else $PARALLAX_HOST_ID, else the first line of
+ * /etc/parallax/host-id, else the host name), its hash, pid and process start time; and its lock
+ * implementation (plx_lock_local). */
 void plx_identity_init(plx_store *st, const char *host);
 /* Is a lock held by (host, pid, epoch) stale, i.e. held by a process on this host that is gone?
  * Locks of other hosts are never stale from here: that is the lock manager's call. */
@@ -38,6 +54,7 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 /* Serialise catalogue and registry changes between processes sharing the medium. Nests within
  * a process; waits at most $PARALLAX_LOCK_TIMEOUT seconds (default 30), then -EBUSY. */
 int plx_admin_lock(plx_store *st);
+uint64_t plx_admin_lock_timeout_ns(void);
 void plx_admin_unlock(plx_store *st);
 
 #endif

@@ -664,6 +664,69 @@ static void do_read(struct plx_req *r)
         req_finish(r);
 }
 
+/* ---- Block status ---------------------------------------------------------------------------- */
+
+/* Is vblock mapped? Loads missing nodes for r (returns false, *loading set, while one is being
+ * read). *span receives how many blocks from vb certainly share the answer. */
+static bool status_at(struct plx_vdi *v, struct plx_req *r, uint64_t vb, int *mapped,
+                      uint64_t *span, bool *loading)
+{
+    struct plx_node *n = v->root;
+    for (unsigned level = v->height - 1;; level--) {
+        uint64_t link = n->links[plx_index_at(vb, level)];
+        uint64_t sub = 1ull << (level * PLX_RADIX_BITS); /* blocks under one link */
+        if (!link) {
+            *mapped = 0;
+            *span = sub - (vb & (sub - 1));
+            return true;
+        }
+        if (level == 0) {
+            *mapped = 1;
+            *span = 1;
+            return true;
+        }
+        int err;
+        n = plx_cache_get(v->st, plx_link_addr(link), level - 1, plx_child_owner(n, link),
+                          &r->loads, &err);
+        if (err && !r->status)
+            r->status = err;
+        if (!n) {
+            *loading = true;
+            return false;
+        }
+    }
+}
+
+/* The run of blocks from b0 sharing b0's state. Walks again from the start after each load:
+ * nodes already loaded are cache hits, and a run ends at the first change anyway. */
+static void do_status(struct plx_req *r)
+{
+    struct plx_vdi *v = r->v;
+    uint64_t vb = r->b0;
+    int first = -1;
+    bool loading = false;
+    while (vb < r->b1) {
+        int m;
+        uint64_t span;
+        if (!status_at(v, r, vb, &m, &span, &loading))
+            break;
+        if (first < 0)
+            first = m;
+        else if (m != first)
+            break;
+        vb += span;
+    }
+    if (loading || r->status) {
+        if (!r->loads.pending)
+            req_finish(r);
+        return;
+    }
+    uint64_t end = r->off + r->len, pos = vb * PLX_BLOCK_SIZE;
+    *r->run_out = (pos < end ? pos : end) - r->off;
+    *r->mapped_out = first;
+    req_finish(r);
+}
+
 /* ---- Mutation ----------------------------------------------------------------------------------- */
 
 /* Make the child behind links[idx] of n writable: follow a writable link, or give it a new node
@@ -785,8 +848,12 @@ static void do_mutate(struct plx_req *r)
             phys[vb - r->b0] = plx_link_addr(link);
             continue;
         }
+        /* With placement by leaf, virtual neighbours are neighbours on the store whatever
+         * order they are written in (alloc.h, leaf slots); else blocks go in arrival order. */
         uint64_t pb;
-        int rc = plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
+        int rc = st->alloc->by_leaf
+                     ? plx_alloc_leaf_block(st, v->rec.id, n->addr, idx, &n->data_slot, &pb)
+                     : plx_alloc_blocks(st, PLX_EXTENT_DATA, 1, &pb);
         if (rc < 0) {
             err = rc;
             break;
@@ -948,6 +1015,8 @@ static void do_snapshot(struct plx_req *r)
     if (r->index_out)
         *r->index_out = v->rec.snap_count;
 
+    /* The leaves written so far are frozen: their copies take slots of their own. */
+    plx_alloc_release_slots(st, v->rec.id);
     b->snap = r;
     b->log_addr = log_addr;
     b->final_flush = true;
@@ -996,6 +1065,10 @@ static void do_resolve(struct plx_req *r)
     }
     if (r->op == REQ_READ) {
         do_read(r);
+        return;
+    }
+    if (r->op == REQ_STATUS) {
+        do_status(r);
         return;
     }
     if (r->op == REQ_FLUSH) {

@@ -11,7 +11,7 @@
 #include "engine.h"
 #include "snaplog.h"
 
-enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT };
+enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT, REQ_STATUS };
 
 enum plx_req_state {
     RQ_WAIT_RANGE,   /* an earlier overlapping request is still active */
@@ -53,6 +53,8 @@ struct plx_req {
     struct plx_batch *batch;
     char label[PLX_LABEL_MAX + 1];
     uint64_t *index_out;
+    uint64_t *run_out;           /* REQ_STATUS: bytes sharing the state of the first block */
+    int *mapped_out;             /* REQ_STATUS: 1 mapped, 0 sparse */
     struct plx_req *next, *prev; /* vdi active list */
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */

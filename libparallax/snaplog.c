@@ -439,15 +439,14 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
         if (idx >= 1 && idx <= rec->snap_count) {
             rc = plx_snaplog_find(st, rec, idx, b, &addr);
             if (!rc && (b->records[idx - b->first_index].flags & PLX_SNAP_DELETED))
-                rc = -ENOENT;
-            if (!rc)
+                rc = plx_err(st, -ENOENT, "snapshot %s@%s was deleted", rec->name, what);
+            else if (!rc)
                 info_from_record(rec, idx, &b->records[idx - b->first_index], snap);
         } else {
-            rc = -ENOENT;
+            rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %s (its snapshots are numbered 1 "
+                                      "to %llu)",
+                         rec->name, what, (unsigned long long)rec->snap_count);
         }
-        if (rc == -ENOENT)
-            plx_err(st, -ENOENT, "VDI %s has no snapshot %s (it has %llu)", rec->name, what,
-                    (unsigned long long)rec->snap_count);
     } else {
         /* Newest first, as the log is chained; labels are unique among live snapshots. */
         uint64_t expect_last = rec->snap_count, steps = 0;

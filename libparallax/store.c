@@ -30,11 +30,25 @@ static void store_free(plx_store *st)
 {
     plx_cache_free(st);
     plx_alloc_free(st);
+    plx_lockd_detach(st);
     free(st->cat);
     if (st->be)
         st->be->ops->destroy(st->be);
     plx_engine_free(st);
     free(st);
+}
+
+/* A store whose state block names a lock manager is shared by many hosts: every process that
+ * opens it talks to that manager. $PARALLAX_LOCKD overrides the address; "none" opens it as a
+ * single host would (only for repairs, with every other host stopped). */
+static int attach_lock_manager(plx_store *st)
+{
+    const char *addr = getenv("PARALLAX_LOCKD");
+    if (!addr || !*addr)
+        addr = st->state.lockd_addr;
+    if (!*addr || !strcmp(addr, "none"))
+        return 0;
+    return plx_lockd_attach(st, addr);
 }
 
 static int store_open(plx_backend *be, const struct plx_open_opts *opts,
@@ -58,9 +72,13 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts,
     if (!rc)
         rc = plx_state_read(st);
     if (!rc)
+        rc = attach_lock_manager(st);
+    if (!rc)
         rc = plx_catalogue_read(st);
     if (!rc)
         rc = plx_alloc_init(st);
+    if (!rc && opts && opts->struct_size >= offsetof(struct plx_open_opts, placement) + sizeof(int))
+        st->alloc->by_leaf = opts->placement == PLX_PLACEMENT_LEAF;
     if (!rc)
         rc = plx_cache_init(st, cache);
     if (rc) {
@@ -78,6 +96,20 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
     return store_open(be, opts, out, errbuf, errlen);
 }
 
+/* A blockstore's name picks its backend: an iscsi:// URL, else a path. */
+plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
+                              size_t errlen)
+{
+    if (plx_backend_is_iscsi(where))
+        return plx_backend_iscsi_open(where, flags, err, errbuf, errlen);
+    return plx_backend_file_open(where, flags, err, errbuf, errlen);
+}
+
+int plx_blockstore_is_url(const char *where)
+{
+    return plx_backend_is_iscsi(where);
+}
+
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
                    char *errbuf, size_t errlen)
 {
@@ -89,7 +121,7 @@ int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store
         opts->blocking_io)
         flags |= PLX_BACKEND_BLOCKING;
     int err = 0;
-    plx_backend *be = plx_backend_file_open(path, flags, &err, errbuf, errlen);
+    plx_backend *be = plx_backend_open(path, flags, &err, errbuf, errlen);
     if (!be) {
         *out = NULL;
         return err;
@@ -118,3 +150,30 @@ int plx_store_close(plx_store *st)
     return rc;
 }
 
+
+int plx_store_set_lockd(plx_store *st, const char *addr)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    if (strlen(addr) >= sizeof st->state.lockd_addr || strchr(addr, ' '))
+        return plx_err(st, -EINVAL, "lock manager address '%s': at most %zu characters, no "
+                                    "spaces (HOST:PORT)",
+                       addr, sizeof st->state.lockd_addr - 1);
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_state_read(st);
+    if (!rc) {
+        snprintf(st->state.lockd_addr, sizeof st->state.lockd_addr, "%s", addr);
+        rc = plx_state_write(st);
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
+{
+    return plx_lockd_status(st, line, arg);
+}

@@ -75,10 +75,12 @@ int plx_state_read(plx_store *st)
             st->gc_epoch_moved(st);
         st->seen_gc_epoch = st->state.gc_epoch;
     }
-    if (rc == -EIO)
-        return plx_err(st, rc, "reading the system state block: %s", strerror(EIO));
-    if (rc)
+    if (rc == -ESTALE)
+        return rc; /* fenced: the message says why */
+    if (rc == -EUCLEAN || rc == -ENODATA)
         return plx_err(st, -EUCLEAN, "system state block is corrupt: %s", why);
+    if (rc)
+        return plx_err(st, rc, "reading the system state block: %s", strerror(-rc));
     if (st->state.registry_used > st->sb.registry_slots)
         return plx_err(st, -EUCLEAN, "system state block: registry_used beyond the registry");
     return 0;

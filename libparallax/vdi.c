@@ -170,11 +170,15 @@ int plx_vdi_close(plx_vdi *v)
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
     rc = rc < 0 ? rc : 0;
+    if (!v->ro && st->fenced && !rc)
+        rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
     if (!v->ro && !st->fatal) {
         int lrc = lock_record(st, v, false);
         if (!rc)
             rc = lrc;
     }
+    if (!v->ro)
+        plx_alloc_release_slots(st, v->rec.id);
     if (v->root)
         plx_cache_unpin(st, v->root);
     plx_cache_owner_close(st, v->owner);
@@ -258,6 +262,8 @@ static int complete_empty(plx_vdi *v, plx_done_fn cb, void *arg)
 static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, size_t len,
                      unsigned flags, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (op != REQ_READ && v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -298,8 +304,26 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
     return submit_rw(v, REQ_WRITE, (void *)(uintptr_t)buf, off, len, flags, cb, arg);
 }
 
+int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
+                                int *mapped, plx_done_fn cb, void *arg)
+{
+    int rc = range_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0)
+        return plx_err(v->st, -EINVAL, "block status of an empty range of VDI %s", v->rec.name);
+    struct plx_req *r = req_new(v, REQ_STATUS, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->run_out = run_len;
+    r->mapped_out = mapped;
+    return plx_req_submit(v, r);
+}
+
 int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return complete_empty(v, cb, arg);
     struct plx_req *r = req_new(v, REQ_FLUSH, 0, 0, cb, arg);
@@ -332,6 +356,8 @@ static const uint8_t zero_block[PLX_BLOCK_SIZE];
 
 int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
 {
+    if (plx_lease_check(v->st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
     int rc = range_check(v, off, len);
@@ -393,6 +419,8 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
                             void *arg)
 {
     plx_store *st = v->st;
+    if (plx_lease_check(st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(st, -EROFS, "VDI %s is open read-only: cannot snapshot", v->rec.name);
     if (!label)

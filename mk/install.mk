@@ -13,8 +13,6 @@ LIBDIR         ?= $(PREFIX)/lib
 INCLUDEDIR     ?= $(PREFIX)/include
 PKGCONFIGDIR   ?= $(LIBDIR)/pkgconfig
 MANDIR         ?= $(PREFIX)/share/man
-# `parallax serve --nbdkit` looks for its plugin in BINDIR/../lib/parallax.
-PLUGINDIR      ?= $(PREFIX)/lib/parallax
 SYSCONFDIR     ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 XENSCRIPTDIR   ?= $(SYSCONFDIR)/xen/scripts
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
@@ -35,9 +33,10 @@ UNIT_SED := -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 install: all
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man3 \
-	    $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(XENSCRIPTDIR) $(DESTDIR)$(SYSTEMDUNITDIR) \
+	    $(DESTDIR)$(XENSCRIPTDIR) $(DESTDIR)$(SYSTEMDUNITDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/parallax/serve
 	$(INSTALL) -m 755 $(B)/parallax $(DESTDIR)$(BINDIR)/parallax
+	$(INSTALL) -m 755 $(B)/parallax-lockd $(DESTDIR)$(BINDIR)/parallax-lockd
 	$(INSTALL) -m 644 $(B)/libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libparallax.so
@@ -46,7 +45,6 @@ install: all
 	sed $(PC_SED) mk/parallax.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/parallax.pc
 	$(INSTALL) -m 644 docs/man/parallax.8 $(DESTDIR)$(MANDIR)/man8/
 	$(INSTALL) -m 644 docs/man/libparallax.3 $(DESTDIR)$(MANDIR)/man3/
-	$(INSTALL) -m 644 $(B)/nbdkit-parallax-plugin.so $(DESTDIR)$(PLUGINDIR)/
 	$(INSTALL) -m 755 $(XEN_SCRIPTS) $(DESTDIR)$(XENSCRIPTDIR)/
 	sed $(UNIT_SED) systemd/parallax-serve@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/parallax-serve@.service
 	$(INSTALL) -m 644 $(SERVE_CONFS) $(DESTDIR)$(SYSCONFDIR)/parallax/serve/
@@ -54,17 +52,16 @@ install: all
 # Removes the files install made, then the directories that belong to Parallax alone (only if
 # empty: a configuration someone added stays).
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/parallax
+	rm -f $(DESTDIR)$(BINDIR)/parallax $(DESTDIR)$(BINDIR)/parallax-lockd
 	rm -f $(DESTDIR)$(LIBDIR)/libparallax.so.$(PLX_VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libparallax.so $(DESTDIR)$(LIBDIR)/libparallax.a
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_HDRS)))
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/parallax.pc
 	rm -f $(DESTDIR)$(MANDIR)/man8/parallax.8 $(DESTDIR)$(MANDIR)/man3/libparallax.3
-	rm -f $(DESTDIR)$(PLUGINDIR)/nbdkit-parallax-plugin.so
 	rm -f $(addprefix $(DESTDIR)$(XENSCRIPTDIR)/,$(notdir $(XEN_SCRIPTS)))
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/parallax-serve@.service
 	rm -f $(addprefix $(DESTDIR)$(SYSCONFDIR)/parallax/serve/,$(notdir $(SERVE_CONFS)))
-	for d in $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(SYSCONFDIR)/parallax/serve \
+	for d in $(DESTDIR)$(SYSCONFDIR)/parallax/serve \
 	    $(DESTDIR)$(SYSCONFDIR)/parallax; do rmdir "$$d" 2>/dev/null || true; done
 
 .PHONY: install uninstall

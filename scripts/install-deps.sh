@@ -8,12 +8,14 @@
 # otherwise names them and exits 1.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential pkg-config libaio-dev check libsubunit-dev cppcheck clang-format nbdkit-plugin-dev)
+BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-dev cppcheck clang-format libgnutls28-dev)
 TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI
-    nbdkit nbdkit-plugin-dev libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
-    tgt libiscsi-dev libiscsi-bin
+    nbdkit libnbd-bin qemu-utils fio fuse3 bonnie++ postmark
+    # TLS tests: certtool and psktool; bench/fua.c: libnbd's C API
+    gnutls-bin libnbd-dev
+    tgt libiscsi-bin
     # the side-by-side benchmark suite (bench/suite/run.sh; make bench, make bench-suite-smoke):
     # qemu-storage-daemon, gnuplot's PNG terminal and its font, loop devices and mounts, git
     # archive of the tree the frequency section builds
@@ -21,6 +23,10 @@ TEST_PKGS=(
     # the install and package tests (tests/integration/install.sh, deb_package.sh): Debian
     # package builds, `script` for a terminal, nm and readelf
     debhelper dpkg-dev bsdutils binutils
+    # real guests on VDIs (tests/integration/vm_clones.sh, bench/clones.sh): QEMU with TCG, the
+    # initramfs packer; the guest's kernel and busybox are fetched by scripts/golden-image.sh
+    # with apt-get download, not installed
+    qemu-system-x86 cpio
 )
 
 usage() {

@@ -3,6 +3,7 @@
  *
  *   tap-ctl create -a parallax:<vdi>                   blockstore from configuration
  *   tap-ctl create -a parallax:<blockstore>:<vdi>      blockstore given
+ *   tap-ctl create -a parallax:durability=ordered:...  completed writes as durable as aio:'s
  *
  * tapdisk splits "parallax:" off and hands the rest to open() (the params). <vdi> is anything
  * plx_vdi_open accepts: a VDI name or id, or "VDI@N" / "VDI@LABEL" for a snapshot (read-only).
@@ -25,15 +26,31 @@
  *   blockstore therefore share one store and one registered event.
  * - tapdisk has no flush request for drivers: a guest's barrier or cache flush is satisfied
  *   by waiting for the writes before it to complete, i.e. tapdisk assumes a completed write is
- *   durable (block-aio writes with O_DIRECT). Parallax writes are durable once completed only
- *   with PLX_WRITE_FUA, so every write is submitted with it.
- * - No queue_block_status: the engine's block status call (plx_vdi_block_status) may read
- *   radix nodes synchronously, which would block tapdisk's loop. tapdisk answers -EOPNOTSUPP
- *   for drivers without it.
+ *   durable as far as its drivers make it (block-aio completes on the O_DIRECT write, with no
+ *   device flush). Two durability modes (docs/tapdisk.md):
+ *     durability=fua (default): every write is submitted with PLX_WRITE_FUA, so a completed
+ *       write survives a power failure; writes in flight together share the engine's batch
+ *       flushes (group commit).
+ *     durability=ordered: aio:'s contract. A write completes once its data, and the tree nodes
+ *       that reach it, are written (not flushed): it survives a crash of tapdisk, and after a
+ *       power failure the VDI is consistent and each block holds old or new data, but the last
+ *       completed writes may be lost, as with aio: on a disk with a volatile cache. The tree's
+ *       own ordering (data and new nodes flushed before the links to them) is kept by the
+ *       engine's pipeline in both modes.
+ * - Block status (queue_block_status) is answered by the engine asynchronously
+ *   (plx_vdi_submit_block_status), in pieces completed in order: mapped runs as
+ *   TD_BLOCK_STATE_NONE, sparse runs as HOLE|ZERO. tapdisk builds its extent list in completion
+ *   order, so the next piece is asked for only once the previous one is answered.
+ * - Admin commands (vdi-snapshot, snap-label, snap-delete) reach this process as they reach
+ *   `parallax serve`: the `parallax` command finds the VDI's holder pid and connects to its
+ *   control socket (server/control.h), which the driver serves from tapdisk's scheduler while
+ *   any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
+ *   once the snapshot is durable.
  *
  * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
  * the few names used, and tests/unit/tapdisk_double.c stands in for tapdisk.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -42,6 +59,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "control.h"
 #include "parallax.h"
 #include "tapdisk-iface.h"
 
@@ -67,7 +85,9 @@ enum slot_state {
 struct plx_td_slot {
     struct plx_td_pool *pool;
     enum slot_state state;
-    td_request_t treq;
+    td_request_t treq; /* block status: the part not answered yet */
+    uint64_t run;      /* block status: the engine's answer */
+    int mapped;
     struct plx_td_slot *next_free;
 };
 
@@ -100,6 +120,7 @@ struct plx_td_disk {
     plx_vdi *vdi;
     struct plx_td_pool *pool;
     int read_only;
+    unsigned write_flags; /* PLX_WRITE_FUA (durability=fua) or 0 (durability=ordered) */
     td_sector_t sectors;
     unsigned inflight; /* busy slots: requests tapdisk is waiting for */
     char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
@@ -107,11 +128,7 @@ struct plx_td_disk {
 };
 
 static struct plx_td_store *plx_td_stores;
-
-/* Unit-test hook: when set, used instead of plx_store_open, so that tests can give the driver
- * a store on a memory or fault-injection backend. Never set in tapdisk. */
-int (*plx_td_test_store_open)(const char *path, const struct plx_open_opts *opts, plx_store **out,
-                              char *errbuf, size_t errlen);
+static unsigned plx_td_control_users; /* writable disks open: the control socket runs while > 0 */
 
 /* ---- Slots ---------------------------------------------------------------------------------- */
 
@@ -196,6 +213,61 @@ static void request_done(void *arg, int status)
     td_complete_request(treq, status);
 }
 
+static int submit_status(struct plx_td_disk *d, struct plx_td_slot *s);
+
+/* The engine answered block status for the start of s->treq: complete that piece towards
+ * tapdisk and ask for the rest, if any. */
+static void status_done(void *arg, int status)
+{
+    struct plx_td_slot *s = arg;
+    struct plx_td_pool *p = s->pool;
+    p->engine_pending--;
+    if (s->state == SLOT_ABANDONED) {
+        slot_put(s);
+        if (!p->disk && p->engine_pending == 0)
+            free(p);
+        return;
+    }
+    struct plx_td_disk *d = p->disk;
+    td_request_t rest = s->treq;
+    if (status == 0) {
+        td_request_t piece = rest;
+        piece.secs = (int)(s->run >> SECTOR_SHIFT);
+        piece.status = s->mapped ? TD_BLOCK_STATE_NONE : TD_BLOCK_STATE_HOLE | TD_BLOCK_STATE_ZERO;
+        rest.sec += (td_sector_t)piece.secs;
+        rest.secs -= piece.secs;
+        s->treq = rest;
+        if (rest.secs > 0)
+            status = submit_status(d, s);
+        if (rest.secs == 0 || status) {
+            slot_put(s);
+            d->inflight--;
+        }
+        /* The slot is settled before tapdisk hears of the piece (it may queue more at once). */
+        td_complete_request(piece, 0);
+        if (!status)
+            return;
+    } else {
+        slot_put(s);
+        d->inflight--;
+    }
+    if (status > 0 || status == -EBUSY)
+        status = -EIO;
+    tlog_syslog(TLOG_WARN, "parallax: %s: block status of %d sectors at %llu failed: %s",
+                d->vdi_spec, rest.secs, (unsigned long long)rest.sec, strerror(-status));
+    td_complete_request(rest, status);
+}
+
+static int submit_status(struct plx_td_disk *d, struct plx_td_slot *s)
+{
+    int rc = plx_vdi_submit_block_status(d->vdi, (uint64_t)s->treq.sec << SECTOR_SHIFT,
+                                         (uint64_t)s->treq.secs << SECTOR_SHIFT, &s->run,
+                                         &s->mapped, status_done, s);
+    if (rc == 0)
+        d->pool->engine_pending++;
+    return rc;
+}
+
 /* The store stopped (the medium failed): answer everything outstanding with the error, stop
  * watching the descriptor (it may stay readable forever) and refuse new requests. */
 static void store_failed(struct plx_td_store *ps, int err)
@@ -229,8 +301,6 @@ static int store_open_engine(const char *path, int read_only, plx_store **out, c
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
     o.read_only = read_only;
-    if (plx_td_test_store_open)
-        return plx_td_test_store_open(path, &o, out, err, errlen);
     return plx_store_open(path, &o, out, err, errlen);
 }
 
@@ -240,7 +310,9 @@ static int store_open_engine(const char *path, int read_only, plx_store **out, c
 static int store_get(const char *path, int want_ro, struct plx_td_store **out)
 {
     char real[PATH_MAX];
-    if (!realpath(path, real)) {
+    if (plx_blockstore_is_url(path))
+        snprintf(real, sizeof real, "%s", path); /* an iscsi:// LUN: its URL names it */
+    else if (!realpath(path, real)) {
         int e = errno;
         tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", path, strerror(e));
         return -e;
@@ -402,13 +474,31 @@ static int is_existing_file(const char *path)
     return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
 }
 
+/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
+ * '/', the LUN is digits), or 0 when s does not start with one. */
+static size_t iscsi_url_len(const char *s)
+{
+    if (!plx_blockstore_is_url(s))
+        return 0;
+    const char *p = strchr(s + strlen("iscsi://"), '/');
+    if (p)
+        p = strchr(p + 1, '/');
+    if (!p || !isdigit((unsigned char)p[1]))
+        return 0;
+    p++;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return (size_t)(p - s);
+}
+
 /* Split params into blockstore and VDI spec.
  *   "<vdi>"               no colon: the configured blockstore
  *   "<blockstore>:<vdi>"  the blockstore is the text before the first colon whose prefix names
  *                         an existing file or block device (paths such as
  *                         /dev/disk/by-path/pci-0000:00:1f.2-ata-1 contain colons, and so may
  *                         snapshot labels); if no prefix exists, the text before the first
- *                         colon (and opening it then fails with its own message).
+ *                         colon (and opening it then fails with its own message)
+ *   "iscsi://HOST[:PORT]/IQN/LUN:<vdi>"  an iSCSI LUN: the blockstore ends after the LUN number
  * Both parts must be non-empty. */
 static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, size_t vdilen)
 {
@@ -433,7 +523,10 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
         return default_blockstore(bs, bslen);
     }
     const char *split = colon;
-    for (const char *c = colon; c; c = strchr(c + 1, ':')) {
+    size_t url_len = iscsi_url_len(params);
+    if (url_len > 0)
+        split = params[url_len] == ':' ? params + url_len : params + strlen(params);
+    for (const char *c = url_len > 0 ? NULL : colon; c; c = strchr(c + 1, ':')) {
         size_t n = (size_t)(c - params);
         if (n == 0 || copy_str(bs, bslen, params, n) < 0)
             continue;
@@ -456,6 +549,109 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
     return 0;
 }
 
+/* Leading "key=value:" options of the params. Only known keys are options, so a blockstore or
+ * VDI name is never taken for one. */
+static int parse_options(const char **params, unsigned *write_flags)
+{
+    static const char durability[] = "durability=";
+    *write_flags = PLX_WRITE_FUA;
+    while (*params && strncmp(*params, durability, sizeof durability - 1) == 0) {
+        const char *v = *params + sizeof durability - 1;
+        const char *end = strchr(v, ':');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        if (n == 3 && strncmp(v, "fua", 3) == 0) {
+            *write_flags = PLX_WRITE_FUA;
+        } else if (n == 7 && strncmp(v, "ordered", 7) == 0) {
+            *write_flags = 0;
+        } else {
+            tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered", (int)n, v);
+            return -EINVAL;
+        }
+        if (!end) {
+            tlog_syslog(TLOG_WARN, "parallax: durability=%.*s names no VDI", (int)n, v);
+            return -EINVAL;
+        }
+        *params = end + 1;
+    }
+    return 0;
+}
+
+/* ---- Control socket on tapdisk's scheduler (struct control_host) ---------------------------- */
+
+struct plx_td_watch {
+    event_id_t id;
+    void (*ready)(void *arg);
+    void *arg;
+};
+
+static void control_event(event_id_t id, char mode, void *private)
+{
+    struct plx_td_watch *w = private;
+    w->ready(w->arg); /* may unwatch (free) w */
+}
+
+static void *control_watch(void *host_arg, int fd, void (*ready)(void *arg), void *arg)
+{
+    struct plx_td_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->ready = ready;
+    w->arg = arg;
+    w->id = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, fd, TV_ZERO, control_event, w);
+    if (w->id < 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void control_unwatch(void *host_arg, void *handle)
+{
+    struct plx_td_watch *w = handle;
+    tapdisk_server_unregister_event(w->id);
+    free(w);
+}
+
+static plx_vdi *control_find_vdi(void *host_arg, uint64_t id, plx_store **st, int *err)
+{
+    plx_vdi *found = NULL;
+    *err = 0;
+    for (struct plx_td_store *ps = plx_td_stores; ps; ps = ps->next) {
+        for (struct plx_td_disk *d = ps->disks; d; d = d->next) {
+            if (d->read_only || !d->vdi || plx_vdi_id(d->vdi) != id)
+                continue;
+            if (found && found != d->vdi) {
+                *err = -EEXIST;
+                return NULL;
+            }
+            found = d->vdi;
+            *st = ps->st;
+        }
+    }
+    return found;
+}
+
+static void control_use(void)
+{
+    if (plx_td_control_users++ > 0)
+        return;
+    static const struct control_host host = {.watch = control_watch,
+                                             .unwatch = control_unwatch,
+                                             .find_vdi = control_find_vdi};
+    char err[256];
+    if (control_start(&host, err, sizeof err) != 0)
+        tlog_syslog(TLOG_WARN,
+                    "parallax: %s: `parallax vdi-snapshot` and the other admin commands will not "
+                    "reach this tapdisk",
+                    err);
+}
+
+static void control_unuse(void)
+{
+    if (--plx_td_control_users == 0)
+        control_stop();
+}
+
 /* ---- Driver callbacks ----------------------------------------------------------------------- */
 
 static int plx_td_open(td_driver_t *driver, const char *params,
@@ -470,12 +666,17 @@ static int plx_td_open(td_driver_t *driver, const char *params,
                     params ? params : "");
         return -EOPNOTSUPP;
     }
-    int rc = parse_params(params, bs, sizeof bs, spec, sizeof spec);
+    unsigned write_flags;
+    int rc = parse_options(&params, &write_flags);
+    if (rc < 0)
+        return rc;
+    rc = parse_params(params, bs, sizeof bs, spec, sizeof spec);
     if (rc < 0)
         return rc;
 
     memset(d, 0, sizeof *d);
     d->driver = driver;
+    d->write_flags = write_flags;
     d->read_only = (flags & TD_OPEN_RDONLY) != 0;
     memcpy(d->vdi_spec, spec, sizeof d->vdi_spec);
     d->pool = pool_new(d);
@@ -510,8 +711,11 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     driver->info.sector_size = SECTOR_SIZE;
     driver->info.info = 0;
     store_add_disk(d->store, d);
-    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s)", spec, d->store->path,
-                (unsigned long long)d->sectors, d->read_only ? "ro" : "rw");
+    if (!d->read_only)
+        control_use();
+    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s)", spec,
+                d->store->path, (unsigned long long)d->sectors, d->read_only ? "ro" : "rw",
+                d->read_only ? "" : d->write_flags ? ", durability=fua" : ", durability=ordered");
     return 0;
 
 fail_store:
@@ -568,6 +772,8 @@ static int plx_td_close(td_driver_t *driver)
     }
     d->vdi = NULL;
     store_remove_disk(d->store, d);
+    if (!d->read_only)
+        control_unuse();
     int closed = store_put(d->store);
     d->store = NULL;
     /* With the engine gone, nothing can call back into the pool; otherwise the callbacks the
@@ -595,8 +801,9 @@ static int plx_td_validate_parent(td_driver_t *driver, td_driver_t *parent, td_f
 
 /* Submit one request. Never waits: the engine only queues it, and the answer comes through
  * request_done from the event callback. Everything refused here is completed at once. */
-static void queue_request(td_driver_t *driver, td_request_t treq, int write)
+static void queue_request(td_driver_t *driver, td_request_t treq, int op)
 {
+    int write = op == TD_OP_WRITE;
     struct plx_td_disk *d = driver->data;
     if (!d->store) {
         td_complete_request(treq, -EBADF);
@@ -628,32 +835,46 @@ static void queue_request(td_driver_t *driver, td_request_t treq, int write)
     s->treq = treq;
     uint64_t off = (uint64_t)treq.sec << SECTOR_SHIFT;
     size_t len = (size_t)treq.secs << SECTOR_SHIFT;
-    int rc = write
-                 ? plx_vdi_submit_write(d->vdi, treq.buf, off, len, PLX_WRITE_FUA, request_done, s)
-                 : plx_vdi_submit_read(d->vdi, treq.buf, off, len, request_done, s);
+    int rc;
+    if (op == TD_OP_BLOCK_STATUS) {
+        rc = submit_status(d, s);
+        if (rc == 0)
+            d->inflight++;
+    } else {
+        rc = write ? plx_vdi_submit_write(d->vdi, treq.buf, off, len, d->write_flags,
+                                          request_done, s)
+                   : plx_vdi_submit_read(d->vdi, treq.buf, off, len, request_done, s);
+        if (rc == 0) {
+            d->inflight++;
+            d->pool->engine_pending++;
+        }
+    }
     if (rc < 0) {
         /* A refused submit never calls back: answer here. */
         slot_put(s);
         if (rc == -EBUSY)
             rc = -EIO;
         tlog_syslog(TLOG_WARN, "parallax: %s: %s of %d sectors at %llu refused: %s", d->vdi_spec,
-                    write ? "write" : "read", treq.secs, (unsigned long long)treq.sec,
-                    plx_store_errmsg(d->store->st));
+                    write ? "write" : op == TD_OP_BLOCK_STATUS ? "block status" : "read",
+                    treq.secs, (unsigned long long)treq.sec, plx_store_errmsg(d->store->st));
         td_complete_request(treq, rc);
         return;
     }
-    d->inflight++;
-    d->pool->engine_pending++;
 }
 
 static void plx_td_queue_read(td_driver_t *driver, td_request_t treq)
 {
-    queue_request(driver, treq, 0);
+    queue_request(driver, treq, TD_OP_READ);
 }
 
 static void plx_td_queue_write(td_driver_t *driver, td_request_t treq)
 {
-    queue_request(driver, treq, 1);
+    queue_request(driver, treq, TD_OP_WRITE);
+}
+
+static void plx_td_queue_block_status(td_driver_t *driver, td_request_t treq)
+{
+    queue_request(driver, treq, TD_OP_BLOCK_STATUS);
 }
 
 static void plx_td_debug(td_driver_t *driver)
@@ -674,7 +895,7 @@ struct tap_disk tapdisk_parallax = {
     .td_validate_parent = plx_td_validate_parent,
     .td_queue_read = plx_td_queue_read,
     .td_queue_write = plx_td_queue_write,
-    .td_queue_block_status = NULL,
+    .td_queue_block_status = plx_td_queue_block_status,
     .td_debug = plx_td_debug,
     .td_stats = NULL,
     .td_rrd = NULL,

@@ -46,6 +46,11 @@
 
 enum TD_OPS { TD_OP_READ = 0, TD_OP_WRITE, TD_OP_BLOCK_STATUS, TD_OPS_END };
 
+/* Answers to TD_OP_BLOCK_STATUS, in td_request_t.status of each completed piece. */
+#define TD_BLOCK_STATE_NONE 0
+#define TD_BLOCK_STATE_HOLE (1 << 0)
+#define TD_BLOCK_STATE_ZERO (1 << 1)
+
 #define TD_OPEN_QUIET 0x00001
 #define TD_OPEN_RDONLY 0x00004
 

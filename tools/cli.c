@@ -173,16 +173,57 @@ int cli_parse_size(const struct cli_ctx *ctx, const char *opt, const char *value
     return EXIT_OK;
 }
 
+/* The first line of the configuration file that is neither blank nor a # comment, trimmed (the
+ * same rule as the tapdisk driver and the hotplug scripts). NULL when there is none. */
+static const char *configured_blockstore(const char *conf)
+{
+    static char line[4096 + 2];
+    FILE *f = fopen(conf, "re");
+    if (f == NULL)
+        return NULL;
+    const char *found = NULL;
+    while (found == NULL && fgets(line, sizeof line, f) != NULL) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strlen(p);
+        while (n > 0 && strchr("\r\n \t", p[n - 1]) != NULL)
+            p[--n] = '\0';
+        if (n > 0 && p[0] != '#')
+            found = p;
+    }
+    fclose(f);
+    return found;
+}
+
 int cli_blockstore(const struct cli_ctx *ctx, const char **path)
 {
     const char *p = ctx->blockstore;
 
     if (p == NULL)
         p = getenv("PARALLAX_BLOCKSTORE");
+    if (p == NULL || *p == '\0') {
+        const char *conf = getenv("PARALLAX_BLOCKSTORE_FILE");
+        p = configured_blockstore(conf != NULL && *conf != '\0' ? conf : CLI_BLOCKSTORE_FILE);
+    }
     if (p == NULL || *p == '\0')
-        return cli_usage_error(ctx, "no blockstore: use -b BLOCKSTORE or set PARALLAX_BLOCKSTORE");
+        return cli_usage_error(ctx, "no blockstore: use -b BLOCKSTORE, set PARALLAX_BLOCKSTORE "
+                                    "or name it in " CLI_BLOCKSTORE_FILE);
     *path = p;
     return EXIT_OK;
+}
+
+const char *cli_blockstore_shown(const char *path, char *buf, size_t len)
+{
+    const char *at, *pct, *slash;
+    if (!plx_blockstore_is_url(path) || (at = strchr(path, '@')) == NULL)
+        return path;
+    slash = strchr(path + strlen("iscsi://"), '/');
+    pct = strchr(path, '%');
+    if ((slash != NULL && at > slash) || pct == NULL || pct > at)
+        return path;
+    snprintf(buf, len, "%.*s%s", (int)(pct - path), path, at);
+    return buf;
 }
 
 static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io, plx_store **st)

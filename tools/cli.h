@@ -49,8 +49,14 @@ int cli_usage_error(const struct cli_ctx *ctx, const char *fmt, ...)
 /* Report a failed engine call (rc < 0) with the store's message; returns EXIT_ERR. */
 int cli_engine_error(const plx_store *st, int rc);
 
-/* The blockstore path from -b or $PARALLAX_BLOCKSTORE; usage error when neither is set. */
+/* Where the blockstore is named when -b and $PARALLAX_BLOCKSTORE are not given (first line that
+ * is not blank or a # comment); $PARALLAX_BLOCKSTORE_FILE overrides the path. */
+#define CLI_BLOCKSTORE_FILE "/etc/parallax/blockstore"
+/* The blockstore (a path or an iscsi:// URL) from -b, else $PARALLAX_BLOCKSTORE, else the
+ * configuration file; usage error when none names one. */
 int cli_blockstore(const struct cli_ctx *ctx, const char **path);
+/* The blockstore as messages and listings show it: an iSCSI URL without its CHAP password. */
+const char *cli_blockstore_shown(const char *path, char *buf, size_t len);
 /* Open the blockstore for a command that is over in milliseconds: blocking I/O, no kernel aio
  * context, whose teardown alone would take some 30 ms (see PLX_BACKEND_BLOCKING). */
 int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st);

@@ -2,6 +2,7 @@
  * cmd_store.c - commands about the blockstore as a whole: format, info, check.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,8 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
         return cli_close_store(st, cli_engine_error(st, err));
     size_format(info.size_bytes, size, sizeof size);
     size_format(info.extent_size, extent, sizeof extent);
-    printf("formatted %s: %s, %llu extents of %s\n", path, size,
+    char shown[PATH_MAX];
+    printf("formatted %s: %s, %llu extents of %s\n", cli_blockstore_shown(path, shown, sizeof shown), size,
            (unsigned long long)info.extent_count, extent);
     return cli_close_store(st, EXIT_OK);
 }
@@ -119,7 +121,8 @@ static void info_human(const char *path, const struct plx_store_info *in)
 
     size_format(in->size_bytes, size, sizeof size);
     size_format(in->extent_size, extent, sizeof extent);
-    printf("blockstore      %s\n", path);
+    char shown[PATH_MAX];
+    printf("blockstore      %s\n", cli_blockstore_shown(path, shown, sizeof shown));
     printf("format version  %u\n", (unsigned)in->format_version);
     printf("size            %s (%llu bytes, %llu blocks)\n", size,
            (unsigned long long)in->size_bytes, (unsigned long long)in->block_count);

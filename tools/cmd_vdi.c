@@ -94,6 +94,24 @@ static void process_name(int pid, char *buf, size_t len)
 /* A VDI open for writing in a server on this host is changed by that server, inside its
  * request stream (single writer): send it the command over its control socket. Returns 1 and
  * sets *rc when the command was routed. */
+/* Send the command to the holder named in info (lock_pid != 0); sets *rc. */
+static void route_to(const struct plx_vdi_info *info, const char *line, char *reply, size_t len,
+                     int *rc)
+{
+    int err = control_request((int)info->lock_pid, line, reply, len);
+    if (err == -ENOENT || err == -ECONNREFUSED) {
+        /* No control socket: the writer is not a server (vdi-import, a library user). */
+        char comm[64];
+        process_name((int)info->lock_pid, comm, sizeof comm);
+        *rc = cli_error("VDI %s is open for writing by pid %u%s%s%s, which is not a server "
+                        "and takes no commands: try again when it has finished",
+                        info->name, info->lock_pid, *comm ? " (" : "", comm, *comm ? ")" : "");
+        return;
+    }
+    *rc = err ? cli_error("%s (VDI %s, served by pid %u)", reply, info->name, info->lock_pid)
+              : EXIT_OK;
+}
+
 static int route(plx_store *st, uint64_t vdi_id, const char *line, char *reply, size_t len,
                  int *rc)
 {
@@ -102,18 +120,7 @@ static int route(plx_store *st, uint64_t vdi_id, const char *line, char *reply, 
     snprintf(id, sizeof id, "%llu", (unsigned long long)vdi_id);
     if (plx_vdi_lookup(st, id, &info) != 0 || info.lock_pid == 0)
         return 0;
-    int err = control_request((int)info.lock_pid, line, reply, len);
-    if (err == -ENOENT || err == -ECONNREFUSED) {
-        /* No control socket: the writer is not a server (vdi-import, a library user). */
-        char comm[64];
-        process_name((int)info.lock_pid, comm, sizeof comm);
-        *rc = cli_error("VDI %s is open for writing by pid %u%s%s%s, which is not a server "
-                        "and takes no commands: try again when it has finished",
-                        info.name, info.lock_pid, *comm ? " (" : "", comm, *comm ? ")" : "");
-        return 1;
-    }
-    *rc = err ? cli_error("%s (VDI %s, served by pid %u)", reply, info.name, info.lock_pid)
-              : EXIT_OK;
+    route_to(&info, line, reply, len, rc);
     return 1;
 }
 
@@ -173,6 +180,31 @@ static int snapshot(plx_store *st, const char *vdi, const char *label)
     return EXIT_OK;
 }
 
+/* The common case first: a running VM's VDI, held by a server (parallax serve or tapdisk) on
+ * this host. The store is opened read-only, the VDI record read once and the command sent to
+ * the holder: no lock taken, nothing written, no flush at close (a writable open and close cost
+ * this command most of its time before it reached the server). Returns 1 and sets *rc when the
+ * VDI is held (whatever the server answered), 0 when the caller must snapshot it here. */
+static int snapshot_held(struct cli_ctx *ctx, const char *vdi, const char *label, int *rc)
+{
+    plx_store *st = NULL;
+    struct plx_vdi_info info;
+    if (cli_open_store(ctx, 1, &st) != EXIT_OK)
+        return 0; /* the writable open below reports the problem */
+    if (plx_vdi_lookup(st, vdi, &info) != 0 || info.lock_pid == 0) {
+        plx_store_close(st);
+        return 0;
+    }
+    char line[PLX_LABEL_MAX + 64], reply[400];
+    snprintf(line, sizeof line, "snapshot %llu %s", (unsigned long long)info.id,
+             label ? label : "");
+    route_to(&info, line, reply, sizeof reply, rc);
+    if (*rc == EXIT_OK)
+        printf("%s@%llu\n", info.name, strtoull(reply + 2, NULL, 10));
+    *rc = cli_close_store(st, *rc);
+    return 1;
+}
+
 int cmd_vdi_snapshot(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *label = NULL, *vdi;
@@ -180,10 +212,13 @@ int cmd_vdi_snapshot(struct cli_ctx *ctx, int argc, char **argv)
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
+    if (rc == EXIT_OK && snapshot_held(ctx, vdi, label, &rc))
+        return rc;
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 0, &st);
     if (rc != EXIT_OK)
         return rc;
+    /* Not held a moment ago; if a server took it since, snapshot() routes to it. */
     return cli_close_store(st, snapshot(st, vdi, label));
 }
 

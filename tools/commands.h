@@ -24,5 +24,7 @@ int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_snap_delete(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_gc(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_lockd_set(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_lockd_status(struct cli_ctx *ctx, int argc, char **argv);
 
 #endif

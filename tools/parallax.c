@@ -34,8 +34,12 @@ static const struct command commands[] = {
      "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--live] [--json] [--quiet]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
-     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--nbdkit [--threads N]]",
+     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--placement arrival|leaf]\n"
+     "        [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]",
      "export every VDI and snapshot over NBD"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
+     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

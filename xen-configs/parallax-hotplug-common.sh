@@ -11,11 +11,18 @@
 # The caller sets `dir` (the script's directory) and sources this file with its own arguments
 # in "$@", as Xen's scripts do with block-common.sh.
 #
+# The same scripts run in dom0 and in a storage driver domain (docs/storage-vm.md), where
+# `xl devd` runs them: libxl gives XENBUS_PATH relative ("backend/vbd/<guest>/<devid>"), which
+# xenstore resolves under the calling domain's own /local/domain/<domid>, so the scripts only
+# ever use paths below $XENBUS_PATH and never name a domain.
+#
 # Environment (all optional; libxl runs hotplug scripts with a minimal environment, so in
 # production the defaults apply):
-#   PARALLAX_BLOCKSTORE        this host's blockstore; else the first line of
-#   PARALLAX_BLOCKSTORE_FILE   that is neither empty nor a # comment (default
-#                              /etc/parallax/blockstore)
+#   PARALLAX_BLOCKSTORE        this host's blockstore (a file or device path, or an iSCSI LUN
+#                              as iscsi://[user%password@]host[:port]/target-iqn/lun); else the
+#   PARALLAX_BLOCKSTORE_FILE   first line of this file that is neither empty nor a # comment
+#                              (default /etc/parallax/blockstore; keep it mode 600 when it holds
+#                              a password)
 #   PARALLAX_RUNDIR            state: lock, NBD socket, server pid (default /run/parallax)
 
 : "${dir:=$(dirname "$0")}"
@@ -95,8 +102,19 @@ plx_blockstore() {
         bs=$(sed -n -e '/^[[:space:]]*#/d' -e '/[^[:space:]]/{s/^[[:space:]]*//;s/[[:space:]]*$//;p;q;}' \
             "$conf" || true)
     fi
-    [ -n "$bs" ] || fatal "no Parallax blockstore configured: put its path in $conf"
+    [ -n "$bs" ] || fatal "no Parallax blockstore configured: put its path or iscsi:// URI in $conf"
     echo "$bs"
+}
+
+# A blockstore as it may be shown in messages, xenstore (hotplug-error, readable by the
+# toolstack) and syslog: an iSCSI URI's password replaced by ***.
+plx_redact() {
+    local re='^(iscsi://[^/@%]*%)[^@/]*@(.*)$'
+    if [[ $1 =~ $re ]]; then
+        echo "${BASH_REMATCH[1]}***@${BASH_REMATCH[2]}"
+    else
+        echo "$1"
+    fi
 }
 
 # Check a VDI spec (what follows "parallax:"): a VDI name or id, or VDI@N / VDI@LABEL. Names

@@ -82,13 +82,28 @@ struct plx_open_opts {
      * single-threaded tools. Saves the ~30 ms the kernel takes to tear an aio context down at
      * close or exit; costs all overlap between I/Os. Never for servers. */
     int blocking_io;
+    /* Where new data blocks go (docs/DESIGN.md, "Placement"): PLX_PLACEMENT_ARRIVAL (0, the
+     * default) hands them out in the order writes arrive, fastest for random writes;
+     * PLX_PLACEMENT_LEAF puts each leaf's blocks in one slot in virtual order, so a disk
+     * written in random order (or rewritten after a snapshot) reads back sequentially at
+     * sequential speed, at some cost to random writes after a snapshot. Per process; the
+     * format is the same either way. */
+    int placement;
 };
+#define PLX_PLACEMENT_ARRIVAL 0
+#define PLX_PLACEMENT_LEAF 1
+
+/* A blockstore is named by a path (file or block device) or by a URL:
+ * iscsi://[user%password@]host[:port]/target-iqn/lun names a LUN reached with libiscsi. Nonzero
+ * when `where` is such a URL: tools use it as given (no realpath, no file to create or stat). */
+int plx_blockstore_is_url(const char *where);
 
 /* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
- * is resized to `size`, and a device or a file keeps its size when size is 0). extent_size 0 =
- * plx_default_extent_size() of the store's size. Refuses to overwrite an existing Parallax
- * blockstore unless force is set. Every check runs before anything changes: on failure the
- * file is exactly as it was, and a file this call created is removed. Blocking. */
+ * is resized to `size`, and a device or a file keeps its size when size is 0; an iSCSI LUN is
+ * formatted whole when size is 0, else its first `size` bytes, never more than it has).
+ * extent_size 0 = plx_default_extent_size() of the store's size. Refuses to overwrite an
+ * existing Parallax blockstore unless force is set. Every check runs before anything changes:
+ * on failure the file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
 /* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
@@ -108,6 +123,15 @@ int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, pl
 /* Wait for all outstanding work, release claimed-but-unused blocks, close open VDIs and the
  * store. Returns the first error met while closing. Blocking. */
 int plx_store_close(plx_store *st);
+
+/* The lock manager (parallax-lockd) that hosts sharing this store use, as "HOST:PORT" in the
+ * store's state block; "" makes it a single-host store again. Every process that opens the store
+ * afterwards talks to it ($PARALLAX_LOCKD overrides the address; "none" ignores it). Takes
+ * effect for processes that open the store later. Blocking. */
+int plx_store_set_lockd(plx_store *st, const char *addr);
+/* The lock manager's view: one line per connected engine process (host, pid, lease), passed to
+ * `line`. -ENOENT when the store has no lock manager. Blocking. */
+int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 
 /* The message for the last failed call on this store. */
 const char *plx_store_errmsg(const plx_store *st);
@@ -324,6 +348,12 @@ int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out);
 /* Is the block at `off` mapped (1) or sparse (0)? *run_len receives how many bytes from off share
  * that state (up to len). Blocking (may read radix nodes). */
 int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len);
+/* The same without blocking: the radix nodes it needs are read asynchronously. len > 0. When the
+ * callback fires with status 0, *mapped (1 mapped, 0 sparse) and *run_len (bytes from off, up
+ * to len, sharing that state) are set; both are owned by the caller. It waits for earlier
+ * writes overlapping the range, like a read, so it sees them. */
+int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
+                                int *mapped, plx_done_fn cb, void *arg);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,10 @@ done
 plx vdi-create c --from gold@2 >/dev/null
 plx snap-delete gold@2 >/dev/null
 assert_eq 1 "$(plx vdi-list --json | jq '.[] | select(.name == "gold") | .snapshots')" "live snapshots of gold"
+expect_fail 1 plx snap-delete gold@2
+has "snapshot gold@2 was deleted"
+expect_fail 1 plx vdi-export gold@9 "$T/x"
+has "numbered 1 to 2"
 assert_eq true "$(plx vdi-list --json | jq '.[] | select(.name == "c") | .parent_snap_deleted')" "clone's source deleted"
 plx vdi-list | grep -q 'gold@2 (deleted)' || fail "vdi-list does not mark the deleted source: $(plx vdi-list)"
 

@@ -47,7 +47,7 @@ has() { # PACKAGE PATH...
         grep -qxF "$f" "$T/$p.files" || fail "package $p lacks $f"
     done
 }
-has parallax /usr/bin/parallax /usr/lib/parallax/nbdkit-parallax-plugin.so \
+has parallax /usr/bin/parallax \
     /usr/share/man/man8/parallax.8.gz /etc/xen/scripts/block-parallax \
     /etc/xen/scripts/block-parallax-tap /etc/xen/scripts/parallax-hotplug-common.sh \
     /lib/systemd/system/parallax-serve@.service /etc/parallax/serve/qemu-nbd.conf

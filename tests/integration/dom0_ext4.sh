@@ -7,9 +7,8 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-require_cmd nbdkit nbdfuse fusermount3 losetup mkfs.ext4 e2fsck fsck.ext4 dumpe2fs debugfs mount \
+require_cmd nbdfuse fusermount3 losetup mkfs.ext4 e2fsck fsck.ext4 dumpe2fs debugfs mount \
     umount bonnie++ postmark
-[[ -e $(dirname "$PARALLAX")/nbdkit-parallax-plugin.so ]] || skip "nbdkit plugin not built"
 [[ $(id -u) -eq 0 ]] || skip "needs root (loop devices, mount)"
 [[ -c /dev/fuse ]] || skip "no /dev/fuse: FUSE is not usable here"
 losetup -f >/dev/null 2>&1 || skip "no free loop device (losetup -f failed)"
@@ -22,7 +21,7 @@ sock=$T/nbd.sock
 plx format --size 2G --extent-size 64M >/dev/null
 plx vdi-create disk --size 1G >/dev/null
 
-# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"

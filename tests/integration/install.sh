@@ -29,15 +29,16 @@ version=$(sed -n 's/^#define PLX_API_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\)
 root="$dest$prefix"
 expected=(
     "bin/parallax"
+    "bin/parallax-lockd"
     "lib/libparallax.so.$version"
     "lib/libparallax.so.1"
     "lib/libparallax.so"
     "lib/libparallax.a"
     "include/parallax.h"
+    "include/parallax_backend.h"
     "lib/pkgconfig/parallax.pc"
     "share/man/man8/parallax.8"
     "share/man/man3/libparallax.3"
-    "lib/parallax/nbdkit-parallax-plugin.so"
     "etc/xen/scripts/block-parallax"
     "etc/xen/scripts/block-parallax-tap"
     "etc/xen/scripts/parallax-hotplug-common.sh"
@@ -73,7 +74,7 @@ done
 # function left out of the export list.
 grep -v '^    plx_version;$' "$src/libparallax/libparallax.map" >"$T/short.map"
 cc -shared -Wl,--version-script="$T/short.map" -o "$T/short.so" \
-    -Wl,--whole-archive "$root/lib/libparallax.a" -Wl,--no-whole-archive -laio
+    -Wl,--whole-archive "$root/lib/libparallax.a" -Wl,--no-whole-archive -laio -liscsi
 if "$src/tests/check-exports.sh" "$T/short.so" "$root/include" >"$T/short.out" 2>&1; then
     fail "check-exports passed a library that does not export plx_version"
 fi
@@ -88,17 +89,19 @@ prog="$src/tests/integration/install_prog.c"
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-shared" \
     $(pkg-config --libs parallax) || fail "building against the installed parallax.pc"
 # It must really use the installed header and library, not the source tree's.
-readelf -d "$T/prog-shared" | grep -q 'NEEDED.*\[libparallax.so.1\]' || fail "not linked to libparallax.so.1"
+grep -q 'NEEDED.*\[libparallax.so.1\]' <<<"$(readelf -d "$T/prog-shared")" || fail "not linked to libparallax.so.1"
 out=$(LD_LIBRARY_PATH="$root/lib" "$T/prog-shared" "$T/store-shared.img") || fail "program (shared)"
 [[ $out == "ok "* ]] || fail "program (shared) said: $out"
 # Which library it ran with: the installed one.
-LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" | grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " ||
-    fail "the program does not load $root/lib/libparallax.so.1"
+# (ldd's output is kept whole first: grep -q stopping early would fail the pipe with SIGPIPE.)
+deps=$(LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" 2>&1)
+grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " <<<"$deps" ||
+    fail "the program does not load $root/lib/libparallax.so.1: $deps"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-static" \
-    "$root/lib/libparallax.a" -laio -lpthread ||
+    "$root/lib/libparallax.a" -laio -liscsi -lpthread ||
     fail "building against the static library"
-readelf -d "$T/prog-static" | grep -q 'libparallax' && fail "the static build needs libparallax.so"
+grep -q 'libparallax' <<<"$(readelf -d "$T/prog-static")" && fail "the static build needs libparallax.so"
 out=$("$T/prog-static" "$T/store-static.img") || fail "program (static)"
 [[ $out == "ok "* ]] || fail "program (static) said: $out"
 

@@ -1,14 +1,28 @@
 /*
  * install_prog.c - a program outside the tree, built by tests/integration/install.sh and
  * deb_package.sh against an installed libparallax through its pkg-config file: it may only use
- * the public header. Formats a blockstore, creates a VDI, writes, reads back after reopening,
+ * the public headers. Formats a blockstore, creates a VDI, writes, reads back after reopening
+ * through a backend of its own stacked on the store's (parallax_backend.h: it counts the writes),
  * checks the store, and prints the library version.
  *
  *   install_prog STORE    exit 0 and "ok VERSION" when everything worked
  */
 #include <parallax.h>
+#include <parallax_backend.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A stacked backend of this program's own: forwards everything, counts what it submits. */
+static struct plx_backend_ops count_ops;
+static int (*lower_submit)(plx_backend *be, struct plx_io *io);
+static unsigned long submitted;
+
+static int count_submit(plx_backend *be, struct plx_io *io)
+{
+    submitted++;
+    return lower_submit(be, io);
+}
 
 static int fail(const char *what, plx_store *st, int rc)
 {
@@ -49,9 +63,21 @@ int main(int argc, char **argv)
     if ((rc = plx_vdi_close(v)) < 0 || (rc = plx_store_close(st)) < 0)
         return fail("close", st, rc);
 
-    /* Reopen read-only: the data and a clean check are what the library promised. */
+    /* Reopen read-only through the counting backend stacked on the store's own: the data and a
+     * clean check are what the library promised. */
+    int berr = 0;
+    plx_backend *lower = plx_backend_open(argv[1], PLX_BACKEND_RDONLY, &berr, err, sizeof err);
+    struct plx_backend_stack *top = calloc(1, sizeof *top);
+    if (!lower || !top) {
+        fprintf(stderr, "install_prog: backend: %s\n", err);
+        return 1;
+    }
+    plx_backend_stack_forward_ops(&count_ops);
+    lower_submit = count_ops.submit;
+    count_ops.submit = count_submit;
+    plx_backend_stack_init(top, &count_ops, lower, 1, "counter");
     struct plx_open_opts o = {.struct_size = sizeof o, .read_only = 1};
-    if ((rc = plx_store_open(argv[1], &o, &st, err, sizeof err)) < 0) {
+    if ((rc = plx_store_open_backend(&top->base, &o, &st, err, sizeof err)) < 0) {
         fprintf(stderr, "install_prog: reopen: %s\n", err);
         return 1;
     }
@@ -76,6 +102,10 @@ int main(int argc, char **argv)
     }
     if ((rc = plx_store_close(st)) < 0)
         return fail("close", NULL, rc);
+    if (submitted == 0) {
+        fprintf(stderr, "install_prog: nothing went through the stacked backend\n");
+        return 1;
+    }
     printf("ok %u\n", plx_version());
     return 0;
 }

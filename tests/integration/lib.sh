@@ -20,6 +20,18 @@
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
 #
+# A real iSCSI target (tgtd) on loopback, for the iSCSI backend's tests:
+#   tgt_start                        start tgtd on a free port with a free control port (skip
+#                                    when tgtd is missing or may not run); sets TGT_PORT, TGT_CTL,
+#                                    TGT_IQN (target 1) and TGT_PID; killed when the script exits
+#   tgt_add_lun N SIZE [FILE]        LUN N of target 1 on FILE (default $PLX_TEST_TMP/lunN.img,
+#                                    created sparse); prints its URL iscsi://127.0.0.1:PORT/IQN/N
+#   tgt_adm ARGS...                  tgtadm on this tgtd's control port
+#   tgt_drop_connections             close every iSCSI connection from the target's side
+#   tgt_restart [PAUSE]              kill -9 tgtd, wait PAUSE seconds (default 0), start it again
+#                                    on the same ports with the same LUNs and accounts
+#   tgt_chap USER PASSWORD           require CHAP login with USER/PASSWORD on target 1
+#
 # Do not set your own EXIT trap: use on_exit. Note that `fail` inside $(...) or ( ... ) only
 # leaves that subshell; with set -e the script still stops, but prefer calling it directly.
 set -euo pipefail
@@ -113,4 +125,109 @@ bg_pid() {
 
 on_exit() {
     _plx_exit_cmds+=("$1")
+}
+
+# ---- tgtd --------------------------------------------------------------------------------------
+TGT_PORT="" TGT_CTL="" TGT_PID="" TGT_IQN="iqn.2026-11.org.parallax.test:t1"
+# LUNs and the CHAP account live in files, so that tgt_add_lun works inside $(...) too.
+
+_tgt_free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+tgt_adm() {
+    tgtadm -C "$TGT_CTL" --lld iscsi "$@"
+}
+
+# Start tgtd on TGT_PORT/TGT_CTL; 0 when it answers on both.
+_tgt_launch() {
+    tgtd -f -C "$TGT_CTL" --iscsi portal="127.0.0.1:$TGT_PORT" >>"$PLX_TEST_TMP/tgtd.log" 2>&1 &
+    TGT_PID=$!
+    local i
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$TGT_PID" 2>/dev/null || return 1
+        if tgtadm -C "$TGT_CTL" --op show --mode sys >/dev/null 2>&1 &&
+            (exec 3<>"/dev/tcp/127.0.0.1/$TGT_PORT") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+_tgt_configure() {
+    tgt_adm --op new --mode target --tid 1 -T "$TGT_IQN"
+    tgt_adm --op bind --mode target --tid 1 -I ALL
+    local n file user pass
+    if [[ -e $PLX_TEST_TMP/tgt.luns ]]; then
+        while read -r n file; do
+            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
+        done <"$PLX_TEST_TMP/tgt.luns"
+    fi
+    if [[ -e $PLX_TEST_TMP/tgt.chap ]]; then
+        read -r user pass <"$PLX_TEST_TMP/tgt.chap"
+        tgt_adm --op new --mode account --user "$user" --password "$pass"
+        tgt_adm --op bind --mode account --tid 1 --user "$user"
+    fi
+}
+
+tgt_start() {
+    require_cmd tgtd tgtadm python3
+    [[ $(id -u) -eq 0 ]] || skip "tgtd needs root (its control socket lives in /var/run/tgtd)"
+    local try
+    for ((try = 0; try < 5; try++)); do
+        TGT_PORT=$(_tgt_free_port)
+        TGT_CTL=$((20000 + RANDOM % 12000)) # tgtd takes -C up to 32767
+        if _tgt_launch; then
+            on_exit "tgt_stop"
+            _tgt_configure
+            return 0
+        fi
+        kill -9 "$TGT_PID" 2>/dev/null || true
+        wait "$TGT_PID" 2>/dev/null || true
+    done
+    fail "tgtd did not start: $(tail -5 "$PLX_TEST_TMP/tgtd.log")"
+}
+
+# tgtd ignores SIGTERM while it has targets: a test target is simply killed.
+tgt_stop() {
+    [[ -n $TGT_PID ]] || return 0
+    kill -9 "$TGT_PID" 2>/dev/null || true
+    wait "$TGT_PID" 2>/dev/null || true
+    TGT_PID=""
+}
+
+tgt_add_lun() {
+    local n=$1 size=$2 file=${3:-$PLX_TEST_TMP/lun$1.img}
+    [[ -e $file ]] || truncate -s "$size" "$file"
+    tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
+    echo "$n $file" >>"$PLX_TEST_TMP/tgt.luns"
+    echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
+}
+
+tgt_chap() {
+    echo "$1 $2" >"$PLX_TEST_TMP/tgt.chap"
+    tgt_adm --op new --mode account --user "$1" --password "$2"
+    tgt_adm --op bind --mode account --tid 1 --user "$1"
+}
+
+tgt_drop_connections() {
+    local sid dropped=0
+    for sid in $(tgt_adm --op show --mode conn --tid 1 | awk '/Session:/ {print $2}'); do
+        tgt_adm --op delete --mode conn --tid 1 --sid "$sid" --cid 0 && dropped=$((dropped + 1))
+    done
+    echo "$dropped"
+}
+
+tgt_restart() {
+    tgt_stop
+    sleep "${1:-0}"
+    local i
+    for ((i = 0; i < 20; i++)); do
+        _tgt_launch && { _tgt_configure; return 0; }
+        kill -9 "$TGT_PID" 2>/dev/null || true
+        wait "$TGT_PID" 2>/dev/null || true
+        sleep 0.5 # the port may linger for a moment
+    done
+    fail "tgtd did not restart on port $TGT_PORT: $(tail -5 "$PLX_TEST_TMP/tgtd.log")"
 }

@@ -7,7 +7,6 @@
 . "$(dirname "$0")/lib.sh"
 
 require_cmd nbdkit nbdinfo nbdcopy qemu-io qemu-img jq
-[[ -e $(dirname "$PARALLAX")/nbdkit-parallax-plugin.so ]] || skip "nbdkit plugin not built"
 
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
@@ -20,7 +19,7 @@ uri() { echo "nbd+unix:///$1?socket=$sock"; }
 start_server() {
     local i
     rm -f "$sock"
-    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
     "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
@@ -171,43 +170,38 @@ qio "$(uri disk@1)" "read -P 0 4M 4M" "read -P 0xa1 0 1M"
 stop_server
 plx check >"$T/check.out" || { cat "$T/check.out" >&2; fail "check after serving"; }
 
-# ---- Both servers remove their socket when stopped, and start over one a killed server left ------
-# (nbdkit leaves its --unix socket behind unless the plugin is told to remove it.)
-# Both also list a snapshot's label as an export, and a new label at once.
+# ---- The server removes its socket when stopped, and starts over one a killed server left -------
+# It also lists a snapshot's label as an export, and a new label at once.
 n=0
-for args in "" --nbdkit; do
-    what="serve ${args:-(built-in)}"
-    PLX_SERVE_ARGS=$args start_server
-    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk"
-    n=$((n + 1))
-    plx snap-label disk@1 "label$n"
-    assert_eq "copy disk disk@1 disk@label$n sparse " "$(list_names)" "$what: exports after relabelling"
-    assert_eq disk@1 "$(list_desc "disk@label$n")" "$what: description of disk@label$n"
-    qio "$(uri "disk@label$n")" "read -P 0xa1 0 1M"
-    # A second server on the same socket path is refused and leaves the running one alone.
-    # shellcheck disable=SC2086 # args: extra `serve` options
-    if timeout 20 "$PARALLAX" -b "$T/store.img" serve $args --unix "$sock" >"$T/second.log" 2>&1; then
-        fail "$what: a second server on a live socket started"
-    fi
-    grep -qi "in use\|listening" "$T/second.log" || { cat "$T/second.log" >&2; fail "$what: second server: no clear error"; }
-    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: first server after a second was refused"
-    stop_server
-    [[ ! -e $sock ]] || fail "$what left its socket behind after SIGTERM"
+what="serve"
+start_server
+assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk"
+n=$((n + 1))
+plx snap-label disk@1 "label$n"
+assert_eq "copy disk disk@1 disk@label$n sparse " "$(list_names)" "$what: exports after relabelling"
+assert_eq disk@1 "$(list_desc "disk@label$n")" "$what: description of disk@label$n"
+qio "$(uri "disk@label$n")" "read -P 0xa1 0 1M"
+# A second server on the same socket path is refused and leaves the running one alone.
+if timeout 20 "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/second.log" 2>&1; then
+    fail "$what: a second server on a live socket started"
+fi
+grep -qi "in use\|listening" "$T/second.log" || { cat "$T/second.log" >&2; fail "$what: second server: no clear error"; }
+assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: first server after a second was refused"
+stop_server
+[[ ! -e $sock ]] || fail "$what left its socket behind after SIGTERM"
 
-    PLX_SERVE_ARGS=$args start_server
-    kill -KILL "$SERVER_PID"
-    wait "$SERVER_PID" || true
-    [[ -S $sock ]] || fail "$what: no stale socket after SIGKILL (nothing left to test)"
-    # shellcheck disable=SC2086 # args: extra `serve` options
-    "$PARALLAX" -b "$T/store.img" serve $args --unix "$sock" >>"$T/serve.log" 2>&1 &
-    SERVER_PID=$!
-    bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        nbdinfo --size "$(uri disk)" >/dev/null 2>&1 && break
-        kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 5 "$T/serve.log" >&2; fail "$what did not start over a stale socket"; }
-        sleep 0.1
-    done
-    assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk after a restart"
-    stop_server
-    [[ ! -e $sock ]] || fail "$what left its socket behind after a restart"
+start_server
+kill -KILL "$SERVER_PID"
+wait "$SERVER_PID" || true
+[[ -S $sock ]] || fail "$what: no stale socket after SIGKILL (nothing left to test)"
+"$PARALLAX" -b "$T/store.img" serve --unix "$sock" >>"$T/serve.log" 2>&1 &
+SERVER_PID=$!
+bg_pid "$SERVER_PID"
+for ((i = 0; i < 100; i++)); do
+    nbdinfo --size "$(uri disk)" >/dev/null 2>&1 && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 5 "$T/serve.log" >&2; fail "$what did not start over a stale socket"; }
+    sleep 0.1
 done
+assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk after a restart"
+stop_server
+[[ ! -e $sock ]] || fail "$what left its socket behind after a restart"

@@ -20,7 +20,7 @@ plx vdi-create hot --size 256M >/dev/null
 plx check >/dev/null || fail "fresh store does not check clean"
 
 sock=$T/nbd.sock
-# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"

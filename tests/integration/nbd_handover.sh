@@ -21,7 +21,7 @@ truncate -s $size "$T/model.img"
 
 start_server() { # SOCK LOG -> SERVER_PID
     local i
-    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
     "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$1" >"$2" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"

@@ -7,8 +7,7 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-require_cmd nbdkit nbdinfo qemu-io jq
-[[ -e $(dirname "$PARALLAX")/nbdkit-parallax-plugin.so ]] || skip "nbdkit plugin not built"
+require_cmd nbdinfo qemu-io jq
 
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
@@ -19,7 +18,7 @@ uri() { echo "nbd+unix:///$1?socket=$sock"; }
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create disk --size 64M >/dev/null
 
-# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+# shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"

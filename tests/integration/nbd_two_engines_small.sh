@@ -15,7 +15,7 @@ mkdir -p "$PARALLAX_RUN_DIR"
 
 start_server() { # STORE SOCK LOG -> SERVER_PID
     local i
-    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options (e.g. --nbdkit)
+    # shellcheck disable=SC2086 # PLX_SERVE_ARGS: extra `serve` options
     "$PARALLAX" -b "$1" serve ${PLX_SERVE_ARGS:-} --unix "$2" >"$3" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"

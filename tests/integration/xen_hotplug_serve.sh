@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # block-parallax (xen-configs/) with the real `parallax serve`: the hotplug script starts the
-# real server (nbdkit with the Parallax plugin) on its unix socket, and the nbd-client
+# real server (the built-in NBD server) on its unix socket, and the nbd-client
 # stand-in, instead of handing the export to the kernel (no nbd module, no Xen here), asks
 # the server for it with nbdinfo. So this checks that the script's server command line and
 # export names work with the real server: the VDI and a snapshot are exported at the right
 # size, a missing VDI makes add fail, and the server keeps no hotplug lock.
+# With PLX_HOTPLUG_ISCSI=1 (xen_hotplug_serve_iscsi.sh) the blockstore in
+# /etc/parallax/blockstore is an iSCSI LUN of a tgtd on loopback instead of a file.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-require_cmd flock setsid nbdkit nbdinfo
+require_cmd flock setsid nbdinfo
 src=${PLX_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 script="$src/xen-configs/block-parallax"
 [[ -x $PARALLAX ]] || skip "$PARALLAX not built"
-[[ -e $(dirname "$PARALLAX")/nbdkit-parallax-plugin.so ]] || skip "nbdkit plugin not built"
 
 T=$PLX_TEST_TMP
 bin="$T/bin"
@@ -28,11 +29,17 @@ export PARALLAX_SERVE_WAIT=30
 unset PARALLAX_BLOCKSTORE
 : >"$FAKE_CALLS"
 
+blockstore=$T/store.img
+if [[ ${PLX_HOTPLUG_ISCSI:-0} == 1 ]]; then
+    tgt_start
+    blockstore=$(tgt_add_lun 1 64M)
+fi
+plx() { "$PARALLAX" -b "$blockstore" "$@"; }
 plx format --size 64M --extent-size 1M >/dev/null
 plx vdi-create web1 --size 16M >/dev/null
 plx vdi-snapshot web1 --label pristine >/dev/null
 plx vdi-create web2 --size 8M >/dev/null
-echo "$T/store.img" >"$PARALLAX_BLOCKSTORE_FILE"
+echo "$blockstore" >"$PARALLAX_BLOCKSTORE_FILE"
 
 # ---- Stand-ins: xenstore, the kernel side of nbd-client, stat, logger ---------------------------
 cat >"$bin/xenstore-read" <<'EOF'
@@ -167,5 +174,6 @@ hook "$b1" remove
 [[ $rc -eq 0 ]] || fail "remove failed ($rc): $err"
 grep -qx "nbd-client -d /dev/nbd0" "$FAKE_CALLS" || fail "nbd0 not disconnected"
 kill -0 "$pid" || fail "the server stopped"
+assert_eq "$blockstore" "$(cat "$PARALLAX_RUNDIR/serve.blockstore")" "the server's blockstore"
 
-echo "xen_hotplug_serve: ok"
+echo "xen_hotplug_serve: ok ($blockstore)"

@@ -78,6 +78,9 @@ list)
     [[ $2 == -m ]] || exit 22
     [[ -n ${FAKE_TAP_NOPID:-} ]] || echo "pid=777 minor=$3 state=0 args=parallax:x"
     ;;
+pause)
+    [[ -z ${FAKE_TAP_FAIL:-}${FAKE_PAUSE_FAIL:-} ]] || exit 2
+    ;;
 destroy)
     [[ -z ${FAKE_TAP_FAIL:-} ]] || exit 2
     ;;
@@ -153,10 +156,17 @@ if grep -q LOCK-FD-LEAKED "$FAKE_CALLS"; then
     fail "the hotplug lock leaked into tap-ctl create (and so into tapdisk)"
 fi
 
-# remove destroys that tapdisk.
+# remove pauses that tapdisk's disk (so that requests in flight finish), then destroys it.
 hook "$b" remove
 [[ $rc -eq 0 ]] || fail "remove failed ($rc): $err"
-grep -qx "tap-ctl destroy -p 777 -m 3" "$FAKE_CALLS" || fail "no tap-ctl destroy"
+assert_eq "tap-ctl pause -p 777 -m 3
+tap-ctl destroy -p 777 -m 3" "$(grep -E '^tap-ctl (pause|destroy)' "$FAKE_CALLS")" "remove: pause, then destroy"
+# A pause that fails (already paused) still destroys, and says so.
+FAKE_PAUSE_FAIL=1 hook "$b" remove
+[[ $rc -eq 0 ]] || fail "remove after a failed pause failed ($rc): $err"
+assert_eq 2 "$(calls_of "tap-ctl destroy -p 777 -m 3$")" "destroy after a failed pause"
+grep -q "pause -p 777 -m 3 failed; destroying anyway" "$FAKE_CALLS.syslog" ||
+    fail "failed pause not logged: $(cat "$FAKE_CALLS.syslog")"
 
 # Read-only, a snapshot, an explicit blockstore, and the blktap2 device form for older tapdev
 # setups (the kernel's blktap2 devices through blkback).

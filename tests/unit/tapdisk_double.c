@@ -289,3 +289,16 @@ td_request_t tdd_request(int op, void *buf, td_sector_t sec, int secs, void *tag
     r.cb_data = tag;
     return r;
 }
+
+/* ---- Opening stores (the driver's plx_store_open in the test build) ------------------------- */
+
+int (*tdd_store_opener)(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                        char *errbuf, size_t errlen);
+
+int tdd_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                   char *errbuf, size_t errlen)
+{
+    if (tdd_store_opener)
+        return tdd_store_opener(path, opts, out, errbuf, errlen);
+    return plx_store_open(path, opts, out, errbuf, errlen);
+}

@@ -13,10 +13,17 @@
 #include "parallax.h"
 #include "tapdisk-iface.h"
 
-/* The driver under test (tapdisk/block-parallax.c) and its unit-test hook. */
+/* The driver under test (tapdisk/block-parallax.c). */
 extern struct tap_disk tapdisk_parallax;
-extern int (*plx_td_test_store_open)(const char *path, const struct plx_open_opts *opts,
-                                     plx_store **out, char *errbuf, size_t errlen);
+
+/* The test build of the driver is compiled with -Dplx_store_open=tdd_store_open (Makefile), so
+ * the driver opens its stores through tdd_store_open: plx_store_open unless a test sets
+ * tdd_store_opener, e.g. to give the driver a store on a fault-injection backend. The driver's
+ * source carries no test hook, and tapdisk's copy of it calls plx_store_open directly. */
+int tdd_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                   char *errbuf, size_t errlen);
+extern int (*tdd_store_opener)(const char *path, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen);
 
 /* Forget all completions and log lines (registered events are kept: they belong to drivers
  * still open). */

@@ -50,7 +50,9 @@
 
 #include "backend.h"
 #include "backend_fault.h"
+#include "alloc.h"
 #include "format.h"
+#include "lock.h"
 #include "parallax.h"
 #include "testutil.h"
 
@@ -1657,6 +1659,34 @@ static void wl_checkpoint(struct wl *wl)
 /* A VDI handed back and forth between two engines (hosts) on one medium, with writes,
  * overwrites, trims and snapshots on both sides: each engine's cached nodes go stale while the
  * other writes. Crash points fall in the writer-lock handovers too. */
+/* Data placement by leaf (alloc.h, leaf slots): single-block writes in random order over two
+ * leaves' ranges fill slots at their entries' offsets, snapshots release the slots so the copies
+ * of the leaves take new ones (copy on write moves every block), writes to blocks already taken
+ * collide and go to the nearest free block, a small cache evicts leaves with their slot hint,
+ * and a close releases every slot. */
+static void wl_placement(struct wl *wl)
+{
+    wl->st->alloc->by_leaf = true; /* plx_open_opts.placement = PLX_PLACEMENT_LEAF */
+    static const struct range r[] = {R(0, 512), R(512, 300), R(1024, 40)}; /* at most 512 each */
+    int a = add_vdi(wl, "place", 8 * MIB, r, 3);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 92, .flush = 4, .read = 4, .max_nb = 1, .inflight = 64};
+    run_phase(wl, &fill, scale(300), 1u << a);
+    struct mix mx = {.write = 70,
+                     .fua = 4,
+                     .flush = 4,
+                     .snap = 6,
+                     .read = 16,
+                     .max_nb = 3,
+                     .inflight = 48,
+                     .max_snaps = 24,
+                     .label = 10};
+    run_phase(wl, &mx, scale(300), 1u << a);
+    close_vdi(wl, a);
+    open_vdi(wl, a);
+    run_phase(wl, &mx, scale(200), 1u << a);
+}
+
 static void wl_handover(struct wl *wl)
 {
     static const struct range r[] = {R(0, 160), R(900, 100)};
@@ -1705,6 +1735,61 @@ static void wl_snap_many(struct wl *wl)
     }
 }
 
+/* Lock takeover: the engine writing a VDI loses its lease mid-run (a host frozen past its lease,
+ * or partitioned): it is fenced, with the VDI still open, and another engine, to which the first
+ * one's holder now counts as dead, takes the VDI over and goes on writing. Every write the first
+ * engine completed is in the VDI the second one sees (the live reads check it), and crash images
+ * taken during the takeover hold everything flushed by either engine. */
+static uint64_t g_dead_host;
+
+static bool takeover_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
+                                  uint64_t epoch)
+{
+    return host != g_dead_host && plx_lock_local.holder_alive(st, host, pid, epoch);
+}
+
+static const struct plx_lock_ops takeover_lock_ops = {
+    .name = "test: the first engine's lease lapsed",
+    .admin_try = plx_lock_local_admin_try,
+    .holder_alive = takeover_holder_alive,
+};
+
+static void wl_takeover(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 200), R(700, 64)};
+    int a = add_vdi(wl, "taken", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 66,
+                     .fua = 6,
+                     .trim = 5,
+                     .flush = 8,
+                     .snap = 5,
+                     .read = 10,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .hot = 40,
+                     .inflight = 32,
+                     .max_snaps = 20,
+                     .label = 10};
+    run_phase(wl, &mx, scale(200), 1u << a);
+    drain(wl);
+    /* The first engine is fenced with the VDI open: nothing of it reaches the medium again. */
+    plx_store *first = wl->st;
+    plx_vdi *abandoned = wl->v[a].h;
+    g_dead_host = first->host_hash;
+    plx_fence(first, "test: the lease of the first engine lapsed");
+    char err[256] = "";
+    struct plx_open_opts o = {.struct_size = sizeof o, .host = "taking-host"};
+    int rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->st, err, sizeof err);
+    ck_assert_msg(rc == 0, "opening the second engine: %d %s", rc, err);
+    wl->st->lock_ops = &takeover_lock_ops;
+    open_vdi(wl, a); /* takes the lock from the dead holder */
+    run_phase(wl, &mx, scale(300), 1u << a);
+    /* The fenced engine goes away; its close writes nothing (and says so). */
+    ck_assert_int_eq(plx_vdi_close(abandoned), -ESTALE);
+    plx_store_close(first);
+}
+
 struct workload {
     const char *name;
     void (*run)(struct wl *wl);
@@ -1716,7 +1801,8 @@ static const struct workload workloads[] = {
     {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
     {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
-    {"handover", wl_handover, 0},             {"snap-many", wl_snap_many, 0},
+    {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
+    {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 

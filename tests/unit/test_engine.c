@@ -47,6 +47,17 @@ static plx_store *open_kept(plx_backend *mem)
     return st;
 }
 
+/* The same with data placed by leaf (plx_open_opts.placement). */
+static plx_store *open_kept_by_leaf(plx_backend *mem)
+{
+    char err[256] = "";
+    plx_store *st = NULL;
+    struct plx_open_opts o = {.struct_size = sizeof o, .placement = PLX_PLACEMENT_LEAF};
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), &o, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    return st;
+}
+
 /* Open a store on a medium, returning the error (the medium is kept). */
 static int try_open(plx_backend *mem, char *err, size_t errlen)
 {
@@ -1171,6 +1182,86 @@ static void drain_all(plx_store *st, struct cb_rec *recs, int n)
     }
 }
 
+/* Block status without blocking: on a cold cache (the nodes are read asynchronously), it gives
+ * the same answers as the blocking call; it sees a write submitted before it; its callback never
+ * runs inside the submit call. */
+START_TEST(test_async_block_status)
+{
+    plx_backend *mem = new_medium(64 * MiB);
+    plx_store *st = open_kept(mem);
+    const uint64_t size = 16 * MiB; /* several leaves (2 MiB each) */
+    create_vdi(st, "s", size);
+    plx_vdi *v = open_vdi(st, "s", 0);
+    unsigned char *buf = malloc(MiB);
+    tu_fill(buf, MiB, 5);
+    /* Mapped: [0, 8K), [1M, 1M+12K), [5M, 6M), the last block; the rest sparse. */
+    pwrite_ok(st, v, buf, 0, 2 * BS);
+    pwrite_ok(st, v, buf, MiB, 3 * BS);
+    pwrite_ok(st, v, buf, 5 * MiB, MiB);
+    pwrite_ok(st, v, buf, size - BS, BS);
+    close_vdi(st, v);
+    close_ok(st);
+
+    uint64_t seed = 42;
+    enum { N = 64 };
+    uint64_t offs[N], lens[N], runs[N];
+    int mapped[N], in_submit = 0;
+    struct cb_rec recs[N];
+    memset(recs, 0, sizeof recs);
+    st = open_kept(mem); /* cold cache: every node below the root must be read */
+    v = open_vdi(st, "s", 0);
+    for (int i = 0; i < N; i++) {
+        offs[i] = tu_rand(&seed) % size;
+        lens[i] = 1 + tu_rand(&seed) % (size - offs[i]);
+        recs[i].in_submit = &in_submit;
+        in_submit = 1;
+        OK(st, plx_vdi_submit_block_status(v, offs[i], lens[i], &runs[i], &mapped[i], rec_cb,
+                                           &recs[i]));
+        in_submit = 0;
+        ck_assert_int_eq(recs[i].fired, 0);
+    }
+    drain_all(st, recs, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(recs[i].fired, 1);
+        ck_assert_int_eq(recs[i].bad_context, 0);
+        ck_assert_int_eq(recs[i].status, 0);
+        uint64_t run = 0;
+        int want = plx_vdi_block_status(v, offs[i], lens[i], &run);
+        ck_assert_int_ge(want, 0);
+        ck_assert_msg(mapped[i] == want && runs[i] == run,
+                      "status of [%llu, +%llu): async %d/%llu, blocking %d/%llu",
+                      (unsigned long long)offs[i], (unsigned long long)lens[i], mapped[i],
+                      (unsigned long long)runs[i], want, (unsigned long long)run);
+    }
+    /* Spot checks against the layout written above. */
+    uint64_t run = 0;
+    int m = -1;
+    struct cb_rec one = {.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_block_status(v, 2 * BS, size - 2 * BS, &run, &m, rec_cb, &one));
+    drain_all(st, &one, 1);
+    ck_assert_int_eq(m, 0);
+    ck_assert_uint_eq(run, MiB - 2 * BS);
+    /* A write submitted just before is seen. */
+    struct cb_rec w = {.in_submit = &in_submit}, bs = {.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_write(v, buf, 9 * MiB, BS, 0, rec_cb, &w));
+    OK(st, plx_vdi_submit_block_status(v, 9 * MiB, MiB, &run, &m, rec_cb, &bs));
+    drain_all(st, &bs, 1);
+    ck_assert_int_eq(w.fired, 1);
+    ck_assert_int_eq(m, 1);
+    ck_assert_uint_eq(run, BS);
+    /* Bad ranges are refused at submission, without a callback. */
+    int calls = 0;
+    EXPECT_ERR(st, plx_vdi_submit_block_status(v, size, BS, &run, &m, count_cb, &calls), -EINVAL);
+    EXPECT_ERR(st, plx_vdi_submit_block_status(v, 0, 0, &run, &m, count_cb, &calls), -EINVAL);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(calls, 0);
+    close_vdi(st, v);
+    close_ok(st);
+    free(buf);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 START_TEST(test_async_many_in_flight)
 {
     enum { N = 256 };
@@ -1823,6 +1914,137 @@ START_TEST(test_clean_snapshots_share_root)
 }
 END_TEST
 
+/* Submit 4 KiB writes to blocks first + perm[i] all at once (pattern gen), and wait for them. */
+static void write_blocks_async(plx_store *st, plx_vdi *v, uint64_t first, const unsigned *perm,
+                               unsigned n, uint64_t gen, unsigned char *bufs)
+{
+    static struct cb_rec recs[PLX_RADIX_FANOUT];
+    int in_submit = 0;
+    ck_assert_uint_le(n, PLX_RADIX_FANOUT);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t blk = first + perm[i];
+        pattern(bufs + (size_t)perm[i] * BS, BS, gen, blk);
+        recs[i] = (struct cb_rec){.in_submit = &in_submit, .id = (int)i};
+        OK(st,
+           plx_vdi_submit_write(v, bufs + (size_t)perm[i] * BS, blk * BS, BS, 0, rec_cb, &recs[i]));
+    }
+    drain_all(st, recs, (int)n);
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_int_eq(recs[i].status, 0);
+}
+
+/* Read len blocks at first in one request; return how many backend reads it took. */
+static unsigned long read_requests(plx_store *st, plx_vdi *v, uint64_t first, unsigned len,
+                                   const unsigned char *want)
+{
+    unsigned char *buf = plx_block_alloc(len);
+    unsigned long before = tu_reads;
+    OK(st, plx_vdi_pread(v, buf, first * BS, (size_t)len * BS));
+    unsigned long n = tu_reads - before;
+    ck_assert_msg(memcmp(buf, want, (size_t)len * BS) == 0, "read back wrong data");
+    plx_block_free(buf);
+    return n;
+}
+
+/* Data blocks are placed by their leaf: 4 KiB writes to one leaf's range in random order land in
+ * one contiguous run on the store, so a sequential read of the range is one backend read; the
+ * same after a snapshot, when every write copies on write (figure 5.5's case). */
+START_TEST(test_placement_by_leaf)
+{
+    enum { N = PLX_RADIX_FANOUT };
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(64 * MiB / BS);
+    ck_assert_ptr_nonnull(mem);
+    ck_assert_int_eq(plx_format_backend(mem, 8 * MiB, err, sizeof err), 0);
+    plx_store *st = open_kept_by_leaf(mem);
+    create_vdi(st, "p", 16 * MiB);
+    plx_vdi *v = open_vdi(st, "p", 0);
+    unsigned perm[N];
+    uint64_t rng = 16;
+    for (unsigned i = 0; i < N; i++)
+        perm[i] = i;
+    unsigned char *bufs = plx_block_alloc(N);
+    for (int round = 0; round < 3; round++) {
+        for (unsigned i = N - 1; i > 0; i--) {
+            unsigned j = (unsigned)(tu_rand(&rng) % (i + 1)), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        /* Round 0 on a new VDI, rounds 1 and 2 after a snapshot: copy on write everywhere. */
+        if (round) {
+            int in_submit = 0;
+            struct cb_rec snap = {.in_submit = &in_submit};
+            OK(st, plx_vdi_submit_snapshot(v, NULL, NULL, rec_cb, &snap));
+            drain_all(st, &snap, 1);
+            ck_assert_int_eq(snap.status, 0);
+        }
+        write_blocks_async(st, v, N, perm, N, 40 + (uint64_t)round, bufs);
+        unsigned long reqs = read_requests(st, v, N, N, bufs);
+        fprintf(stderr,
+                "engine: placement round %d: a 2 MiB read of a leaf written in random "
+                "order took %lu backend reads\n",
+                round, reqs);
+        ck_assert_msg(reqs == 1, "round %d: %lu backend reads for one leaf's blocks", round, reqs);
+    }
+    close_vdi(st, v);
+    check_clean(st, "after placement");
+    plx_block_free(bufs);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* The depth benchmark's history on a small scale: a disk written sequentially, a snapshot, then
+ * every block rewritten in random order (each write copies on write). The held extents fill up
+ * on the way; the leaves' copies still get slots of their own (a new extent) instead of blocks
+ * scattered over each other's slots, so 1 MiB reads of the result take at most two backend
+ * reads each (a slot may share its first block with an extent's bitmap). */
+START_TEST(test_placement_after_snapshot_rewrite)
+{
+    enum { LEAVES = 8, N = LEAVES * PLX_RADIX_FANOUT, CHUNK = 256 };
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(96 * MiB / BS);
+    ck_assert_ptr_nonnull(mem);
+    ck_assert_int_eq(plx_format_backend(mem, 4 * MiB, err, sizeof err), 0);
+    plx_store *st = open_kept_by_leaf(mem);
+    create_vdi(st, "p", (uint64_t)N * BS);
+    plx_vdi *v = open_vdi(st, "p", 0);
+    unsigned char *want = plx_block_alloc(N);
+    for (unsigned i = 0; i < N; i++)
+        pattern(want + (size_t)i * BS, BS, 60, i);
+    OK(st, plx_vdi_pwrite(v, want, 0, (size_t)N * BS, 0));
+    int in_submit = 0;
+    struct cb_rec snap = {.in_submit = &in_submit};
+    OK(st, plx_vdi_submit_snapshot(v, NULL, NULL, rec_cb, &snap));
+    drain_all(st, &snap, 1);
+    static unsigned perm[N];
+    uint64_t rng = 61;
+    for (unsigned i = 0; i < N; i++)
+        perm[i] = i;
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)(tu_rand(&rng) % (i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (unsigned k = 0; k < N; k += PLX_RADIX_FANOUT)
+        write_blocks_async(st, v, 0, perm + k, PLX_RADIX_FANOUT, 62, want);
+    unsigned long total = 0;
+    for (unsigned b = 0; b < N; b += CHUNK)
+        total += read_requests(st, v, b, CHUNK, want + (size_t)b * BS);
+    fprintf(stderr,
+            "engine: placement: %u 1 MiB reads after a random rewrite took %lu backend "
+            "reads\n",
+            N / CHUNK, total);
+    ck_assert_msg(total <= 2 * (N / CHUNK), "%lu backend reads for %u 1 MiB reads", total,
+                  N / CHUNK);
+    close_vdi(st, v);
+    check_clean(st, "after the rewrite");
+    plx_block_free(want);
+    close_ok(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1856,10 +2078,13 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_unaligned_io);
     tcase_add_test(tc, test_range_and_readonly_errors);
     tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_async_block_status);
     tcase_add_test(tc, test_block_status);
     tcase_add_test(tc, test_large_write);
     tcase_add_test(tc, test_small_cache);
     tcase_add_test(tc, test_write_after_gc);
+    tcase_add_test(tc, test_placement_by_leaf);
+    tcase_add_test(tc, test_placement_after_snapshot_rewrite);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("async");

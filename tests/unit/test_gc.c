@@ -1477,13 +1477,15 @@ START_TEST(test_writer_during_mark)
     struct plx_gc_report r = gc_of(c, 0);
     ck_assert_msg(rc.fired, "the interleaving did not happen (gc never read the live root)");
     close_store(c);
-    /* The writer used the checkpointed extents (no new one), and only the garbage went. */
+    /* The writer put its first blocks into the checkpointed extent (its leaf's slot there has
+     * room), and only the garbage went. After its snapshot, blocks whose place in that slot is
+     * taken spill into a new extent (alloc.c), so the count of data extents may grow. */
     ck_assert_uint_eq(r.freed_by_type[PLX_EXTENT_DATA], 30);
 
     snprintf(g_where, sizeof g_where, "after a writer ran during marking");
     st = open_kept(med, 0, "host-check");
     struct plx_store_info after = info_of(st);
-    ck_assert_uint_eq(after.extents_by_type[PLX_EXTENT_DATA], in.extents_by_type[PLX_EXTENT_DATA]);
+    ck_assert_uint_ge(after.extents_by_type[PLX_EXTENT_DATA], in.extents_by_type[PLX_EXTENT_DATA]);
     int other = m_create(st, &m, "other", 8 * MiB);
     m_write_run(st, &m, other, 0, 150);
     assert_clean(st, true);

@@ -96,73 +96,34 @@ int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, 
 
 /* ---- tu_keep_wrap ------------------------------------------------------------------------------ */
 
-struct keep_be {
-    plx_backend base;
-    plx_backend *inner;
-};
+/* A stacked backend (parallax_backend.h) that does not own the medium below and counts flushes. */
 
-static plx_backend *inner_of(const plx_backend *be)
-{
-    return ((const struct keep_be *)be)->inner;
-}
-
-unsigned long tu_flushes, tu_reads;
+unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
+static struct plx_backend_ops keep_ops;
+static int (*forward_submit)(plx_backend *be, struct plx_io *io);
 
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
-    plx_backend *in = inner_of(be);
     if (io->op == PLX_IO_FLUSH)
         tu_flushes++;
-    if (io->op == PLX_IO_READ)
+    if (io->op == PLX_IO_READ) {
         tu_reads++;
-    return in->ops->submit(in, io);
+        tu_read_blocks += io->nblocks;
+    }
+    if (io->op == PLX_IO_WRITE)
+        tu_writes++;
+    return forward_submit(be, io);
 }
-
-static int keep_poll(plx_backend *be, int timeout_ms)
-{
-    plx_backend *in = inner_of(be);
-    return in->ops->poll(in, timeout_ms);
-}
-
-static int keep_fd(const plx_backend *be)
-{
-    const plx_backend *in = inner_of(be);
-    return in->ops->fd(in);
-}
-
-static unsigned keep_inflight(const plx_backend *be)
-{
-    const plx_backend *in = inner_of(be);
-    return in->ops->inflight(in);
-}
-
-static int keep_lock(plx_backend *be, int take)
-{
-    plx_backend *in = inner_of(be);
-    return in->ops->lock ? in->ops->lock(in, take) : 0;
-}
-
-static void keep_destroy(plx_backend *be)
-{
-    free(be);
-}
-
-static const struct plx_backend_ops keep_ops = {
-    .submit = keep_submit,
-    .poll = keep_poll,
-    .fd = keep_fd,
-    .inflight = keep_inflight,
-    .destroy = keep_destroy,
-    .lock = keep_lock,
-};
 
 plx_backend *tu_keep_wrap(plx_backend *inner)
 {
-    struct keep_be *k = calloc(1, sizeof(*k));
+    if (!keep_ops.submit) {
+        plx_backend_stack_forward_ops(&keep_ops);
+        forward_submit = keep_ops.submit;
+        keep_ops.submit = keep_submit;
+    }
+    struct plx_backend_stack *k = calloc(1, sizeof(*k));
     ck_assert_ptr_nonnull(k);
-    k->base.ops = &keep_ops;
-    k->base.nblocks = inner->nblocks;
-    snprintf(k->base.desc, sizeof(k->base.desc), "%s", inner->desc);
-    k->inner = inner;
+    plx_backend_stack_init(k, &keep_ops, inner, 0, NULL);
     return &k->base;
 }

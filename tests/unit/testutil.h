@@ -40,7 +40,8 @@ int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, 
  * plx_store_open_backend destroys its backend on close, and opening through this wrapper keeps
  * the medium, so a test can close a store and open it again on the same bytes. */
 plx_backend *tu_keep_wrap(plx_backend *inner);
-/* Flushes and reads submitted through every tu_keep_wrap backend so far. */
-extern unsigned long tu_flushes, tu_reads;
+/* Flushes, reads (requests and blocks) and writes submitted through every tu_keep_wrap backend
+ * so far: what reaches the medium, for tests of placement and request merging. */
+extern unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 
 #endif

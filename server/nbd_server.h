@@ -16,14 +16,17 @@
 #include <stdint.h>
 
 #include "engine_thread.h"
+#include "nbd_tls.h"
 
 struct nbd_server;
 
 /* Listen on the unix socket unix_path (replacing a stale socket file), or else on TCP `port` of
- * ipaddr (NULL: 127.0.0.1), and serve on the engine thread of `et`. One server per process.
- * Call from any thread but the engine thread. */
+ * ipaddr (NULL: 127.0.0.1), and serve on the engine thread of `et`. tls: NULL or mode OFF for
+ * plain NBD; otherwise the credentials are loaded here (an error names the file). One server
+ * per process. Call from any thread but the engine thread. */
 int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,
-                     struct nbd_server **out, char *err, size_t errlen);
+                     const struct nbd_tls_config *tls, struct nbd_server **out, char *err,
+                     size_t errlen);
 /* Stop listening, drop every connection (their requests in flight are completed first), close
  * the VDIs and the control socket (control_stop). The engine thread keeps running. */
 void nbd_server_stop(struct nbd_server *srv);

@@ -1,9 +1,9 @@
 /*
- * control_server.c - the server side of the control socket (protocol in control.h). Everything
- * here runs on the engine thread, so commands are ordinary requests in the VDI's stream.
+ * control_server.c - the server side of the control socket (protocol in control.h), on the
+ * event loop of the process that holds the VDIs (struct control_host).
  */
-#define PLX_CONTROL_SERVER
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,25 +15,26 @@
 #include "control.h"
 
 struct ctl_client {
-    struct et_fd_handler h;
+    int fd;
+    void *watch; /* host handle while reading the command; NULL once it runs */
     char line[512];
     size_t got;
-    uint64_t index;           /* snapshot result */
+    uint64_t index; /* snapshot result */
     plx_store *st;
 };
 
-static struct et *ctl_et;
-static struct et_fd_handler listener = {.fd = -1};
+static struct control_host host;
+static int listen_fd = -1;
+static void *listen_watch;
 static char sock_path[108];
-static plx_vdi *(*ctl_find)(uint64_t id);
 
 static void reply_close(struct ctl_client *c, const char *text)
 {
     size_t n = strlen(text);
-    if (write(c->h.fd, text, n) != (ssize_t)n) {
+    if (write(c->fd, text, n) != (ssize_t)n) {
         /* The client went away; nothing to tell it. */
     }
-    close(c->h.fd);
+    close(c->fd);
     free(c);
 }
 
@@ -44,6 +45,7 @@ static void reply_err(struct ctl_client *c, int err, const char *msg)
     reply_close(c, buf);
 }
 
+/* The snapshot record is durable: answer. */
 static void snapshot_done(void *arg, int status)
 {
     struct ctl_client *c = arg;
@@ -56,25 +58,27 @@ static void snapshot_done(void *arg, int status)
     reply_close(c, buf);
 }
 
-static void run_command(struct ctl_client *c, plx_store *st)
+static void run_command(struct ctl_client *c)
 {
     char cmd[32] = "", label[PLX_LABEL_MAX + 2] = "";
     unsigned long long id = 0, index = 0;
-    int n = sscanf(c->line, "%31s %llu", cmd, &id);
-    plx_vdi *v = n == 2 ? ctl_find(id) : NULL;
-    if (n != 2) {
+    if (sscanf(c->line, "%31s %llu", cmd, &id) != 2) {
         reply_err(c, -EINVAL, "malformed command");
         return;
     }
+    int ferr = 0;
+    plx_vdi *v = host.find_vdi(host.host_arg, id, &c->st, &ferr);
     if (!v) {
-        reply_err(c, -ENOENT, "this server does not have that VDI open for writing");
+        reply_err(c, ferr ? ferr : -ENOENT,
+                  ferr == -EEXIST ? "this process has two VDIs with that id open (two blockstores)"
+                                  : "this server does not have that VDI open for writing");
         return;
     }
     if (strcmp(cmd, "snapshot") == 0) {
         sscanf(c->line, "%*s %*u %40s", label);
         int rc = plx_vdi_submit_snapshot(v, label, &c->index, snapshot_done, c);
         if (rc)
-            reply_err(c, rc, plx_store_errmsg(st));
+            reply_err(c, rc, plx_store_errmsg(c->st));
         return;
     }
     if (sscanf(c->line, "%*s %*u %llu %40s", &index, label) < 1) {
@@ -91,18 +95,20 @@ static void run_command(struct ctl_client *c, plx_store *st)
     if (rc == -EINVAL && strcmp(cmd, "snap-label") && strcmp(cmd, "snap-delete"))
         reply_err(c, rc, "unknown command");
     else if (rc)
-        reply_err(c, rc, plx_store_errmsg(st));
+        reply_err(c, rc, plx_store_errmsg(c->st));
     else
         reply_close(c, "ok\n");
 }
 
-static void client_ready(struct et_fd_handler *h, plx_store *st)
+static void client_ready(void *arg)
 {
-    struct ctl_client *c = (struct ctl_client *)h;
-    ssize_t r = read(h->fd, c->line + c->got, sizeof c->line - 1 - c->got);
+    struct ctl_client *c = arg;
+    ssize_t r = read(c->fd, c->line + c->got, sizeof c->line - 1 - c->got);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
     if (r <= 0) {
-        et_unwatch(ctl_et, h);
-        close(h->fd);
+        host.unwatch(host.host_arg, c->watch);
+        close(c->fd);
         free(c);
         return;
     }
@@ -114,14 +120,14 @@ static void client_ready(struct et_fd_handler *h, plx_store *st)
     if (nl)
         *nl = 0;
     /* One command per connection: stop watching; the reply closes it. */
-    et_unwatch(ctl_et, h);
-    c->st = st;
-    run_command(c, st);
+    host.unwatch(host.host_arg, c->watch);
+    c->watch = NULL;
+    run_command(c);
 }
 
-static void listener_ready(struct et_fd_handler *h, plx_store *st)
+static void listener_ready(void *arg)
 {
-    int fd = accept4(h->fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
         return;
     struct ctl_client *c = calloc(1, sizeof *c);
@@ -129,43 +135,51 @@ static void listener_ready(struct et_fd_handler *h, plx_store *st)
         close(fd);
         return;
     }
-    c->h.fd = fd;
-    c->h.on_ready = client_ready;
-    c->st = st;
-    if (et_watch(ctl_et, &c->h) != 0) {
+    c->fd = fd;
+    c->watch = host.watch(host.host_arg, fd, client_ready, c);
+    if (!c->watch) {
         close(fd);
         free(c);
     }
 }
 
-int control_start(struct et *et, plx_vdi *(*find_vdi)(uint64_t id), char *err, size_t errlen)
+int control_start(const struct control_host *h, char *err, size_t errlen)
 {
     char dir[200];
     control_dir(dir, sizeof dir);
     mkdir(dir, 0700);
     control_path((int)getpid(), sock_path, sizeof sock_path);
     unlink(sock_path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0) {
-        snprintf(err, errlen, "control socket %s: %s", sock_path, strerror(errno));
+        int e = errno;
+        snprintf(err, errlen, "control socket %s: %s", sock_path, strerror(e));
         if (fd >= 0)
             close(fd);
-        return -errno;
+        return -e;
     }
-    ctl_et = et;
-    ctl_find = find_vdi;
-    listener.fd = fd;
-    listener.on_ready = listener_ready;
-    return et_watch(et, &listener);
+    host = *h;
+    listen_fd = fd;
+    listen_watch = host.watch(host.host_arg, fd, listener_ready, NULL);
+    if (!listen_watch) {
+        snprintf(err, errlen, "control socket %s: cannot watch it", sock_path);
+        close(fd);
+        listen_fd = -1;
+        unlink(sock_path);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 void control_stop(void)
 {
-    if (listener.fd < 0)
+    if (listen_fd < 0)
         return;
-    close(listener.fd);
-    listener.fd = -1;
+    host.unwatch(host.host_arg, listen_watch);
+    listen_watch = NULL;
+    close(listen_fd);
+    listen_fd = -1;
     unlink(sock_path);
 }

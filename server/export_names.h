@@ -1,5 +1,5 @@
 /*
- * export_names.h - the names a Parallax NBD server exports, shared by both servers.
+ * export_names.h - the names the NBD server exports (every VDI, every live snapshot, labels).
  */
 #ifndef PLX_EXPORT_NAMES_H
 #define PLX_EXPORT_NAMES_H

@@ -2,9 +2,14 @@
  * nbd_server.c - an event-driven NBD server on the engine thread; see nbd_server.h.
  *
  * Written from the NBD protocol specification (doc/proto.md of the NBD project): fixed
- * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STRUCTURED_REPLY,
+ * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STARTTLS, STRUCTURED_REPLY,
  * SET_META_CONTEXT and LIST_META_CONTEXT ("base:allocation"), commands READ, WRITE, DISC,
  * FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS.
+ *
+ * TLS (nbd_tls.c): after NBD_OPT_STARTTLS is acknowledged in plain text, the connection runs a
+ * non-blocking GnuTLS handshake driven by the same event loop (waiting for input or output as
+ * the handshake asks), then carries the rest of the option haggling and the transmission phase
+ * in TLS records. With --tls=require, everything but STARTTLS and ABORT is refused before it.
  *
  * Life of a connection: its socket is watched for input while it may take more requests (fewer
  * than NBD_MAX_INFLIGHT outstanding, output not piling up); complete requests in the input
@@ -14,11 +19,12 @@
  * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
  * there means no callback and no pending epoll event can refer to a freed connection.
  */
-#define PLX_CONTROL_SERVER
 #include "nbd_server.h"
 
 #include <errno.h>
 #include <netdb.h>
+#include <stddef.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -27,12 +33,14 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "control.h"
 #include "export_names.h"
+#include "nbd_tls.h"
 
 /* ---- protocol constants -------------------------------------------------------------------- */
 
@@ -49,6 +57,7 @@
 #define NBD_OPT_EXPORT_NAME 1u
 #define NBD_OPT_ABORT 2u
 #define NBD_OPT_LIST 3u
+#define NBD_OPT_STARTTLS 5u
 #define NBD_OPT_INFO 6u
 #define NBD_OPT_GO 7u
 #define NBD_OPT_STRUCTURED_REPLY 8u
@@ -62,6 +71,7 @@
 #define NBD_REP_ERR_UNSUP 0x80000001u
 #define NBD_REP_ERR_INVALID 0x80000003u
 #define NBD_REP_ERR_PLATFORM 0x80000004u
+#define NBD_REP_ERR_TLS_REQD 0x80000005u
 #define NBD_REP_ERR_UNKNOWN 0x80000006u
 
 #define NBD_INFO_EXPORT 0u
@@ -115,13 +125,23 @@
 
 /* ---- types ----------------------------------------------------------------------------------- */
 
+struct req;
+
 struct export
 {
     char name[PLX_NAME_MAX + 64];
-    plx_vdi *v;
+    plx_vdi *v;         /* NULL while waiting for the VDI (see below) */
     int refs;
     struct export *next;
     char last_err[256]; /* the engine's message for the last failed request, said once */
+    /* Handover: another process holds the VDI for writing (a guest migrating here, whose source
+     * still runs). The client gets the export (size from the VDI's record) at once; its
+     * requests wait, in order, until the source lets go and the VDI opens here, so nothing is
+     * served while the source still can. */
+    uint64_t size;
+    uint64_t wait_since_ns;
+    int failed;                      /* the wait ended without the VDI: every request fails */
+    struct req *pending_head, *pending_tail;
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -134,10 +154,15 @@ struct msg {
 
 enum conn_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
 
+/* TLS_ACK: STARTTLS acknowledged, the ACK not yet all sent: read nothing more in plain text. */
+enum conn_tls { TLS_PLAIN, TLS_ACK, TLS_HANDSHAKE, TLS_UP };
+
 struct conn {
     struct et_fd_handler h; /* first: the handler is the connection */
     struct nbd_server *srv;
     enum conn_state state;
+    enum conn_tls tls_state;
+    struct nbd_tls_session *tls; /* from TLS_HANDSHAKE on */
     int no_zeroes, structured, meta_alloc;
     struct export *ex;
     uint64_t size;
@@ -165,6 +190,7 @@ struct req {
     uint32_t len;
     int flushing; /* write zeroes with FUA: the trim is done, the flush runs */
     char *buf;
+    struct req *pending_next; /* waiting for the export's VDI (handover) */
 };
 
 struct nbd_server {
@@ -175,10 +201,21 @@ struct nbd_server {
     struct conn *conns;
     struct conn *dirty_head;
     struct export *exports;
+    struct nbd_tls *tls; /* NULL: --tls=off */
+    enum nbd_tls_mode tls_mode;
     int stopping;
+    struct et_fd_handler retry; /* timerfd: try the waiting exports' VDIs again */
+    int retry_armed;
 };
 
 static struct nbd_server *the_server;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- byte order ------------------------------------------------------------------------------ */
 
@@ -222,10 +259,12 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
     if (!the_server)
         return NULL;
     for (struct export *e = the_server->exports; e; e = e->next)
-        if (!plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+        if (e->v && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
             return e->v;
     return NULL;
 }
+
+static int retry_arm(struct nbd_server *srv);
 
 /* Open (or share) the export `name`. Blocking: never from a completion callback. */
 static int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out)
@@ -246,7 +285,15 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     if (!e)
         return -ENOMEM;
     int rc = plx_vdi_open(st, name, 0, &e->v);
-    if (rc) {
+    struct plx_vdi_info info;
+    if (rc == -EBUSY && !strchr(name, '@') && plx_vdi_lookup(st, name, &info) == 0 &&
+        retry_arm(srv) == 0) {
+        fprintf(stderr, "parallax: serve: export '%s': %s; its requests wait until it lets go\n",
+                name, plx_store_errmsg(st));
+        e->size = info.size;
+        e->wait_since_ns = now_ns();
+        rc = 0;
+    } else if (rc) {
         fprintf(stderr, "parallax: serve: export '%s': %s\n", name, plx_store_errmsg(st));
         free(e);
         return rc;
@@ -270,7 +317,7 @@ static void export_put(struct nbd_server *srv, struct export *e)
             break;
         }
     }
-    int rc = plx_vdi_close(e->v);
+    int rc = e->v ? plx_vdi_close(e->v) : 0;
     if (rc)
         fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
     free(e);
@@ -339,9 +386,65 @@ static int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_
     return 0;
 }
 
+/* Drop `left` bytes of queued output: they have been sent. */
+static void out_advance(struct conn *c, size_t left)
+{
+    c->out_bytes -= left;
+    while (left && c->out_head) {
+        struct msg *m = c->out_head;
+        size_t rest = m->hlen + m->dlen - m->sent;
+        if (left < rest) {
+            m->sent += left;
+            break;
+        }
+        left -= rest;
+        c->out_head = m->next;
+        if (!c->out_head)
+            c->out_tail = NULL;
+        free(m->data);
+        free(m);
+    }
+}
+
+static void tls_start(struct conn *c);
+
+/* Queued output through TLS, one piece (header or data) per record call. After -EAGAIN the
+ * same piece is offered again with the same length, as GnuTLS requires: m->sent only moves on
+ * success. */
+static void conn_flush_tls(struct conn *c)
+{
+    while (c->out_head && !c->wr_broken) {
+        struct msg *m = c->out_head;
+        const char *p;
+        size_t n;
+        if (m->sent < m->hlen) {
+            p = (const char *)m->hdr + m->sent;
+            n = m->hlen - m->sent;
+        } else {
+            p = m->data + (m->sent - m->hlen);
+            n = m->dlen - (m->sent - m->hlen);
+        }
+        ssize_t r = nbd_tls_send(c->tls, p, n);
+        if (r == -EAGAIN)
+            return;
+        if (r <= 0) {
+            c->wr_broken = c->quit = 1;
+            free_out(c);
+            return;
+        }
+        out_advance(c, (size_t)r);
+    }
+}
+
 /* Write as much queued output as the socket takes. */
 static void conn_flush(struct conn *c)
 {
+    if (c->tls_state == TLS_UP) {
+        conn_flush_tls(c);
+        return;
+    }
+    if (c->tls_state == TLS_HANDSHAKE)
+        return; /* nothing is queued while the handshake runs */
     while (c->out_head && !c->wr_broken) {
         struct iovec iov[64];
         int n = 0;
@@ -364,23 +467,10 @@ static void conn_flush(struct conn *c)
             }
             return;
         }
-        size_t left = (size_t)r;
-        c->out_bytes -= left;
-        while (left && c->out_head) {
-            struct msg *m = c->out_head;
-            size_t rest = m->hlen + m->dlen - m->sent;
-            if (left < rest) {
-                m->sent += left;
-                break;
-            }
-            left -= rest;
-            c->out_head = m->next;
-            if (!c->out_head)
-                c->out_tail = NULL;
-            free(m->data);
-            free(m);
-        }
+        out_advance(c, (size_t)r);
     }
+    if (c->tls_state == TLS_ACK && !c->out_head && !c->wr_broken)
+        tls_start(c); /* the ACK is out: the client's next bytes are its ClientHello */
 }
 
 /* ---- replies -----------------------------------------------------------------------------------
@@ -511,7 +601,65 @@ static void req_done(void *arg, int status)
     req_finish(r, status);
 }
 
-/* Block status, computed here (blocking reads of radix nodes, never inside a callback). */
+/* Block status: one engine request per run of one state (plx_vdi_submit_block_status reads
+ * the radix nodes it needs asynchronously), until the range or the extent budget is used up. */
+struct status_req {
+    struct conn *c;
+    uint64_t handle, pos, end;
+    size_t max, n;       /* extents allowed / gathered */
+    unsigned char *d;    /* n descriptors of 8 bytes */
+    uint64_t run;        /* the engine's answer */
+    int mapped;
+};
+
+static void status_reply(struct status_req *r, int rc)
+{
+    struct conn *c = r->c;
+    if (rc < 0 && r->n == 0) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, r->handle, nbd_error(rc));
+        free(r->d);
+    } else {
+        unsigned char h[24];
+        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle,
+                     (uint32_t)(4 + r->n * 8));
+        put32(h + 20, NBD_CONTEXT_ALLOCATION);
+        queue(c, h, sizeof h, (char *)r->d, r->n * 8);
+    }
+    free(r);
+    c->outstanding--;
+    conn_kick(c);
+}
+
+static void status_done(void *arg, int status)
+{
+    struct status_req *r = arg;
+    if (status < 0) {
+        status_reply(r, status);
+        return;
+    }
+    uint64_t run = r->run;
+    if (run == 0 || run > r->end - r->pos)
+        run = r->end - r->pos;
+    uint32_t state = r->mapped ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
+    unsigned char *last = r->n ? r->d + (r->n - 1) * 8 : NULL;
+    if (last && get32(last + 4) == state) {
+        put32(last, get32(last) + (uint32_t)run);
+    } else {
+        put32(r->d + r->n * 8, (uint32_t)run);
+        put32(r->d + r->n * 8 + 4, state);
+        r->n++;
+    }
+    r->pos += run;
+    int rc = 0;
+    if (r->pos < r->end && r->n < r->max && !r->c->srv->stopping) {
+        rc = plx_vdi_submit_block_status(r->c->ex->v, r->pos, r->end - r->pos, &r->run,
+                                         &r->mapped, status_done, r);
+        if (rc == 0)
+            return;
+    }
+    status_reply(r, rc);
+}
+
 static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t len,
                          uint16_t flags)
 {
@@ -519,43 +667,131 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
         return;
     }
+    struct status_req *r = calloc(1, sizeof *r);
     size_t max = (flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_MAX_EXTENTS;
     unsigned char *d = malloc(max * 8);
-    if (!d) {
+    if (!r || !d) {
+        free(r);
+        free(d);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
         return;
     }
-    size_t n = 0;
-    uint64_t pos = off, end = off + len;
-    int rc = 0;
-    while (pos < end && n < max) {
-        uint64_t run = 0;
-        rc = plx_vdi_block_status(c->ex->v, pos, end - pos, &run);
-        if (rc < 0)
-            break;
-        if (run == 0 || run > end - pos)
-            run = end - pos;
-        uint32_t state = rc ? 0 : (NBD_STATE_HOLE | NBD_STATE_ZERO);
-        if (n > 0 && get32(d + (n - 1) * 8 + 4) == state) {
-            put32(d + (n - 1) * 8, get32(d + (n - 1) * 8) + (uint32_t)run);
-        } else {
-            put32(d + n * 8, (uint32_t)run);
-            put32(d + n * 8 + 4, state);
-            n++;
-        }
-        pos += run;
-        rc = 0;
-    }
-    if (rc < 0 && n == 0) {
+    *r = (struct status_req){.c = c, .handle = handle, .pos = off, .end = off + len, .max = max,
+                             .d = d};
+    int rc = plx_vdi_submit_block_status(c->ex->v, off, len, &r->run, &r->mapped, status_done, r);
+    if (rc < 0) {
         free(d);
+        free(r);
         reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
         return;
     }
-    unsigned char h[24];
-    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle,
-                 (uint32_t)(4 + n * 8));
+    c->outstanding++;
+}
+
+/* ---- handover: exports waiting for their VDI --------------------------------------------------- */
+
+static void req_submit(struct req *r);
+
+/* How long a handover may take before the waiting requests fail: $PARALLAX_HANDOVER_WAIT
+ * seconds, default 60 (libxl gives a migrating guest's disks about as long). */
+static uint64_t handover_wait_ns(void)
+{
+    const char *env = getenv("PARALLAX_HANDOVER_WAIT");
+    double s = env ? strtod(env, NULL) : 60.0;
+    return (uint64_t)((s > 0 ? s : 60.0) * 1e9);
+}
+
+static void req_wait(struct export *e, struct req *r)
+{
+    if (e->failed) {
+        req_finish(r, e->failed);
+        return;
+    }
+    r->pending_next = NULL;
+    if (e->pending_tail)
+        e->pending_tail->pending_next = r;
+    else
+        e->pending_head = r;
+    e->pending_tail = r;
+}
+
+/* While waiting, block status says "data" everywhere: true of any disk, and it needs no tree. */
+static void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
+{
+    if (!c->meta_alloc) {
+        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        return;
+    }
+    unsigned char h[40];
+    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
     put32(h + 20, NBD_CONTEXT_ALLOCATION);
-    queue(c, h, sizeof h, (char *)d, n * 8);
+    put32(h + 24, len);
+    put32(h + 28, 0);
+    queue(c, h, 32, NULL, 0);
+    (void)off;
+}
+
+/* Try the waiting exports' VDIs again (every few ms, from the retry timer). */
+static void retry_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, retry));
+    uint64_t junk;
+    if (read(h->fd, &junk, sizeof junk) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    int still_waiting = 0;
+    for (struct export *e = srv->exports; e; e = e->next) {
+        if (e->v || e->failed)
+            continue;
+        int rc = plx_vdi_open(st, e->name, 0, &e->v);
+        if (rc == -EBUSY && now_ns() - e->wait_since_ns < handover_wait_ns()) {
+            e->v = NULL;
+            still_waiting = 1;
+            continue;
+        }
+        if (rc) {
+            e->v = NULL;
+            e->failed = rc == -EBUSY ? -ETIMEDOUT : rc;
+            fprintf(stderr, "parallax: serve: export '%s': gave up waiting for it: %s\n",
+                    e->name, plx_store_errmsg(st));
+        } else {
+            fprintf(stderr, "parallax: serve: export '%s': handed over after %.1f ms\n", e->name,
+                    (double)(now_ns() - e->wait_since_ns) / 1e6);
+        }
+        struct req *r = e->pending_head;
+        e->pending_head = e->pending_tail = NULL;
+        while (r) {
+            struct req *next = r->pending_next;
+            if (e->v)
+                req_submit(r);
+            else
+                req_finish(r, e->failed);
+            r = next;
+        }
+    }
+    if (!still_waiting) {
+        struct itimerspec off = {0};
+        timerfd_settime(h->fd, 0, &off, NULL);
+        srv->retry_armed = 0;
+    }
+}
+
+/* Start the retry timer (5 ms) for an export that waits. */
+static int retry_arm(struct nbd_server *srv)
+{
+    if (srv->retry.fd <= 0) {
+        srv->retry.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        srv->retry.on_ready = retry_ready;
+        if (srv->retry.fd < 0 || et_watch(srv->et, &srv->retry) != 0)
+            return -errno;
+    }
+    if (!srv->retry_armed) {
+        struct itimerspec its = {.it_interval = {0, 5000000}, .it_value = {0, 5000000}};
+        if (timerfd_settime(srv->retry.fd, 0, &its, NULL) != 0)
+            return -errno;
+        srv->retry_armed = 1;
+    }
+    return 0;
 }
 
 /* One request (header fields and, for a write, its payload). */
@@ -582,6 +818,10 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
             (type == NBD_CMD_READ && len > NBD_MAX_PAYLOAD) ||
             (type == NBD_CMD_BLOCK_STATUS && len == 0)) {
             reply_error(c, type, handle, NBD_EINVAL);
+            return;
+        }
+        if (type == NBD_CMD_BLOCK_STATUS && !c->ex->v) {
+            block_status_waiting(c, handle, off, len);
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS) {
@@ -621,15 +861,29 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
                       .off = off,
                       .len = len,
                       .buf = r->buf};
+    c->outstanding++;
+    if (!c->ex->v) {
+        req_wait(c->ex, r);
+        return;
+    }
+    req_submit(r);
+}
+
+/* Hand a request to the engine (or fail it). */
+static void req_submit(struct req *r)
+{
+    struct conn *c = r->c;
     plx_vdi *v = c->ex->v;
+    uint64_t off = r->off;
+    uint32_t len = r->len;
     int rc;
-    switch (type) {
+    switch (r->type) {
     case NBD_CMD_READ:
         rc = plx_vdi_submit_read(v, r->buf, off, len, req_done, r);
         break;
     case NBD_CMD_WRITE:
         rc = plx_vdi_submit_write(v, r->buf, off, len,
-                                  (flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
+                                  (r->flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
         break;
     case NBD_CMD_FLUSH:
         rc = plx_vdi_submit_flush(v, req_done, r);
@@ -638,7 +892,6 @@ static void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64
         rc = plx_vdi_submit_trim(v, off, len, req_done, r);
         break;
     }
-    c->outstanding++;
     if (rc)
         req_finish(r, rc);
 }
@@ -724,8 +977,8 @@ static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsig
     }
     struct export *old = c->ex;
     c->ex = e;
-    c->size = plx_vdi_size(e->v);
-    c->writable = !plx_vdi_readonly(e->v);
+    c->size = e->v ? plx_vdi_size(e->v) : e->size;
+    c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
     unsigned char info[14];
     put16(info, NBD_INFO_EXPORT);
     put64(info + 2, c->size);
@@ -799,10 +1052,41 @@ static void opt_meta(struct conn *c, uint32_t opt, const unsigned char *d, uint3
     opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+static void opt_starttls(struct conn *c, uint32_t len)
+{
+    if (!c->srv->tls) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
+                  "TLS is off on this server (parallax serve --tls=on|require)");
+        return;
+    }
+    if (c->tls_state != TLS_PLAIN) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already on");
+        return;
+    }
+    if (len) {
+        opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+        return;
+    }
+    opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+    c->tls_state = TLS_ACK;
+}
+
 static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
                           uint32_t len)
 {
+    if (c->srv->tls_mode == NBD_TLS_REQUIRE && c->tls_state != TLS_UP &&
+        opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
+        if (opt == NBD_OPT_EXPORT_NAME) {
+            c->quit = 1; /* no way to answer it with an error: close */
+            return;
+        }
+        opt_error(c, opt, NBD_REP_ERR_TLS_REQD, "this server requires TLS (NBD_OPT_STARTTLS)");
+        return;
+    }
     switch (opt) {
+    case NBD_OPT_STARTTLS:
+        opt_starttls(c, len);
+        return;
     case NBD_OPT_EXPORT_NAME: {
         char name[PLX_NAME_MAX + 64];
         struct export *e = NULL;
@@ -819,8 +1103,8 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
         if (c->ex)
             export_put(c->srv, c->ex);
         c->ex = e;
-        c->size = plx_vdi_size(e->v);
-        c->writable = !plx_vdi_readonly(e->v);
+        c->size = e->v ? plx_vdi_size(e->v) : e->size;
+        c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
         unsigned char h[10];
         put64(h, c->size);
         put16(h + 8, export_flags(c));
@@ -867,13 +1151,15 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
 
 static int may_read(const struct conn *c)
 {
-    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT && c->out_bytes < NBD_OUT_LIMIT;
+    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT && c->out_bytes < NBD_OUT_LIMIT &&
+           (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP);
 }
 
 /* Handle every complete message in the input buffer that may be handled now. */
 static void conn_parse(struct conn *c, plx_store *st)
 {
-    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT) {
+    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT &&
+           (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP)) {
         const unsigned char *p = (const unsigned char *)c->in + c->in_off;
         size_t avail = c->in_len - c->in_off;
         if (c->state == ST_CLIENT_FLAGS) {
@@ -952,6 +1238,20 @@ static void conn_read(struct conn *c)
         c->in = n;
         c->in_cap = c->in_len + room;
     }
+    if (c->tls_state == TLS_UP) {
+        ssize_t r = nbd_tls_recv(c->tls, c->in + c->in_len, c->in_cap - c->in_len);
+        if (r > 0)
+            c->in_len += (size_t)r;
+        else if (r == 0)
+            c->eof = 1;
+        else if (r != -EAGAIN)
+            c->eof = c->quit = c->wr_broken = 1;
+        /* GnuTLS may hold decrypted bytes the socket will not announce again: read them from
+         * the idle hook. */
+        if (r > 0 && nbd_tls_pending(c->tls))
+            conn_kick(c);
+        return;
+    }
     ssize_t r = recv(c->h.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
     if (r > 0 && (size_t)r == c->in_cap - c->in_len && c->chunk < NBD_READ_CHUNK)
         c->chunk *= 2; /* the client sends faster than one chunk per read */
@@ -961,6 +1261,44 @@ static void conn_read(struct conn *c)
         c->eof = 1;
     else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         c->eof = c->quit = c->wr_broken = 1;
+}
+
+/* ---- TLS ---------------------------------------------------------------------------------------
+ */
+
+/* Advance the handshake; on success go on with the options (in TLS from now on). */
+static void tls_step(struct conn *c)
+{
+    char err[256];
+    int rc = nbd_tls_handshake(c->tls, err, sizeof err);
+    if (rc == -EAGAIN)
+        return;
+    if (rc) {
+        fprintf(stderr, "parallax: serve: TLS handshake with a client failed: %s\n", err);
+        c->quit = c->wr_broken = 1; /* nothing can be said to it in plain text any more */
+        free_out(c);
+        return;
+    }
+    c->tls_state = TLS_UP;
+    conn_kick(c); /* records may already be buffered */
+}
+
+static void tls_start(struct conn *c)
+{
+    if (c->in_len != c->in_off) {
+        /* The client sent more plain text after STARTTLS, which the protocol forbids. */
+        fprintf(stderr, "parallax: serve: protocol error from a client (data after "
+                        "NBD_OPT_STARTTLS): closing\n");
+        c->quit = c->wr_broken = 1;
+        return;
+    }
+    if (nbd_tls_session_new(c->srv->tls, c->h.fd, &c->tls) != 0) {
+        fprintf(stderr, "parallax: serve: cannot start a TLS session: closing the connection\n");
+        c->quit = c->wr_broken = 1;
+        return;
+    }
+    c->tls_state = TLS_HANDSHAKE;
+    tls_step(c);
 }
 
 static int conn_finished(const struct conn *c)
@@ -983,6 +1321,8 @@ static void conn_update(struct conn *c)
         return;
     }
     uint32_t ev = 0;
+    if (c->tls_state == TLS_HANDSHAKE)
+        ev = nbd_tls_wants_write(c->tls) ? EPOLLOUT : EPOLLIN;
     if (may_read(c))
         ev |= EPOLLIN;
     if (c->out_head && !c->wr_broken)
@@ -996,6 +1336,7 @@ static void conn_destroy(struct conn *c)
     struct nbd_server *srv = c->srv;
     if (c->watched)
         et_unwatch(srv->et, &c->h);
+    nbd_tls_session_free(c->tls);
     close(c->h.fd);
     if (c->ex)
         export_put(srv, c->ex);
@@ -1013,6 +1354,14 @@ static void conn_destroy(struct conn *c)
 static void conn_ready(struct et_fd_handler *h, plx_store *st)
 {
     struct conn *c = (struct conn *)h;
+    if (c->tls_state == TLS_HANDSHAKE) {
+        if (h->revents & (EPOLLHUP | EPOLLERR) && !(h->revents & EPOLLIN)) {
+            c->eof = c->quit = c->wr_broken = 1;
+        } else
+            tls_step(c);
+        conn_update(c);
+        return;
+    }
     if (h->revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         if (may_read(c))
             conn_read(c);
@@ -1035,6 +1384,8 @@ static void server_idle(void *arg, plx_store *st)
         struct conn *c = srv->dirty_head;
         srv->dirty_head = c->dirty_next;
         c->dirty = 0;
+        if (c->tls_state == TLS_UP && nbd_tls_pending(c->tls) && may_read(c))
+            conn_read(c);
         conn_parse(c, st);
         conn_flush(c);
         if (conn_finished(c))
@@ -1190,7 +1541,8 @@ static void close_listeners(struct nbd_server *srv)
 }
 
 int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,
-                     struct nbd_server **out, char *err, size_t errlen)
+                     const struct nbd_tls_config *tls, struct nbd_server **out, char *err,
+                     size_t errlen)
 {
     struct nbd_server *srv = calloc(1, sizeof *srv);
     if (!srv) {
@@ -1198,6 +1550,14 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
         return -ENOMEM;
     }
     srv->et = et;
+    if (tls) {
+        int trc = nbd_tls_new(tls, &srv->tls, err, errlen);
+        if (trc) {
+            free(srv);
+            return trc;
+        }
+        srv->tls_mode = tls->mode;
+    }
     int rc = unix_path ? listen_unix(srv, unix_path, err, errlen)
                        : listen_tcp(srv, port, ipaddr ? ipaddr : "127.0.0.1", err, errlen);
     if (rc == 0) {
@@ -1207,10 +1567,12 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
             snprintf(err, errlen, "watching the listening socket: %s", strerror(-rc));
     }
     if (rc) {
-        if (srv->nlis)
+        if (srv->nlis) {
             nbd_server_stop(srv);
-        else
+        } else {
+            nbd_tls_free(srv->tls);
             free(srv);
+        }
         return rc;
     }
     *out = srv;
@@ -1234,10 +1596,19 @@ static void stop_job(struct et_job *job, plx_store *st)
         free_out(c);
     }
     /* Closing a VDI completes its outstanding requests (their callbacks run now). */
+    if (srv->retry.fd > 0) {
+        et_unwatch(srv->et, &srv->retry);
+        close(srv->retry.fd);
+        srv->retry.fd = 0;
+    }
     while (srv->exports) {
         struct export *e = srv->exports;
         srv->exports = e->next;
-        int rc = plx_vdi_close(e->v);
+        for (struct req *r = e->pending_head, *next; r; r = next) {
+            next = r->pending_next;
+            req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
+        }
+        int rc = e->v ? plx_vdi_close(e->v) : 0;
         if (rc)
             fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
         free(e);
@@ -1248,6 +1619,8 @@ static void stop_job(struct et_job *job, plx_store *st)
         close(c->h.fd);
         free_out(c);
         free(c->in);
+        nbd_tls_session_free(c->tls);
+        c->tls = NULL;
         if (c->outstanding == 0)
             free(c); /* else a request never completed: leak it rather than risk its callback */
     }
@@ -1262,5 +1635,6 @@ void nbd_server_stop(struct nbd_server *srv)
         return;
     struct srv_job j = {.job.fn = stop_job, .srv = srv};
     et_call(srv->et, &j.job);
+    nbd_tls_free(srv->tls);
     free(srv);
 }

@@ -1,8 +1,9 @@
 /*
  * engine_thread.h - one thread that owns a plx_store, fed with jobs by other threads.
  *
- * The engine is single-threaded and never blocks; servers whose frameworks call them from many
- * threads (nbdkit) hand each operation to this thread as a job and wait for its completion.
+ * The engine is single-threaded and never blocks; other threads (the command's main thread
+ * starting and stopping the NBD server) hand work to this thread as a job and wait for its
+ * completion.
  * A job's fn runs on the engine thread; it submits asynchronous engine requests (or does quick
  * work) and eventually calls et_job_done(), which wakes the waiting caller.
  */
@@ -31,8 +32,8 @@ struct et_fd_handler {
     uint32_t revents; /* set before on_ready: the epoll events that fired */
 };
 
-/* Open the blockstore and start the thread. */
-int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char *err,
+/* Open the blockstore (placement: plx_open_opts.placement) and start the thread. */
+int et_start(const char *blockstore, uint64_t cache_bytes, int placement, struct et **out, char *err,
              size_t errlen);
 /* Stop the thread (after the jobs queued so far) and close the store. */
 void et_stop(struct et *et);

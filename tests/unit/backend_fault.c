@@ -269,6 +269,8 @@ static void fault_execute(struct fault_backend *f, struct fault_req *r)
     case PLX_IO_FLUSH:
         log_append(f, EV_FLUSH_DONE)->id = r->id;
         break;
+    case PLX_IO_TRIM: /* refused at submit */
+        break;
     }
 }
 

@@ -109,7 +109,7 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
-int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char *err,
+int et_start(const char *blockstore, uint64_t cache_bytes, int placement, struct et **out, char *err,
              size_t errlen)
 {
     struct et *et = calloc(1, sizeof *et);
@@ -117,7 +117,8 @@ int et_start(const char *blockstore, uint64_t cache_bytes, struct et **out, char
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    struct plx_open_opts opts = {.struct_size = sizeof opts, .cache_bytes = cache_bytes};
+    struct plx_open_opts opts = {
+        .struct_size = sizeof opts, .cache_bytes = cache_bytes, .placement = placement};
     int rc = plx_store_open(blockstore, &opts, &et->st, err, errlen);
     if (rc) {
         free(et);

@@ -1,0 +1,969 @@
+/*
+ * backend_iscsi.c - an iSCSI LUN through libiscsi, driven the way libiscsi is meant to be driven:
+ * its socket, the events it wants (iscsi_which_events) and its service call, inside the engine's
+ * event loop.
+ *
+ * The LUN is named by a URL, iscsi://[user%password@]host[:port]/TARGET-IQN/LUN. The engine's
+ * 4 KiB blocks become LBAs of the LUN's logical block size (512 to 4096 bytes). Reads and writes
+ * are READ(16) and WRITE(16) straight from and into the engine's buffers; a FUA write sets the FUA
+ * bit of WRITE(16); a flush is SYNCHRONIZE CACHE(10) over the whole LUN.
+ *
+ * The event model. The seam asks for one descriptor that stays the same for the backend's life
+ * and is readable whenever poll() has work. libiscsi's socket is not that descriptor: it wants
+ * POLLOUT while PDUs wait to be sent, it is replaced (dup2 onto the same number, a new open file
+ * description that no epoll set knows) when the connection is re-established, and while a
+ * reconnect backs off it wants no events at all and needs iscsi_service() called on a clock. So
+ * the backend's descriptor is an epoll set of its own holding: the socket, registered for exactly
+ * what iscsi_which_events() says and re-registered after every service call (an EPOLLOUT wish of
+ * libiscsi thus makes the backend's fd readable); a timerfd that ticks while I/O is in flight or a
+ * reconnect is pending (libiscsi's timeouts and reconnect back-off run from iscsi_service); and an
+ * eventfd that says completions wait in the ready list. The host's epoll set watches that one fd
+ * for POLLIN, as for every other backend.
+ *
+ * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
+ * never call io->done: they move the request to the ready list, and poll() delivers the list, so
+ * done never runs inside submit() and a callback may submit more.
+ *
+ * A dropped connection. libiscsi notices it (POLLHUP, POLLERR, a failed read or write), logs in
+ * again with the same session parameters and re-issues every SCSI command that had not completed
+ * (each is whole: a WRITE carries all its data again, and the engine never has two overlapping
+ * writes in flight, so a re-issued write cannot undo a later one). A request completes only when
+ * the target has answered it GOOD. A UNIT ATTENTION (what a restarted target answers first) or
+ * BUSY/TASK SET FULL is retried a few times. When reconnecting fails $PARALLAX_ISCSI_RETRIES times
+ * (default 8, about 40 s of back-off) every request in flight fails with -EIO, later ones too, and
+ * the backend says so on stderr: a write is never reported done when the target did not confirm
+ * it.
+ *
+ * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
+ * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
+ * and is delivered by the next poll(), as in the file backend.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+
+#include "backend.h"
+#include "backend_mem_internal.h"
+
+#define ISCSI_PREFIX "iscsi://"
+#define MAX_RETRIES 8        /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
+#define TICK_MS 250          /* libiscsi's clock while I/O is in flight or a reconnect waits */
+#define DEFAULT_RECONNECTS 8 /* failed reconnect attempts before I/O fails with -EIO */
+
+struct iscsi_req {
+    struct plx_io *io;
+    struct iscsi_backend *b;
+    struct scsi_task *task;
+    int status;
+    int retries;
+    uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
+    struct unmap_list unmap;
+    int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
+    struct iscsi_req *next; /* ready or retry list */
+    struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
+};
+
+struct req_list {
+    struct iscsi_req *head, *tail;
+};
+
+struct iscsi_backend {
+    plx_backend base;
+    struct iscsi_context *iscsi;
+    int lun;
+    uint32_t lba_size;       /* the LUN's logical block size */
+    uint32_t lbas_per_block; /* PLX_BLOCK_SIZE / lba_size */
+    int rdonly, blocking;
+    uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
+    int dead;           /* reconnecting gave up: everything fails with -EIO */
+    int epfd, efd, tfd; /* the backend's fd; ready-list signal; libiscsi's clock */
+    int sock_fd;        /* socket as registered in epfd, -1 when not */
+    int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
+    int ticking;
+    int logged_in;     /* as last seen: a change is reported on stderr */
+    unsigned inflight; /* accepted and done not yet called */
+    struct req_list ready, retry;
+    struct iscsi_req *all;       /* requests whose task libiscsi holds */
+    struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
+    int lock_fd;                 /* flock stand-in for the admin lock (one host) */
+    char lock_path[PATH_MAX];
+};
+
+/* ---- Lists and signals ---------------------------------------------------------------------- */
+
+static void list_push(struct req_list *l, struct iscsi_req *r)
+{
+    r->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+}
+
+static struct iscsi_req *list_pop(struct req_list *l)
+{
+    struct iscsi_req *r = l->head;
+    if (r != NULL) {
+        l->head = r->next;
+        if (l->head == NULL)
+            l->tail = NULL;
+        r->next = NULL;
+    }
+    return r;
+}
+
+static void all_add(struct iscsi_backend *b, struct iscsi_req *r)
+{
+    r->all_prev = NULL;
+    r->all_next = b->all;
+    if (b->all != NULL)
+        b->all->all_prev = r;
+    b->all = r;
+}
+
+static void all_remove(struct iscsi_backend *b, struct iscsi_req *r)
+{
+    if (r->all_prev != NULL)
+        r->all_prev->all_next = r->all_next;
+    else
+        b->all = r->all_next;
+    if (r->all_next != NULL)
+        r->all_next->all_prev = r->all_prev;
+    r->all_prev = r->all_next = NULL;
+}
+
+static void efd_signal(int efd)
+{
+    uint64_t one = 1;
+    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        perror("parallax: eventfd write");
+}
+
+static void efd_drain(int efd)
+{
+    uint64_t v;
+    while (read(efd, &v, sizeof(v)) > 0)
+        ;
+}
+
+static void finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
+{
+    r->status = status;
+    if (b->ready.head == NULL)
+        efd_signal(b->efd);
+    list_push(&b->ready, r);
+}
+
+/* ---- The event set -------------------------------------------------------------------------- */
+
+/* Register libiscsi's socket for what it wants now. Called after anything that may change the
+ * answer: a submit (PDUs to send), a service call (a reconnect replaces the socket behind the same
+ * number, so that path re-registers unconditionally: force). */
+static void sync_socket(struct iscsi_backend *b, int force)
+{
+    if (b->blocking)
+        return;
+    int fd = iscsi_get_fd(b->iscsi);
+    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
+    int ev = (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
+    if (!force && fd == b->sock_fd && ev == b->sock_events)
+        return;
+    if (b->sock_fd >= 0 && (fd != b->sock_fd || ev == 0)) {
+        /* ENOENT/EBADF: the old description is gone already (closed or replaced). */
+        epoll_ctl(b->epfd, EPOLL_CTL_DEL, b->sock_fd, NULL);
+        b->sock_fd = -1;
+    }
+    if (fd < 0 || ev == 0) {
+        /* No events wanted (a reconnect backs off): wake on the clock instead. A socket that
+         * wants nothing is not registered at all, or its POLLHUP would spin the loop. */
+        b->sock_events = 0;
+        return;
+    }
+    struct epoll_event e = {.events = (uint32_t)ev};
+    int rc = -1;
+    if (b->sock_fd == fd)
+        rc = epoll_ctl(b->epfd, EPOLL_CTL_MOD, fd, &e);
+    if (rc != 0)
+        rc = epoll_ctl(b->epfd, EPOLL_CTL_ADD, fd, &e);
+    if (rc != 0 && errno == EEXIST)
+        rc = epoll_ctl(b->epfd, EPOLL_CTL_MOD, fd, &e);
+    if (rc != 0) {
+        perror("parallax: iscsi: epoll_ctl");
+        b->sock_fd = -1;
+        return;
+    }
+    b->sock_fd = fd;
+    b->sock_events = ev;
+}
+
+/* The clock runs while anything could need iscsi_service() without socket events: I/O in flight
+ * (libiscsi's timeouts) or a reconnect backing off. */
+static void set_ticking(struct iscsi_backend *b, int on)
+{
+    if (b->blocking || b->ticking == on)
+        return;
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    if (on) {
+        its.it_interval.tv_nsec = TICK_MS * 1000000L;
+        its.it_value = its.it_interval;
+    }
+    if (timerfd_settime(b->tfd, 0, &its, NULL) == 0)
+        b->ticking = on;
+}
+
+/* ---- Request outcome ------------------------------------------------------------------------ */
+
+static void fail_all(struct iscsi_backend *b, const char *why);
+
+static int retryable(int status, const struct scsi_task *task)
+{
+    if (status == SCSI_STATUS_BUSY || status == SCSI_STATUS_TASK_SET_FULL)
+        return 1;
+    /* A target that restarted, or a LUN that was resized or reset, says so once per nexus. */
+    return status == SCSI_STATUS_CHECK_CONDITION && task != NULL &&
+           task->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+}
+
+static const char *const op_names[] = {"read", "write", "flush", "trim"};
+
+/* What a finished task means for its request: 0, -EIO, or 1 = issue it again. */
+static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status,
+                        struct scsi_task *task)
+{
+    if (status == SCSI_STATUS_GOOD) {
+        /* No partial transfers: a read or write that moved less than asked failed. */
+        if (task != NULL && task->residual_status != SCSI_RESIDUAL_NO_RESIDUAL &&
+            task->residual != 0 && (r->io->op == PLX_IO_READ || r->io->op == PLX_IO_WRITE))
+            return -EIO;
+        return 0;
+    }
+    if (retryable(status, task) && r->retries++ < MAX_RETRIES)
+        return 1;
+    if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
+        fprintf(stderr, "parallax: %s: %s of block %llu failed: %s (%s)\n", b->base.desc,
+                op_names[r->io->op], (unsigned long long)r->io->block,
+                scsi_sense_key_str(task->sense.key), scsi_sense_ascq_str(task->sense.ascq));
+    else if (status != SCSI_STATUS_CANCELLED)
+        fprintf(stderr, "parallax: %s: SCSI status 0x%x: %s\n", b->base.desc, (unsigned)status,
+                iscsi_get_error(b->iscsi));
+    return -EIO;
+}
+
+/* ---- Asynchronous path ---------------------------------------------------------------------- */
+
+static void task_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private);
+
+/* The next UNMAP of a trim: at most max_unmap LBAs from where the last one ended. */
+static void next_unmap(const struct iscsi_backend *b, struct iscsi_req *r)
+{
+    uint64_t total = (uint64_t)r->io->nblocks * b->lbas_per_block;
+    uint64_t left = total - r->trimmed;
+    r->unmap.lba = r->io->block * b->lbas_per_block + r->trimmed;
+    r->unmap.num = (uint32_t)(left < b->max_unmap ? left : b->max_unmap);
+}
+
+/* A trim longer than one UNMAP goes on with the next (1), or is over (0). */
+static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
+{
+    if (r->io->op != PLX_IO_TRIM)
+        return 0;
+    r->trimmed += r->unmap.num;
+    return r->trimmed < (uint64_t)r->io->nblocks * b->lbas_per_block;
+}
+
+static int issue(struct iscsi_backend *b, struct iscsi_req *r)
+{
+    struct plx_io *io = r->io;
+    uint64_t lba = io->block * b->lbas_per_block;
+    uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
+    struct scsi_task *t = NULL;
+
+    switch (io->op) {
+    case PLX_IO_READ:
+        t = iscsi_read16_task(b->iscsi, b->lun, lba, len, (int)b->lba_size, 0, 0, 0, 0, 0, task_cb,
+                              r);
+        /* Into the engine's buffer directly. Data cannot arrive before the loop runs again. */
+        if (t != NULL && scsi_task_add_data_in_buffer(t, (int)len, io->buf) != 0) {
+            /* The cancelled task's callback completes the request with -EIO. */
+            r->task = t;
+            all_add(b, r);
+            iscsi_scsi_cancel_task(b->iscsi, t);
+            return 0;
+        }
+        break;
+    case PLX_IO_WRITE:
+        t = iscsi_write16_task(b->iscsi, b->lun, lba, io->buf, len, (int)b->lba_size, 0, 0,
+                               (io->flags & PLX_IO_FUA) != 0, 0, 0, task_cb, r);
+        break;
+    case PLX_IO_FLUSH:
+        /* lba 0, 0 blocks: the whole LUN's volatile cache. */
+        t = iscsi_synchronizecache10_task(b->iscsi, b->lun, 0, 0, 0, 0, task_cb, r);
+        break;
+    case PLX_IO_TRIM:
+        next_unmap(b, r);
+        t = iscsi_unmap_task(b->iscsi, b->lun, 0, 0, &r->unmap, 1, task_cb, r);
+        break;
+    }
+    if (t == NULL)
+        return -EIO;
+    r->task = t;
+    all_add(b, r);
+    return 0;
+}
+
+static void task_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private)
+{
+    struct iscsi_req *r = private;
+    struct iscsi_backend *b = r->b;
+    struct scsi_task *task = command_data;
+    (void)iscsi;
+
+    if (r->abandoned) {
+        /* Already failed with -EIO; the memory stays until destroy. */
+        if (task != NULL)
+            scsi_free_scsi_task(task);
+        r->task = NULL;
+        return;
+    }
+    all_remove(b, r);
+    int rc = task_outcome(b, r, status, task);
+    if (task != NULL)
+        scsi_free_scsi_task(task);
+    r->task = NULL;
+    if (rc == 0 && trim_continues(b, r))
+        rc = 1;
+    if (rc == 1) {
+        /* Not from inside libiscsi's callback: poll() issues it again after the service call. */
+        list_push(&b->retry, r);
+        return;
+    }
+    finish(b, r, rc);
+}
+
+static void run_retries(struct iscsi_backend *b)
+{
+    struct iscsi_req *r;
+    while ((r = list_pop(&b->retry)) != NULL) {
+        int rc = b->dead ? -EIO : issue(b, r);
+        if (rc < 0)
+            finish(b, r, rc);
+    }
+}
+
+/* Everything libiscsi holds fails with -EIO now; libiscsi may still call back for those tasks
+ * (at destroy), which then only frees them. */
+static void fail_all(struct iscsi_backend *b, const char *why)
+{
+    if (!b->dead)
+        fprintf(stderr, "parallax: %s: %s; failing I/O with EIO\n", b->base.desc, why);
+    b->dead = 1;
+    while (b->all != NULL) {
+        struct iscsi_req *r = b->all;
+        all_remove(b, r);
+        /* libiscsi keeps r as its callback's private data: r stays allocated (until destroy),
+         * marked abandoned, and a copy carries the -EIO completion to the ready list. */
+        struct iscsi_req *d = malloc(sizeof(*d));
+        if (d == NULL)
+            abort();
+        *d = *r;
+        d->task = NULL;
+        finish(b, d, -EIO);
+        r->abandoned = 1;
+        r->next = b->abandoned;
+        b->abandoned = r;
+    }
+    while (b->retry.head != NULL)
+        finish(b, list_pop(&b->retry), -EIO);
+}
+
+/* Say when the session drops and when it is back: libiscsi re-issues the requests in flight on
+ * its own, and an operator should know it happened. */
+static void report_session(struct iscsi_backend *b)
+{
+    int up = iscsi_is_logged_in(b->iscsi) != 0;
+    if (up == b->logged_in || b->dead)
+        return;
+    b->logged_in = up;
+    if (up)
+        fprintf(stderr, "parallax: %s: logged in again; requests in flight re-issued\n",
+                b->base.desc);
+    else
+        fprintf(stderr, "parallax: %s: connection lost; logging in again\n", b->base.desc);
+}
+
+/* One round of libiscsi's event processing, without waiting. */
+static void service(struct iscsi_backend *b)
+{
+    uint64_t ticks = 0;
+    int tick = read(b->tfd, &ticks, sizeof(ticks)) > 0;
+    int fd = iscsi_get_fd(b->iscsi);
+    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
+    short revents = 0;
+    if (fd >= 0 && want != 0) {
+        struct pollfd p = {.fd = fd, .events = (short)want};
+        if (poll(&p, 1, 0) > 0)
+            revents = p.revents;
+    }
+    if (revents != 0 || tick || want == 0) {
+        if (iscsi_service(b->iscsi, revents) < 0)
+            fail_all(b, iscsi_get_error(b->iscsi));
+        run_retries(b);
+        sync_socket(b, 1);
+        report_session(b);
+    }
+    /* An idle session that lost its connection still needs the clock to log in again. */
+    int backing_off = iscsi_get_fd(b->iscsi) < 0 || iscsi_which_events(b->iscsi) == 0;
+    set_ticking(b, (b->inflight > 0 || backing_off) && !b->dead);
+}
+
+/* Wait up to ms (-1: forever) for the socket or the clock. */
+static int wait_events(struct iscsi_backend *b, int ms)
+{
+    struct epoll_event e;
+    int rc = epoll_wait(b->epfd, &e, 1, ms);
+    if (rc < 0 && errno != EINTR)
+        return -errno;
+    return 0;
+}
+
+/* ---- Blocking path -------------------------------------------------------------------------- */
+
+static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
+{
+    struct plx_io *io = r->io;
+    uint64_t lba = io->block * b->lbas_per_block;
+    uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
+
+    for (;;) {
+        struct scsi_task *t = NULL;
+        switch (io->op) {
+        case PLX_IO_READ:
+            t = iscsi_read16_sync(b->iscsi, b->lun, lba, len, (int)b->lba_size, 0, 0, 0, 0, 0);
+            break;
+        case PLX_IO_WRITE:
+            t = iscsi_write16_sync(b->iscsi, b->lun, lba, io->buf, len, (int)b->lba_size, 0, 0,
+                                   (io->flags & PLX_IO_FUA) != 0, 0, 0);
+            break;
+        case PLX_IO_FLUSH:
+            t = iscsi_synchronizecache10_sync(b->iscsi, b->lun, 0, 0, 0, 0);
+            break;
+        case PLX_IO_TRIM:
+            next_unmap(b, r);
+            t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
+            break;
+        }
+        if (t == NULL) {
+            fail_all(b, iscsi_get_error(b->iscsi));
+            return -EIO;
+        }
+        int rc = task_outcome(b, r, t->status, t);
+        if (rc == 0 && io->op == PLX_IO_READ) {
+            if (t->datain.data == NULL || t->datain.size < (int)len)
+                rc = -EIO;
+            else
+                memcpy(io->buf, t->datain.data, len);
+        }
+        scsi_free_scsi_task(t);
+        if (rc == 0 && trim_continues(b, r))
+            rc = 1;
+        if (rc != 1)
+            return rc;
+    }
+}
+
+/* ---- The seam ------------------------------------------------------------------------------- */
+
+static int iscsi_submit(plx_backend *be, struct plx_io *io)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    int rc = 0;
+    if (io != NULL && io->op == PLX_IO_TRIM) {
+        if (io->done == NULL || io->nblocks == 0 || io->nblocks > be->nblocks ||
+            io->block > be->nblocks - io->nblocks)
+            return -EINVAL;
+        if (b->max_unmap == 0)
+            return -EOPNOTSUPP;
+    } else {
+        rc = plx_backend_check_io(be, io);
+    }
+    if (rc < 0)
+        return rc;
+    if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && b->rdonly)
+        return -EBADF;
+    if (b->dead)
+        return -EIO;
+    struct iscsi_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->io = io;
+    r->b = b;
+    if (b->blocking) {
+        finish(b, r, run_blocking(b, r));
+        b->inflight++;
+        return 0;
+    }
+    rc = issue(b, r);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    b->inflight++;
+    /* The PDU waits in libiscsi's queue: ask for POLLOUT now, so the host wakes to send it. */
+    sync_socket(b, 0);
+    set_ticking(b, 1);
+    return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int iscsi_poll(plx_backend *be, int timeout_ms)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+
+    for (;;) {
+        efd_drain(b->efd);
+        if (!b->blocking)
+            service(b);
+        if (b->ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
+            break;
+        int wait = -1;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                break;
+            wait = (int)left;
+        }
+        int rc = wait_events(b, wait);
+        if (rc < 0)
+            return rc;
+    }
+
+    struct req_list ready = b->ready;
+    b->ready.head = b->ready.tail = NULL;
+    int n = 0;
+    struct iscsi_req *r;
+    while ((r = list_pop(&ready)) != NULL) {
+        struct plx_io *io = r->io;
+        int status = r->status;
+        free(r);
+        b->inflight--;
+        n++;
+        io->done(io, status);
+    }
+    if (b->ready.head != NULL)
+        efd_signal(b->efd);
+    return n;
+}
+
+static int iscsi_fd(const plx_backend *be)
+{
+    return ((const struct iscsi_backend *)be)->epfd;
+}
+
+static unsigned iscsi_inflight(const plx_backend *be)
+{
+    return ((const struct iscsi_backend *)be)->inflight;
+}
+
+static void iscsi_destroy(plx_backend *be)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b == NULL)
+        return;
+    if (b->iscsi != NULL) {
+        /* Log out only from a working session, and give a silent target 2 s, not forever. */
+        if (!b->dead && iscsi_is_logged_in(b->iscsi)) {
+            iscsi_set_timeout(b->iscsi, 2);
+            iscsi_logout_sync(b->iscsi);
+        }
+        iscsi_destroy_context(b->iscsi);
+    }
+    while (b->abandoned != NULL) {
+        struct iscsi_req *r = b->abandoned;
+        b->abandoned = r->next;
+        free(r);
+    }
+    if (b->lock_fd >= 0)
+        close(b->lock_fd);
+    if (b->epfd >= 0)
+        close(b->epfd);
+    if (b->efd >= 0)
+        close(b->efd);
+    if (b->tfd >= 0)
+        close(b->tfd);
+    free(b);
+}
+
+/* The admin lock. Until a lock manager exists (issue 12, part 2), processes sharing a LUN must
+ * run on one host: a flock on a file named after the LUN's URL serialises them like the file
+ * backend's flock on the medium. */
+static int iscsi_lock(plx_backend *be, int take)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b->lock_fd < 0) {
+        b->lock_fd = open(b->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (b->lock_fd < 0)
+            return -errno;
+    }
+    for (;;) {
+        if (flock(b->lock_fd, take ? LOCK_EX | LOCK_NB : LOCK_UN) == 0)
+            return 0;
+        if (errno != EINTR)
+            return errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+    }
+}
+
+static const struct plx_backend_ops iscsi_ops = {
+    .submit = iscsi_submit,
+    .poll = iscsi_poll,
+    .fd = iscsi_fd,
+    .inflight = iscsi_inflight,
+    .destroy = iscsi_destroy,
+    .lock = iscsi_lock,
+};
+
+/* ---- Opening -------------------------------------------------------------------------------- */
+
+int plx_backend_is_iscsi(const char *where)
+{
+    return where != NULL && strncmp(where, ISCSI_PREFIX, strlen(ISCSI_PREFIX)) == 0;
+}
+
+__attribute__((format(printf, 5, 6))) static plx_backend *
+open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
+{
+    if (err != NULL)
+        *err = -e;
+    if (errbuf != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+/* Used inside format strings. */
+#define URL_FORM "iscsi://[USER%%PASSWORD@]HOST[:PORT]/TARGET-IQN/LUN"
+
+/* Check the URL's shape ourselves, to name what is missing; libiscsi parses it afterwards. The
+ * description (for messages) is the URL without its credentials. */
+static int check_url(const char *url, char *desc, size_t desclen, char *msg, size_t msglen)
+{
+    const char *host = url + strlen(ISCSI_PREFIX);
+    const char *slash = strchr(host, '/');
+    const char *at = strchr(host, '@');
+    if (at != NULL && (slash == NULL || at < slash))
+        host = at + 1;
+    snprintf(desc, desclen, ISCSI_PREFIX "%s", host);
+    if (slash == NULL || slash == host) {
+        snprintf(msg, msglen, "%s: no target: the form is " URL_FORM, desc);
+        return -EINVAL;
+    }
+    const char *iqn = slash + 1;
+    const char *lun = strrchr(iqn, '/');
+    if (*iqn == '\0' || iqn == lun) {
+        snprintf(msg, msglen, "%s: no target IQN: the form is " URL_FORM, desc);
+        return -EINVAL;
+    }
+    if (lun == NULL || lun[1] == '\0') {
+        snprintf(msg, msglen, "%s: no LUN number after the target IQN: the form is " URL_FORM,
+                 desc);
+        return -EINVAL;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(lun + 1, &end, 10);
+    if (*end != '\0' || errno != 0 || n < 0 || n > 65535) {
+        snprintf(msg, msglen, "%s: LUN '%s' is not a number from 0 to 65535 (" URL_FORM ")", desc,
+                 lun + 1);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* libiscsi's log. While a backend opens, its first error is kept for the open's own message
+ * (libiscsi's last error is often a consequence, not the cause) and nothing is printed. Later, the
+ * connection's story (lost, reconnect attempts) goes to stderr, without the UNIT ATTENTIONs that
+ * every reconnect brings and the backend retries. */
+static __thread int log_opening;
+static __thread char log_first[256];
+
+static void log_fn(int level, const char *message)
+{
+    (void)level;
+    if (log_opening) {
+        if (log_first[0] == '\0')
+            snprintf(log_first, sizeof(log_first), "%s", message);
+        return;
+    }
+    if (strstr(message, "UNIT_ATTENTION") != NULL)
+        return;
+    fprintf(stderr, "parallax: iscsi: %s\n", message);
+}
+
+/* The initiator name: $PARALLAX_ISCSI_INITIATOR, else one derived from the host name. Hosts
+ * sharing a target need distinct names (the target tells sessions apart by them). */
+static void initiator_name(char *out, size_t len)
+{
+    const char *env = getenv("PARALLAX_ISCSI_INITIATOR");
+    if (env != NULL && *env != '\0') {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    char host[200] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    snprintf(out, len, "iqn.2026-11.org.parallax:%.200s", host);
+}
+
+/* Why connecting failed, with a hint where libiscsi's words need one. Returns the errno:
+ * ENOENT (no such target or LUN), EACCES (CHAP refused), ECONNREFUSED (anything else). */
+static int connect_error(struct iscsi_backend *b, const char *desc, const struct iscsi_url *u,
+                         char *msg, size_t msglen)
+{
+    char e[256];
+    /* Trailing " [target]" and newlines from libiscsi's log lines go. */
+    snprintf(e, sizeof(e), "%s", log_first[0] ? log_first : iscsi_get_error(b->iscsi));
+    char *cut = strstr(e, " [");
+    if (cut != NULL)
+        *cut = '\0';
+    for (char *p = e; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    const char *hint = "";
+    int rc = ECONNREFUSED;
+    if (strstr(e, "uthentication") != NULL || strstr(e, "CHAP") != NULL ||
+        strstr(e, "uthorization") != NULL) {
+        hint = u->user[0] ? " (wrong CHAP user or password?)"
+                          : " (the target wants CHAP: iscsi://USER%PASSWORD@HOST/...)";
+        rc = EACCES;
+    } else if (strstr(e, "not found") != NULL || strstr(e, "Target not") != NULL) {
+        hint = " (no such target IQN on that portal?)";
+        rc = ENOENT;
+    } else if (strstr(e, "LOGICAL_UNIT_NOT_SUPPORTED") != NULL) {
+        snprintf(msg, msglen, "%s: target %s has no LUN %d (iscsi-ls -s iscsi://%s lists them)",
+                 desc, u->target, u->lun, u->portal);
+        return ENOENT;
+    } else if (strstr(e, "onnect") != NULL) {
+        hint = " (is the portal reachable, and is a target listening there?)";
+    }
+    snprintf(msg, msglen, "%s: connecting to portal %s: %s%s", desc, u->portal, e, hint);
+    return rc;
+}
+
+/* UNMAP only where the LUN allows it: thin provisioning enabled (LBPME, checked by the caller),
+ * UNMAP supported (Logical Block Provisioning VPD page: LBPU), and a nonzero UNMAP LBA count in
+ * the Block Limits VPD page. Anything missing or unanswered leaves trim unsupported. */
+static void probe_unmap(struct iscsi_backend *b)
+{
+    int lbpu = 0;
+    struct scsi_task *t = iscsi_inquiry_sync(b->iscsi, b->lun, 1,
+                                             SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_logical_block_provisioning *lbp = scsi_datain_unmarshall(t);
+        lbpu = lbp != NULL && lbp->lbpu;
+    }
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    if (!lbpu)
+        return;
+    t = iscsi_inquiry_sync(b->iscsi, b->lun, 1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_block_limits *bl = scsi_datain_unmarshall(t);
+        if (bl != NULL && bl->max_unmap != 0 && bl->max_unmap_bdc != 0)
+            /* 0xffffffff means no limit; keep each command to 1 GiB of 512-byte LBAs anyway. */
+            b->max_unmap = bl->max_unmap < (1u << 21) ? bl->max_unmap : (1u << 21);
+    }
+    /* Lets tests split a trim into many UNMAPs. */
+    const char *force = getenv("PLX_TEST_ISCSI_MAX_UNMAP");
+    if (b->max_unmap != 0 && force != NULL && atoi(force) > 0)
+        b->max_unmap = (uint32_t)atoi(force);
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+}
+
+static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
+{
+    struct scsi_task *t = iscsi_readcapacity16_sync(b->iscsi, b->lun);
+    struct scsi_readcapacity16 *rc16 = NULL;
+    if (t != NULL && t->status == SCSI_STATUS_GOOD)
+        rc16 = scsi_datain_unmarshall(t);
+    if (rc16 == NULL) {
+        snprintf(msg, msglen, "%s: READ CAPACITY(16) failed: %s", desc,
+                 t != NULL && t->status == SCSI_STATUS_CHECK_CONDITION
+                     ? scsi_sense_ascq_str(t->sense.ascq)
+                     : iscsi_get_error(b->iscsi));
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        return -EIO;
+    }
+    b->lba_size = rc16->block_length;
+    uint64_t lbas = rc16->returned_lba + 1;
+    int lbpme = rc16->lbpme;
+    scsi_free_scsi_task(t);
+    if (lbpme)
+        probe_unmap(b);
+    if (b->lba_size == 0 || b->lba_size > PLX_BLOCK_SIZE || PLX_BLOCK_SIZE % b->lba_size != 0) {
+        snprintf(msg, msglen,
+                 "%s: logical block size %u bytes: Parallax needs one that divides 4096", desc,
+                 (unsigned)b->lba_size);
+        return -EINVAL;
+    }
+    b->lbas_per_block = PLX_BLOCK_SIZE / b->lba_size;
+    b->base.nblocks = lbas / b->lbas_per_block;
+    return 0;
+}
+
+/* A LUN that answers, or a message naming the LUNs the target does have. */
+static int check_lun(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
+{
+    struct scsi_task *t = iscsi_testunitready_sync(b->iscsi, b->lun);
+    int ok =
+        t != NULL && (t->status == SCSI_STATUS_GOOD || (t->status == SCSI_STATUS_CHECK_CONDITION &&
+                                                        t->sense.key == SCSI_SENSE_UNIT_ATTENTION));
+    int no_lun = t != NULL && t->status == SCSI_STATUS_CHECK_CONDITION &&
+                 t->sense.ascq == SCSI_SENSE_ASCQ_LOGICAL_UNIT_NOT_SUPPORTED;
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    if (ok)
+        return 0;
+    if (!no_lun) {
+        snprintf(msg, msglen, "%s: the LUN does not answer TEST UNIT READY: %s", desc,
+                 iscsi_get_error(b->iscsi));
+        return -EIO;
+    }
+    char luns[200] = "";
+    size_t used = 0;
+    t = iscsi_reportluns_sync(b->iscsi, 0, 16384);
+    struct scsi_reportluns_list *list =
+        t != NULL && t->status == SCSI_STATUS_GOOD ? scsi_datain_unmarshall(t) : NULL;
+    for (uint32_t i = 0; list != NULL && i < list->num && used + 8 < sizeof(luns); i++)
+        used += (size_t)snprintf(luns + used, sizeof(luns) - used, "%s%u", i ? ", " : "",
+                                 (unsigned)list->luns[i]);
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    snprintf(msg, msglen, "%s: the target has no LUN %d (its LUNs: %s)", desc, b->lun,
+             used ? luns : "none reported");
+    return -ENOENT;
+}
+
+static void lock_path_for(struct iscsi_backend *b, const char *desc)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = desc; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    const char *dir = "/run/lock";
+    if (access(dir, W_OK) != 0)
+        dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(b->lock_path, sizeof(b->lock_path), "%s/parallax-iscsi-%016llx.lock", dir,
+             (unsigned long long)h);
+}
+
+plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, char *errbuf,
+                                    size_t errlen)
+{
+    char desc[sizeof(((plx_backend *)0)->desc)];
+    char msg[1200];
+    int rc = check_url(url, desc, sizeof(desc), msg, sizeof(msg));
+    if (rc < 0)
+        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+
+    struct iscsi_backend *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);
+    b->epfd = b->efd = b->tfd = b->sock_fd = b->lock_fd = -1;
+    b->rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
+    b->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
+    snprintf(b->base.desc, sizeof(b->base.desc), "%s", desc);
+    b->base.ops = &iscsi_ops;
+    lock_path_for(b, desc);
+
+    char initiator[300];
+    initiator_name(initiator, sizeof(initiator));
+    b->iscsi = iscsi_create_context(initiator);
+    if (b->iscsi == NULL) {
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
+    }
+    struct iscsi_url *u = iscsi_parse_full_url(b->iscsi, url);
+    if (u == NULL) {
+        snprintf(msg, sizeof(msg), "%s: %s (the form is " URL_FORM ")", desc,
+                 iscsi_get_error(b->iscsi));
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
+    }
+    b->lun = u->lun;
+    iscsi_set_targetname(b->iscsi, u->target);
+    iscsi_set_session_type(b->iscsi, ISCSI_SESSION_NORMAL);
+    iscsi_set_header_digest(b->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
+    if (u->user[0] != '\0')
+        iscsi_set_initiator_username_pwd(b->iscsi, u->user, u->passwd);
+    /* A restarted target answers its first commands with UNIT ATTENTION: libiscsi clears those
+     * after a reconnect, before it re-issues our commands. */
+    iscsi_set_no_ua_on_reconnect(b->iscsi, 1);
+    /* A portal that drops SYNs fails in about 15 s (3 retries), not the kernel's 2 minutes. */
+    iscsi_set_tcp_syncnt(b->iscsi, 3);
+    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
+    iscsi_set_reconnect_max_retries(
+        b->iscsi, retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS);
+    iscsi_set_log_level(b->iscsi, 1);
+    iscsi_set_log_fn(b->iscsi, log_fn);
+    log_opening = 1;
+    log_first[0] = '\0';
+
+    if (iscsi_full_connect_sync(b->iscsi, u->portal, u->lun) != 0) {
+        int e = connect_error(b, desc, u, msg, sizeof(msg));
+        iscsi_destroy_url(u);
+        iscsi_destroy_context(b->iscsi);
+        b->iscsi = NULL;
+        iscsi_destroy(&b->base);
+        log_opening = 0;
+        return open_fail(err, errbuf, errlen, e, "%s", msg);
+    }
+    iscsi_destroy_url(u);
+    rc = check_lun(b, desc, msg, sizeof(msg));
+    if (rc == 0)
+        rc = read_geometry(b, desc, msg, sizeof(msg));
+    log_opening = 0;
+    if (rc < 0) {
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+    }
+
+    b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    b->epfd = epoll_create1(EPOLL_CLOEXEC);
+    b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLIN};
+    if (b->efd < 0 || b->epfd < 0 || b->tfd < 0 || epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &e) ||
+        epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->tfd, &e)) {
+        int e2 = errno;
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
+    }
+    sync_socket(b, 1);
+    b->logged_in = 1;
+    return &b->base;
+}

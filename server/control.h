@@ -1,0 +1,55 @@
+/*
+ * control.h - the control socket of a process that serves VDIs.
+ *
+ * While a server holds a VDI open for writing, no other process may change that VDI (single
+ * writer). Administrative commands for it are therefore carried out by the server, inside its
+ * request stream: the `parallax` command finds the server through the VDI's lock holder (pid on
+ * this host) and the socket path below, and sends one line:
+ *
+ *     snapshot ID [LABEL]          ->  "ok N"           (N: index of the new snapshot)
+ *     snap-label ID N [LABEL]      ->  "ok"
+ *     snap-delete ID N             ->  "ok"
+ *
+ * Errors come back as "err ERRNO MESSAGE". One command per connection.
+ */
+#ifndef PLX_CONTROL_H
+#define PLX_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallax.h"
+
+/* Directory of control sockets: $PARALLAX_RUN_DIR, else /run/parallax, else /tmp/parallax-UID. */
+void control_dir(char *buf, size_t len);
+/* The socket of the server process `pid`. */
+void control_path(int pid, char *buf, size_t len);
+
+/* Server side. The process that serves VDIs (`parallax serve`'s engine thread, or tapdisk's
+ * scheduler) runs the control socket on its own event loop, through these hooks; every
+ * callback runs on that loop's thread, where the engine lives, so commands are ordinary requests
+ * in the VDI's stream and nothing here waits for the medium (except snap-label and snap-delete,
+ * which rewrite one log block synchronously; see docs/DESIGN.md, Known limitations). */
+struct control_host {
+    /* Call ready(arg) whenever fd is readable, until unwatch(handle). Returns a handle, or NULL
+     * when the descriptor cannot be watched. unwatch may be called from inside ready. */
+    void *(*watch)(void *host_arg, int fd, void (*ready)(void *arg), void *arg);
+    void (*unwatch)(void *host_arg, void *handle);
+    /* The VDI with this id that the process has open for writing, and its store; NULL when
+     * none (and -EEXIST in *err when more than one, from different blockstores). */
+    plx_vdi *(*find_vdi)(void *host_arg, uint64_t id, plx_store **st, int *err);
+    void *host_arg;
+};
+
+/* Listen on control_path(getpid()) (replacing a stale file) and serve commands through host,
+ * which must stay valid until control_stop. */
+int control_start(const struct control_host *host, char *err, size_t errlen);
+/* Stop listening and remove the socket. Connections being answered finish on their own. */
+void control_stop(void);
+
+/* Client side (the parallax command): send one command line to the server of `pid` and read the
+ * reply into reply. Returns 0 when the server answered "ok ...", the negative errno it sent, or a
+ * negative errno when it could not be reached. */
+int control_request(int pid, const char *line, char *reply, size_t replylen);
+
+#endif
