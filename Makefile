@@ -179,9 +179,10 @@ bench-smoke: $(B)/bench-engine
 # `make bench` is the full run (about 18-20 minutes on 2 cores): results in
 # bench/results/suite-HOST-STAMP/, plots in bench/plots/, and the results block of bench/README.md
 # rewritten. Needs root for the file-system parts (loop devices, mounts).
-bench: deps all $(B)/bench-handover
+bench: deps all $(B)/bench-handover $(B)/bench-scale
 	bench/suite/run.sh --dir $(BENCH_DIR)
 	bench/cluster.sh --dir $(BENCH_DIR)
+	bench/scale.sh --dir $(BENCH_DIR)
 	bench/clones.sh --dir $(BENCH_DIR)
 
 # Clones of the golden image (bench/README.md, "Clones"): space and boot time of 1, 10 and 30
@@ -209,6 +210,10 @@ bench-suite-smoke: deps all
 	    || { tail -40 $(B)/test-logs/bench-suite-smoke.log; echo "bench-suite-smoke: FAILED (log: $(B)/test-logs/bench-suite-smoke.log)"; exit 1; }
 	@grep '^verify:' $(B)/test-logs/bench-suite-smoke.log || true
 	@echo "bench/suite/run.sh --smoke: ok ($$(cat $(B)/bench-suite-smoke/raw/wall-seconds) s)"
+
+# Costs against the snapshot count (bench/README.md, "Scale"); part of make bench.
+$(B)/bench-scale: $(B)/obj/bench/scale.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
 # Parallax on an iSCSI LUN against the raw LUN (bench/iscsi.sh starts tgtd and runs it).
 $(B)/bench-iscsi: $(B)/obj/bench/iscsi.o $(B)/libparallax.a

@@ -62,6 +62,11 @@ struct ck_list {
     size_t n, cap;
 };
 
+/* A snapshot-log block's place and skip link, to check the links once the chain is known. */
+struct ck_skip {
+    uint64_t addr, first, skip, skip_first;
+};
+
 struct ck_logblk {
     uint64_t addr;
     size_t vdi;
@@ -97,6 +102,8 @@ struct ck {
     size_t ntrees, trees_cap;
     struct ck_logblk *logs;
     size_t nlogs, logs_cap;
+    struct ck_skip *skips; /* the log blocks of the VDI being checked, newest first */
+    size_t nskips, skips_cap;
     struct ck_list levels[PLX_HEIGHT_LARGE];
     uint8_t *iobuf;  /* CK_RUN blocks */
     uint8_t *blkbuf; /* one block */
@@ -555,6 +562,55 @@ static int log_add(struct ck *c, uint64_t addr, size_t vdi)
     return 0;
 }
 
+static int skip_add(struct ck *c, const struct plx_snaplog_block *b, uint64_t addr)
+{
+    if (c->nskips == c->skips_cap) {
+        size_t cap = c->skips_cap ? 2 * c->skips_cap : 64;
+        struct ck_skip *s = realloc(c->skips, cap * sizeof *s);
+        if (!s)
+            return -ENOMEM;
+        c->skips = s;
+        c->skips_cap = cap;
+    }
+    c->skips[c->nskips++] =
+        (struct ck_skip){.addr = addr, .first = b->first_index, .skip = b->skip,
+                         .skip_first = b->skip_first};
+    return 0;
+}
+
+/* Every block but the head is full (block k holds snapshots k * 63 + 1 ..), and a skip link
+ * names an older block of the same chain by address and first_index (0: none). c->skips holds
+ * the chain newest first, so block k is entry nskips - 1 - k. */
+static void check_skips(struct ck *c, const struct plx_vdi_record *rec)
+{
+    size_t n = c->nskips;
+    for (size_t i = 0; i < n; i++) {
+        const struct ck_skip *s = &c->skips[i];
+        uint64_t k = n - 1 - i;
+        if (s->first != k * PLX_SNAPLOG_PER_BLOCK + 1) {
+            problem(c, 1, "snapshot log block %llu of VDI %s holds snapshots from %llu, not %llu "
+                          "(an older block is not full)",
+                    (unsigned long long)s->addr, rec->name, (unsigned long long)s->first,
+                    (unsigned long long)(k * PLX_SNAPLOG_PER_BLOCK + 1));
+            return;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct ck_skip *s = &c->skips[i];
+        if (!s->skip)
+            continue;
+        uint64_t tk = s->skip_first ? (s->skip_first - 1) / PLX_SNAPLOG_PER_BLOCK : 0;
+        bool ok = s->skip_first && s->skip_first < s->first &&
+                  (s->skip_first - 1) % PLX_SNAPLOG_PER_BLOCK == 0 && tk < n &&
+                  c->skips[n - 1 - tk].addr == s->skip;
+        if (!ok)
+            problem(c, 1, "snapshot log block %llu of VDI %s has a bad skip link to block %llu "
+                          "(snapshots from %llu)",
+                    (unsigned long long)s->addr, rec->name, (unsigned long long)s->skip,
+                    (unsigned long long)s->skip_first);
+    }
+}
+
 /* Follow one VDI's log from its head; every complete, non-deleted snapshot becomes a tree.
  * Records beyond snap_count belong to a snapshot that never completed and are ignored. */
 static int check_log(struct ck *c, size_t vi)
@@ -563,6 +619,7 @@ static int check_log(struct ck *c, size_t vi)
     uint64_t expect = rec->snap_count, addr = rec->snaplog_head, steps = 0;
     struct plx_snaplog_block *b = (struct plx_snaplog_block *)c->blkbuf;
     char why_buf[128];
+    c->nskips = 0;
     if (expect == 0 && addr != 0) {
         problem(c, 1,
                 "VDI %s: snapshot log head is block %llu but the record counts no "
@@ -641,6 +698,8 @@ static int check_log(struct ck *c, size_t vi)
             if (tree_add(c, vi, idx, sr->root))
                 return -ENOMEM;
         }
+        if (skip_add(c, b, addr))
+            return -ENOMEM;
         expect = b->first_index - 1;
         addr = b->prev;
     }
@@ -649,6 +708,7 @@ static int check_log(struct ck *c, size_t vi)
                 "snapshot log of VDI %s: the block holding snapshot 1 links to an older "
                 "block %llu",
                 rec->name, (unsigned long long)addr);
+    check_skips(c, rec);
     return 0;
 stopped:
     c->incomplete = true;
@@ -860,6 +920,7 @@ static void ck_free(struct ck *c)
     free(c->vdis);
     free(c->trees);
     free(c->logs);
+    free(c->skips);
     for (unsigned i = 0; i < PLX_HEIGHT_LARGE; i++)
         free(c->levels[i].v);
     plx_block_free(c->iobuf);

@@ -173,7 +173,11 @@ struct plx_snaplog_block {
     uint64_t first_index;   /* index (1-based) of records[0] */
     uint32_t count;         /* records written in this block */
     uint32_t reserved0;
-    uint64_t reserved1[2];
+    /* Skip link (0 = none: follow prev). Blocks are numbered from the oldest, 0, by
+     * (first_index - 1) / PLX_SNAPLOG_PER_BLOCK; block k links to block J(k) of a skew-binary
+     * jump structure (snaplog.c), so any block is O(log k) links from the head. */
+    uint64_t skip;          /* address of block J(k), older than this one */
+    uint64_t skip_first;    /* that block's first_index */
     struct plx_snap_record records[PLX_SNAPLOG_PER_BLOCK];
 };
 static_assert(sizeof(struct plx_snaplog_block) <= PLX_BLOCK_SIZE, "snapshot log block fits");

@@ -39,7 +39,8 @@
 #include "snaplog.h"
 #include "system.h"
 
-#define GC_RUN 256u /* blocks per read */
+#define GC_RUN 64u /* blocks per read at most (a run of consecutive marked nodes) */
+#define GC_QD 32u  /* reads in flight while marking: scattered nodes need the device's queue */
 
 
 struct gc {
@@ -57,6 +58,17 @@ struct gc {
     plx_progress_fn progress; /* may be NULL */
     void *progress_arg;
     unsigned pass;            /* marking pass, from 1 */
+    /* Marking reads in flight (mark_pass): each slot reads one run into its buffer. */
+    struct gc_read {
+        struct plx_ev ev;
+        struct gc *g;
+        uint64_t *buf;            /* GC_RUN blocks */
+        bool busy;
+    } reads[GC_QD];
+    unsigned inflight;
+    int completed;            /* set by a read's handler: plx_drive_until returns */
+    int mark_err;             /* first error of a read or of a node it read */
+    long read_now;            /* nodes read in this pass */
 };
 
 static void progress(const struct gc *g, const char *step, uint64_t done, uint64_t total)
@@ -173,21 +185,67 @@ static bool link_target_ok(const plx_store *st, uint64_t link)
     return t == PLX_EXTENT_METADATA || t == PLX_EXTENT_DATA;
 }
 
-/* One pass over the metadata extents: read every marked, unread node, mark its links. Returns
- * the number of nodes read, or a negative errno. */
-static long mark_pass(struct gc *g, uint64_t *buf)
+/* A marking read completed: mark what its nodes link (runs from the service loop). */
+static void mark_read_done(plx_store *st, struct plx_ev *ev)
+{
+    struct gc_read *r = ev->ctx;
+    struct gc *g = r->g;
+    uint64_t first = ev->io.block;
+    g->inflight--;
+    g->completed = 1;
+    r->busy = false;
+    if (g->mark_err)
+        return;
+    if (ev->status) {
+        g->mark_err = plx_err(st, ev->status, "gc: reading radix nodes at block %llu: %s",
+                              (unsigned long long)first, strerror(-ev->status));
+        return;
+    }
+    for (uint64_t b = first; b < first + ev->io.nblocks; b++) {
+        const uint64_t *links = r->buf + (b - first) * (PLX_BLOCK_SIZE / 8);
+        g->read_now++;
+        for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++) {
+            if (!links[k])
+                continue;
+            /* What a corrupt node really linked is unknown: freeing anything could free blocks
+             * it still reaches. */
+            if (!link_target_ok(st, links[k])) {
+                g->mark_err = plx_err(st, -EUCLEAN,
+                                      "gc: nothing freed: radix node %llu is corrupt: entry %u "
+                                      "= 0x%016llx is not a valid link (parallax check reports "
+                                      "it)",
+                                      (unsigned long long)b, k, (unsigned long long)links[k]);
+                return;
+            }
+            set_bit(g->rmap, plx_link_addr(links[k]));
+        }
+    }
+}
+
+/* Wait until a marking read completes (and its handler ran). */
+static int mark_wait(struct gc *g)
+{
+    g->completed = 0;
+    return plx_drive_until(g->st, &g->completed);
+}
+
+/* One pass over the metadata extents: read every marked, unread node, mark its links. Up to
+ * GC_QD runs are read at once; links found mark blocks ahead of the scan (read in this pass) or
+ * behind it (the next pass). Returns the number of nodes read, or a negative errno. */
+static long mark_pass(struct gc *g)
 {
     plx_store *st = g->st;
-    long read_now = 0;
     char step[32];
     snprintf(step, sizeof step, "marking (pass %u)", ++g->pass);
-    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+    g->read_now = 0;
+    int rc = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count && !rc && !g->mark_err; e++) {
         progress(g, step, e, st->sb.extent_count);
         if (st->cat[e].type != PLX_EXTENT_METADATA)
             continue;
         uint64_t base = e * g->eb;
         uint64_t i = base + g->bmb, end = base + g->eb;
-        while (i < end) {
+        while (i < end && !rc && !g->mark_err) {
             if (!test_bit(g->rmap, i) || test_bit(g->scanned, i)) {
                 i++;
                 continue;
@@ -196,32 +254,46 @@ static long mark_pass(struct gc *g, uint64_t *buf)
             uint64_t j = i + 1;
             while (j < end && j - i < GC_RUN && test_bit(g->rmap, j) && !test_bit(g->scanned, j))
                 j++;
-            int rc = plx_sync_io(st, PLX_IO_READ, i, (uint32_t)(j - i), buf, 0);
-            if (rc)
-                return plx_err(st, rc, "gc: reading radix nodes at block %llu: %s",
-                               (unsigned long long)i, strerror(-rc));
-            for (uint64_t b = i; b < j; b++) {
-                const uint64_t *links = buf + (b - i) * (PLX_BLOCK_SIZE / 8);
-                set_bit(g->scanned, b);
-                read_now++;
-                for (unsigned k = 0; k < PLX_RADIX_FANOUT; k++) {
-                    if (!links[k])
-                        continue;
-                    /* What a corrupt node really linked is unknown: freeing anything could
-                     * free blocks it still reaches. */
-                    if (!link_target_ok(st, links[k]))
-                        return plx_err(st, -EUCLEAN,
-                                       "gc: nothing freed: radix node %llu is corrupt: entry "
-                                       "%u = 0x%016llx is not a valid link (parallax check "
-                                       "reports it)",
-                                       (unsigned long long)b, k, (unsigned long long)links[k]);
-                    set_bit(g->rmap, plx_link_addr(links[k]));
-                }
+            while (g->inflight == GC_QD && !rc)
+                rc = mark_wait(g);
+            if (rc || g->mark_err)
+                break;
+            struct gc_read *r = NULL;
+            for (unsigned q = 0; q < GC_QD && !r; q++)
+                if (!g->reads[q].busy)
+                    r = &g->reads[q];
+            memset(&r->ev, 0, sizeof r->ev);
+            r->ev.io = (struct plx_io){
+                .op = PLX_IO_READ, .block = i, .nblocks = (uint32_t)(j - i), .buf = r->buf};
+            r->ev.handler = mark_read_done;
+            r->ev.ctx = r;
+            r->g = g;
+            rc = plx_submit(st, &r->ev);
+            if (rc) {
+                plx_err(st, rc, "gc: reading radix nodes at block %llu: %s",
+                        (unsigned long long)i, strerror(-rc));
+                break;
             }
+            r->busy = true;
+            g->inflight++;
+            for (uint64_t b = i; b < j; b++)
+                set_bit(g->scanned, b);
             i = j;
         }
     }
-    return read_now;
+    /* Every read must land before the pass ends (or its buffer is freed). */
+    while (g->inflight > 0) {
+        int wrc = mark_wait(g);
+        if (wrc) {
+            rc = rc ? rc : wrc;
+            break;
+        }
+    }
+    if (rc)
+        return rc;
+    if (g->mark_err)
+        return g->mark_err;
+    return g->read_now;
 }
 
 /* Collections must not overlap: a block one collection freed may be allocated again before the
@@ -408,14 +480,16 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
     g.rmap = calloc(words, sizeof *g.rmap);
     g.scanned = calloc(words, sizeof *g.scanned);
     g.ckpt = calloc(st->sb.extent_count, sizeof *g.ckpt);
-    uint64_t *buf = plx_block_alloc(GC_RUN);
+    uint64_t *bufs = plx_block_alloc((size_t)GC_RUN * GC_QD);
+    for (unsigned q = 0; q < GC_QD; q++)
+        g.reads[q].buf = bufs + (size_t)q * GC_RUN * (PLX_BLOCK_SIZE / 8);
     int rc = (!g.rmap || !g.scanned || !g.ckpt) ? plx_err(st, -ENOMEM, "gc: out of memory") : 0;
     if (!rc)
         rc = drain_open_vdis(st);
     if (!rc)
         rc = checkpoint(&g, dry_run);
     for (long n = 1; !rc && n > 0;) {
-        n = mark_pass(&g, buf);
+        n = mark_pass(&g);
         if (n < 0)
             rc = (int)n;
         else
@@ -445,6 +519,6 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
     free(g.scanned);
     free(g.recs);
     free(g.slots);
-    plx_block_free(buf);
+    plx_block_free(bufs);
     return rc;
 }

@@ -524,19 +524,16 @@ static void vdi_reload(struct plx_vdi *v)
         rec.lock_time_ns = v->rec.lock_time_ns;
         v->rec = rec;
         v->root_addr = rec.root;
+        rc = plx_snaplog_spine_load(st, &rec, v->spine);
         if (!rec.snaplog_head) {
             plx_block_free(v->log_head); /* the first snapshot never landed */
             v->log_head = NULL;
-        } else {
+        } else if (rc == 0) {
             if (!v->log_head)
                 v->log_head = plx_block_alloc(1);
             rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
         }
-        free(v->snaps);
-        v->snaps = NULL;
-        v->nsnaps = 0;
-        if (rc == 0)
-            rc = plx_snaplog_read(st, &v->rec, &v->snaps, &v->nsnaps, NULL);
+        plx_labels_init(&v->labels, &rec);
     }
     struct plx_node *root = NULL;
     if (rc == 0)
@@ -905,32 +902,9 @@ static void do_mutate(struct plx_req *r)
     batch_maybe_start(v);
 }
 
-bool plx_label_taken(const struct plx_vdi *v, const char *label, uint64_t except_index)
+int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index)
 {
-    if (!label || !*label)
-        return false;
-    for (size_t i = 0; i < v->nsnaps; i++)
-        if (!v->snaps[i].deleted && v->snaps[i].index != except_index &&
-            strcmp(v->snaps[i].label, label) == 0)
-            return true;
-    return false;
-}
-
-/* Remember a new snapshot in the VDI's in-memory list (labels are checked against it). */
-static int snaps_append(struct plx_vdi *v, uint64_t root, const char *label)
-{
-    struct plx_snap_info *n = realloc(v->snaps, (v->nsnaps + 1) * sizeof *n);
-    if (!n)
-        return -ENOMEM;
-    v->snaps = n;
-    struct plx_snap_info *si = &n[v->nsnaps++];
-    memset(si, 0, sizeof *si);
-    si->vdi_id = v->rec.id;
-    si->index = v->nsnaps;
-    si->root = root;
-    si->time_ns = plx_now_ns();
-    snprintf(si->label, sizeof si->label, "%s", label);
-    return 0;
+    return plx_labels_taken(v->st, &v->rec, &v->labels, label, except_index);
 }
 
 /* Does the next snapshot record go into the newest log block? Several snapshots share a batch
@@ -951,17 +925,18 @@ static void do_snapshot(struct plx_req *r)
     struct plx_batch *b = batch_open(v);
     int err = b ? b->status : -ENOMEM;
     /* Checked again here: another snapshot asking for the label may have gone first. */
-    if (!err && plx_label_taken(v, r->label, 0))
+    int taken = err ? 0 : plx_label_taken(v, r->label, 0);
+    if (taken < 0)
+        err = taken;
+    else if (taken)
         err = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
                       r->label);
-    if (!err && v->nsnaps != v->rec.snap_count)
-        err = plx_err(st, -EIO, "VDI %s: snapshot list out of step with the log", v->rec.name);
     struct plx_node *old = v->root;
     /* A clean snapshot (nothing written since the newest one, which still exists) shares that
      * snapshot's root: it costs a log record and the VDI record, no radix node. Otherwise the
      * current root is frozen as the snapshot and a read-only copy becomes the current root. */
-    const struct plx_snap_info *newest = v->nsnaps ? &v->snaps[v->nsnaps - 1] : NULL;
-    bool clean = v->same_as_newest_snap && newest && !newest->deleted;
+    const struct plx_snap_record *newest = plx_snaplog_newest(v->log_head, v->rec.snap_count);
+    bool clean = v->same_as_newest_snap && newest && !(newest->flags & PLX_SNAP_DELETED);
     uint64_t frozen = clean ? newest->root : old->addr;
     uint64_t new_addr = 0, log_addr = 0;
     if (!err && !clean) {
@@ -1013,6 +988,7 @@ static void do_snapshot(struct plx_req *r)
         lb->vdi_id = v->rec.id;
         lb->prev = v->rec.snaplog_head;
         lb->first_index = v->rec.snap_count + 1;
+        plx_snaplog_spine_push(v->spine, lb, log_addr);
     } else {
         memcpy(lb, v->log_head, PLX_BLOCK_SIZE);
     }
@@ -1026,8 +1002,8 @@ static void do_snapshot(struct plx_req *r)
     plx_blkhdr_seal(lb, PLX_MAGIC_SNAPLOG, log_addr);
     memcpy(v->log_head, lb, PLX_BLOCK_SIZE);
 
-    if (!err)
-        err = snaps_append(v, frozen, r->label);
+    if (!err && r->label[0])
+        err = plx_labels_set(&v->labels, v->rec.snap_count + 1, r->label);
     v->rec.snap_count++;
     v->rec.snaplog_head = log_addr;
     if (nr)

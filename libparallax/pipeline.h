@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "cache.h"
 #include "engine.h"
+#include "snaplog.h"
 
 enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT, REQ_STATUS };
 
@@ -106,8 +107,8 @@ struct plx_vdi {
     struct plx_node *root;       /* pinned */
     struct plx_owner *owner;     /* owner of this tree's writable nodes; NULL for a snapshot */
     struct plx_snaplog_block *log_head; /* newest log block image (NULL: none) */
-    struct plx_snap_info *snaps; /* writable VDIs: every snapshot, as committed or in flight */
-    size_t nsnaps;
+    struct plx_snaplog_spine *spine; /* writable VDIs: the log's skip path (snaplog.h) */
+    struct plx_label_set labels;     /* writable VDIs: labels, read from the log when first needed */
     struct plx_req *active_head, *active_tail;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
@@ -123,8 +124,9 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
 bool plx_vdi_idle(const struct plx_vdi *v);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
-/* Is `label` the label of a live snapshot of v (in memory: includes snapshots in flight)? */
-bool plx_label_taken(const struct plx_vdi *v, const char *label, uint64_t except_index);
+/* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
+ * an error. The first call with a label after open reads the log (synchronously). */
+int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index);
 /* Queue a finished request's callback for the end of the service pass (never inline). */
 void plx_complete(plx_store *st, struct plx_req *r);
 

@@ -109,6 +109,311 @@ out:
     return 0;
 }
 
+/* First index of the block that holds `index`: every block but the head is full, so block k
+ * holds indexes k * 63 + 1 .. k * 63 + 63. */
+static uint64_t block_start(uint64_t index)
+{
+    return (index - 1) / PLX_SNAPLOG_PER_BLOCK * PLX_SNAPLOG_PER_BLOCK + 1;
+}
+
+int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
+                     struct plx_snaplog_block *b, uint64_t *addr_out)
+{
+    if (index == 0 || index > rec->snap_count)
+        return plx_err(st, -ENOENT, "VDI %s has no snapshot %llu (it has %llu)", rec->name,
+                       (unsigned long long)index, (unsigned long long)rec->snap_count);
+    uint64_t want = block_start(index);
+    uint64_t addr = rec->snaplog_head, expect_first = 0;
+    for (uint64_t steps = 0;; steps++) {
+        if (addr == 0 || steps > rec->snap_count + 1)
+            return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
+                           rec->name, (unsigned long long)index);
+        int rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        if (rc)
+            return rc;
+        if (expect_first && b->first_index != expect_first)
+            return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s starts at snapshot "
+                                         "%llu, not %llu as the skip link to it says",
+                           (unsigned long long)addr, rec->name,
+                           (unsigned long long)b->first_index, (unsigned long long)expect_first);
+        if (b->first_index <= index) {
+            if (b->first_index + b->count - 1 < index)
+                return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
+                                             "snapshot %llu",
+                               (unsigned long long)addr, rec->name, (unsigned long long)index);
+            *addr_out = addr;
+            return 0;
+        }
+        /* Jump when the skip link lands at or above the wanted block; else one step back. */
+        if (b->skip && b->skip_first >= want && b->skip_first < b->first_index) {
+            expect_first = b->skip_first;
+            addr = b->skip;
+        } else {
+            expect_first = 0;
+            addr = b->prev;
+        }
+    }
+}
+
+const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,
+                                                 uint64_t snap_count)
+{
+    if (!head || snap_count < head->first_index ||
+        snap_count - head->first_index >= PLX_SNAPLOG_PER_BLOCK)
+        return NULL;
+    return &head->records[snap_count - head->first_index];
+}
+
+static void info_from_record(const struct plx_vdi_record *rec, uint64_t idx,
+                             const struct plx_snap_record *r, struct plx_snap_info *si)
+{
+    memset(si, 0, sizeof *si);
+    si->vdi_id = rec->id;
+    si->index = idx;
+    si->root = r->root;
+    si->time_ns = r->time_ns;
+    si->deleted = (r->flags & PLX_SNAP_DELETED) != 0;
+    memcpy(si->label, r->label, PLX_LABEL_MAX);
+    si->label[PLX_LABEL_MAX] = 0;
+}
+
+/* ---- Skip links: a skew-binary jump structure (Myers, "An applicative random-access stack") --
+ * Block k links to J(k): J(k) = J(J(k-1)) when k-1 - J(k-1) == J(k-1) - J(J(k-1)), else k-1.
+ * Following J when it does not overshoot, else prev, reaches any older block in O(log k) steps.
+ * Seen from the head, the path head, J(head), J(J(head)), ... is a stack: a new block either
+ * pushes itself onto it or first pops its top two entries (the case J(k) = J(J(k-1))). */
+
+static void spine_next(const struct plx_snaplog_spine *sp, uint64_t *skip, uint64_t *skip_first,
+                       unsigned *pop)
+{
+    *skip = 0, *skip_first = 0, *pop = 0;
+    if (sp->n == 0)
+        return;
+    unsigned t = 0;
+    if (sp->n >= 3 && sp->e[0].first - sp->e[1].first == sp->e[1].first - sp->e[2].first)
+        t = 2;
+    *skip = sp->e[t].addr;
+    *skip_first = sp->e[t].first;
+    *pop = t;
+}
+
+void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_block *b,
+                            uint64_t addr)
+{
+    unsigned pop;
+    spine_next(sp, &b->skip, &b->skip_first, &pop);
+    if (pop) {
+        memmove(&sp->e[0], &sp->e[pop], (sp->n - pop) * sizeof sp->e[0]);
+        sp->n -= pop;
+    }
+    if (sp->n == PLX_SPINE_MAX) /* cannot happen below 2^64 blocks: drop the oldest entry */
+        sp->n--;
+    memmove(&sp->e[1], &sp->e[0], sp->n * sizeof sp->e[0]);
+    sp->e[0].addr = addr;
+    sp->e[0].first = b->first_index;
+    sp->n++;
+}
+
+/* Give every block of a log written without skip links its link, oldest first. */
+static int link_log(plx_store *st, const struct plx_vdi_record *rec)
+{
+    uint64_t nblocks = (block_start(rec->snap_count) - 1) / PLX_SNAPLOG_PER_BLOCK + 1;
+    uint64_t *addrs = calloc(nblocks, sizeof *addrs);
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    struct plx_snaplog_spine *sp = calloc(1, sizeof *sp);
+    int rc = addrs && b && sp ? 0 : plx_err(st, -ENOMEM, "out of memory");
+    uint64_t addr = rec->snaplog_head;
+    for (uint64_t i = nblocks; !rc && i-- > 0;) {
+        if (addr == 0) {
+            rc = plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before block %llu", rec->name,
+                         (unsigned long long)i);
+            break;
+        }
+        rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        if (!rc && b->first_index != i * PLX_SNAPLOG_PER_BLOCK + 1)
+            rc = plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s starts at snapshot "
+                                       "%llu, not %llu",
+                         (unsigned long long)addr, rec->name, (unsigned long long)b->first_index,
+                         (unsigned long long)(i * PLX_SNAPLOG_PER_BLOCK + 1));
+        addrs[i] = addr;
+        addr = b->prev;
+    }
+    bool wrote = false;
+    for (uint64_t i = 0; !rc && i < nblocks; i++) {
+        rc = plx_snaplog_read_block(st, addrs[i], rec->id, b);
+        if (rc)
+            break;
+        uint64_t skip = b->skip, skip_first = b->skip_first;
+        plx_snaplog_spine_push(sp, b, addrs[i]);
+        if (b->skip == skip && b->skip_first == skip_first)
+            continue;
+        /* Only the link changes: a crash before this write lands leaves skip = 0 (follow prev). */
+        plx_blkhdr_seal(b, PLX_MAGIC_SNAPLOG, addrs[i]);
+        rc = plx_sync_io(st, PLX_IO_WRITE, addrs[i], 1, b, 0);
+        if (rc)
+            plx_err(st, rc, "writing snapshot log block %llu: %s", (unsigned long long)addrs[i],
+                    strerror(-rc));
+        wrote = true;
+    }
+    if (!rc && wrote) {
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "flushing snapshot log: %s", strerror(-rc));
+    }
+    free(addrs);
+    free(sp);
+    plx_block_free(b);
+    return rc;
+}
+
+int plx_snaplog_spine_load(plx_store *st, const struct plx_vdi_record *rec,
+                           struct plx_snaplog_spine *sp)
+{
+    sp->n = 0;
+    if (!rec->snaplog_head || !rec->snap_count)
+        return 0;
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    if (!b)
+        return plx_err(st, -ENOMEM, "out of memory");
+    uint64_t addr = rec->snaplog_head, expect_first = 0;
+    bool linked = false;
+    int rc = 0;
+    for (;;) {
+        rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        if (rc)
+            break;
+        if ((expect_first && b->first_index != expect_first) || sp->n == PLX_SPINE_MAX) {
+            rc = plx_err(st, -EUCLEAN, "snapshot log of VDI %s: bad skip link to block %llu",
+                         rec->name, (unsigned long long)addr);
+            break;
+        }
+        sp->e[sp->n].addr = addr;
+        sp->e[sp->n].first = b->first_index;
+        sp->n++;
+        if (b->first_index == 1)
+            break;
+        if (!b->skip || b->skip_first >= b->first_index) {
+            /* Written by a Parallax without skip links: link the whole log once. */
+            if (linked) {
+                rc = plx_err(st, -EUCLEAN, "snapshot log of VDI %s: block %llu has no skip "
+                                           "link after linking",
+                             rec->name, (unsigned long long)addr);
+                break;
+            }
+            rc = link_log(st, rec);
+            if (rc)
+                break;
+            linked = true;
+            sp->n = 0;
+            addr = rec->snaplog_head;
+            expect_first = 0;
+            continue;
+        }
+        expect_first = b->skip_first;
+        addr = b->skip;
+    }
+    plx_block_free(b);
+    if (rc)
+        sp->n = 0;
+    return rc;
+}
+
+/* ---- Labels of a writer ------------------------------------------------------------------------ */
+
+void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
+{
+    free(ls->e);
+    memset(ls, 0, sizeof *ls);
+    ls->base_head = rec->snaplog_head;
+    ls->base_count = rec->snap_count;
+}
+
+void plx_labels_free(struct plx_label_set *ls)
+{
+    free(ls->e);
+    memset(ls, 0, sizeof *ls);
+}
+
+static int labels_push(struct plx_label_set *ls, uint64_t index, const char *label)
+{
+    if (ls->n == ls->cap) {
+        size_t cap = ls->cap ? 2 * ls->cap : 16;
+        struct plx_label_entry *e = realloc(ls->e, cap * sizeof *e);
+        if (!e)
+            return -ENOMEM;
+        ls->e = e;
+        ls->cap = cap;
+    }
+    ls->e[ls->n].index = index;
+    snprintf(ls->e[ls->n].label, sizeof ls->e[ls->n].label, "%s", label);
+    ls->n++;
+    return 0;
+}
+
+int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label)
+{
+    for (size_t i = 0; i < ls->n; i++)
+        if (ls->e[i].index == index) {
+            snprintf(ls->e[i].label, sizeof ls->e[i].label, "%s", label);
+            return 0;
+        }
+    /* Before loading, every change is kept (it overrides the log); after, only labels. */
+    if (ls->loaded && !*label)
+        return 0;
+    return labels_push(ls, index, label);
+}
+
+static int cmp_entry_index(const void *a, const void *b)
+{
+    const struct plx_label_entry *x = a, *y = b;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Read the labels of the log as it was at open; entries made since then win. */
+static int labels_load(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls)
+{
+    struct plx_vdi_record base = *rec;
+    base.snaplog_head = ls->base_head;
+    base.snap_count = ls->base_count;
+    struct plx_snap_info *list;
+    size_t n;
+    int rc = plx_snaplog_read(st, &base, &list, &n, NULL);
+    if (rc)
+        return rc;
+    if (ls->n)
+        qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
+    size_t nover = ls->n;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (list[i].deleted || !list[i].label[0])
+            continue;
+        struct plx_label_entry key = {.index = list[i].index};
+        if (nover && bsearch(&key, ls->e, nover, sizeof *ls->e, cmp_entry_index))
+            continue;
+        rc = labels_push(ls, list[i].index, list[i].label);
+    }
+    free(list);
+    if (rc)
+        return plx_err(st, rc, "out of memory");
+    ls->loaded = true;
+    return 0;
+}
+
+int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
+                     const char *label, uint64_t except_index)
+{
+    if (!label || !*label)
+        return 0;
+    if (!ls->loaded) {
+        int rc = labels_load(st, rec, ls);
+        if (rc)
+            return rc;
+    }
+    for (size_t i = 0; i < ls->n; i++)
+        if (ls->e[i].index != except_index && strcmp(ls->e[i].label, label) == 0)
+            return 1;
+    return 0;
+}
+
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block)
 {
@@ -124,38 +429,62 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
     int rc = plx_registry_find(st, vdi, rec, slot_addr);
     if (rc)
         return rc;
-    struct plx_snap_info *list;
-    uint64_t *blocks;
-    size_t n;
-    rc = plx_snaplog_read(st, rec, &list, &n, &blocks);
-    if (rc)
-        return rc;
     const char *what = at + 1;
-    long found = -1;
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    if (!b)
+        return plx_err(st, -ENOMEM, "out of memory");
+    uint64_t addr = 0;
     if (plx_all_digits(what)) {
         uint64_t idx = strtoull(what, NULL, 10);
-        if (idx >= 1 && idx <= n && !list[idx - 1].deleted)
-            found = (long)idx - 1;
-        else if (idx >= 1 && idx <= n)
-            rc = plx_err(st, -ENOENT, "snapshot %s@%s was deleted", rec->name, what);
-        else
+        if (idx >= 1 && idx <= rec->snap_count) {
+            rc = plx_snaplog_find(st, rec, idx, b, &addr);
+            if (!rc && (b->records[idx - b->first_index].flags & PLX_SNAP_DELETED))
+                rc = plx_err(st, -ENOENT, "snapshot %s@%s was deleted", rec->name, what);
+            else if (!rc)
+                info_from_record(rec, idx, &b->records[idx - b->first_index], snap);
+        } else {
             rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %s (its snapshots are numbered 1 "
-                                      "to %zu)",
-                         rec->name, what, n);
+                                      "to %llu)",
+                         rec->name, what, (unsigned long long)rec->snap_count);
+        }
     } else {
-        for (size_t i = 0; i < n; i++)
-            if (!list[i].deleted && strcmp(list[i].label, what) == 0)
-                found = (long)i;
-        if (found < 0)
+        /* Newest first, as the log is chained; labels are unique among live snapshots. */
+        uint64_t expect_last = rec->snap_count, steps = 0;
+        bool found = false;
+        addr = rec->snaplog_head;
+        while (expect_last > 0 && !found && !rc) {
+            if (addr == 0 || ++steps > rec->snap_count + 1) {
+                rc = plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
+                             rec->name, (unsigned long long)expect_last);
+                break;
+            }
+            rc = plx_snaplog_read_block(st, addr, rec->id, b);
+            if (!rc && (b->first_index > expect_last ||
+                        b->first_index + b->count - 1 < expect_last))
+                rc = plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
+                                           "snapshot %llu",
+                             (unsigned long long)addr, rec->name,
+                             (unsigned long long)expect_last);
+            for (uint64_t idx = expect_last; !rc && idx >= b->first_index; idx--) {
+                const struct plx_snap_record *r = &b->records[idx - b->first_index];
+                if (!(r->flags & PLX_SNAP_DELETED) && strncmp(r->label, what, PLX_LABEL_MAX) == 0 &&
+                    strlen(what) <= PLX_LABEL_MAX) {
+                    info_from_record(rec, idx, r, snap);
+                    found = true;
+                    break;
+                }
+            }
+            if (!found && !rc) {
+                expect_last = b->first_index - 1;
+                addr = b->prev;
+            }
+        }
+        if (!rc && !found)
             rc = plx_err(st, -ENOENT, "VDI %s has no snapshot labelled '%s'", rec->name, what);
     }
-    if (found >= 0) {
-        *snap = list[found];
-        if (log_block)
-            *log_block = blocks[found];
-    }
-    free(list);
-    free(blocks);
+    plx_block_free(b);
+    if (!rc && log_block)
+        *log_block = addr;
     return rc;
 }
 

@@ -13,7 +13,57 @@ int plx_snaplog_read(plx_store *st, const struct plx_vdi_record *rec, struct plx
                      size_t *count, uint64_t **blocks);
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out);
-/* Parse "VDI@N" or "VDI@LABEL". */
+/* The block of rec's log that holds snapshot `index` (1..snap_count), reached by skip links in
+ * O(log n) block reads; read into *b, its address in *addr. */
+int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
+                     struct plx_snaplog_block *b, uint64_t *addr);
+/* The newest complete record in the head block image `head` of a log counting snap_count
+ * snapshots, or NULL. */
+const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,
+                                                 uint64_t snap_count);
+
+/* The skip path of a writer's log: the newest block, the block its skip link names, and so on
+ * down to block 0, newest first. Appending a block needs nothing else (a skew-binary counter),
+ * so a writer keeps it in memory. Its length is at most about 2 log2(blocks). */
+#define PLX_SPINE_MAX 132u
+struct plx_snaplog_spine {
+    unsigned n; /* 0: no log yet */
+    struct {
+        uint64_t addr, first;
+    } e[PLX_SPINE_MAX];
+};
+/* Build the spine of rec's log from its head, O(log n) reads. A log written without skip links
+ * (by an older Parallax) is linked first: every block is rewritten in place with its skip link,
+ * then flushed (the one-time upgrade; a crash part way leaves a valid, partly linked log). */
+int plx_snaplog_spine_load(plx_store *st, const struct plx_vdi_record *rec,
+                           struct plx_snaplog_spine *sp);
+/* Give a new head block `b` (first_index set) at `addr` its skip link, and push it. */
+void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_block *b,
+                            uint64_t addr);
+
+/* A writer's snapshot labels, for uniqueness. Only labelled snapshots take memory. The log as
+ * it was at open (base_head, base_count) is read the first time a label is checked; changes
+ * made since open (new snapshots, relabels, deletions) are entries kept from the start, and an
+ * entry wins over the record it names ("" = no live label). */
+struct plx_label_entry {
+    uint64_t index;
+    char label[PLX_LABEL_MAX + 1];
+};
+struct plx_label_set {
+    bool loaded;
+    uint64_t base_head, base_count;
+    size_t n, cap;
+    struct plx_label_entry *e;
+};
+void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec);
+void plx_labels_free(struct plx_label_set *ls);
+/* Record that snapshot `index` now has `label` ("" = none or deleted). */
+int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label);
+/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. */
+int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
+                     const char *label, uint64_t except_index);
+
+/* Parse "VDI@N" (O(log n) log reads) or "VDI@LABEL" (newest first; stops at the match). */
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block);
 /* Is `label` acceptable as a snapshot label (length, characters)? 0 or -EINVAL with a message. */

@@ -130,18 +130,25 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     struct plx_node *root = NULL;
     if (!rc)
         rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
+    /* A writer needs the log's head block and skip path (to append), not the log itself:
+     * labels are read when one is first checked. */
+    if (!rc && !v->ro) {
+        v->spine = malloc(sizeof *v->spine);
+        rc = v->spine ? plx_snaplog_spine_load(st, &v->rec, v->spine)
+                      : plx_err(st, -ENOMEM, "out of memory");
+        plx_labels_init(&v->labels, &v->rec);
+    }
     if (!rc && !v->ro && v->rec.snaplog_head) {
         v->log_head = plx_block_alloc(1);
         rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
     }
-    if (!rc && !v->ro)
-        rc = plx_snaplog_read(st, &v->rec, &v->snaps, &v->nsnaps, NULL);
     if (rc) {
         if (locked)
             lock_record(st, v, false);
         plx_cache_owner_close(st, v->owner);
         plx_block_free(v->log_head);
-        free(v->snaps);
+        free(v->spine);
+        plx_labels_free(&v->labels);
         free(v);
         return rc;
     }
@@ -186,7 +193,8 @@ int plx_vdi_close(plx_vdi *v)
         }
     }
     plx_block_free(v->log_head);
-    free(v->snaps);
+    free(v->spine);
+    plx_labels_free(&v->labels);
     free(v);
     return rc;
 }
@@ -424,7 +432,10 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     int rc = plx_label_check(st, label);
     if (rc)
         return rc;
-    if (plx_label_taken(v, label, 0))
+    rc = plx_label_taken(v, label, 0);
+    if (rc < 0)
+        return rc;
+    if (rc)
         return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
                        label);
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
@@ -521,20 +532,24 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
         struct epoll_event e;
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
-    struct plx_snap_info *list = NULL;
-    uint64_t *where = NULL;
-    size_t n = 0;
-    int rc = plx_snaplog_read(st, &v->rec, &list, &n, &where);
-    if (!rc && (index == 0 || index > n || list[index - 1].deleted))
+    struct plx_snaplog_block *b = plx_block_alloc(1);
+    uint64_t addr = 0;
+    int rc = b ? 0 : plx_err(st, -ENOMEM, "out of memory");
+    if (!rc && (index == 0 || index > v->rec.snap_count))
         rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
                      (unsigned long long)index);
-    if (!rc && label && plx_label_taken(v, label, index))
-        rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
-                     label);
-    struct plx_snaplog_block *b = plx_block_alloc(1);
-    uint64_t addr = rc ? 0 : where[index - 1];
     if (!rc)
-        rc = plx_snaplog_read_block(st, addr, v->rec.id, b);
+        rc = plx_snaplog_find(st, &v->rec, index, b, &addr);
+    if (!rc && (b->records[index - b->first_index].flags & PLX_SNAP_DELETED))
+        rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
+                     (unsigned long long)index);
+    if (!rc && label) {
+        int taken = plx_label_taken(v, label, index);
+        rc = taken < 0 ? taken
+             : taken   ? plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
+                                 v->rec.name, label)
+                       : 0;
+    }
     if (!rc) {
         struct plx_snap_record *r = &b->records[index - b->first_index];
         if (del)
@@ -552,17 +567,10 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
                     strerror(-rc));
         else if (addr == v->rec.snaplog_head && v->log_head)
             memcpy(v->log_head, b, PLX_BLOCK_SIZE);
-        if (!rc && index <= v->nsnaps) {
-            if (del)
-                v->snaps[index - 1].deleted = 1;
-            if (label)
-                snprintf(v->snaps[index - 1].label, sizeof v->snaps[index - 1].label, "%s",
-                         label);
-        }
+        if (!rc)
+            rc = plx_labels_set(&v->labels, index, del ? "" : label);
     }
     plx_block_free(b);
-    free(list);
-    free(where);
     return rc;
 }
 

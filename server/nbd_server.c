@@ -117,7 +117,8 @@
 #define NBD_MAX_PAYLOAD (32u << 20) /* block size maximum we advertise */
 #define NBD_MAX_OPTION (64u << 10)  /* longest option we accept */
 #define NBD_OUT_LIMIT (64u << 20)   /* queued reply bytes before we stop reading */
-#define NBD_READ_CHUNK (256u << 10) /* input buffer growth */
+#define NBD_READ_CHUNK (256u << 10)  /* input buffer growth of a busy connection */
+#define NBD_READ_CHUNK0 (16u << 10)  /* ... of a new one: an idle client costs 16 KiB, not 256 */
 #define NBD_MAX_EXTENTS 1024        /* block status descriptors per reply */
 #define NBD_CONTEXT_ALLOCATION 1u   /* our id of "base:allocation" */
 #define NBD_MAX_LISTENERS 8
@@ -168,6 +169,7 @@ struct conn {
     int writable;
     char *in;
     size_t in_off, in_len, in_cap, need;
+    size_t chunk; /* input buffer growth: doubles while reads fill it, up to NBD_READ_CHUNK */
     struct msg *out_head, *out_tail;
     size_t out_bytes;
     unsigned outstanding;
@@ -1217,7 +1219,9 @@ static void conn_parse(struct conn *c, plx_store *st)
 static void conn_read(struct conn *c)
 {
     size_t have = c->in_len - c->in_off;
-    size_t room = NBD_READ_CHUNK;
+    if (!c->chunk)
+        c->chunk = NBD_READ_CHUNK0;
+    size_t room = c->chunk;
     if (c->need > have && c->need - have > room)
         room = c->need - have;
     if (c->in_cap - c->in_len < room && c->in_off) {
@@ -1249,6 +1253,8 @@ static void conn_read(struct conn *c)
         return;
     }
     ssize_t r = recv(c->h.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+    if (r > 0 && (size_t)r == c->in_cap - c->in_len && c->chunk < NBD_READ_CHUNK)
+        c->chunk *= 2; /* the client sends faster than one chunk per read */
     if (r > 0)
         c->in_len += (size_t)r;
     else if (r == 0)

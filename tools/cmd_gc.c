@@ -67,7 +67,7 @@ int cmd_gc(struct cli_ctx *ctx, int argc, char **argv)
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
     if (rc == EXIT_OK)
-        rc = cli_open_store(ctx, dry_run, &st);
+        rc = cli_open_store_aio(ctx, dry_run, &st);
     if (rc != EXIT_OK)
         return rc;
     struct progress prog;

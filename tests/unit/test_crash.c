@@ -1752,6 +1752,30 @@ static void wl_handover(struct wl *wl)
     run_phase(wl, &mx, scale(50), 1u << a);
 }
 
+/* Many snapshots of one VDI: its log grows past a dozen blocks, each new block written with a
+ * skip link computed in the request stream, across closes and reopens (which rebuild the skip
+ * path from the medium); snapshots are read back as VDI@N through the links. */
+static void wl_snap_many(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 64)};
+    int a = add_vdi(wl, "many", 4 * MIB, r, 1);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 20,
+                     .flush = 2,
+                     .snap = 70,
+                     .read = 8,
+                     .max_nb = 4,
+                     .hot = 50,
+                     .inflight = 16,
+                     .max_snaps = 4000,
+                     .label = 5};
+    for (int round = 0; round < 4; round++) {
+        run_phase(wl, &mx, scale(300), 1u << a);
+        close_vdi(wl, a);
+        open_vdi(wl, a);
+    }
+}
+
 /* Lock takeover: the engine writing a VDI loses its lease mid-run (a host frozen past its lease,
  * or partitioned from the lock manager) with the VDI still open, and does not know it. Another
  * engine, to which the first one's holder now counts as dead, takes the VDI over: under the admin
@@ -1837,7 +1861,7 @@ static const struct workload workloads[] = {
     {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
-    {"placement", wl_placement, 64 * 1024},
+    {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 

@@ -1,0 +1,361 @@
+/*
+ * scale.c - costs against the number of snapshots of one VDI (bench/README.md, "Scale").
+ *
+ * One VDI on a file blockstore (libaio, O_DIRECT) is snapshotted up to each count in
+ * --counts (clean snapshots, a 4 KiB write before every 10th, submitted 32 at a time), and at
+ * each count this measures, in the same run:
+ *   snap_ms       a blocking snapshot of the open writer (mean of 20; they add to the count)
+ *   lookup_ms     plx_snap_lookup "v@1" and "v@newest" (mean of 50 each)
+ *   list_ms       plx_snap_list: the whole log, which is what every lookup and every writable
+ *                 open read before skip links (the baseline)
+ *   open_snap_ms  plx_vdi_open "v@1" read-only + close (the snapshot export's open), mean of 20
+ *   open_rw_ms    plx_vdi_open "v" for writing + close, mean of 5
+ *   iops          4 KiB random reads of the newest snapshot, 32 in flight, for 2 s, over the
+ *                 16 MiB the benchmark wrote (the radix nodes stay cached; the data does not)
+ *   iops_oldest   the same on VDI@1, right after: the baseline of the same moment (the machine
+ *                 is shared, so a drop in both is the machine, not the snapshot count)
+ * Output: one CSV line per count on stdout.
+ *
+ * --gc NODES: the collector's mark phase on scattered nodes instead. Eight VDIs of 64 GiB take
+ * NODES random 4 KiB writes each, interleaved, so their leaf nodes interleave in the metadata
+ * extents; seven are deleted, and `gc --dry-run` (which reads every live node, frees nothing)
+ * runs 3 times: nodes read per second, and plx_check's time, as CSV.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parallax.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void die(plx_store *st, int rc, const char *what)
+{
+    fprintf(stderr, "scale: %s: %d %s\n", what, rc, st ? plx_store_errmsg(st) : "");
+    exit(1);
+}
+
+struct counter {
+    unsigned done, failed;
+};
+
+static void snap_done(void *arg, int status)
+{
+    struct counter *c = arg;
+    c->done++;
+    c->failed += status != 0;
+}
+
+struct reader {
+    plx_vdi *s;
+    uint64_t state, done;
+    char *buf;
+};
+
+static void read_done(void *arg, int status);
+
+static void read_next(struct reader *r, char *buf)
+{
+    r->state = r->state * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t off = ((r->state >> 33) % 4096) * 4096;
+    if (plx_vdi_submit_read(r->s, buf, off, 4096, read_done, buf))
+        exit(1);
+}
+
+static struct reader *the_reader;
+
+static void read_done(void *arg, int status)
+{
+    if (status)
+        exit(1);
+    if (!the_reader)
+        return;
+    the_reader->done++;
+    read_next(the_reader, arg);
+}
+
+/* 4 KiB random reads of snapshot `spec`, 32 in flight, for 2 s: IOPS. */
+static double random_reads(plx_store *st, const char *spec)
+{
+    struct reader r = {.state = 42};
+    int rc = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &r.s);
+    if (rc)
+        die(st, rc, "open for reading");
+    r.buf = aligned_alloc(4096, 32 * 4096);
+    the_reader = &r;
+    for (int i = 0; i < 32; i++)
+        read_next(&r, r.buf + i * 4096);
+    double t0 = now_ms(), t1;
+    uint64_t d0 = 0;
+    bool warm = false;
+    for (;;) {
+        rc = plx_store_service(st);
+        if (rc < 0)
+            die(st, rc, "service");
+        t1 = now_ms();
+        if (!warm && t1 - t0 > 300) {
+            warm = true, t0 = t1, d0 = r.done;
+        } else if (warm && t1 - t0 > 2000) {
+            break;
+        }
+    }
+    double iops = (double)(r.done - d0) / ((t1 - t0) / 1000);
+    /* Let the reads in flight finish before closing: they resubmit, so stop them first. */
+    the_reader = NULL;
+    plx_vdi_close(r.s);
+    free(r.buf);
+    return iops;
+}
+
+/* Take snapshots until the VDI has `target`. */
+static void grow(plx_store *st, plx_vdi *v, uint64_t *have, uint64_t target)
+{
+    static char buf[4096];
+    static uint64_t idx[32];
+    struct counter c = {0, 0};
+    uint64_t want = target - *have, sent = 0;
+    while (c.done < want) {
+        while (sent < want && sent - c.done < 32) {
+            if ((*have + sent) % 10 == 0) {
+                memset(buf, (int)(sent & 0xff), sizeof buf);
+                int rc = plx_vdi_pwrite(v, buf, ((*have + sent) % 4096) * 4096, sizeof buf, 0);
+                if (rc)
+                    die(st, rc, "write");
+            }
+            int rc = plx_vdi_submit_snapshot(v, "", &idx[sent % 32], snap_done, &c);
+            if (rc)
+                die(st, rc, "snapshot");
+            sent++;
+        }
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            die(st, rc, "service");
+    }
+    if (c.failed)
+        die(st, -EIO, "a snapshot failed");
+    *have = target;
+}
+
+static void write_done(void *arg, int status)
+{
+    struct counter *c = arg;
+    c->done++;
+    c->failed += status != 0;
+}
+
+/* Timestamps of the collector's steps: marking starts at the first "marking" step and ends at
+ * the first "sweeping" one. */
+struct gc_times {
+    double mark_start, mark_end;
+};
+
+static void gc_progress(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+    struct gc_times *t = arg;
+    if (!t->mark_start && strncmp(step, "marking", 7) == 0)
+        t->mark_start = now_ms();
+    if (!t->mark_end && strncmp(step, "sweeping", 8) == 0)
+        t->mark_end = now_ms();
+}
+
+static int gc_bench(plx_store *st, uint64_t nodes)
+{
+    enum { NV = 8 };
+    plx_vdi *v[NV];
+    char name[16];
+    for (int i = 0; i < NV; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        int rc = plx_vdi_create(st, name, 64ull << 30, NULL);
+        if (!rc)
+            rc = plx_vdi_open(st, name, 0, &v[i]);
+        if (rc)
+            die(st, rc, "create");
+    }
+    char *buf = aligned_alloc(4096, 4096);
+    memset(buf, 0x33, 4096);
+    struct counter c = {0, 0};
+    uint64_t sent = 0, total = nodes * NV, state = 7;
+    while (c.done < total) {
+        while (sent < total && sent - c.done < 64) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            /* one write per 2 MiB leaf span: each write is a new leaf */
+            uint64_t off = ((state >> 20) % (32768)) * (2u << 20);
+            int rc = plx_vdi_submit_write(v[sent % NV], buf, off, 4096, 0, write_done, &c);
+            if (rc)
+                die(st, rc, "write");
+            sent++;
+        }
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            die(st, rc, "service");
+    }
+    if (c.failed)
+        die(st, -EIO, "a write failed");
+    for (int i = 0; i < NV; i++)
+        plx_vdi_close(v[i]);
+    for (int i = 1; i < NV; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        int rc = plx_vdi_delete(st, name);
+        if (rc)
+            die(st, rc, "delete");
+    }
+    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,check_seconds\n");
+    for (int run = 0; run < 3; run++) {
+        struct plx_gc_report r;
+        struct gc_times t = {0, 0};
+        struct plx_gc_opts o = {
+            .struct_size = sizeof o, .dry_run = 1, .progress = gc_progress, .progress_arg = &t};
+        int rc = plx_gc_ex(st, &o, &r);
+        if (rc)
+            die(st, rc, "gc");
+        double mark_s = (t.mark_end - t.mark_start) / 1000;
+        struct plx_check_report cr;
+        double t0 = now_ms();
+        if ((rc = plx_check(st, &cr, NULL, NULL)) || cr.errors)
+            die(st, rc ? rc : -EUCLEAN, "check");
+        printf("%d,%llu,%.3f,%.3f,%.0f,%.3f\n", run, (unsigned long long)r.metadata_read,
+               r.seconds, mark_s, (double)r.metadata_read / mark_s, (now_ms() - t0) / 1000);
+        fflush(stdout);
+    }
+    free(buf);
+    plx_store_close(st);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t gc_nodes = 0;
+    const char *path = NULL;
+    const char *counts = "1,10,100,1000,10000,100000";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--store") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strcmp(argv[i], "--counts") == 0 && i + 1 < argc)
+            counts = argv[++i];
+        else if (strcmp(argv[i], "--gc") == 0 && i + 1 < argc)
+            gc_nodes = strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: bench-scale --store FILE [--counts 1,10,... | --gc NODES]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "bench-scale: --store FILE is required\n");
+        return 2;
+    }
+    char err[512];
+    int rc = plx_format(path, 8ull << 30, 0, 1, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench-scale: format %s: %s\n", path, err);
+        return 1;
+    }
+    plx_store *st;
+    struct plx_open_opts o = {.struct_size = sizeof o};
+    rc = plx_store_open(path, &o, &st, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench-scale: open %s: %s\n", path, err);
+        return 1;
+    }
+    if (gc_nodes)
+        return gc_bench(st, gc_nodes);
+    rc = plx_vdi_create(st, "v", 16ull << 30, NULL);
+    if (rc)
+        die(st, rc, "create");
+    plx_vdi *v;
+    rc = plx_vdi_open(st, "v", 0, &v);
+    if (rc)
+        die(st, rc, "open");
+    /* Fill the 16 MiB the random reads cover, so that they reach the medium. */
+    char *fill = aligned_alloc(4096, 1 << 20);
+    memset(fill, 0x5a, 1 << 20);
+    for (uint64_t off = 0; off < (16u << 20); off += 1 << 20)
+        if ((rc = plx_vdi_pwrite(v, fill, off, 1 << 20, 0)))
+            die(st, rc, "fill");
+    free(fill);
+    printf("snapshots,snap_ms,lookup_oldest_ms,lookup_newest_ms,list_ms,open_snap_ms,"
+           "open_rw_ms,iops,iops_oldest\n");
+    uint64_t have = 0;
+    char *list = strdup(counts);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        uint64_t target = strtoull(tok, NULL, 10);
+        if (target > have)
+            grow(st, v, &have, target);
+        char spec_old[64], spec_new[64];
+        snprintf(spec_old, sizeof spec_old, "v@1");
+        snprintf(spec_new, sizeof spec_new, "v@%llu", (unsigned long long)have);
+        struct plx_snap_info si;
+        double t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_snap_lookup(st, spec_old, &si)))
+                die(st, rc, spec_old);
+        double lookup_old = (now_ms() - t0) / 50;
+        t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_snap_lookup(st, spec_new, &si)))
+                die(st, rc, spec_new);
+        double lookup_new = (now_ms() - t0) / 50;
+        struct plx_vdi_info vi;
+        if ((rc = plx_vdi_lookup(st, "v", &vi)))
+            die(st, rc, "lookup v");
+        int reps = have > 20000 ? 3 : 10;
+        t0 = now_ms();
+        for (int i = 0; i < reps; i++) {
+            struct plx_snap_info *all;
+            size_t n;
+            if ((rc = plx_snap_list(st, vi.id, &all, &n)))
+                die(st, rc, "list");
+            free(all);
+        }
+        double list_ms = (now_ms() - t0) / reps;
+        t0 = now_ms();
+        for (int i = 0; i < 20; i++) {
+            plx_vdi *s;
+            if ((rc = plx_vdi_open(st, spec_old, PLX_OPEN_READONLY, &s)))
+                die(st, rc, "open snapshot");
+            plx_vdi_close(s);
+        }
+        double open_snap = (now_ms() - t0) / 20;
+        if ((rc = plx_vdi_close(v)))
+            die(st, rc, "close");
+        t0 = now_ms();
+        for (int i = 0; i < 5; i++) {
+            if ((rc = plx_vdi_open(st, "v", 0, &v)))
+                die(st, rc, "open writable");
+            if (i < 4 && (rc = plx_vdi_close(v)))
+                die(st, rc, "close");
+        }
+        double open_rw = (now_ms() - t0) / 5;
+        t0 = now_ms();
+        for (int i = 0; i < 20; i++) {
+            uint64_t idx;
+            if ((rc = plx_vdi_snapshot_open(v, "", &idx)))
+                die(st, rc, "snapshot");
+        }
+        double snap = (now_ms() - t0) / 20;
+        have += 20;
+        snprintf(spec_new, sizeof spec_new, "v@%llu", (unsigned long long)have);
+        double iops = random_reads(st, spec_new);
+        double iops_oldest = random_reads(st, spec_old);
+        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,%.0f\n", (unsigned long long)target,
+               snap, lookup_old, lookup_new, list_ms, open_snap, open_rw, iops, iops_oldest);
+        fflush(stdout);
+    }
+    free(list);
+    struct plx_check_report r;
+    double t0 = now_ms();
+    if ((rc = plx_check(st, &r, NULL, NULL)))
+        die(st, rc, "check");
+    fprintf(stderr, "bench-scale: check of %llu snapshots: %llu errors, %.0f ms\n",
+            (unsigned long long)r.snapshots, (unsigned long long)r.errors, now_ms() - t0);
+    plx_vdi_close(v);
+    plx_store_close(st);
+    return r.errors ? 1 : 0;
+}

@@ -1,0 +1,391 @@
+/*
+ * test_scale.c - costs that must not grow with history: looking up VDI@N, opening a VDI for
+ * writing and checking labels read O(log n) snapshot-log blocks, not the log (snaplog.c skip
+ * links). Reads are counted on a memory medium through a counting wrapper; the bounds below
+ * would be broken many times over by reading the log (100 blocks here).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_fault.h"
+#include "format.h"
+#include "parallax.h"
+#include "testutil.h"
+
+#define MiB (1ull << 20)
+#define MEDIUM_BLOCKS (64 * MiB / PLX_BLOCK_SIZE)
+#define NSNAPS (100 * PLX_SNAPLOG_PER_BLOCK) /* 6,300 snapshots: 100 log blocks */
+/* Log blocks a lookup may read: the skip path is at most about 3 log2(100) = 20 blocks long. */
+#define MAX_LOG_READS 24u
+
+static plx_store *open_store(plx_backend *mem, int read_only)
+{
+    char err[256] = "";
+    struct plx_open_opts o = {.struct_size = sizeof o, .read_only = read_only};
+    plx_store *st = NULL;
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), &o, &st, err, sizeof err);
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    return st;
+}
+
+struct counter {
+    unsigned done, failed;
+};
+
+static void snap_done(void *arg, int status)
+{
+    struct counter *c = arg;
+    c->done++;
+    c->failed += status != 0;
+}
+
+/* A store with VDI "v" holding NSNAPS snapshots; every 7th follows a write (so roots differ),
+ * the others are clean. Snapshot 1 is labelled "first", snapshot 4000 "middle". */
+static plx_backend *many_snapshots(void)
+{
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(MEDIUM_BLOCKS);
+    ck_assert_ptr_nonnull(mem);
+    ck_assert_int_eq(plx_format_backend(mem, MiB, err, sizeof err), 0);
+    plx_store *st = open_store(mem, 0);
+    ck_assert_int_eq(plx_vdi_create(st, "v", 64 * MiB, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "v", 0, &v), 0);
+    static uint64_t idx[NSNAPS];
+    struct counter c = {0, 0};
+    char buf[PLX_BLOCK_SIZE];
+    for (unsigned i = 0; i < NSNAPS; i++) {
+        if (i % 7 == 0) {
+            memset(buf, (int)(i & 0xff), sizeof buf);
+            ck_assert_int_eq(plx_vdi_pwrite(v, buf, (uint64_t)(i % 512) * 4096, sizeof buf, 0), 0);
+        }
+        const char *label = i == 0 ? "first" : i == 3999 ? "middle" : "";
+        ck_assert_int_eq(plx_vdi_submit_snapshot(v, label, &idx[i], snap_done, &c), 0);
+        while (c.done + 64 <= i + 1 || (i + 1 == NSNAPS && c.done < NSNAPS))
+            ck_assert_int_ge(plx_store_service(st), 0);
+    }
+    ck_assert_uint_eq(c.failed, 0);
+    ck_assert_uint_eq(idx[NSNAPS - 1], NSNAPS);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    return mem;
+}
+
+static void assert_check_clean(plx_backend *mem, uint64_t snapshots)
+{
+    plx_store *st = open_store(mem, 1);
+    struct plx_check_report r;
+    ck_assert_int_eq(plx_check(st, &r, NULL, NULL), 0);
+    ck_assert_uint_eq(r.errors, 0);
+    ck_assert_uint_eq(r.snapshots, snapshots);
+    plx_store_close(st);
+}
+
+/* Every snapshot resolves as VDI@N to the record the linear reader (plx_snap_list) finds, and
+ * each lookup reads at most `max_reads` blocks (0: not counted). */
+static void assert_lookups(plx_backend *mem, unsigned max_reads, size_t step)
+{
+    plx_store *st = open_store(mem, 1);
+    struct plx_vdi_info vi;
+    ck_assert_int_eq(plx_vdi_lookup(st, "v", &vi), 0);
+    struct plx_snap_info *list;
+    size_t n;
+    ck_assert_int_eq(plx_snap_list(st, vi.id, &list, &n), 0);
+    ck_assert_uint_eq(n, NSNAPS);
+    unsigned long worst = 0;
+    for (size_t i = 0; i < n; i = i + step < n || i + 1 == n ? i + step : n - 1) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "v@%zu", i + 1);
+        struct plx_snap_info si;
+        unsigned long before = tu_reads;
+        int rc = plx_snap_lookup(st, spec, &si);
+        ck_assert_msg(rc == 0, "%s: %d %s", spec, rc, plx_store_errmsg(st));
+        if (tu_reads - before > worst)
+            worst = tu_reads - before;
+        ck_assert_uint_eq(si.index, i + 1);
+        ck_assert_uint_eq(si.root, list[i].root);
+        ck_assert_str_eq(si.label, list[i].label);
+    }
+    free(list);
+    fprintf(stderr, "scale: VDI@N over %u snapshots: at most %lu reads per lookup\n", NSNAPS,
+            worst);
+    if (max_reads)
+        ck_assert_msg(worst <= max_reads, "a lookup read %lu blocks (bound %u)", worst, max_reads);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@middle", &si), 0);
+    ck_assert_uint_eq(si.index, 4000);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@first", &si), 0);
+    ck_assert_uint_eq(si.index, 1);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@6301", &si), -ENOENT);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@0", &si), -ENOENT);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@nosuch", &si), -ENOENT);
+    plx_store_close(st);
+}
+
+START_TEST(test_lookup_reads_log_n)
+{
+    plx_backend *mem = many_snapshots();
+    /* registry (1) + skip path + the block itself */
+    assert_lookups(mem, 1 + MAX_LOG_READS, 1);
+    assert_check_clean(mem, NSNAPS);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Opening for writing reads the head block and the skip path, not the log; so does taking a
+ * snapshot after it. The first label check then reads the log once. */
+START_TEST(test_writable_open_reads_log_n)
+{
+    plx_backend *mem = many_snapshots();
+    plx_store *st = open_store(mem, 0);
+    plx_vdi *v;
+    unsigned long before = tu_reads;
+    ck_assert_int_eq(plx_vdi_open(st, "v", 0, &v), 0);
+    unsigned long open_reads = tu_reads - before;
+    fprintf(stderr, "scale: writable open with %u snapshots: %lu reads\n", NSNAPS, open_reads);
+    ck_assert_msg(open_reads <= 4 + MAX_LOG_READS, "open read %lu blocks", open_reads);
+    uint64_t idx = 0;
+    before = tu_reads;
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "", &idx), 0);
+    ck_assert_uint_eq(idx, NSNAPS + 1);
+    ck_assert_uint_le(tu_reads - before, 4);
+    /* Labels: taken ones are refused even though the log was not read at open. */
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "first", &idx), -EEXIST);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "middle", &idx), -EEXIST);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "new", &idx), 0);
+    ck_assert_uint_eq(idx, NSNAPS + 2);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "new", &idx), -EEXIST);
+    /* A label freed by relabelling or deleting can be used again. */
+    ck_assert_int_eq(plx_vdi_snap_label(v, 1, "renamed"), 0);
+    ck_assert_int_eq(plx_vdi_snap_delete(v, 4000), 0);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "first", &idx), 0);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "middle", &idx), 0);
+    ck_assert_int_eq(plx_vdi_snap_label(v, 2, "renamed"), -EEXIST);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+
+    /* The same rules after a reopen, with the changes made before it read from the log. */
+    ck_assert_int_eq(plx_vdi_open(st, "v", 0, &v), 0);
+    ck_assert_int_eq(plx_vdi_snap_label(v, 3, "renamed"), -EEXIST);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "first", &idx), -EEXIST);
+    ck_assert_int_eq(plx_vdi_snap_delete(v, NSNAPS + 3), 0);
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "first", &idx), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@renamed", &si), 0);
+    ck_assert_uint_eq(si.index, 1);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@middle", &si), 0);
+    ck_assert_uint_eq(si.index, NSNAPS + 4);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    assert_check_clean(mem, NSNAPS + 5 - 2);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Clear every skip link of v's log, as a Parallax without them wrote it. */
+static unsigned unlink_log(plx_backend *mem)
+{
+    plx_store *st = open_store(mem, 1);
+    struct plx_vdi_info vi;
+    ck_assert_int_eq(plx_vdi_lookup(st, "v", &vi), 0);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@1", &si), 0);
+    plx_store_close(st);
+    /* Walk the chain from the head, found through the registry record. */
+    uint64_t head = 0;
+    for (uint64_t b = 0; b < mem->nblocks && !head; b++) {
+        const struct plx_vdi_record *r = plx_backend_mem_peek(mem, b);
+        if (r && r->hdr.magic == PLX_MAGIC_VDI && r->id == vi.id)
+            head = r->snaplog_head;
+    }
+    ck_assert_uint_ne(head, 0);
+    unsigned n = 0;
+    for (uint64_t a = head; a; n++) {
+        struct plx_snaplog_block lb;
+        memcpy(&lb, plx_backend_mem_peek(mem, a), sizeof lb);
+        lb.skip = 0;
+        lb.skip_first = 0;
+        uint8_t blk[PLX_BLOCK_SIZE] = {0};
+        memcpy(blk, plx_backend_mem_peek(mem, a), sizeof blk);
+        memcpy(blk, &lb, sizeof lb);
+        plx_blkhdr_seal(blk, PLX_MAGIC_SNAPLOG, a);
+        plx_backend_mem_poke(mem, a, blk);
+        a = lb.prev;
+    }
+    return n;
+}
+
+/* A log written without skip links is read correctly (prev only) and linked on the first
+ * writable open; a crash at any point of that linking leaves a log that resolves every snapshot
+ * to the right root and checks clean. */
+START_TEST(test_old_log_is_linked)
+{
+    plx_backend *mem = many_snapshots();
+    ck_assert_uint_eq(unlink_log(mem), 100);
+    assert_lookups(mem, 0, 1);
+    assert_check_clean(mem, NSNAPS);
+
+    plx_backend *fb = plx_fault_create(mem, 0);
+    ck_assert_ptr_nonnull(fb);
+    plx_store *st = open_store(fb, 0);
+    uint64_t start = plx_fault_log_position(fb);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "v", 0, &v), 0);
+    uint64_t end = plx_fault_log_position(fb);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* Crash images from before the first link write to after the flush. */
+    struct plx_crash_cursor *c = plx_crash_cursor_new(fb);
+    unsigned images = 0;
+    for (uint64_t p = start; p <= end; p += 1 + (end - start) / 12) {
+        plx_crash_cursor_seek(c, p);
+        for (int mode = 0; mode < 3; mode++) {
+            plx_backend *img = plx_crash_cursor_image(c, (enum plx_crash_mode)mode, p);
+            if (mode != PLX_CRASH_KEEP_ALL)
+                assert_check_clean(img, NSNAPS);
+            assert_lookups(img, 0, 61);
+            img->ops->destroy(img);
+            images++;
+        }
+    }
+    plx_crash_cursor_free(c);
+    ck_assert_uint_gt(images, 30);
+    /* After the linking: lookups are O(log n) again. */
+    c = plx_crash_cursor_new(fb);
+    plx_crash_cursor_seek(c, plx_fault_log_position(fb));
+    plx_backend *img = plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0);
+    assert_lookups(img, 1 + MAX_LOG_READS, 1);
+    img->ops->destroy(img);
+    plx_crash_cursor_free(c);
+    fb->ops->destroy(fb);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* A skip link naming the wrong block is reported by check and refused by lookups, never
+ * followed to a wrong root. */
+START_TEST(test_bad_skip_link)
+{
+    plx_backend *mem = many_snapshots();
+    uint64_t head = 0;
+    for (uint64_t b = 0; b < mem->nblocks && !head; b++) {
+        const struct plx_vdi_record *r = plx_backend_mem_peek(mem, b);
+        if (r && r->hdr.magic == PLX_MAGIC_VDI && strcmp(r->name, "v") == 0)
+            head = r->snaplog_head;
+    }
+    uint8_t blk[PLX_BLOCK_SIZE];
+    memcpy(blk, plx_backend_mem_peek(mem, head), sizeof blk);
+    struct plx_snaplog_block *lb = (struct plx_snaplog_block *)blk;
+    ck_assert_uint_ne(lb->skip, 0);
+    lb->skip = lb->prev; /* block 98, while skip_first claims block 0 */
+    lb->skip_first = 1;
+    plx_blkhdr_seal(blk, PLX_MAGIC_SNAPLOG, head);
+    plx_backend_mem_poke(mem, head, blk);
+    plx_store *st = open_store(mem, 1);
+    struct plx_check_report r;
+    ck_assert_int_eq(plx_check(st, &r, NULL, NULL), 0);
+    ck_assert_uint_gt(r.errors, 0);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@1", &si), -EUCLEAN);
+    plx_store_close(st);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* The largest VDI, 256 TiB (a 4-level tree), on a 64 MiB store: written and read at both ends
+ * and in the middle, snapshotted, cloned, collected. */
+START_TEST(test_vdi_256tib)
+{
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(MEDIUM_BLOCKS);
+    ck_assert_int_eq(plx_format_backend(mem, MiB, err, sizeof err), 0);
+    plx_store *st = open_store(mem, 0);
+    ck_assert_int_eq(plx_vdi_create(st, "big", PLX_MAX_VDI_SIZE + 4096, NULL), -EFBIG);
+    ck_assert_int_eq(plx_vdi_create(st, "big", PLX_MAX_VDI_SIZE, NULL), 0);
+    struct plx_vdi_info info;
+    ck_assert_int_eq(plx_vdi_lookup(st, "big", &info), 0);
+    ck_assert_uint_eq(info.height, 4);
+    const uint64_t offs[] = {0, 4096, PLX_MAX_VDI_SIZE / 2 - 4096, PLX_MAX_VDI_SIZE / 2,
+                             (PLX_MAX_VDI_SIZE / 3) & ~4095ull, PLX_MAX_VDI_SIZE - 4096};
+    const unsigned n = sizeof offs / sizeof offs[0];
+    char buf[4096], got[4096];
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "big", 0, &v), 0);
+    ck_assert_uint_eq(plx_vdi_size(v), PLX_MAX_VDI_SIZE);
+    for (unsigned i = 0; i < n; i++) {
+        memset(buf, 'a' + (int)i, sizeof buf);
+        ck_assert_int_eq(plx_vdi_pwrite(v, buf, offs[i], sizeof buf, 0), 0);
+    }
+    /* A write across the end is refused and changes nothing. */
+    ck_assert_int_ne(plx_vdi_pwrite(v, buf, PLX_MAX_VDI_SIZE - 2048, sizeof buf, 0), 0);
+    uint64_t idx;
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "one", &idx), 0);
+    for (unsigned i = 0; i < n; i++) {
+        memset(buf, 'A' + (int)i, sizeof buf);
+        ck_assert_int_eq(plx_vdi_pwrite(v, buf, offs[i], sizeof buf, 0), 0);
+    }
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_vdi_clone(st, "kid", "big@one", NULL), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "kid", 0, &v), 0);
+    memset(buf, 'z', sizeof buf);
+    ck_assert_int_eq(plx_vdi_pwrite(v, buf, PLX_MAX_VDI_SIZE - 4096, sizeof buf, 0), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    /* Each view reads what it should at every offset; untouched blocks between read as zeros. */
+    const char *views[] = {"big", "big@one", "kid"};
+    for (unsigned w = 0; w < 3; w++) {
+        ck_assert_int_eq(plx_vdi_open(st, views[w], PLX_OPEN_READONLY, &v), 0);
+        for (unsigned i = 0; i < n; i++) {
+            ck_assert_int_eq(plx_vdi_pread(v, got, offs[i], sizeof got), 0);
+            int want = w == 0 ? 'A' + (int)i : 'a' + (int)i;
+            if (w == 2 && i == n - 1)
+                want = 'z';
+            memset(buf, want, sizeof buf);
+            ck_assert_msg(memcmp(got, buf, sizeof got) == 0, "%s at %llu", views[w],
+                          (unsigned long long)offs[i]);
+        }
+        ck_assert_int_eq(plx_vdi_pread(v, got, PLX_MAX_VDI_SIZE / 4, sizeof got), 0);
+        memset(buf, 0, sizeof buf);
+        ck_assert_int_eq(memcmp(got, buf, sizeof got), 0);
+        ck_assert_int_eq(plx_vdi_close(v), 0);
+    }
+    /* Collect after deleting the clone: it frees the clone's blocks, keeps the rest. */
+    ck_assert_int_eq(plx_vdi_delete(st, "kid"), 0);
+    struct plx_gc_report r;
+    ck_assert_int_eq(plx_gc(st, 0, &r), 0);
+    ck_assert_uint_gt(r.freed_by_type[PLX_EXTENT_METADATA] + r.freed_by_type[PLX_EXTENT_DATA], 0);
+    ck_assert_int_eq(plx_vdi_open(st, "big@one", PLX_OPEN_READONLY, &v), 0);
+    ck_assert_int_eq(plx_vdi_pread(v, got, PLX_MAX_VDI_SIZE - 4096, sizeof got), 0);
+    memset(buf, 'a' + (int)(n - 1), sizeof buf);
+    ck_assert_int_eq(memcmp(got, buf, sizeof got), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_store *ro = open_store(mem, 1);
+    struct plx_check_report cr;
+    ck_assert_int_eq(plx_check(ro, &cr, NULL, NULL), 0);
+    ck_assert_uint_eq(cr.errors, 0);
+    ck_assert_uint_eq(cr.snapshots, 1);
+    plx_store_close(ro);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+static Suite *scale_suite(void)
+{
+    Suite *s = suite_create("scale");
+    TCase *tc = tcase_create("snapshot-log");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_lookup_reads_log_n);
+    tcase_add_test(tc, test_writable_open_reads_log_n);
+    tcase_add_test(tc, test_old_log_is_linked);
+    tcase_add_test(tc, test_bad_skip_link);
+    suite_add_tcase(s, tc);
+    TCase *big = tcase_create("size");
+    tcase_add_test(big, test_vdi_256tib);
+    suite_add_tcase(s, big);
+    return s;
+}
+
+TU_MAIN(scale_suite)
