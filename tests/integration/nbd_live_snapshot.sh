@@ -126,14 +126,18 @@ expect_fail 1 plx vdi-delete disk
 head -c 4096 /dev/urandom >"$T/junk"
 expect_fail 1 plx vdi-import disk "$T/junk"
 [[ $PLX_LAST_STDERR == *"open for writing"* ]] || fail "vdi-import message: $PLX_LAST_STDERR"
-# A second server on the same blockstore starts (it serves every VDI), but cannot open this one.
+# A second server on the same blockstore starts (it serves every VDI), but cannot open this one:
+# its client's requests wait for a handover (server/nbd_server.c) that does not come, and fail.
 sock2=$T/nbd2.sock
+export PARALLAX_HANDOVER_WAIT=1
 start_server "$sock2" "$T/serve2.log"
+unset PARALLAX_HANDOVER_WAIT
 server2=$SERVER_PID
 if qemu-io -f raw -c "read 0 4k" "$(uri disk "$sock2")" >"$T/q2" 2>&1; then
     fail "a second server opened the VDI that the first one holds"
 fi
 grep -q "open for writing" "$T/serve2.log" || fail "second server's message: $(cat "$T/serve2.log")"
+grep -q "gave up waiting" "$T/serve2.log" || fail "second server did not give up: $(cat "$T/serve2.log")"
 kill -TERM "$server2"
 wait "$server2" || true
 
