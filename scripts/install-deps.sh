@@ -22,7 +22,7 @@ TEST_PKGS=(
     qemu-system-common gnuplot-nox fonts-dejavu-core mount git tar coreutils
     # the install and package tests (tests/integration/install.sh, deb_package.sh): Debian
     # package builds, `script` for a terminal, nm and readelf
-    debhelper dpkg-dev bsdutils binutils
+    debhelper dpkg-dev bsdutils binutils man-db
     # real guests on VDIs (tests/integration/vm_clones.sh, bench/clones.sh): QEMU with TCG, the
     # initramfs packer; the guest's kernel and busybox are fetched by scripts/golden-image.sh
     # with apt-get download, not installed
