@@ -546,16 +546,11 @@ static void close_vdi(struct wl *wl, int vi)
 /* Hand every open VDI to the other engine (opened on first use as another host): wait for the
  * requests in flight, close the VDIs here and open them there. The engine that let go keeps
  * its node cache, which must not be trusted when the VDIs come back (writer_gen). */
+static void drain(struct wl *wl);
+
 static void switch_engine(struct wl *wl)
 {
-    while (wl->inflight > 0) {
-        int rc = plx_store_service(wl->st);
-        ck_assert_msg(rc >= 0, "service: %d", rc);
-        if (rc == 0 && wl->inflight > 0) {
-            struct pollfd pfd = {.fd = plx_store_fd(wl->st), .events = POLLIN};
-            poll(&pfd, 1, 2000);
-        }
-    }
+    drain(wl);
     bool was_open[MAXV] = {false};
     for (int vi = 0; vi < wl->nv; vi++)
         if (wl->v[vi].h) {
