@@ -1489,9 +1489,10 @@ START_TEST(test_iscsi_open_errors)
     expect_iscsi_open_error(url, -EINVAL, "no target");
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/", port);
     expect_iscsi_open_error(url, -EINVAL, "no target IQN");
-    /* An IQN without such a LUN: LUN 0 is tgt's controller; 200 is never created here. */
-    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/300", port, iqn); /* tu_tgtd_new_lun uses 1-255 */
-    expect_iscsi_open_error(url, -ENOENT, "has no LUN 300");
+    /* An IQN without such a LUN: LUN 0 is tgt's controller; tu_tgtd_new_lun never makes 255 (LUN 300
+     * was once found present under tgt, so a number past 255 is no safe "missing" LUN). */
+    snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/255", port, iqn);
+    expect_iscsi_open_error(url, -ENOENT, "has no LUN 255");
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/iqn.2026-11.org.parallax.test:nosuch/1", port);
     expect_iscsi_open_error(url, -ENOENT, "no such target IQN");
     /* A portal nobody listens on. */

@@ -196,8 +196,8 @@ int tu_tgtd_new_lun(uint64_t bytes, unsigned lba_size, char *url, size_t urllen)
     close(fd);
     /* Children of one run are sequential; start each one's search at a different place. */
     unsigned start = (unsigned)getpid() * 7u + next++;
-    for (unsigned i = 0; i < 255; i++) {
-        int lun = 1 + (int)((start + i) % 255);
+    for (unsigned i = 0; i < 254; i++) {
+        int lun = 1 + (int)((start + i) % 254); /* never 255: tests ask for it as missing */
         if (tu_tgtd_adm("--op new --mode logicalunit --tid 1 --lun %d -b %s --blocksize=%u", lun,
                         path, lba_size) == 0) {
             /* tgtd holds the file open; the name is not needed. */
