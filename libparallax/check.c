@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "labelidx.h"
 #include "lock.h"
 #include "registry.h"
 #include "snaplog.h"
@@ -72,7 +73,18 @@ struct ck_logblk {
     size_t vdi;
 };
 
-enum ck_ref_kind { REF_NODE, REF_CUR_ROOT, REF_SNAP_ROOT, REF_LOG };
+/* A label: of a live snapshot in the log, or of an entry in the label index. */
+struct ck_label {
+    uint64_t index;
+    char label[PLX_LABEL_MAX + 1];
+};
+
+struct ck_labels {
+    struct ck_label *v;
+    size_t n, cap;
+};
+
+enum ck_ref_kind { REF_NODE, REF_CUR_ROOT, REF_SNAP_ROOT, REF_LOG, REF_LIDX };
 
 /* Where a reference comes from; only turned into text when something is wrong. */
 struct ck_ref {
@@ -104,6 +116,8 @@ struct ck {
     size_t nlogs, logs_cap;
     struct ck_skip *skips; /* the log blocks of the VDI being checked, newest first */
     size_t nskips, skips_cap;
+    struct ck_labels log_labels, idx_labels; /* of the VDI being checked */
+    size_t lidx_vdi;                         /* while walking its label index */
     struct ck_list levels[PLX_HEIGHT_LARGE];
     uint8_t *iobuf;  /* CK_RUN blocks */
     uint8_t *blkbuf; /* one block */
@@ -199,6 +213,9 @@ static void ref_text(const struct ck *c, const struct ck_ref *r, char *buf, size
         break;
     case REF_LOG:
         snprintf(buf, len, "the snapshot log of VDI %s", c->vdis[r->vdi].name);
+        break;
+    case REF_LIDX:
+        snprintf(buf, len, "the label index of VDI %s", c->vdis[r->vdi].name);
         break;
     }
 }
@@ -611,6 +628,112 @@ static void check_skips(struct ck *c, const struct plx_vdi_record *rec)
     }
 }
 
+static int label_push(struct ck *c, struct ck_labels *l, uint64_t index, const char *label)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct ck_label *v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            c->nomem = 1;
+            return -ENOMEM;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].index = index;
+    memcpy(l->v[l->n].label, label, PLX_LABEL_MAX);
+    l->v[l->n].label[PLX_LABEL_MAX] = 0;
+    l->n++;
+    return 0;
+}
+
+static int cmp_label(const void *a, const void *b)
+{
+    const struct ck_label *x = a, *y = b;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return strcmp(x->label, y->label);
+}
+
+/* One node of a VDI's label index: a private block, allocated; a leaf's entries sit where their
+ * label's hash leads. */
+static int label_index_node(void *arg, uint64_t addr, const struct plx_lidx_block *node,
+                            uint64_t parent, uint64_t path, const char *why)
+{
+    struct ck *c = arg;
+    const struct plx_vdi_record *rec = &c->vdis[c->lidx_vdi];
+    char why_buf[128];
+    const char *bad = addr_problem(c, addr, PLX_EXTENT_METADATA, why_buf, sizeof why_buf);
+    if (bad) {
+        problem(c, 1, "label index of VDI %s links to block %llu: %s", rec->name,
+                (unsigned long long)addr, bad);
+        c->incomplete = true;
+        return 0;
+    }
+    struct ck_ref r = {.kind = REF_LIDX, .vdi = c->lidx_vdi};
+    int rr = ref_block(c, addr, true, true, &r);
+    if (rr == REF_AGAIN)
+        return 0; /* reported by ref_block */
+    if (rr == REF_NEW_UNALLOCATED)
+        problem(c, 1, "label index node %llu of VDI %s is not allocated in the bitmap of extent "
+                      "%llu",
+                (unsigned long long)addr, rec->name, (unsigned long long)(addr / c->eb));
+    if (!node) {
+        problem(c, 1, "label index node %llu of VDI %s is corrupt: %s", (unsigned long long)addr,
+                rec->name, why);
+        c->incomplete = true;
+        return 0;
+    }
+    if (node->kind != PLX_LIDX_LEAF)
+        return 0;
+    uint64_t mask = node->level ? (~0ull >> (64 - 8 * node->level)) : 0;
+    for (uint32_t i = 0; i < node->count; i++) {
+        const struct plx_lidx_entry *e = &node->u.entry[i];
+        if ((plx_lidx_hash(e->label) & mask) != path) {
+            problem(c, 1, "label index node %llu of VDI %s holds label '%s' off its hash path",
+                    (unsigned long long)addr, rec->name, e->label);
+            continue;
+        }
+        if (label_push(c, &c->idx_labels, e->index, e->label))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The index must name the label of every live labelled snapshot up to label_indexed (it may
+ * hold more: stale entries are checked against the log by every reader). */
+static int check_label_index(struct ck *c, size_t vi)
+{
+    const struct plx_vdi_record *rec = &c->vdis[vi];
+    if (rec->label_indexed > rec->snap_count) {
+        problem(c, 1, "VDI %s: its label index claims %llu snapshots, its log holds %llu",
+                rec->name, (unsigned long long)rec->label_indexed,
+                (unsigned long long)rec->snap_count);
+        return 0;
+    }
+    c->idx_labels.n = 0;
+    c->lidx_vdi = vi;
+    bool was_incomplete = c->incomplete;
+    c->incomplete = false;
+    int rc = plx_lidx_walk(c->st, rec->id, rec->label_index, label_index_node, c);
+    if (rc == -ENOMEM || c->nomem)
+        return -ENOMEM;
+    bool walked = !c->incomplete;
+    c->incomplete = was_incomplete || c->incomplete;
+    if (!walked)
+        return 0;
+    qsort(c->idx_labels.v, c->idx_labels.n, sizeof *c->idx_labels.v, cmp_label);
+    for (size_t i = 0; i < c->log_labels.n; i++) {
+        const struct ck_label *l = &c->log_labels.v[i];
+        if (!c->idx_labels.n ||
+            !bsearch(l, c->idx_labels.v, c->idx_labels.n, sizeof *l, cmp_label))
+            problem(c, 1, "label index of VDI %s lacks snapshot %llu, labelled '%s' (%s@%s "
+                          "would not be found)",
+                    rec->name, (unsigned long long)l->index, l->label, rec->name, l->label);
+    }
+    return 0;
+}
+
 /* Follow one VDI's log from its head; every complete, non-deleted snapshot becomes a tree.
  * Records beyond snap_count belong to a snapshot that never completed and are ignored. */
 static int check_log(struct ck *c, size_t vi)
@@ -620,6 +743,7 @@ static int check_log(struct ck *c, size_t vi)
     struct plx_snaplog_block *b = (struct plx_snaplog_block *)c->blkbuf;
     char why_buf[128];
     c->nskips = 0;
+    c->log_labels.n = 0;
     if (expect == 0 && addr != 0) {
         problem(c, 1,
                 "VDI %s: snapshot log head is block %llu but the record counts no "
@@ -694,6 +818,9 @@ static int check_log(struct ck *c, size_t vi)
             const struct plx_snap_record *sr = &b->records[idx - b->first_index];
             if (sr->flags & PLX_SNAP_DELETED)
                 continue;
+            if (sr->label[0] && idx <= rec->label_indexed &&
+                label_push(c, &c->log_labels, idx, sr->label))
+                return -ENOMEM;
             c->out->snapshots++;
             if (tree_add(c, vi, idx, sr->root))
                 return -ENOMEM;
@@ -709,7 +836,7 @@ static int check_log(struct ck *c, size_t vi)
                 "block %llu",
                 rec->name, (unsigned long long)addr);
     check_skips(c, rec);
-    return 0;
+    return check_label_index(c, vi);
 stopped:
     c->incomplete = true;
     return 0;
@@ -921,6 +1048,8 @@ static void ck_free(struct ck *c)
     free(c->trees);
     free(c->logs);
     free(c->skips);
+    free(c->log_labels.v);
+    free(c->idx_labels.v);
     for (unsigned i = 0; i < PLX_HEIGHT_LARGE; i++)
         free(c->levels[i].v);
     plx_block_free(c->iobuf);

@@ -30,6 +30,7 @@
 #define PLX_MAGIC_CATALOG 0x5441434cu  /* extent catalogue block */
 #define PLX_MAGIC_VDI 0x4944564cu      /* VDI registry record */
 #define PLX_MAGIC_SNAPLOG 0x474f4c53u  /* snapshot log block */
+#define PLX_MAGIC_LABELIDX 0x5844494cu /* bytes "LIDX": label index node */
 
 struct plx_blkhdr {
     uint32_t magic;
@@ -149,7 +150,12 @@ struct plx_vdi_record {
     uint64_t lock_time_ns;
     uint64_t writer_gen;    /* bumped each time a writer takes the lock: another process's
                              * cached nodes of this VDI from an older generation are stale */
-    uint64_t reserved2[7];
+    /* Label index (labelidx.c; added after version 1 shipped, in former reserved words: 0 = no
+     * index, every label is found by reading the log). The index covers the labels of
+     * snapshots 1..label_indexed; a reader scans the log records after it. */
+    uint64_t label_index;   /* root node of the label index, 0 = none */
+    uint64_t label_indexed; /* snapshots 1..label_indexed have their labels in the index */
+    uint64_t reserved2[5];
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");
@@ -181,6 +187,34 @@ struct plx_snaplog_block {
     struct plx_snap_record records[PLX_SNAPLOG_PER_BLOCK];
 };
 static_assert(sizeof(struct plx_snaplog_block) <= PLX_BLOCK_SIZE, "snapshot log block fits");
+
+/* ---- Label index: a hash trie of label -> snapshot index, copy on write ------------------------ */
+#define PLX_LIDX_INTERIOR 1u
+#define PLX_LIDX_LEAF 2u
+#define PLX_LIDX_FANOUT 256u /* interior node: one child per byte of the label's hash */
+#define PLX_LIDX_DEPTH 8u    /* a 64-bit hash has 8 bytes: levels 0..7 */
+#define PLX_LIDX_HDR 48u
+struct plx_lidx_entry {
+    uint64_t index;                /* snapshot that had `label` when the entry was written */
+    char label[PLX_LABEL_MAX + 1]; /* NUL-padded */
+};
+static_assert(sizeof(struct plx_lidx_entry) == 48, "label index entry layout");
+#define PLX_LIDX_PER_LEAF ((PLX_BLOCK_SIZE - PLX_LIDX_HDR) / 48u) /* 84 */
+struct plx_lidx_block {
+    struct plx_blkhdr hdr;
+    uint64_t vdi_id;   /* owner */
+    uint32_t kind;     /* PLX_LIDX_INTERIOR or PLX_LIDX_LEAF */
+    uint32_t level;    /* depth below the root, 0 = root */
+    uint32_t count;    /* leaf: entries used */
+    uint32_t reserved0;
+    uint64_t reserved1;
+    union {
+        uint64_t child[PLX_LIDX_FANOUT];                    /* interior: 0 = empty */
+        struct plx_lidx_entry entry[PLX_LIDX_PER_LEAF]; /* leaf */
+        uint8_t raw[PLX_BLOCK_SIZE - PLX_LIDX_HDR];
+    } u;
+};
+static_assert(sizeof(struct plx_lidx_block) == PLX_BLOCK_SIZE, "label index node is a block");
 
 /* ---- Checksums --------------------------------------------------------------------------------- */
 uint32_t plx_crc32c(uint32_t seed, const void *data, size_t len);

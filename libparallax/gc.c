@@ -33,6 +33,7 @@
 #include <time.h>
 #include "alloc.h"
 #include "cache.h"
+#include "labelidx.h"
 #include "lock.h"
 #include "pipeline.h"
 #include "registry.h"
@@ -124,6 +125,20 @@ static int drain_open_vdis(plx_store *st)
 }
 
 /* Step 1 and the registry half of step 2, under the admin lock. */
+/* A label index node is live but is not a radix node: never read it as one. */
+static int mark_label_index(void *arg, uint64_t addr, const struct plx_lidx_block *node,
+                            uint64_t parent, uint64_t path, const char *why)
+{
+    struct gc *g = arg;
+    if (!node)
+        return plx_err(g->st, -EUCLEAN, "gc: nothing freed: label index node %llu is corrupt: "
+                                        "%s (parallax check reports it)",
+                       (unsigned long long)addr, why);
+    set_bit(g->rmap, addr);
+    set_bit(g->scanned, addr);
+    return 0;
+}
+
 static int checkpoint(struct gc *g, bool dry_run)
 {
     plx_store *st = g->st;
@@ -169,6 +184,8 @@ static int checkpoint(struct gc *g, bool dry_run)
         }
         free(snaps);
         free(where);
+        if (!rc)
+            rc = plx_lidx_walk(st, r->id, r->label_index, mark_label_index, g);
     }
     plx_admin_unlock(st);
     return rc;

@@ -318,102 +318,6 @@ int plx_snaplog_spine_load(plx_store *st, const struct plx_vdi_record *rec,
     return rc;
 }
 
-/* ---- Labels of a writer ------------------------------------------------------------------------ */
-
-void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
-{
-    free(ls->e);
-    memset(ls, 0, sizeof *ls);
-    ls->base_head = rec->snaplog_head;
-    ls->base_count = rec->snap_count;
-}
-
-void plx_labels_free(struct plx_label_set *ls)
-{
-    free(ls->e);
-    memset(ls, 0, sizeof *ls);
-}
-
-static int labels_push(struct plx_label_set *ls, uint64_t index, const char *label)
-{
-    if (ls->n == ls->cap) {
-        size_t cap = ls->cap ? 2 * ls->cap : 16;
-        struct plx_label_entry *e = realloc(ls->e, cap * sizeof *e);
-        if (!e)
-            return -ENOMEM;
-        ls->e = e;
-        ls->cap = cap;
-    }
-    ls->e[ls->n].index = index;
-    snprintf(ls->e[ls->n].label, sizeof ls->e[ls->n].label, "%s", label);
-    ls->n++;
-    return 0;
-}
-
-int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label)
-{
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index == index) {
-            snprintf(ls->e[i].label, sizeof ls->e[i].label, "%s", label);
-            return 0;
-        }
-    /* Before loading, every change is kept (it overrides the log); after, only labels. */
-    if (ls->loaded && !*label)
-        return 0;
-    return labels_push(ls, index, label);
-}
-
-static int cmp_entry_index(const void *a, const void *b)
-{
-    const struct plx_label_entry *x = a, *y = b;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* Read the labels of the log as it was at open; entries made since then win. */
-static int labels_load(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls)
-{
-    struct plx_vdi_record base = *rec;
-    base.snaplog_head = ls->base_head;
-    base.snap_count = ls->base_count;
-    struct plx_snap_info *list;
-    size_t n;
-    int rc = plx_snaplog_read(st, &base, &list, &n, NULL);
-    if (rc)
-        return rc;
-    if (ls->n)
-        qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
-    size_t nover = ls->n;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (list[i].deleted || !list[i].label[0])
-            continue;
-        struct plx_label_entry key = {.index = list[i].index};
-        if (nover && bsearch(&key, ls->e, nover, sizeof *ls->e, cmp_entry_index))
-            continue;
-        rc = labels_push(ls, list[i].index, list[i].label);
-    }
-    free(list);
-    if (rc)
-        return plx_err(st, rc, "out of memory");
-    ls->loaded = true;
-    return 0;
-}
-
-int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
-                     const char *label, uint64_t except_index)
-{
-    if (!label || !*label)
-        return 0;
-    if (!ls->loaded) {
-        int rc = labels_load(st, rec, ls);
-        if (rc)
-            return rc;
-    }
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index != except_index && strcmp(ls->e[i].label, label) == 0)
-            return 1;
-    return 0;
-}
-
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block)
 {
@@ -448,38 +352,13 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
                          rec->name, what, (unsigned long long)rec->snap_count);
         }
     } else {
-        /* Newest first, as the log is chained; labels are unique among live snapshots. */
-        uint64_t expect_last = rec->snap_count, steps = 0;
-        bool found = false;
-        addr = rec->snaplog_head;
-        while (expect_last > 0 && !found && !rc) {
-            if (addr == 0 || ++steps > rec->snap_count + 1) {
-                rc = plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
-                             rec->name, (unsigned long long)expect_last);
-                break;
-            }
-            rc = plx_snaplog_read_block(st, addr, rec->id, b);
-            if (!rc && (b->first_index > expect_last ||
-                        b->first_index + b->count - 1 < expect_last))
-                rc = plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
-                                           "snapshot %llu",
-                             (unsigned long long)addr, rec->name,
-                             (unsigned long long)expect_last);
-            for (uint64_t idx = expect_last; !rc && idx >= b->first_index; idx--) {
-                const struct plx_snap_record *r = &b->records[idx - b->first_index];
-                if (!(r->flags & PLX_SNAP_DELETED) && strncmp(r->label, what, PLX_LABEL_MAX) == 0 &&
-                    strlen(what) <= PLX_LABEL_MAX) {
-                    info_from_record(rec, idx, r, snap);
-                    found = true;
-                    break;
-                }
-            }
-            if (!found && !rc) {
-                expect_last = b->first_index - 1;
-                addr = b->prev;
-            }
-        }
-        if (!rc && !found)
+        /* The label index and the log records after it (labels.c). */
+        uint64_t idx = 0;
+        int found = plx_label_find(st, rec, what, &idx, b, &addr);
+        rc = found < 0 ? found : 0;
+        if (found > 0)
+            info_from_record(rec, idx, &b->records[idx - b->first_index], snap);
+        if (!found)
             rc = plx_err(st, -ENOENT, "VDI %s has no snapshot labelled '%s'", rec->name, what);
     }
     plx_block_free(b);
@@ -545,23 +424,27 @@ int plx_snap_label(plx_store *st, const char *snap, const char *label)
         return rc;
     struct plx_vdi_record rec;
     struct plx_snap_info si;
-    uint64_t log_block = 0;
-    rc = plx_snap_resolve(st, snap, &rec, NULL, &si, &log_block);
+    uint64_t log_block = 0, slot = 0;
+    rc = plx_snap_resolve(st, snap, &rec, &slot, &si, &log_block);
     if (!rc && rec.lock_host && !plx_holder_stale(st, rec.lock_host, rec.lock_pid,
                                                    rec.lock_epoch))
         rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u); label it there",
                      rec.name, rec.lock_pid);
     if (!rc && *label) {
-        struct plx_snap_info *list;
-        size_t n;
-        rc = plx_snaplog_read(st, &rec, &list, &n, NULL);
-        for (size_t i = 0; !rc && i < n; i++)
-            if (!list[i].deleted && i + 1 != si.index && strcmp(list[i].label, label) == 0)
-                rc = plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s' (@%zu)",
-                             rec.name, label, i + 1);
-        if (!rc || rc == -EEXIST)
-            free(list);
+        uint64_t other = 0;
+        int found = plx_label_find(st, &rec, label, &other, NULL, NULL);
+        rc = found < 0                        ? found
+             : found > 0 && other != si.index ? plx_err(st, -EEXIST, "VDI %s already has a "
+                                                                      "snapshot labelled '%s' "
+                                                                      "(@%llu)",
+                                                        rec.name, label,
+                                                        (unsigned long long)other)
+                                              : 0;
     }
+    /* The index names the label before the log record does (a crash between leaves a stale
+     * entry, which readers check against the record). */
+    if (!rc)
+        rc = plx_labels_note(st, slot, &rec, NULL, si.index, label);
     struct plx_snaplog_block *b = plx_block_alloc(1);
     if (!rc)
         rc = plx_snaplog_read_block(st, log_block, rec.id, b);

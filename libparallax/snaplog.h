@@ -41,17 +41,28 @@ int plx_snaplog_spine_load(plx_store *st, const struct plx_vdi_record *rec,
 void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_block *b,
                             uint64_t addr);
 
-/* A writer's snapshot labels, for uniqueness. Only labelled snapshots take memory. The log as
- * it was at open (base_head, base_count) is read the first time a label is checked; changes
- * made since open (new snapshots, relabels, deletions) are entries kept from the start, and an
- * entry wins over the record it names ("" = no live label). */
+/* ---- Labels (labels.c) ----------------------------------------------------------------------
+ * A label is found through the VDI's label index (labelidx.c), which covers snapshots
+ * 1..label_indexed, and by reading the log records after that (the "tail"). Writers fold the
+ * tail into the index at open, at close and every PLX_LABELS_FOLD_TAIL snapshots, so the tail
+ * stays a few log blocks long and a lookup reads O(log n) blocks. */
+#define PLX_LABELS_FOLD_TAIL (2u * PLX_SNAPLOG_PER_BLOCK)
+
+/* 1 and *index if a live snapshot of the log rec describes is labelled `label`, 0 if none, or a
+ * negative errno. With b (may be NULL): on 1, *b is the log block holding it, *b_addr its
+ * address. */
+int plx_label_find(plx_store *st, const struct plx_vdi_record *rec, const char *label,
+                   uint64_t *index, struct plx_snaplog_block *b, uint64_t *b_addr);
+
+/* A writer's snapshot labels, for uniqueness: the store as of `base` (the record at open or at
+ * the last fold, whose index and log are on the medium), plus the changes made since then
+ * (new snapshots, relabels, deletions), which win over the medium ("" = no live label). */
 struct plx_label_entry {
     uint64_t index;
     char label[PLX_LABEL_MAX + 1];
 };
 struct plx_label_set {
-    bool loaded;
-    uint64_t base_head, base_count;
+    struct plx_vdi_record base;
     size_t n, cap;
     struct plx_label_entry *e;
 };
@@ -62,8 +73,20 @@ int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label);
 /* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. */
 int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
                      const char *label, uint64_t except_index);
+/* Snapshot `index` of the VDI whose record is *rec (in slot slot_addr) is about to get `label`:
+ * if the index covers that snapshot, put the label into it and write the record naming the new
+ * index (durable on return), before the caller writes the log record. The caller is the VDI's
+ * writer with no snapshot in flight (ls = its label set), or holds the admin lock while no
+ * writer holds the VDI (ls = NULL). Call it wherever a label is written to an existing record. */
+int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
+                    struct plx_label_set *ls, uint64_t index, const char *label);
+/* Fold the tail of rec's log into its label index (building the index on a store written before
+ * it existed) and write the record naming it. The caller holds the VDI lock with no snapshot in
+ * flight; nothing is written if the tail is shorter than min_tail. */
+int plx_labels_fold(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
+                    uint64_t min_tail);
 
-/* Parse "VDI@N" (O(log n) log reads) or "VDI@LABEL" (newest first; stops at the match). */
+/* Parse "VDI@N" or "VDI@LABEL" (O(log n) log and index reads). */
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block);
 /* Is `label` acceptable as a snapshot label (length, characters)? 0 or -EINVAL with a message. */

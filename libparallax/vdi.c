@@ -136,6 +136,10 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
         v->spine = malloc(sizeof *v->spine);
         rc = v->spine ? plx_snaplog_spine_load(st, &v->rec, v->spine)
                       : plx_err(st, -ENOMEM, "out of memory");
+        /* The label index covers the whole log from here on (on a store written before the
+         * index existed, this builds it: the one time the whole log is read). */
+        if (!rc)
+            rc = plx_labels_fold(st, v->slot_addr, &v->rec, 1);
         plx_labels_init(&v->labels, &v->rec);
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
@@ -176,6 +180,9 @@ int plx_vdi_close(plx_vdi *v)
     rc = rc < 0 ? rc : 0;
     if (!v->ro && st->fenced && !rc)
         rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
+    /* Leave the log's tail short for readers. A failure only leaves the index as it was. */
+    if (!v->ro && !st->fatal && !st->fenced && !rc && !v->needs_reload)
+        (void)plx_labels_fold(st, v->slot_addr, &v->rec, PLX_SNAPLOG_PER_BLOCK);
     if (!v->ro && !st->fatal) {
         int lrc = lock_record(st, v, false);
         if (!rc)
@@ -419,6 +426,26 @@ int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, 
     return 0;
 }
 
+static bool snapshot_pending(const plx_vdi *v)
+{
+    return (v->open && v->open->snap) || (v->flight && v->flight->snap) ||
+           (v->flight_next && v->flight_next->snap);
+}
+
+/* Fold the log's tail into the label index once it is PLX_LABELS_FOLD_TAIL snapshots long, when
+ * no snapshot is in flight (the pipeline writes the VDI record only for snapshots). Everything
+ * up to snap_count is then on the medium, so the label set starts again from there. */
+static int labels_fold_idle(plx_vdi *v)
+{
+    if (v->ro || snapshot_pending(v) || v->needs_reload ||
+        v->rec.snap_count - v->rec.label_indexed < PLX_LABELS_FOLD_TAIL)
+        return 0;
+    int rc = plx_labels_fold(v->st, v->slot_addr, &v->rec, PLX_LABELS_FOLD_TAIL);
+    if (!rc)
+        plx_labels_init(&v->labels, &v->rec);
+    return rc;
+}
+
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
                             void *arg)
 {
@@ -432,6 +459,7 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     int rc = plx_label_check(st, label);
     if (rc)
         return rc;
+    (void)labels_fold_idle(v); /* an error leaves the index as it was: still correct */
     rc = plx_label_taken(v, label, 0);
     if (rc < 0)
         return rc;
@@ -504,12 +532,6 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
 
 /* ---- Changing snapshot records of an open VDI ----------------------------------------------- */
 
-static bool snapshot_pending(const plx_vdi *v)
-{
-    return (v->open && v->open->snap) || (v->flight && v->flight->snap) ||
-           (v->flight_next && v->flight_next->snap);
-}
-
 /* Rewrite one record of the VDI's log. Waits until no snapshot is being committed (it may be
  * rewriting the same log block); the read-modify-write itself runs with the pipeline paused,
  * since synchronous I/O runs no completion handlers. */
@@ -550,6 +572,9 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
                                  v->rec.name, label)
                        : 0;
     }
+    /* The label index names the label before the log record does (labels.c). */
+    if (!rc && label)
+        rc = plx_labels_note(st, v->slot_addr, &v->rec, &v->labels, index, label);
     if (!rc) {
         struct plx_snap_record *r = &b->records[index - b->first_index];
         if (del)

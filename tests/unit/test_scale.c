@@ -43,7 +43,8 @@ static void snap_done(void *arg, int status)
 }
 
 /* A store with VDI "v" holding NSNAPS snapshots; every 7th follows a write (so roots differ),
- * the others are clean. Snapshot 1 is labelled "first", snapshot 4000 "middle". */
+ * the others are clean. Snapshot 1 is labelled "first", snapshot 4000 "middle", and one in five
+ * others "sN" (N = its index): 1,261 labels, so the label index has interior nodes. */
 static plx_backend *many_snapshots(void)
 {
     char err[256] = "";
@@ -62,7 +63,11 @@ static plx_backend *many_snapshots(void)
             memset(buf, (int)(i & 0xff), sizeof buf);
             ck_assert_int_eq(plx_vdi_pwrite(v, buf, (uint64_t)(i % 512) * 4096, sizeof buf, 0), 0);
         }
-        const char *label = i == 0 ? "first" : i == 3999 ? "middle" : "";
+        char label[PLX_LABEL_MAX + 1] = "";
+        if (i == 0 || i == 3999)
+            snprintf(label, sizeof label, "%s", i == 0 ? "first" : "middle");
+        else if (i % 5 == 2)
+            snprintf(label, sizeof label, "s%u", i + 1);
         ck_assert_int_eq(plx_vdi_submit_snapshot(v, label, &idx[i], snap_done, &c), 0);
         while (c.done + 64 <= i + 1 || (i + 1 == NSNAPS && c.done < NSNAPS))
             ck_assert_int_ge(plx_store_service(st), 0);
@@ -74,11 +79,19 @@ static plx_backend *many_snapshots(void)
     return mem;
 }
 
+static void print_problem(void *arg, int is_error, const char *line)
+{
+    unsigned *n = arg;
+    if (is_error && (*n)++ < 5)
+        fprintf(stderr, "check: %s\n", line);
+}
+
 static void assert_check_clean(plx_backend *mem, uint64_t snapshots)
 {
     plx_store *st = open_store(mem, 1);
     struct plx_check_report r;
-    ck_assert_int_eq(plx_check(st, &r, NULL, NULL), 0);
+    unsigned shown = 0;
+    ck_assert_int_eq(plx_check(st, &r, print_problem, &shown), 0);
     ck_assert_uint_eq(r.errors, 0);
     ck_assert_uint_eq(r.snapshots, snapshots);
     plx_store_close(st);
@@ -125,11 +138,74 @@ static void assert_lookups(plx_backend *mem, unsigned max_reads, size_t step)
     plx_store_close(st);
 }
 
+/* VDI v's record on the medium (a memory backend), and its address. */
+static const struct plx_vdi_record *find_record(plx_backend *mem, uint64_t *addr)
+{
+    for (uint64_t b = 0; b < mem->nblocks; b++) {
+        const struct plx_vdi_record *r = plx_backend_mem_peek(mem, b);
+        if (r && r->hdr.magic == PLX_MAGIC_VDI && strcmp(r->name, "v") == 0) {
+            if (addr)
+                *addr = b;
+            return r;
+        }
+    }
+    ck_abort_msg("no record of VDI v");
+    return NULL;
+}
+
+/* Label index nodes a label lookup may read: a root and two levels for 1,261 labels. */
+#define MAX_INDEX_READS 4u
+
+/* Every live labelled snapshot resolves as VDI@LABEL, within max_reads block reads each (0: not
+ * counted); so does a label nobody has (-ENOENT). Returns the worst count. */
+static unsigned long assert_label_lookups(plx_backend *mem, unsigned max_reads, size_t step)
+{
+    plx_store *st = open_store(mem, 1);
+    struct plx_vdi_info vi;
+    ck_assert_int_eq(plx_vdi_lookup(st, "v", &vi), 0);
+    struct plx_snap_info *list;
+    size_t n, labels = 0;
+    ck_assert_int_eq(plx_snap_list(st, vi.id, &list, &n), 0);
+    unsigned long worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].deleted || !list[i].label[0] || (i % step && list[i].index != 4000))
+            continue;
+        char spec[64];
+        snprintf(spec, sizeof spec, "v@%s", list[i].label);
+        struct plx_snap_info si;
+        unsigned long before = tu_reads;
+        int rc = plx_snap_lookup(st, spec, &si);
+        ck_assert_msg(rc == 0, "%s: %d %s", spec, rc, plx_store_errmsg(st));
+        if (tu_reads - before > worst)
+            worst = tu_reads - before;
+        ck_assert_uint_eq(si.index, list[i].index);
+        ck_assert_uint_eq(si.root, list[i].root);
+        labels++;
+    }
+    free(list);
+    struct plx_snap_info si;
+    unsigned long before = tu_reads;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@nosuch", &si), -ENOENT);
+    unsigned long miss = tu_reads - before;
+    fprintf(stderr, "scale: VDI@LABEL over %zu labels: at most %lu reads per lookup, %lu for a "
+                    "missing label\n",
+            labels, worst, miss);
+    if (max_reads) {
+        ck_assert_msg(worst <= max_reads, "a label lookup read %lu blocks (bound %u)", worst,
+                      max_reads);
+        ck_assert_msg(miss <= 1 + MAX_INDEX_READS, "a missing label read %lu blocks", miss);
+    }
+    plx_store_close(st);
+    return worst > miss ? worst : miss;
+}
+
 START_TEST(test_lookup_reads_log_n)
 {
     plx_backend *mem = many_snapshots();
     /* registry (1) + skip path + the block itself */
     assert_lookups(mem, 1 + MAX_LOG_READS, 1);
+    /* registry + index path + the record's skip path */
+    assert_label_lookups(mem, 1 + MAX_INDEX_READS + MAX_LOG_READS, 1);
     assert_check_clean(mem, NSNAPS);
     mem->ops->destroy(mem);
 }
@@ -214,6 +290,15 @@ static unsigned unlink_log(plx_backend *mem)
         plx_backend_mem_poke(mem, a, blk);
         a = lb.prev;
     }
+    /* ... and without a label index (those record words were reserved, zero). */
+    uint64_t slot;
+    uint8_t rb[PLX_BLOCK_SIZE];
+    memcpy(rb, find_record(mem, &slot), sizeof rb);
+    struct plx_vdi_record *rec = (struct plx_vdi_record *)rb;
+    rec->label_index = 0;
+    rec->label_indexed = 0;
+    plx_blkhdr_seal(rb, PLX_MAGIC_VDI, slot);
+    plx_backend_mem_poke(mem, slot, rb);
     return n;
 }
 
@@ -225,6 +310,8 @@ START_TEST(test_old_log_is_linked)
     plx_backend *mem = many_snapshots();
     ck_assert_uint_eq(unlink_log(mem), 100);
     assert_lookups(mem, 0, 1);
+    /* Without an index a missing label reads the whole log: what the index saves. */
+    ck_assert_uint_gt(assert_label_lookups(mem, 0, 1), 100);
     assert_check_clean(mem, NSNAPS);
 
     plx_backend *fb = plx_fault_create(mem, 0);
@@ -247,6 +334,7 @@ START_TEST(test_old_log_is_linked)
             if (mode != PLX_CRASH_KEEP_ALL)
                 assert_check_clean(img, NSNAPS);
             assert_lookups(img, 0, 61);
+            assert_label_lookups(img, 0, 97);
             img->ops->destroy(img);
             images++;
         }
@@ -258,6 +346,7 @@ START_TEST(test_old_log_is_linked)
     plx_crash_cursor_seek(c, plx_fault_log_position(fb));
     plx_backend *img = plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0);
     assert_lookups(img, 1 + MAX_LOG_READS, 1);
+    assert_label_lookups(img, 1 + MAX_INDEX_READS + MAX_LOG_READS, 1);
     img->ops->destroy(img);
     plx_crash_cursor_free(c);
     fb->ops->destroy(fb);
@@ -292,6 +381,119 @@ START_TEST(test_bad_skip_link)
     ck_assert_int_eq(plx_snap_lookup(st, "v@1", &si), -EUCLEAN);
     plx_store_close(st);
     mem->ops->destroy(mem);
+}
+END_TEST
+
+/* A writer taking snapshots one at a time folds the log's tail into the label index as it goes:
+ * a missing label costs the index path and a tail of a few blocks, not the log of the session. */
+START_TEST(test_label_tail_bounded)
+{
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(MEDIUM_BLOCKS);
+    ck_assert_int_eq(plx_format_backend(mem, MiB, err, sizeof err), 0);
+    plx_store *st = open_store(mem, 0);
+    ck_assert_int_eq(plx_vdi_create(st, "v", 64 * MiB, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "v", 0, &v), 0);
+    unsigned long worst = 0;
+    for (unsigned i = 1; i <= 2000; i++) {
+        char label[32];
+        snprintf(label, sizeof label, "t%u", i);
+        uint64_t idx;
+        ck_assert_int_eq(plx_vdi_snapshot_open(v, i % 3 ? label : "", &idx), 0);
+        ck_assert_uint_eq(idx, i);
+        if (i % 100)
+            continue;
+        struct plx_snap_info si;
+        unsigned long before = tu_reads;
+        ck_assert_int_eq(plx_snap_lookup(st, "v@nosuch", &si), -ENOENT);
+        if (tu_reads - before > worst)
+            worst = tu_reads - before;
+        ck_assert_int_eq(plx_snap_lookup(st, "v@t100", &si), 0);
+        ck_assert_uint_eq(si.index, 100);
+        /* Taken labels are refused whether they sit in the index or in the tail. */
+        ck_assert_int_eq(plx_vdi_snapshot_open(v, "t100", &idx), -EEXIST);
+        snprintf(label, sizeof label, "t%u", (i - 1) % 3 ? i - 1 : i - 2);
+        ck_assert_int_eq(plx_vdi_snapshot_open(v, label, &idx), -EEXIST);
+    }
+    fprintf(stderr, "scale: missing label during 2,000 snapshots: at most %lu reads\n", worst);
+    /* registry + index path + a tail of at most 2 * 63 + 62 records (4 blocks) */
+    ck_assert_msg(worst <= 1 + MAX_INDEX_READS + 4, "a missing label read %lu blocks", worst);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    assert_check_clean(mem, 2000);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Rewrite block `addr` of a memory medium through fn, keeping its header valid. */
+static void poke_lidx(plx_backend *mem, uint64_t addr, void (*fn)(struct plx_lidx_block *))
+{
+    uint8_t blk[PLX_BLOCK_SIZE];
+    memcpy(blk, plx_backend_mem_peek(mem, addr), sizeof blk);
+    fn((struct plx_lidx_block *)blk);
+    plx_blkhdr_seal(blk, PLX_MAGIC_LABELIDX, addr);
+    plx_backend_mem_poke(mem, addr, blk);
+}
+
+static uint64_t leaf_of(plx_backend *mem, const char *label)
+{
+    const struct plx_vdi_record *rec = find_record(mem, NULL);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = label; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    uint64_t a = rec->label_index;
+    for (unsigned level = 0;; level++) {
+        const struct plx_lidx_block *b = plx_backend_mem_peek(mem, a);
+        ck_assert_uint_eq(b->hdr.magic, PLX_MAGIC_LABELIDX);
+        if (b->kind == PLX_LIDX_LEAF)
+            return a;
+        a = b->u.child[(h >> (8 * level)) & 0xff];
+        ck_assert_uint_ne(a, 0);
+    }
+}
+
+static void drop_middle(struct plx_lidx_block *b)
+{
+    for (uint32_t i = 0; i < b->count; i++)
+        if (strcmp(b->u.entry[i].label, "middle") == 0) {
+            b->u.entry[i] = b->u.entry[--b->count];
+            memset(&b->u.entry[b->count], 0, sizeof b->u.entry[0]);
+            return;
+        }
+    ck_abort_msg("no entry for 'middle'");
+}
+
+static void wrong_vdi(struct plx_lidx_block *b)
+{
+    b->vdi_id += 1000;
+}
+
+/* An index that lacks a live label is reported by check (a lookup would miss it); a corrupt
+ * node is reported by check, refused by lookups and stops gc before it frees anything. */
+START_TEST(test_label_index_damage)
+{
+    plx_backend *mem = many_snapshots();
+    poke_lidx(mem, leaf_of(mem, "middle"), drop_middle);
+    plx_store *st = open_store(mem, 1);
+    struct plx_check_report r;
+    ck_assert_int_eq(plx_check(st, &r, NULL, NULL), 0);
+    ck_assert_uint_eq(r.errors, 1);
+    plx_store_close(st);
+
+    plx_backend *mem2 = many_snapshots();
+    poke_lidx(mem2, leaf_of(mem2, "s3"), wrong_vdi);
+    st = open_store(mem2, 0);
+    ck_assert_int_eq(plx_check(st, &r, NULL, NULL), 0);
+    ck_assert_uint_ge(r.errors, 1);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@s3", &si), -EUCLEAN);
+    struct plx_gc_report g;
+    ck_assert_int_eq(plx_gc(st, 0, &g), -EUCLEAN);
+    ck_assert_uint_eq(g.freed_by_type[PLX_EXTENT_METADATA] + g.freed_by_type[PLX_EXTENT_DATA], 0);
+    plx_store_close(st);
+    mem->ops->destroy(mem);
+    mem2->ops->destroy(mem2);
 }
 END_TEST
 
@@ -381,6 +583,8 @@ static Suite *scale_suite(void)
     tcase_add_test(tc, test_writable_open_reads_log_n);
     tcase_add_test(tc, test_old_log_is_linked);
     tcase_add_test(tc, test_bad_skip_link);
+    tcase_add_test(tc, test_label_tail_bounded);
+    tcase_add_test(tc, test_label_index_damage);
     suite_add_tcase(s, tc);
     TCase *big = tcase_create("size");
     tcase_add_test(big, test_vdi_256tib);
