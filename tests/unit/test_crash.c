@@ -1287,6 +1287,19 @@ static void verify_store(struct vctx *x, unsigned nsnap)
         if (m->pred_ok && n > submitted)
             violation(wl, "VDI %s has %zu snapshots but only %llu were submitted", m->name, n,
                       (unsigned long long)submitted);
+        /* Every live label names its snapshot through the label index and the log's tail. */
+        for (size_t k = 0; k < n; k++) {
+            if (sl[k].deleted || !sl[k].label[0])
+                continue;
+            char spec[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
+            snprintf(spec, sizeof spec, "%s@%s", m->name, sl[k].label);
+            struct plx_snap_info si;
+            rc = plx_snap_lookup(x->st, spec, &si);
+            if (rc != 0 || si.index != sl[k].index)
+                violation(wl, "%s names snapshot %llu (%d %s), the log says %llu", spec,
+                          (unsigned long long)si.index, rc, plx_store_errmsg(x->st),
+                          (unsigned long long)sl[k].index);
+        }
         /* Read back the newest snapshots (most exposed to the crash) and a random sample. */
         for (unsigned k = 0; k < nsnap && k < n; k++) {
             uint64_t index = k < 2 ? n - k : 1 + rnd(wl) % n;
@@ -1768,6 +1781,19 @@ static void wl_snap_many(struct wl *wl)
         run_phase(wl, &mx, scale(300), 1u << a);
         close_vdi(wl, a);
         open_vdi(wl, a);
+        /* Relabel a few snapshots the label index already covers (index first, then the log
+         * record) and take labels away from others (a stale entry stays behind). */
+        drain(wl);
+        struct plx_vdi_info info;
+        ck_assert_int_eq(plx_vdi_lookup(wl->st, wl->v[a].name, &info), 0);
+        for (int k = 0; k < 4 && info.snap_count > 0; k++) {
+            uint64_t idx = 1 + rnd(wl) % info.snap_count;
+            char label[PLX_LABEL_MAX + 1];
+            snprintf(label, sizeof label, k % 2 ? "re-%d-%d" : "", round, k);
+            int rc = plx_vdi_snap_label(wl->v[a].h, idx, label);
+            ck_assert_msg(rc == 0 || rc == -ENOENT, "relabelling snapshot %llu: %d %s",
+                          (unsigned long long)idx, rc, plx_store_errmsg(wl->st));
+        }
     }
 }
 
