@@ -6,6 +6,8 @@
  * each count this measures, in the same run:
  *   snap_ms       a blocking snapshot of the open writer (mean of 20; they add to the count)
  *   lookup_ms     plx_snap_lookup "v@1" and "v@newest" (mean of 50 each)
+ *   label_ms      plx_snap_lookup by label (every 10th snapshot N is labelled "lN"): the oldest
+ *                 label "l1", the newest one, and a label nobody has (mean of 50 each)
  *   list_ms       plx_snap_list: the whole log, which is what every lookup and every writable
  *                 open read before skip links (the baseline)
  *   open_snap_ms  plx_vdi_open "v@1" read-only + close (the snapshot export's open), mean of 20
@@ -19,7 +21,9 @@
  * --gc NODES: the collector's mark phase on scattered nodes instead. Eight VDIs of 64 GiB take
  * NODES random 4 KiB writes each, interleaved, so their leaf nodes interleave in the metadata
  * extents; seven are deleted, and `gc --dry-run` (which reads every live node, frees nothing)
- * runs 3 times: nodes read per second, and plx_check's time, as CSV.
+ * runs 3 times: nodes read per second, and plx_check's time with 32 node reads in flight (the
+ * default) and with one at a time (read_depth 1: the walk before it kept reads in flight, the
+ * baseline of the same run), as CSV.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -130,7 +134,10 @@ static void grow(plx_store *st, plx_vdi *v, uint64_t *have, uint64_t target)
                 if (rc)
                     die(st, rc, "write");
             }
-            int rc = plx_vdi_submit_snapshot(v, "", &idx[sent % 32], snap_done, &c);
+            char label[32] = "";
+            if ((*have + sent) % 10 == 0)
+                snprintf(label, sizeof label, "l%llu", (unsigned long long)(*have + sent + 1));
+            int rc = plx_vdi_submit_snapshot(v, label, &idx[sent % 32], snap_done, &c);
             if (rc)
                 die(st, rc, "snapshot");
             sent++;
@@ -207,7 +214,8 @@ static int gc_bench(plx_store *st, uint64_t nodes)
         if (rc)
             die(st, rc, "delete");
     }
-    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,check_seconds\n");
+    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,check_seconds,"
+           "check_qd1_seconds\n");
     for (int run = 0; run < 3; run++) {
         struct plx_gc_report r;
         struct gc_times t = {0, 0};
@@ -218,11 +226,16 @@ static int gc_bench(plx_store *st, uint64_t nodes)
             die(st, rc, "gc");
         double mark_s = (t.mark_end - t.mark_start) / 1000;
         struct plx_check_report cr;
-        double t0 = now_ms();
-        if ((rc = plx_check(st, &cr, NULL, NULL)) || cr.errors)
-            die(st, rc ? rc : -EUCLEAN, "check");
-        printf("%d,%llu,%.3f,%.3f,%.0f,%.3f\n", run, (unsigned long long)r.metadata_read,
-               r.seconds, mark_s, (double)r.metadata_read / mark_s, (now_ms() - t0) / 1000);
+        double check_s[2];
+        for (int qd = 0; qd < 2; qd++) {
+            struct plx_check_opts co = {.struct_size = sizeof co, .read_depth = qd ? 1 : 0};
+            double t0 = now_ms();
+            if ((rc = plx_check_ex(st, &co, &cr)) || cr.errors)
+                die(st, rc ? rc : -EUCLEAN, "check");
+            check_s[qd] = (now_ms() - t0) / 1000;
+        }
+        printf("%d,%llu,%.3f,%.3f,%.0f,%.3f,%.3f\n", run, (unsigned long long)r.metadata_read,
+               r.seconds, mark_s, (double)r.metadata_read / mark_s, check_s[0], check_s[1]);
         fflush(stdout);
     }
     free(buf);
@@ -281,7 +294,7 @@ int main(int argc, char **argv)
             die(st, rc, "fill");
     free(fill);
     printf("snapshots,snap_ms,lookup_oldest_ms,lookup_newest_ms,list_ms,open_snap_ms,"
-           "open_rw_ms,iops,iops_oldest\n");
+           "open_rw_ms,iops,iops_oldest,label_oldest_ms,label_newest_ms,label_missing_ms\n");
     uint64_t have = 0;
     char *list = strdup(counts);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -302,6 +315,23 @@ int main(int argc, char **argv)
             if ((rc = plx_snap_lookup(st, spec_new, &si)))
                 die(st, rc, spec_new);
         double lookup_new = (now_ms() - t0) / 50;
+        /* Labels: "l1", the newest "lN" (N = 10k + 1), and one nobody has. */
+        double label_ms[3];
+        for (int k = 0; k < 3; k++) {
+            char spec[64];
+            uint64_t newest = (have - 1) / 10 * 10 + 1;
+            if (k == 2)
+                snprintf(spec, sizeof spec, "v@nosuch");
+            else
+                snprintf(spec, sizeof spec, "v@l%llu", (unsigned long long)(k ? newest : 1));
+            t0 = now_ms();
+            for (int i = 0; i < 50; i++) {
+                rc = plx_snap_lookup(st, spec, &si);
+                if (rc != (k == 2 ? -ENOENT : 0))
+                    die(st, rc, spec);
+            }
+            label_ms[k] = (now_ms() - t0) / 50;
+        }
         struct plx_vdi_info vi;
         if ((rc = plx_vdi_lookup(st, "v", &vi)))
             die(st, rc, "lookup v");
@@ -344,8 +374,9 @@ int main(int argc, char **argv)
         snprintf(spec_new, sizeof spec_new, "v@%llu", (unsigned long long)have);
         double iops = random_reads(st, spec_new);
         double iops_oldest = random_reads(st, spec_old);
-        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,%.0f\n", (unsigned long long)target,
-               snap, lookup_old, lookup_new, list_ms, open_snap, open_rw, iops, iops_oldest);
+        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,%.0f,%.3f,%.3f,%.3f\n",
+               (unsigned long long)target, snap, lookup_old, lookup_new, list_ms, open_snap,
+               open_rw, iops, iops_oldest, label_ms[0], label_ms[1], label_ms[2]);
         fflush(stdout);
     }
     free(list);

@@ -10,10 +10,12 @@ set xlabel "snapshots of the VDI (log)"
 set multiplot layout 2,2 title "Costs against the number of snapshots of one VDI (file blockstore, O_DIRECT)" font ",15"
 set logscale y
 set ylabel "ms (log)"
-set title "VDI@N lookup against reading the whole log (the old lookup)"
+set title "VDI@N and VDI@LABEL lookup against reading the whole log (the old lookup)"
 plot csv u 1:3 every ::1 w lp lw 2.5 pt 7 t "VDI@1 (oldest)", \
      "" u 1:4 every ::1 w lp lw 2.5 pt 5 t "VDI@newest", \
-     "" u 1:5 every ::1 w lp lw 2 dt 2 pt 9 t "whole log read (before skip links)"
+     "" u 1:10 every ::1 w lp lw 2.5 pt 11 t "VDI@LABEL (oldest label)", \
+     "" u 1:12 every ::1 w lp lw 2.5 pt 13 t "VDI@LABEL (missing label)", \
+     "" u 1:5 every ::1 w lp lw 2 dt 2 pt 9 t "whole log read (before skip links / label index)"
 set title "Opening: a snapshot export (VDI@1, read-only) and the writer"
 plot csv u 1:6 every ::1 w lp lw 2.5 pt 7 t "open VDI@1 + close", \
      "" u 1:7 every ::1 w lp lw 2.5 pt 5 t "open for writing + close (2 flushes)"
@@ -28,7 +30,8 @@ plot csv u 1:8 every ::1 w lp lw 2.5 pt 7 t "newest snapshot", \
 unset multiplot
 
 # The collector: bench-scale --gc at several sizes (gc.csv: nodes_per_vdi, metadata_read,
-# mark_seconds, mark_nodes_per_s, check_seconds, fio_qd32_iops, fio_qd1_iops).
+# mark_seconds, mark_nodes_per_s, check_seconds, fio_qd32_iops, fio_qd1_iops, check_qd1_seconds,
+# check_nodes_per_s, check_qd1_nodes_per_s).
 if (exists("gccsv")) {
     set output gcout
     set multiplot layout 1,2 title "Collector mark phase and check against metadata size (scattered nodes)" font ",15"
@@ -40,6 +43,8 @@ if (exists("gccsv")) {
     set key bottom right box opaque
     set title "gc mark phase against fio 4 KiB random read on the same disk"
     plot gccsv u 2:4 every ::1 w lp lw 2.5 pt 7 t "gc mark (32 reads in flight)", \
+         "" u 2:9 every ::1 w lp lw 2.5 pt 11 t "check (32 reads in flight)", \
+         "" u 2:10 every ::1 w lp lw 2 dt 4 pt 13 t "check, one read at a time (before)", \
          "" u 2:6 every ::1 w lp lw 2 dt 2 pt 5 t "fio randread QD32", \
          "" u 2:7 every ::1 w lp lw 2 dt 3 pt 9 t "fio randread QD1"
     set logscale y
@@ -48,7 +53,8 @@ if (exists("gccsv")) {
     set key top left box opaque
     set title "time"
     plot gccsv u 2:3 every ::1 w lp lw 2.5 pt 7 t "gc mark", \
-         "" u 2:5 every ::1 w lp lw 2.5 pt 5 t "check"
+         "" u 2:5 every ::1 w lp lw 2.5 pt 5 t "check", \
+         "" u 2:8 every ::1 w lp lw 2 dt 4 pt 13 t "check, one read at a time (before)"
     unset multiplot
 }
 

@@ -38,7 +38,7 @@ fio_iops() {
         --ioengine=libaio --direct=1 --runtime=5 --time_based --output-format=json 2>/dev/null |
         sed -n '/^{/,$p' | jq '.jobs[0].read.iops | floor'
 }
-echo "nodes_per_vdi,metadata_read,mark_seconds,mark_nodes_per_s,check_seconds,fio_qd32_iops,fio_qd1_iops" \
+echo "nodes_per_vdi,metadata_read,mark_seconds,mark_nodes_per_s,check_seconds,fio_qd32_iops,fio_qd1_iops,check_qd1_seconds,check_nodes_per_s,check_qd1_nodes_per_s" \
     > "$OUT/gc.csv"
 for n in $(echo "$GC_SIZES" | tr , ' '); do
     "$ROOT/build/bench-scale" --store "$WORK/store" --gc "$n" > "$WORK/gc.out" 2>> "$OUT/scale.log"
@@ -48,7 +48,7 @@ for n in $(echo "$GC_SIZES" | tr , ' '); do
     rm -f "$WORK/fio"
     # the best of the three collections (the machine is shared)
     tail -n +2 "$WORK/gc.out" | sort -t, -k5 -n -r | head -1 |
-        awk -F, -v n="$n" -v a="$q32" -v b="$q1" '{print n "," $2 "," $4 "," $5 "," $6 "," a "," b}' \
+        awk -F, -v n="$n" -v a="$q32" -v b="$q1" '{printf "%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%.0f\n", n, $2, $4, $5, $6, a, b, $7, $2 / $6, $2 / $7}' \
         >> "$OUT/gc.csv"
 done
 cat "$OUT/gc.csv"

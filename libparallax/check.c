@@ -42,7 +42,8 @@
 #include "registry.h"
 #include "snaplog.h"
 
-#define CK_RUN 256u         /* blocks per read of radix nodes */
+#define CK_RUN 64u          /* blocks per read of radix nodes */
+#define CK_QD_MAX 32u       /* reads of radix nodes in flight (plx_check_opts.read_depth) */
 #define CK_REG_BATCH 64u    /* registry slots per read */
 #define CK_MAX_LINES 10000u /* a badly damaged store must not flood the caller */
 #define CK_TYPE_BAD 0xffu   /* catalogue entry with an invalid type */
@@ -119,7 +120,8 @@ struct ck {
     struct ck_labels log_labels, idx_labels; /* of the VDI being checked */
     size_t lidx_vdi;                         /* while walking its label index */
     struct ck_list levels[PLX_HEIGHT_LARGE];
-    uint8_t *iobuf;  /* CK_RUN blocks */
+    unsigned read_depth; /* radix node reads in flight, 1..CK_QD_MAX */
+    uint8_t *iobuf;      /* read_depth runs of CK_RUN blocks */
     uint8_t *blkbuf; /* one block */
     uint64_t lines, suppressed;
     int nomem;
@@ -930,7 +932,47 @@ static void node_links(struct ck *c, const struct ck_item *it, unsigned level,
                 unalloc_idx, (unsigned long long)plx_link_addr(links[unalloc_idx]));
 }
 
-/* Read every node queued at `level`, in address order and runs of consecutive blocks. */
+/* One read of a run of queued nodes (walk_level keeps up to read_depth of them in flight). */
+struct ck_read {
+    struct plx_ev ev;
+    uint8_t *buf; /* CK_RUN blocks */
+    size_t first, n; /* the run: l->v[first .. first + n) */
+    int done;
+};
+
+static void ck_read_done(plx_store *st, struct plx_ev *ev)
+{
+    (void)st;
+    struct ck_read *r = ev->ctx;
+    r->done = 1;
+}
+
+/* The nodes of one completed run: their links, or what went wrong. */
+static void run_links(struct ck *c, struct ck_list *l, unsigned level, struct ck_read *r, int rc)
+{
+    for (size_t k = r->first; k < r->first + r->n; k++) {
+        const uint64_t *links = (const uint64_t *)(r->buf + (k - r->first) * PLX_BLOCK_SIZE);
+        int krc = rc;
+        if (rc && r->n > 1) {
+            /* One bad block must not hide the others of its run. */
+            krc = plx_sync_io(c->st, PLX_IO_READ, l->v[k].addr, 1, c->blkbuf, 0);
+            links = (const uint64_t *)c->blkbuf;
+        }
+        if (krc) {
+            c->incomplete = true;
+            char tn[PLX_NAME_MAX + 40];
+            tree_name(c, l->v[k].tree, tn, sizeof tn);
+            problem(c, 1, "reading radix node %llu (level %u, in the tree of %s): %s",
+                    (unsigned long long)l->v[k].addr, level, tn, strerror(-krc));
+            continue;
+        }
+        node_links(c, &l->v[k], level, links);
+    }
+}
+
+/* Read every node queued at `level`, in address order, in runs of consecutive blocks, with up to
+ * read_depth runs in flight: scattered nodes need the device's queue, not one read at a time.
+ * Runs are handled in address order as they complete, so the messages do not depend on timing. */
 static void walk_level(struct ck *c, unsigned level)
 {
     struct ck_list *l = &c->levels[level];
@@ -939,31 +981,42 @@ static void walk_level(struct ck *c, unsigned level)
     qsort(l->v, l->n, sizeof *l->v, cmp_item);
     char step[40];
     snprintf(step, sizeof step, "walking trees (level %u)", level);
-    for (size_t i = 0; i < l->n;) {
-        progress(c, step, i, l->n);
-        size_t j = i + 1;
-        while (j < l->n && j - i < CK_RUN && l->v[j].addr == l->v[j - 1].addr + 1)
-            j++;
-        int rc = plx_sync_io(c->st, PLX_IO_READ, l->v[i].addr, (uint32_t)(j - i), c->iobuf, 0);
-        for (size_t k = i; k < j; k++) {
-            const uint64_t *links = (const uint64_t *)(c->iobuf + (k - i) * PLX_BLOCK_SIZE);
-            int krc = rc;
-            if (rc && j - i > 1) {
-                /* One bad block must not hide the others of its run. */
-                krc = plx_sync_io(c->st, PLX_IO_READ, l->v[k].addr, 1, c->blkbuf, 0);
-                links = (const uint64_t *)c->blkbuf;
+    struct ck_read reads[CK_QD_MAX];
+    unsigned head = 0, inflight = 0, qd = c->read_depth;
+    size_t next = 0;
+    while (next < l->n || inflight) {
+        /* Fill the queue. */
+        while (next < l->n && inflight < qd) {
+            size_t j = next + 1;
+            while (j < l->n && j - next < CK_RUN && l->v[j].addr == l->v[j - 1].addr + 1)
+                j++;
+            struct ck_read *r = &reads[(head + inflight) % qd];
+            r->buf = c->iobuf + (size_t)((head + inflight) % qd) * CK_RUN * PLX_BLOCK_SIZE;
+            r->first = next;
+            r->n = j - next;
+            r->done = 0;
+            memset(&r->ev, 0, sizeof r->ev);
+            r->ev.io = (struct plx_io){.op = PLX_IO_READ,
+                                       .block = l->v[next].addr,
+                                       .nblocks = (uint32_t)r->n,
+                                       .buf = r->buf};
+            r->ev.handler = ck_read_done;
+            r->ev.ctx = r;
+            int rc = plx_submit(c->st, &r->ev);
+            if (rc) {
+                r->ev.status = rc;
+                r->done = 1;
             }
-            if (krc) {
-                c->incomplete = true;
-                char tn[PLX_NAME_MAX + 40];
-                tree_name(c, l->v[k].tree, tn, sizeof tn);
-                problem(c, 1, "reading radix node %llu (level %u, in the tree of %s): %s",
-                        (unsigned long long)l->v[k].addr, level, tn, strerror(-krc));
-                continue;
-            }
-            node_links(c, &l->v[k], level, links);
+            inflight++;
+            next = j;
         }
-        i = j;
+        /* Handle the oldest run once it is in. */
+        struct ck_read *r = &reads[head];
+        int rc = r->done ? 0 : plx_drive_until(c->st, &r->done);
+        progress(c, step, r->first, l->n);
+        run_links(c, l, level, r, rc ? rc : r->ev.status);
+        head = (head + 1) % qd;
+        inflight--;
     }
     progress(c, step, l->n, l->n);
     free(l->v);
@@ -1169,7 +1222,8 @@ int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_ch
     c.wl = calloc(words, sizeof(uint64_t));
     c.dup = calloc(words, sizeof(uint64_t));
     c.alloc = calloc(words, sizeof(uint64_t));
-    c.iobuf = plx_block_alloc(CK_RUN);
+    c.read_depth = o.read_depth == 0 || o.read_depth > CK_QD_MAX ? CK_QD_MAX : o.read_depth;
+    c.iobuf = plx_block_alloc((size_t)CK_RUN * c.read_depth);
     c.blkbuf = plx_block_alloc(1);
     int rc = 0;
     if (!c.types || !c.bm_ok || !c.reach || !c.wr || !c.wl || !c.dup || !c.alloc) {

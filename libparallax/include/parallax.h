@@ -259,6 +259,7 @@ struct plx_check_opts {
     void *report_arg;
     plx_progress_fn progress; /* may be NULL */
     void *progress_arg;
+    unsigned read_depth; /* radix node reads in flight: 0 = the default (32), 1 = one at a time */
 };
 /* plx_check with options: the same walk and results; opts may be NULL. Blocking. */
 int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_check_report *out);
