@@ -240,86 +240,103 @@ int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
 
 /* ---- snap-list ------------------------------------------------------------------------------- */
 
-static void snap_list_json(const struct plx_snap_info *s, size_t n)
-{
+/* Snapshots are printed as plx_snap_iterate hands them out: nothing holds the history. The
+ * table's N column is as wide as the VDI's highest snapshot number, so rows need no second pass. */
+#define TIME_COL 20 /* "2026-11-22T04:30:00Z" */
+
+struct snap_out {
+    int json;
     struct json_writer w;
+    int nwidth;
+};
 
-    json_init(&w, stdout);
-    json_begin_array(&w);
-    for (size_t i = 0; i < n; i++) {
-        if (s[i].deleted)
-            continue;
-        json_begin_object(&w);
-        json_key(&w, "index");
-        json_u64(&w, s[i].index);
-        json_key(&w, "label");
-        json_string(&w, s[i].label);
-        json_key(&w, "time_ns");
-        json_u64(&w, s[i].time_ns);
-        json_key(&w, "root");
-        json_u64(&w, s[i].root);
-        json_end_object(&w);
-    }
-    json_end_array(&w);
-    json_finish(&w);
-}
-
-static int snap_list_table(const struct plx_snap_info *s, size_t n)
+static int snap_print(void *arg, const struct plx_snap_info *s)
 {
-    static const char *const head[] = {"N", "TIME", "LABEL"};
-    char index[24], when[TIMEFMT_LEN];
-    struct table t;
-    int err;
-
-    table_init(&t, 3);
-    err = table_add_row(&t, head);
-    for (size_t i = 0; i < n && err == 0; i++) {
-        if (s[i].deleted)
-            continue;
-        const char *cells[] = {index, when, s[i].label[0] != '\0' ? s[i].label : "-"};
-        snprintf(index, sizeof index, "%llu", (unsigned long long)s[i].index);
-        time_format_ns(s[i].time_ns, when, sizeof when);
-        err = table_add_row(&t, cells);
+    struct snap_out *o = arg;
+    if (o->json) {
+        json_begin_object(&o->w);
+        json_key(&o->w, "index");
+        json_u64(&o->w, s->index);
+        json_key(&o->w, "label");
+        json_string(&o->w, s->label);
+        json_key(&o->w, "time_ns");
+        json_u64(&o->w, s->time_ns);
+        json_key(&o->w, "root");
+        json_u64(&o->w, s->root);
+        json_end_object(&o->w);
+    } else {
+        char when[TIMEFMT_LEN];
+        time_format_ns(s->time_ns, when, sizeof when);
+        printf("%-*llu  %-*s  %s\n", o->nwidth, (unsigned long long)s->index, TIME_COL,
+               when, s->label[0] != '\0' ? s->label : "-");
     }
-    if (err == 0)
-        table_print(&t, stdout);
-    table_free(&t);
-    return err < 0 ? cli_error("snap-list: %s", strerror(-err)) : EXIT_OK;
+    return ferror(stdout) ? -EIO : 0;
 }
 
-static int snap_list(plx_store *st, const char *vdi, int json)
+/* A non-negative decimal count for --limit / --after. */
+static int parse_count(const struct cli_ctx *ctx, const char *opt, const char *v, uint64_t *out)
+{
+    char *end;
+    if (!v || !*v || *v < '0' || *v > '9')
+        return cli_usage_error(ctx, "%s wants a number, not '%s'", opt, v ? v : "");
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (*end || errno)
+        return cli_usage_error(ctx, "%s wants a number, not '%s'", opt, v);
+    return EXIT_OK;
+}
+
+static int snap_list(plx_store *st, const char *vdi, int json,
+                     const struct plx_snap_iter_opts *io)
 {
     struct plx_vdi_info info;
-    struct plx_snap_info *snaps;
-    size_t n;
     int err = plx_vdi_lookup(st, vdi, &info);
-
-    if (err == 0)
-        err = plx_snap_list(st, info.id, &snaps, &n);
     if (err < 0)
         return cli_engine_error(st, err);
-    int rc = EXIT_OK;
-    if (json)
-        snap_list_json(snaps, n);
-    else
-        rc = snap_list_table(snaps, n);
-    free(snaps);
-    return rc;
+    struct snap_out o = {.json = json, .nwidth = 1};
+    for (uint64_t n = info.snap_count; n >= 10; n /= 10)
+        o.nwidth++;
+    if (json) {
+        json_init(&o.w, stdout);
+        json_begin_array(&o.w);
+    } else {
+        printf("%-*s  %-*s  %s\n", o.nwidth, "N", TIME_COL, "TIME", "LABEL");
+    }
+    err = plx_snap_iterate(st, vdi, io, snap_print, &o);
+    if (json) {
+        json_end_array(&o.w);
+        json_finish(&o.w);
+    }
+    if (fflush(stdout) != 0 && !err)
+        err = -EIO;
+    if (err == -EIO && ferror(stdout))
+        return cli_error("snap-list: writing the list: %s", strerror(EIO));
+    return err < 0 ? cli_engine_error(st, err) : EXIT_OK;
 }
 
 int cmd_snap_list(struct cli_ctx *ctx, int argc, char **argv)
 {
-    int json = 0;
-    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
+    int json = 0, newest = 0;
+    const char *limit = NULL, *after = NULL;
+    const struct cli_opt opts[] = {{"json", 0, NULL, &json},
+                                   {"limit", 1, &limit, NULL},
+                                   {"after", 1, &after, NULL},
+                                   {"newest-first", 0, NULL, &newest},
+                                   {0}};
     const char *vdi;
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
-
+    struct plx_snap_iter_opts io = {.struct_size = sizeof io};
+    if (rc == EXIT_OK && limit)
+        rc = parse_count(ctx, "--limit", limit, &io.limit);
+    if (rc == EXIT_OK && after)
+        rc = parse_count(ctx, "--after", after, &io.after);
+    io.newest_first = newest;
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 1, &st);
     if (rc != EXIT_OK)
         return rc;
-    return cli_close_store(st, snap_list(st, vdi, json));
+    return cli_close_store(st, snap_list(st, vdi, json, &io));
 }
 
 /* ---- vdi-tree -------------------------------------------------------------------------------- */

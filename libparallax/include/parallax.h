@@ -209,6 +209,22 @@ int plx_snap_lookup(plx_store *st, const char *snap, struct plx_snap_info *out);
 int plx_vdi_list(plx_store *st, struct plx_vdi_info **out, size_t *count);
 /* A VDI's snapshot log, oldest first. *out is malloc'd; free() it. */
 int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, size_t *count);
+/* Options of plx_snap_iterate. Zero-initialise, set struct_size = sizeof(struct
+ * plx_snap_iter_opts); fields are only ever appended. */
+struct plx_snap_iter_opts {
+    size_t struct_size;
+    uint64_t after;   /* start after snapshot `after` in the listing order: oldest first, the
+                       * snapshots numbered above it; newest first, those below it. 0 = from the
+                       * start (snapshot 1, or the newest). */
+    uint64_t limit;   /* at most this many snapshots, 0 = no limit */
+    int newest_first; /* list from the newest snapshot down */
+};
+/* The live snapshots of VDI `vdi` (name or id), one call of fn each, in index order, without
+ * holding the log in memory: a page costs O(log n) log reads to find its start and one read per
+ * 63 snapshots after that, and memory for 64 log blocks. fn returning nonzero stops the walk;
+ * that value is returned. Blocking. */
+int plx_snap_iterate(plx_store *st, const char *vdi, const struct plx_snap_iter_opts *opts,
+                     int (*fn)(void *arg, const struct plx_snap_info *snap), void *arg);
 
 /* ---- Administration (blocking) ---------------------------------------------------------------- */
 

@@ -32,7 +32,16 @@ expect_fail 1 plx snap-label gold@2 first # labels are unique within a VDI
 if ((have_jq)); then
     assert_eq "first pristine third" "$(plx snap-list gold --json | jq -r 'map(.label) | join(" ")')"
     assert_eq "1 2 3" "$(plx snap-list --json "$gold" | jq -r 'map(.index) | join(" ")')"
+    # Pages: after N, at most --limit, newest first counting down from below N.
+    assert_eq "2 3" "$(plx snap-list gold --json --after 1 | jq -r 'map(.index) | join(" ")')"
+    assert_eq "2" "$(plx snap-list gold --json --after 1 --limit 1 | jq -r 'map(.index) | join(" ")')"
+    assert_eq "3 2" "$(plx snap-list gold --json --newest-first --limit 2 | jq -r 'map(.index) | join(" ")')"
+    assert_eq "1" "$(plx snap-list gold --json --newest-first --after 2 | jq -r 'map(.index) | join(" ")')"
+    assert_eq "[]" "$(plx snap-list gold --json --after 3)"
 fi
+assert_eq 2 "$(plx snap-list gold --after 1 --limit 1 | wc -l)" "snap-list page: header and one row"
+expect_fail 2 plx snap-list gold --limit x
+expect_fail 2 plx snap-list gold --after -1
 
 # Clones from a snapshot named by label and by number.
 read -r name web1 <<<"$(plx vdi-create web1 --from gold@pristine)"

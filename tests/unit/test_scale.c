@@ -199,6 +199,69 @@ static unsigned long assert_label_lookups(plx_backend *mem, unsigned max_reads, 
     return worst > miss ? worst : miss;
 }
 
+struct page {
+    struct plx_snap_info *got;
+    size_t n, cap;
+};
+
+static int page_add(void *arg, const struct plx_snap_info *si)
+{
+    struct page *p = arg;
+    ck_assert_uint_lt(p->n, p->cap);
+    p->got[p->n++] = *si;
+    return 0;
+}
+
+/* plx_snap_iterate pages through the log in both directions, giving what plx_snap_list gives
+ * (deleted snapshots left out), each page of 500 reading the start's skip path and the page's
+ * own blocks, not the log. */
+static void assert_pages(plx_backend *mem)
+{
+    plx_store *st = open_store(mem, 1);
+    struct plx_vdi_info vi;
+    ck_assert_int_eq(plx_vdi_lookup(st, "v", &vi), 0);
+    struct plx_snap_info *list;
+    size_t n, live = 0;
+    ck_assert_int_eq(plx_snap_list(st, vi.id, &list, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        live += !list[i].deleted;
+    struct page p = {.got = calloc(n, sizeof *p.got), .cap = n};
+    ck_assert_ptr_nonnull(p.got);
+    unsigned long worst = 0;
+    for (int newest = 0; newest < 2; newest++) {
+        p.n = 0;
+        struct plx_snap_iter_opts o = {.struct_size = sizeof o, .limit = 500,
+                                       .newest_first = newest};
+        for (;;) {
+            size_t before_n = p.n;
+            unsigned long before = tu_reads;
+            ck_assert_int_eq(plx_snap_iterate(st, "v", &o, page_add, &p), 0);
+            if (tu_reads - before > worst)
+                worst = tu_reads - before;
+            if (p.n == before_n)
+                break;
+            ck_assert_uint_le(p.n - before_n, 500);
+            o.after = p.got[p.n - 1].index;
+        }
+        ck_assert_uint_eq(p.n, live);
+        for (size_t i = 0, k = 0; i < n; i++) {
+            const struct plx_snap_info *want = &list[newest ? n - 1 - i : i];
+            if (want->deleted)
+                continue;
+            ck_assert_uint_eq(p.got[k].index, want->index);
+            ck_assert_uint_eq(p.got[k].root, want->root);
+            ck_assert_str_eq(p.got[k].label, want->label);
+            k++;
+        }
+    }
+    fprintf(stderr, "scale: snapshot pages of 500: at most %lu reads per page\n", worst);
+    /* registry + skip path + the page's blocks (500 / 63, plus a partial one at each end) */
+    ck_assert_uint_le(worst, 1 + MAX_LOG_READS + 10);
+    free(p.got);
+    free(list);
+    plx_store_close(st);
+}
+
 START_TEST(test_lookup_reads_log_n)
 {
     plx_backend *mem = many_snapshots();
@@ -206,6 +269,7 @@ START_TEST(test_lookup_reads_log_n)
     assert_lookups(mem, 1 + MAX_LOG_READS, 1);
     /* registry + index path + the record's skip path */
     assert_label_lookups(mem, 1 + MAX_INDEX_READS + MAX_LOG_READS, 1);
+    assert_pages(mem);
     assert_check_clean(mem, NSNAPS);
     mem->ops->destroy(mem);
 }
