@@ -724,7 +724,8 @@ static int check_label_index(struct ck *c, size_t vi)
     c->incomplete = was_incomplete || c->incomplete;
     if (!walked)
         return 0;
-    qsort(c->idx_labels.v, c->idx_labels.n, sizeof *c->idx_labels.v, cmp_label);
+    if (c->idx_labels.n)
+        qsort(c->idx_labels.v, c->idx_labels.n, sizeof *c->idx_labels.v, cmp_label);
     for (size_t i = 0; i < c->log_labels.n; i++) {
         const struct ck_label *l = &c->log_labels.v[i];
         if (!c->idx_labels.n ||
