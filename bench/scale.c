@@ -366,7 +366,10 @@ int main(int argc, char **argv)
         t0 = now_ms();
         for (int i = 0; i < 20; i++) {
             uint64_t idx;
-            if ((rc = plx_vdi_snapshot_open(v, "", &idx)))
+            char label[32] = ""; /* every 10th labelled, as grow() does */
+            if ((have + (uint64_t)i) % 10 == 0)
+                snprintf(label, sizeof label, "l%llu", (unsigned long long)(have + i + 1));
+            if ((rc = plx_vdi_snapshot_open(v, label, &idx)))
                 die(st, rc, "snapshot");
         }
         double snap = (now_ms() - t0) / 20;

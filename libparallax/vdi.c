@@ -437,8 +437,24 @@ static bool snapshot_pending(const plx_vdi *v)
  * up to snap_count is then on the medium, so the label set starts again from there. */
 static int labels_fold_idle(plx_vdi *v)
 {
-    if (v->ro || snapshot_pending(v) || v->needs_reload ||
-        v->rec.snap_count - v->rec.label_indexed < PLX_LABELS_FOLD_TAIL)
+    uint64_t tail = v->rec.snap_count - v->rec.label_indexed;
+    if (v->ro || v->needs_reload || tail < PLX_LABELS_FOLD_TAIL)
+        return 0;
+    /* A writer whose snapshots always overlap is never idle here: past 8 times the tail, wait
+     * for its snapshots in flight to commit (not from inside a completion, which would nest the
+     * service loop). */
+    if (snapshot_pending(v) && (tail < 8 * PLX_LABELS_FOLD_TAIL || v->st->in_service))
+        return 0;
+    while (snapshot_pending(v)) {
+        int rc = plx_store_service(v->st);
+        if (rc < 0)
+            return rc;
+        if (!snapshot_pending(v))
+            break;
+        struct epoll_event e;
+        epoll_wait(v->st->epoll_fd, &e, 1, 100);
+    }
+    if (v->needs_reload)
         return 0;
     int rc = plx_labels_fold(v->st, v->slot_addr, &v->rec, PLX_LABELS_FOLD_TAIL);
     if (!rc)
