@@ -77,8 +77,9 @@ static int read_node(plx_store *st, uint64_t vdi_id, uint64_t addr, unsigned lev
     if (addr && addr < st->sb.block_count && plx_block_type(st, addr) != PLX_EXTENT_METADATA)
         plx_catalogue_read(st);
     if (addr == 0 || addr >= st->sb.block_count || plx_block_type(st, addr) != PLX_EXTENT_METADATA)
-        return plx_err(st, -EUCLEAN, "label index of VDI %llu links to block %llu, outside the "
-                                     "metadata extents",
+        return plx_err(st, -EUCLEAN,
+                       "label index of VDI %llu links to block %llu, outside the "
+                       "metadata extents",
                        (unsigned long long)vdi_id, (unsigned long long)addr);
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, b, 0);
     if (rc)
@@ -93,8 +94,8 @@ static int read_node(plx_store *st, uint64_t vdi_id, uint64_t addr, unsigned lev
     return 0;
 }
 
-int plx_lidx_get(plx_store *st, uint64_t vdi_id, uint64_t root, const char *label,
-                 uint64_t *idx, size_t max, size_t *n)
+int plx_lidx_get(plx_store *st, uint64_t vdi_id, uint64_t root, const char *label, uint64_t *idx,
+                 size_t max, size_t *n)
 {
     *n = 0;
     if (!root)
@@ -121,7 +122,7 @@ int plx_lidx_get(plx_store *st, uint64_t vdi_id, uint64_t root, const char *labe
     return rc;
 }
 
-/* ---- Changing an index: nodes on the changed paths are held in memory until commit ------------ */
+/* ---- Changing an index: nodes on the changed paths are held in memory until commit -------- */
 
 struct lnode {
     uint64_t addr; /* as read; 0 for a node made in this txn */
@@ -284,8 +285,9 @@ int plx_lidx_put(struct plx_lidx_txn *t, const char *label, uint64_t index)
         }
         /* Full: 84 labels share this hash prefix. At the last level they share the whole hash. */
         if (b->level + 1 >= PLX_LIDX_DEPTH)
-            return plx_err(t->st, -ENOSPC, "label index of VDI %llu: more than %u labels with "
-                                           "one 64-bit hash",
+            return plx_err(t->st, -ENOSPC,
+                           "label index of VDI %llu: more than %u labels with "
+                           "one 64-bit hash",
                            (unsigned long long)t->vdi_id, PLX_LIDX_PER_LEAF);
         int rc = split_leaf(t, n);
         if (rc)
@@ -359,8 +361,8 @@ static int walk(plx_store *st, uint64_t vdi_id, uint64_t addr, uint64_t parent, 
         return rc;
     for (unsigned i = 0; i < PLX_LIDX_FANOUT && !rc; i++)
         if (b->u.child[i])
-            rc = walk(st, vdi_id, b->u.child[i], addr, path | (uint64_t)i << (8 * level),
-                      level + 1, bufs, cb, arg);
+            rc = walk(st, vdi_id, b->u.child[i], addr, path | (uint64_t)i << (8 * level), level + 1,
+                      bufs, cb, arg);
     return rc;
 }
 

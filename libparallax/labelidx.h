@@ -17,8 +17,8 @@ uint64_t plx_lidx_hash(const char *label);
 
 /* Up to `max` snapshot indexes the index at `root` holds for `label` (stale ones included), in
  * *n; reads one node per level. -EUCLEAN (with a message) for a corrupt node. */
-int plx_lidx_get(plx_store *st, uint64_t vdi_id, uint64_t root, const char *label,
-                 uint64_t *idx, size_t max, size_t *n);
+int plx_lidx_get(plx_store *st, uint64_t vdi_id, uint64_t root, const char *label, uint64_t *idx,
+                 size_t max, size_t *n);
 
 /* A set of changes to an index, applied in memory and written as new blocks by commit. */
 struct plx_lidx_txn;
@@ -39,8 +39,7 @@ void plx_lidx_abort(struct plx_lidx_txn *t);
  * visited). A nonzero return of cb stops the walk and is returned. */
 typedef int (*plx_lidx_visit_fn)(void *arg, uint64_t addr, const struct plx_lidx_block *node,
                                  uint64_t parent, uint64_t path, const char *why);
-int plx_lidx_walk(plx_store *st, uint64_t vdi_id, uint64_t root, plx_lidx_visit_fn cb,
-                  void *arg);
+int plx_lidx_walk(plx_store *st, uint64_t vdi_id, uint64_t root, plx_lidx_visit_fn cb, void *arg);
 
 /* "" or why the block read from `addr` at depth `level` is not a valid node of vdi_id's index. */
 const char *plx_lidx_node_problem(const plx_store *st, const struct plx_lidx_block *b,

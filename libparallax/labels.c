@@ -28,8 +28,7 @@ static bool record_has(const struct plx_snap_record *r, const char *label)
  * nonzero (and return that). */
 static int tail_each(plx_store *st, const struct plx_vdi_record *rec, struct plx_snaplog_block *b,
                      uint64_t *b_addr,
-                     int (*fn)(void *arg, uint64_t idx, const struct plx_snap_record *r),
-                     void *arg)
+                     int (*fn)(void *arg, uint64_t idx, const struct plx_snap_record *r), void *arg)
 {
     uint64_t lo = rec->label_indexed < rec->snap_count ? rec->label_indexed : rec->snap_count;
     uint64_t hi = rec->snap_count, addr = rec->snaplog_head, steps = 0;
@@ -42,8 +41,9 @@ static int tail_each(plx_store *st, const struct plx_vdi_record *rec, struct plx
             return rc;
         *b_addr = addr;
         if (b->first_index > hi || b->first_index + b->count - 1 < hi)
-            return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
-                                         "snapshot %llu",
+            return plx_err(st, -EUCLEAN,
+                           "snapshot log block %llu of VDI %s does not hold "
+                           "snapshot %llu",
                            (unsigned long long)addr, rec->name, (unsigned long long)hi);
         for (uint64_t idx = hi; idx >= b->first_index && idx > lo; idx--) {
             rc = fn(arg, idx, &b->records[idx - b->first_index]);

@@ -15,8 +15,8 @@
 
 #define CHUNK 64u /* log blocks held at once going forward: 256 KiB, 4,032 snapshots */
 
-static void to_info(const struct plx_vdi_record *rec, uint64_t idx,
-                    const struct plx_snap_record *r, struct plx_snap_info *si)
+static void to_info(const struct plx_vdi_record *rec, uint64_t idx, const struct plx_snap_record *r,
+                    struct plx_snap_info *si)
 {
     memset(si, 0, sizeof *si);
     si->vdi_id = rec->id;
@@ -30,12 +30,13 @@ static void to_info(const struct plx_vdi_record *rec, uint64_t idx,
 
 /* Read the block before `b` in the chain (b->prev), which must hold snapshot `want`. */
 static int read_prev(plx_store *st, const struct plx_vdi_record *rec,
-                     const struct plx_snaplog_block *b, uint64_t want, struct plx_snaplog_block *out)
+                     const struct plx_snaplog_block *b, uint64_t want,
+                     struct plx_snaplog_block *out)
 {
     uint64_t addr = b->prev;
     if (addr == 0)
-        return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
-                       rec->name, (unsigned long long)want);
+        return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu", rec->name,
+                       (unsigned long long)want);
     int rc = plx_snaplog_read_block(st, addr, rec->id, out);
     if (!rc && (out->first_index > want || out->first_index + out->count - 1 < want ||
                 out->first_index >= b->first_index))
@@ -108,8 +109,8 @@ static int oldest_first(plx_store *st, const struct plx_vdi_record *rec, uint64_
         for (uint64_t k = nblk - 1; !rc && k > 0; k--)
             rc = read_prev(st, rec, &blk[k], blk[k].first_index - 1, &blk[k - 1]);
         for (uint64_t idx = lo; !rc && idx <= hi; idx++) {
-            const struct plx_snaplog_block *b = &blk[(idx - 1) / PLX_SNAPLOG_PER_BLOCK -
-                                                     first_block];
+            const struct plx_snaplog_block *b =
+                &blk[(idx - 1) / PLX_SNAPLOG_PER_BLOCK - first_block];
             rc = emit_one(e, rec, b, idx);
         }
         lo = hi + 1;
