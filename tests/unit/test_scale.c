@@ -515,6 +515,37 @@ START_TEST(test_label_tail_bounded)
 }
 END_TEST
 
+/* Relabelling indexed snapshots through the admin path writes new index paths (copy on write);
+ * gc keeps the index the record names and frees the old paths; check and every lookup agree. */
+START_TEST(test_label_index_gc)
+{
+    plx_backend *mem = many_snapshots();
+    plx_store *st = open_store(mem, 0);
+    uint64_t before = find_record(mem, NULL)->label_index;
+    ck_assert_uint_ne(before, 0);
+    ck_assert_int_eq(plx_snap_label(st, "v@middle", "moved"), 0);
+    ck_assert_int_eq(plx_snap_label(st, "v@2", "two"), 0);
+    ck_assert_int_eq(plx_snap_label(st, "v@8", "s3"), -EEXIST); /* snapshot 3 has it */
+    ck_assert_int_eq(plx_snap_label(st, "v@3", "s3"), 0);        /* its own label again */
+    ck_assert_int_eq(plx_snap_label(st, "v@first", ""), 0);
+    ck_assert_uint_ne(find_record(mem, NULL)->label_index, before);
+    struct plx_gc_report g;
+    ck_assert_int_eq(plx_gc(st, 0, &g), 0);
+    ck_assert_uint_gt(g.freed_by_type[PLX_EXTENT_METADATA], 0);
+    struct plx_snap_info si;
+    ck_assert_int_eq(plx_snap_lookup(st, "v@moved", &si), 0);
+    ck_assert_uint_eq(si.index, 4000);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@two", &si), 0);
+    ck_assert_uint_eq(si.index, 2);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@middle", &si), -ENOENT);
+    ck_assert_int_eq(plx_snap_lookup(st, "v@first", &si), -ENOENT);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    assert_check_clean(mem, NSNAPS);
+    assert_label_lookups(mem, 1 + MAX_INDEX_READS + MAX_LOG_READS, 1);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 /* Rewrite block `addr` of a memory medium through fn, keeping its header valid. */
 static void poke_lidx(plx_backend *mem, uint64_t addr, void (*fn)(struct plx_lidx_block *))
 {
@@ -709,6 +740,7 @@ static Suite *scale_suite(void)
     tcase_add_test(tc, test_bad_skip_link);
     tcase_add_test(tc, test_label_tail_bounded);
     tcase_add_test(tc, test_label_index_damage);
+    tcase_add_test(tc, test_label_index_gc);
     suite_add_tcase(s, tc);
     TCase *big = tcase_create("size");
     tcase_add_test(big, test_vdi_256tib);
