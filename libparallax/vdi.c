@@ -438,12 +438,13 @@ static bool snapshot_pending(const plx_vdi *v)
 static int labels_fold_idle(plx_vdi *v)
 {
     uint64_t tail = v->rec.snap_count - v->rec.label_indexed;
-    if (v->ro || v->needs_reload || tail < PLX_LABELS_FOLD_TAIL)
+    /* Not from inside a completion: the fold waits for its writes, which would nest the service
+     * loop. */
+    if (v->ro || v->needs_reload || v->st->in_service || tail < PLX_LABELS_FOLD_TAIL)
         return 0;
     /* A writer whose snapshots always overlap is never idle here: past 8 times the tail, wait
-     * for its snapshots in flight to commit (not from inside a completion, which would nest the
-     * service loop). */
-    if (snapshot_pending(v) && (tail < 8 * PLX_LABELS_FOLD_TAIL || v->st->in_service))
+     * for its snapshots in flight to commit. */
+    if (snapshot_pending(v) && tail < 8 * PLX_LABELS_FOLD_TAIL)
         return 0;
     while (snapshot_pending(v)) {
         int rc = plx_store_service(v->st);
