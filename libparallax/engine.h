@@ -64,6 +64,10 @@ struct plx_store {
     struct plx_state_block state;
     struct plx_extent_entry *cat;      /* extent catalogue, extent_count entries (alloc.c) */
     int read_only;
+    /* Opened by plx_store_upgrade: a version-1 superblock is accepted, and the state block is
+     * read whatever its version (state_v1 says which it was). */
+    bool upgrading;
+    bool state_v1;
     uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
     /* Called when a read of the state block finds that a collection freed blocks since (the
      * node cache registers it: cached nodes may describe blocks that were reused). */

@@ -123,6 +123,72 @@ static int drain_open_vdis(plx_store *st)
     return plx_wait_alloc_written(st);
 }
 
+static void mark_nonnode(struct gc *g, uint64_t addr)
+{
+    if (addr < g->st->sb.block_count) {
+        set_bit(g->rmap, addr);
+        set_bit(g->scanned, addr);
+    }
+}
+
+static int mark_registry_block(void *arg, uint64_t addr)
+{
+    mark_nonnode(arg, addr);
+    return 0;
+}
+
+static int mark_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    (void)blk;
+    mark_nonnode(arg, addr);
+    return 0;
+}
+
+/* One VDI of the table: its record block, and for a live VDI its root and snapshot log. A
+ * deleted one is remembered for the purge (step 5). */
+static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    struct gc *g = arg;
+    plx_store *st = g->st;
+    struct plx_vdi_record rec;
+    int rc = plx_registry_read(st, rec_addr, &rec);
+    if (!rc && rec.id != id)
+        rc = plx_err(st, -EUCLEAN, "VDI table: the entry of id %llu names the record of id %llu",
+                     (unsigned long long)id, (unsigned long long)rec.id);
+    if (rc)
+        return rc;
+    mark_nonnode(g, rec_addr);
+    if (rec.flags & PLX_VDI_DELETED) {
+        if (g->nrecs % 64 == 0) {
+            struct plx_vdi_record *r = realloc(g->recs, (g->nrecs + 64) * sizeof *r);
+            uint64_t *a = realloc(g->slots, (g->nrecs + 64) * sizeof *a);
+            if (r)
+                g->recs = r;
+            if (a)
+                g->slots = a;
+            if (!r || !a)
+                return plx_err(st, -ENOMEM, "gc: out of memory");
+        }
+        g->recs[g->nrecs] = rec;
+        g->slots[g->nrecs++] = rec_addr;
+        return 0;
+    }
+    set_bit(g->rmap, rec.root);
+    struct plx_snap_info *snaps = NULL;
+    uint64_t *where = NULL;
+    size_t n = 0;
+    rc = plx_snaplog_read(st, &rec, &snaps, &n, &where);
+    for (size_t k = 0; !rc && k < n; k++) {
+        if (!snaps[k].deleted && snaps[k].root < st->sb.block_count)
+            set_bit(g->rmap, snaps[k].root);
+        /* A log block is live but is not a radix node: never read it as one. */
+        mark_nonnode(g, where[k]);
+    }
+    free(snaps);
+    free(where);
+    return rc;
+}
+
 /* Step 1 and the registry half of step 2, under the admin lock. */
 static int checkpoint(struct gc *g, bool dry_run)
 {
@@ -146,30 +212,16 @@ static int checkpoint(struct gc *g, bool dry_run)
         else
             rc = plx_bitmap_read(st, e, g->ckpt[e]);
     }
-    if (!rc)
-        rc = plx_registry_scan(st, &g->recs, &g->slots, &g->nrecs);
-    g->epoch = st->state.gc_epoch;
     /* Roots and logs are marked while the lock is held: a clone made after this point shares
-     * only snapshots that are live here. */
-    for (size_t i = 0; !rc && i < g->nrecs; i++) {
-        const struct plx_vdi_record *r = &g->recs[i];
-        if (r->flags & PLX_VDI_DELETED)
-            continue;
-        set_bit(g->rmap, r->root);
-        struct plx_snap_info *snaps = NULL;
-        uint64_t *where = NULL;
-        size_t n = 0;
-        rc = plx_snaplog_read(st, r, &snaps, &n, &where);
-        for (size_t k = 0; !rc && k < n; k++) {
-            if (!snaps[k].deleted && snaps[k].root < st->sb.block_count)
-                set_bit(g->rmap, snaps[k].root);
-            /* A log block is live but is not a radix node: never read it as one. */
-            set_bit(g->rmap, where[k]);
-            set_bit(g->scanned, where[k]);
-        }
-        free(snaps);
-        free(where);
-    }
+     * only snapshots that are live here. The registry's own blocks (VDI table, name index,
+     * records) are live too, and are not radix nodes: never read them as such. */
+    if (!rc)
+        rc = plx_state_read(st);
+    g->epoch = st->state.gc_epoch;
+    if (!rc)
+        rc = plx_vditab_walk(st, 0, mark_registry_block, mark_vdi, g);
+    if (!rc)
+        rc = plx_nameidx_walk(st, mark_index_block, g);
     plx_admin_unlock(st);
     return rc;
 }
@@ -421,18 +473,22 @@ static int purge_deleted(struct gc *g)
     if (rc)
         return rc;
     uint8_t *zero = plx_block_alloc(1);
+    rc = plx_state_read(st);
     for (size_t i = 0; !rc && i < g->nrecs; i++) {
-        if (!(g->recs[i].flags & PLX_VDI_DELETED))
-            continue;
         struct plx_vdi_record now;
-        int rrc = plx_registry_read(st, g->slots[i], &now);
-        if (rrc == -ENODATA || (rrc == 0 && now.id != g->recs[i].id))
-            continue; /* purged already, or the slot was reused */
-        if (rrc) {
-            rc = rrc;
+        uint64_t addr = 0;
+        rc = plx_vditab_get(st, g->recs[i].id, &addr);
+        if (rc || addr != g->slots[i])
+            continue; /* purged already */
+        rc = plx_registry_read(st, addr, &now);
+        if (rc)
             break;
-        }
-        rc = plx_sync_io(st, PLX_IO_WRITE, g->slots[i], 1, zero, 0);
+        if (!(now.flags & PLX_VDI_DELETED))
+            continue;
+        rc = plx_registry_purge(st, &now);
+        /* A legacy slot in extent 0 is not collected: clear it, as version 1 did. */
+        if (!rc && plx_registry_legacy_slot(st, addr))
+            rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, zero, 0);
         if (!rc)
             g->out->vdis_purged++;
     }

@@ -129,8 +129,7 @@ static void info_human(const char *path, const struct plx_store_info *in)
     printf("block size      %u\n", PLX_BLOCK_SIZE);
     printf("extent size     %s\n", extent);
     printf("extents         %llu\n", (unsigned long long)in->extent_count);
-    printf("VDIs            %llu (%llu registry slots)\n", (unsigned long long)in->vdi_count,
-           (unsigned long long)in->vdi_slots);
+    printf("VDIs            %llu\n", (unsigned long long)in->vdi_count);
     printf("lock manager    %s\n", in->lockd_addr[0] != '\0' ? in->lockd_addr : "none");
     printf("\n%-10s %12s %14s %14s %14s\n", "TYPE", "EXTENTS", "USED BLOCKS", "FREE BLOCKS",
            "LEAKED BLOCKS");
