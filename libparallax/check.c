@@ -489,7 +489,6 @@ static int ck_table_entry(void *arg, uint64_t id, uint64_t addr)
                 (unsigned long long)id, (unsigned long long)addr);
         return 0;
     }
-    registry_ref(c, addr, "VDI record");
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, c->blkbuf, 0);
     if (rc) {
         c->incomplete = true;
@@ -523,6 +522,9 @@ static int ck_table_entry(void *arg, uint64_t id, uint64_t addr)
                 (unsigned long long)addr, (unsigned long long)id, bad);
         return 0;
     }
+    /* A deleted VDI's record is garbage the collector takes with the rest of the VDI. */
+    if (!(rec->flags & PLX_VDI_DELETED))
+        registry_ref(c, addr, "VDI record");
     r->nall++;
     return 0;
 }

@@ -5,15 +5,15 @@
  *    holds (or whose holder died), and the ones this process holds, after giving back its
  *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
  *    blocks may be linked into a tree at any moment, and only the holder knows which.
- * 2. Mark the roots of every live VDI and live snapshot, and the snapshot-log blocks.
+ * 2. Mark the roots of every live VDI and live snapshot, the snapshot-log blocks and the
+ *    registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs leave the
+ *    registry here, so their records are swept with the blocks they reached.
  * 3. Pass over the metadata extents in disk order, reading every marked, not yet read radix
  *    node and marking what it links, until a pass finds nothing new (at most one pass per tree
  *    level). Each node is read once, in runs of consecutive blocks.
  * 4. Per extent, under the admin lock and after checking the holder again, free every block that
  *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
  *    the checkpoint is never freed. An extent left empty goes back to "unused".
- * 5. Remove the records of deleted VDIs from the registry (their blocks are free, or will be
- *    on a later run if their extents were held by a live process this time).
  *
  * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
  * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
@@ -51,7 +51,8 @@ struct gc {
     uint8_t **ckpt;           /* per extent: checkpointed bitmap, NULL = not swept */
     struct plx_vdi_record *recs;
     uint64_t *slots;
-    size_t nrecs;
+    size_t nrecs;             /* deleted VDIs found in the VDI table */
+    size_t entries;           /* VDIs found in the VDI table, deleted or not */
     struct plx_gc_report *out;
     uint64_t epoch;           /* state.gc_epoch this collection expects (it bumps it once) */
     bool bumped;
@@ -157,8 +158,9 @@ static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
                      (unsigned long long)id, (unsigned long long)rec.id);
     if (rc)
         return rc;
-    mark_nonnode(g, rec_addr);
+    g->entries++;
     if (rec.flags & PLX_VDI_DELETED) {
+        /* Not marked: the purge below unlinks the record, and its block goes with the VDI's. */
         if (g->nrecs % 64 == 0) {
             struct plx_vdi_record *r = realloc(g->recs, (g->nrecs + 64) * sizeof *r);
             uint64_t *a = realloc(g->slots, (g->nrecs + 64) * sizeof *a);
@@ -173,6 +175,7 @@ static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
         g->slots[g->nrecs++] = rec_addr;
         return 0;
     }
+    mark_nonnode(g, rec_addr);
     set_bit(g->rmap, rec.root);
     struct plx_snap_info *snaps = NULL;
     uint64_t *where = NULL;
@@ -186,6 +189,80 @@ static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
     }
     free(snaps);
     free(where);
+    return rc;
+}
+
+/* Deleted VDIs leave the registry (part of step 2, under the admin lock): out of the name index
+ * and the VDI table, so their record blocks are swept with the rest of what they reached. */
+static int purge_deleted(struct gc *g)
+{
+    plx_store *st = g->st;
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    uint8_t *zero = plx_block_alloc(1);
+    rc = plx_state_read(st);
+    for (size_t i = 0; !rc && i < g->nrecs; i++) {
+        struct plx_vdi_record now;
+        uint64_t addr = 0;
+        rc = plx_vditab_get(st, g->recs[i].id, &addr);
+        if (rc || addr != g->slots[i])
+            continue; /* purged already */
+        rc = plx_registry_read(st, addr, &now);
+        if (rc)
+            break;
+        if (!(now.flags & PLX_VDI_DELETED))
+            continue;
+        rc = plx_registry_purge(st, &now);
+        /* A legacy slot in extent 0 is not collected: clear it, as version 1 did. */
+        if (!rc && plx_registry_legacy_slot(st, addr))
+            rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, zero, 0);
+        if (!rc)
+            g->out->vdis_purged++;
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_block_free(zero);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+static int unmark_registry_block(void *arg, uint64_t addr)
+{
+    struct gc *g = arg;
+    if (addr < g->st->sb.block_count)
+        g->rmap[addr >> 6] &= ~(1ull << (addr & 63));
+    return 0;
+}
+
+static int unmark_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    (void)blk;
+    return unmark_registry_block(arg, addr);
+}
+
+static int skip_entry(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    (void)arg, (void)id, (void)rec_addr;
+    return 0;
+}
+
+/* Every VDI was deleted: the registry's own blocks go too, so an emptied store is a fresh one
+ * (the roots leave the state block in one write; a dry run only counts the blocks). */
+static int registry_drop(struct gc *g, bool dry_run)
+{
+    plx_store *st = g->st;
+    int rc = plx_vditab_walk(st, 0, unmark_registry_block, skip_entry, g);
+    if (!rc)
+        rc = plx_nameidx_walk(st, unmark_index_block, g);
+    if (rc || dry_run)
+        return rc;
+    st->state.vdi_table_root = 0;
+    st->state.vdi_table_height = 0;
+    st->state.name_index_root = 0;
+    rc = plx_state_write(st);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
     return rc;
 }
 
@@ -222,6 +299,11 @@ static int checkpoint(struct gc *g, bool dry_run)
         rc = plx_vditab_walk(st, 0, mark_registry_block, mark_vdi, g);
     if (!rc)
         rc = plx_nameidx_walk(st, mark_index_block, g);
+    if (!rc && !dry_run)
+        rc = purge_deleted(g);
+    if (!rc && g->entries == g->nrecs &&
+        (st->state.vdi_table_root || st->state.name_index_root))
+        rc = registry_drop(g, dry_run);
     plx_admin_unlock(st);
     return rc;
 }
@@ -465,40 +547,6 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     return rc;
 }
 
-/* Step 5: deleted VDIs' records leave the registry once their blocks are gone. */
-static int purge_deleted(struct gc *g)
-{
-    plx_store *st = g->st;
-    int rc = plx_admin_lock(st);
-    if (rc)
-        return rc;
-    uint8_t *zero = plx_block_alloc(1);
-    rc = plx_state_read(st);
-    for (size_t i = 0; !rc && i < g->nrecs; i++) {
-        struct plx_vdi_record now;
-        uint64_t addr = 0;
-        rc = plx_vditab_get(st, g->recs[i].id, &addr);
-        if (rc || addr != g->slots[i])
-            continue; /* purged already */
-        rc = plx_registry_read(st, addr, &now);
-        if (rc)
-            break;
-        if (!(now.flags & PLX_VDI_DELETED))
-            continue;
-        rc = plx_registry_purge(st, &now);
-        /* A legacy slot in extent 0 is not collected: clear it, as version 1 did. */
-        if (!rc && plx_registry_legacy_slot(st, addr))
-            rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, zero, 0);
-        if (!rc)
-            g->out->vdis_purged++;
-    }
-    if (!rc)
-        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-    plx_block_free(zero);
-    plx_admin_unlock(st);
-    return rc;
-}
-
 static double mono_seconds(void)
 {
     struct timespec ts;
@@ -560,8 +608,6 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
         if (g.ckpt[e])
             rc = sweep_extent(&g, e, dry_run);
     }
-    if (!rc && !dry_run)
-        rc = purge_deleted(&g);
     if (!rc && g.bumped) {
         /* Blocks we freed may be cached here, and may be reused from now on. */
         plx_cache_drop_clean(st);
