@@ -23,6 +23,7 @@
 #endif
 
 #define PLX_FORMAT_VERSION 2u
+static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h names this version");
 #define PLX_FORMAT_VERSION_V1 1u /* fixed registry in extent 0; `parallax upgrade` converts it */
 
 /* Block magics (ASCII, little-endian). */

@@ -59,6 +59,7 @@ unsigned plx_version(void);
 
 #define PLX_BLOCK_SIZE 4096u
 #define PLX_NAME_MAX 255   /* longest VDI name, bytes, without the NUL */
+#define PLX_FORMAT_VERSION_CURRENT 2 /* the on-disk format version this library writes */
 #define PLX_LABEL_MAX 39   /* longest snapshot label, bytes, without the NUL */
 #define PLX_MAX_VDI_SIZE (1ull << 48) /* 256 TiB: four tree levels */
 
