@@ -233,11 +233,11 @@ int plx_registry_each(plx_store *st, uint64_t after_id, plx_registry_fn fn, void
 
 int plx_registry_link(plx_store *st, const struct plx_vdi_record *rec, uint64_t rec_addr)
 {
-    /* A create that crashed before its state block landed may have left this id's entry and
-     * its name in the index: take that name out first, so stale entries do not pile up. */
     uint64_t old = 0;
-    int rc = plx_vditab_get(st, rec->id, &old);
-    if (!rc && old) {
+    int rc = plx_vditab_set(st, rec->id, rec_addr, &old);
+    /* A create that crashed before its state block landed may have left this id's entry and
+     * its name in the index: take that name out, so stale entries do not pile up. */
+    if (!rc && old && old != rec_addr) {
         struct plx_vdi_record prev;
         int prc = plx_registry_read(st, old, &prev);
         if (prc == 0 && prev.id == rec->id)
@@ -245,8 +245,6 @@ int plx_registry_link(plx_store *st, const struct plx_vdi_record *rec, uint64_t 
         else if (prc)
             st->errmsg[0] = 0; /* never durable, or its block reused: nothing to take out */
     }
-    if (!rc)
-        rc = plx_vditab_set(st, rec->id, rec_addr);
     if (!rc)
         rc = plx_nameidx_insert(st, plx_name_hash(rec->name), rec->id);
     return rc;
@@ -261,7 +259,7 @@ int plx_registry_purge(plx_store *st, const struct plx_vdi_record *rec)
 {
     int rc = plx_registry_unname(st, rec);
     if (!rc)
-        rc = plx_vditab_set(st, rec->id, 0);
+        rc = plx_vditab_set(st, rec->id, 0, NULL);
     return rc;
 }
 

@@ -54,10 +54,10 @@ bool plx_all_digits(const char *s);
 /* ---- VDI table: id -> record block (vditab.c) ---- */
 /* *rec_addr = the table's entry for id (0 = none). */
 int plx_vditab_get(plx_store *st, uint64_t id, uint64_t *rec_addr);
-/* Set the entry for id (under the admin lock). May grow the table: new blocks are made durable
- * before the write that links them; a new root or height is in st->state, for the caller's
- * state write. */
-int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr);
+/* Set the entry for id (under the admin lock); *old (may be NULL) = what it was. May grow the
+ * table: new blocks are made durable before the write that links them; a new root or height is
+ * in st->state, for the caller's state write. */
+int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr, uint64_t *old);
 /* Walk the table in id order from after_id + 1 up to next_vdi_id - 1. `block` (may be NULL) sees
  * every table block read, `entry` every non-zero entry. A nonzero return stops the walk. */
 int plx_vditab_walk(plx_store *st, uint64_t after_id, int (*block)(void *arg, uint64_t addr),

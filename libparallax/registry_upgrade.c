@@ -111,7 +111,7 @@ int plx_registry_upgrade(plx_store *st)
     st->state.vdi_table_height = 0;
     st->state.name_index_root = 0;
     for (size_t i = 0; i < n && !rc; i++) {
-        rc = plx_vditab_set(st, v[i].id, v[i].slot);
+        rc = plx_vditab_set(st, v[i].id, v[i].slot, NULL);
         if (!rc && !v[i].deleted)
             rc = plx_nameidx_insert(st, v[i].hash, v[i].id);
     }

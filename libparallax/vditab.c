@@ -94,9 +94,11 @@ static int tab_new_path(plx_store *st, unsigned level, uint64_t first, uint64_t 
     return rc;
 }
 
-int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr)
+int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr, uint64_t *old)
 {
     int rc = 0;
+    if (old)
+        *old = 0;
     /* Grow: a new root above the old one, until the table covers id. */
     if (!st->state.vdi_table_root) {
         unsigned h = 1;
@@ -140,6 +142,8 @@ int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr)
         uint64_t i = (id - first) / entry_span(level);
         uint64_t child_first = first + i * entry_span(level);
         if (level == 0 || b->entries[i] == 0) {
+            if (level == 0 && old)
+                *old = b->entries[i];
             if (level > 0 && rec_addr == 0)
                 break; /* clearing an entry that is not there */
             uint64_t val = rec_addr;
