@@ -102,8 +102,15 @@ bool plx_registry_legacy_slot(const plx_store *st, uint64_t rec_addr)
 int plx_registry_block_read(plx_store *st, uint64_t addr, uint32_t magic, void *block,
                             const char *what)
 {
-    if (addr == 0 || addr >= st->sb.block_count ||
-        plx_block_type(st, addr) != PLX_EXTENT_METADATA)
+    bool ok = addr != 0 && addr < st->sb.block_count;
+    /* Another process may have typed the extent since we read the catalogue: read it again. */
+    if (ok && plx_block_type(st, addr) != PLX_EXTENT_METADATA) {
+        int crc = plx_catalogue_read(st);
+        if (crc)
+            return crc;
+        ok = plx_block_type(st, addr) == PLX_EXTENT_METADATA;
+    }
+    if (!ok)
         return plx_err(st, -EUCLEAN, "%s %llu is corrupt: not a metadata block", what,
                        (unsigned long long)addr);
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, block, 0);
