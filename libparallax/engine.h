@@ -7,7 +7,8 @@
  *   7  store.c, blocking.c        open and close a store; the blocking forms of the calls
  *   6  vdi.c, vdi_admin.c         VDI handles; create, clone, delete
  *   5  pipeline.c                 radix walks, copy-on-write, batches, snapshots, commit order
- *   4  registry.c, snaplog.c      VDI records; snapshot logs
+ *   4  registry.c, vditab.c,      VDI records, the VDI table and name index; snapshot logs
+ *      nameidx.c, snaplog.c
  *   3  cache.c                    cached radix nodes; "loaded" is a callback to layer 5
  *   2  alloc.c                    extent catalogue, bitmaps, claims
  *   1  lock.c, system.c, format.c identity, admin lock, holder liveness; superblock and system
