@@ -205,8 +205,7 @@ static int bucket_split(plx_store *st, struct path *p)
         return rc;
     }
     if (level == MAX_LEVEL)
-        return plx_err(st, -ENOSPC, "name index: %u names share one 64-bit hash",
-                       PLX_NAMEBKT_CAP);
+        return plx_err(st, -ENOSPC, "name index: %u names share one 64-bit hash", PLX_NAMEBKT_CAP);
     struct plx_namebkt_block *b = bucket_new(level + 1, 0, 0);
     memcpy(b->entries, old->entries, sizeof old->entries);
     b->count = old->count;

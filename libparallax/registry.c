@@ -45,7 +45,7 @@ void plx_registry_seal(struct plx_vdi_record *rec, uint64_t slot_addr, void *blo
     memcpy(rec, block, sizeof *rec);
 }
 
-static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t slot)
+static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t addr)
 {
     bool ok = r->id != 0 && r->size % PLX_BLOCK_SIZE == 0 &&
               r->size > 0 && r->size <= PLX_MAX_VDI_SIZE &&
@@ -53,8 +53,8 @@ static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t 
               r->height >= plx_height_for_size(r->size) && r->root != 0 &&
               r->root < st->sb.block_count && r->name[PLX_NAME_MAX] == 0 && r->name[0] != 0;
     if (!ok)
-        return plx_err(st, -EUCLEAN, "VDI registry slot %llu holds an invalid record",
-                       (unsigned long long)slot);
+        return plx_err(st, -EUCLEAN, "the VDI record at block %llu is invalid",
+                       (unsigned long long)addr);
     return 0;
 }
 
@@ -64,12 +64,12 @@ int plx_registry_read(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *
     int rc = plx_sync_io(st, PLX_IO_READ, slot_addr, 1, buf, 0);
     const char *why = "";
     if (rc) {
-        plx_err(st, rc, "reading VDI registry slot %llu: %s", (unsigned long long)slot_addr,
+        plx_err(st, rc, "reading the VDI record at block %llu: %s", (unsigned long long)slot_addr,
                 strerror(-rc));
     } else {
         rc = plx_blkhdr_verify(buf, PLX_MAGIC_VDI, slot_addr, &why);
         if (rc == -EUCLEAN)
-            plx_err(st, rc, "VDI registry slot %llu is corrupt: %s",
+            plx_err(st, rc, "the VDI record at block %llu is corrupt: %s",
                     (unsigned long long)slot_addr, why);
         if (rc == 0) {
             memcpy(rec, buf, sizeof *rec);

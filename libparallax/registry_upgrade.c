@@ -93,8 +93,8 @@ int plx_registry_upgrade(plx_store *st)
     /* Nothing may be held: check every extent before writing anything. */
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
         const struct plx_extent_entry *c = &st->cat[e];
-        if (c->holder_host && !plx_holder_stale(st, c->holder_host, c->holder_pid,
-                                                c->holder_epoch) &&
+        if (c->holder_host &&
+            !plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch) &&
             !plx_holder_is_me(st, c->holder_host, c->holder_pid, c->holder_epoch))
             return plx_err(st, -EBUSY,
                            "pid %u%s allocates in extent %llu; stop every Parallax process "

@@ -126,8 +126,8 @@ START_TEST(test_past_the_old_cap)
         ck_assert_str_eq(vi.name, name);
         most_id = reads_now() - r0 > most_id ? reads_now() - r0 : most_id;
     }
-    printf("registry: lookup at %u VDIs: at most %lu reads by name, %lu by id\n", NMANY,
-           most_name, most_id);
+    printf("registry: lookup at %u VDIs: at most %lu reads by name, %lu by id\n", NMANY, most_name,
+           most_id);
     ck_assert_int_eq(plx_vdi_lookup(st, "vm-999999", &(struct plx_vdi_info){0}), -ENOENT);
 
     /* One past the old cap holds data. */
@@ -191,7 +191,8 @@ START_TEST(test_past_the_old_cap)
 }
 END_TEST
 
-/* ---- Upgrade from format version 1 ------------------------------------------------------------ */
+/* ---- Upgrade from format version 1 ------------------------------------------------------------
+ */
 
 /* A version-2 store with VDIs of every kind: data, snapshots (one labelled), a clone, a deleted
  * VDI; turned into version 1. */
