@@ -1067,6 +1067,7 @@ START_TEST(test_control_commands_never_block)
     char *data = malloc(8 * SEC), *back = malloc(8 * SEC);
     tu_fill(data, 8 * SEC, 91);
     ck_assert_int_eq(io_sync(drv, TD_OP_WRITE, data, 0, 8), 0);
+    ck_assert_int_eq(io_sync(drv2, TD_OP_WRITE, data, 0, 8), 0); /* its nodes now cached */
     char line[128];
     unsigned long long id = (unsigned long long)held_disk_id;
 
