@@ -1106,6 +1106,137 @@ START_TEST(test_control_commands_never_block)
 }
 END_TEST
 
+/* ---- Migration: the destination's open waits for the source to let go ----------------------- */
+
+/* The "source host": an engine on the same blockstore with another host identity, holding web1
+ * for writing, as the source's tapdisk does while libxl attaches the disk on the destination. */
+static plx_store *source_open(plx_vdi **v)
+{
+    plx_store *st = NULL;
+    char err[256] = "";
+    struct plx_open_opts o = {.struct_size = sizeof o, .host = "source-host"};
+    ck_assert_msg(plx_store_open(store_path, &o, &st, err, sizeof err) == 0, "source: %s", err);
+    ck_assert_int_eq(plx_vdi_open(st, "web1", 0, v), 0);
+    return st;
+}
+
+static void queue_io(td_driver_t *drv, int op, void *buf, td_sector_t sec, int secs, void *tag)
+{
+    td_request_t r = tdd_request(op, buf, sec, secs, tag);
+    if (op == TD_OP_WRITE)
+        drv->ops->td_queue_write(drv, r);
+    else
+        drv->ops->td_queue_read(drv, r);
+}
+
+/* libxl opens the disk on the destination while the source still holds the VDI: the open
+ * succeeds at once, its requests wait (none is served while the source can still write), and
+ * once the source lets go they are served in order, seeing everything the source wrote. */
+START_TEST(test_open_waits_for_holder)
+{
+    setenv("PARALLAX_HANDOVER_WAIT", "30", 1);
+    plx_vdi *sv = NULL;
+    plx_store *src = source_open(&sv);
+    char *a = malloc(8 * SEC), *b = malloc(8 * SEC), *c = malloc(8 * SEC);
+    char *back = malloc(8 * SEC), *back2 = malloc(8 * SEC);
+    tu_fill(a, 8 * SEC, 31);
+    tu_fill(b, 8 * SEC, 32);
+    tu_fill(c, 8 * SEC, 33);
+    ck_assert_int_eq(plx_vdi_pwrite(sv, a, 0, 8 * SEC, PLX_WRITE_FUA), 0);
+
+    td_driver_t *drv = open_ok("web1", 0);
+    ck_assert_uint_eq(drv->info.size, WEB1_SIZE / SEC);
+    ck_assert_msg(tdd_log_contains("waiting for it"), "no log line about the wait: %s",
+                  tdd_log_last());
+    queue_io(drv, TD_OP_READ, back, 0, 8, tag_of(0));
+    queue_io(drv, TD_OP_WRITE, b, 16, 8, tag_of(1));
+    queue_io(drv, TD_OP_READ, back2, 8, 8, tag_of(2)); /* the source writes this below */
+    for (int i = 0; i < 10; i++)
+        tdd_fire_ready(20);
+    ck_assert_msg(tdd_completion_count() == 0,
+                  "%zu requests answered while the source still held the VDI",
+                  tdd_completion_count());
+    /* The source goes on writing, then lets go (the guest stopped there; libxl's remove). */
+    ck_assert_int_eq(plx_vdi_pwrite(sv, c, 8 * SEC, 8 * SEC, PLX_WRITE_FUA), 0);
+    ck_assert_int_eq(plx_vdi_close(sv), 0);
+    ck_assert_int_eq(tdd_run_until(3, WAIT_MS), 0);
+    for (int i = 0; i < 3; i++) {
+        int status = 1;
+        ck_assert_uint_eq(tdd_completions_of(tag_of((size_t)i), &status), 1);
+        ck_assert_int_eq(status, 0);
+    }
+    ck_assert_mem_eq(back, a, 8 * SEC);
+    ck_assert_mem_eq(back2, c, 8 * SEC);
+    ck_assert_msg(tdd_log_contains("handed over after"), "no handover log line: %s",
+                  tdd_log_last());
+    /* The destination holds it now: the source cannot take it back, and commands reach it. */
+    ck_assert_int_eq(plx_vdi_open(src, "web1", 0, &sv), -EBUSY);
+    ck_assert_int_eq(io_sync(drv, TD_OP_READ, back, 16, 8), 0);
+    ck_assert_mem_eq(back, b, 8 * SEC);
+    char line[64], reply[256];
+    snprintf(line, sizeof line, "snapshot %llu", (unsigned long long)vdi_id_of("web1"));
+    control_call(line, reply, sizeof reply);
+    ck_assert_str_eq(reply, "ok 1");
+    close_ok(drv);
+    ck_assert_uint_eq(tdd_event_count(), 0);
+    ck_assert_int_eq(plx_store_close(src), 0);
+    unsetenv("PARALLAX_HANDOVER_WAIT");
+    free(a);
+    free(b);
+    free(c);
+    free(back);
+    free(back2);
+}
+END_TEST
+
+/* A source that never lets go: after $PARALLAX_HANDOVER_WAIT the queued requests fail with EIO
+ * (a log line says why), later ones too; and a disk closed while it waits answers its queued
+ * requests with EIO. */
+START_TEST(test_open_wait_times_out)
+{
+    setenv("PARALLAX_HANDOVER_WAIT", "0.3", 1);
+    plx_vdi *sv = NULL;
+    plx_store *src = source_open(&sv);
+    char *buf = malloc(8 * SEC);
+    tu_fill(buf, 8 * SEC, 5);
+    td_driver_t *drv = open_ok("web1", 0);
+    queue_io(drv, TD_OP_READ, buf, 0, 8, tag_of(0));
+    queue_io(drv, TD_OP_WRITE, buf, 8, 8, tag_of(1));
+    ck_assert_int_eq(tdd_run_until(2, WAIT_MS), 0);
+    for (int i = 0; i < 2; i++) {
+        int status = 0;
+        ck_assert_uint_eq(tdd_completions_of(tag_of((size_t)i), &status), 1);
+        ck_assert_int_eq(status, -EIO);
+    }
+    ck_assert_msg(tdd_log_contains("gave up waiting"), "no log line: %s", tdd_log_last());
+    ck_assert_msg(tdd_log_contains("already open for writing by"),
+                  "the log line names no holder: %s", tdd_log_last());
+    ck_assert_int_eq(io_sync(drv, TD_OP_READ, buf, 0, 8), -EIO);
+    close_ok(drv);
+    ck_assert_uint_eq(tdd_event_count(), 0);
+
+    /* Closed while waiting. */
+    setenv("PARALLAX_HANDOVER_WAIT", "30", 1);
+    tdd_reset();
+    drv = open_ok("web1", 0);
+    queue_io(drv, TD_OP_READ, buf, 0, 8, tag_of(5));
+    tdd_fire_ready(20);
+    ck_assert_uint_eq(tdd_completion_count(), 0);
+    close_ok(drv);
+    int status = 0;
+    ck_assert_uint_eq(tdd_completions_of(tag_of(5), &status), 1);
+    ck_assert_int_eq(status, -EIO);
+    ck_assert_uint_eq(tdd_event_count(), 0);
+    ck_assert_uint_eq(tdd_bad_unregisters(), 0);
+    /* The source still holds it, untouched. */
+    ck_assert_int_eq(plx_vdi_pwrite(sv, buf, 0, 8 * SEC, PLX_WRITE_FUA), 0);
+    ck_assert_int_eq(plx_vdi_close(sv), 0);
+    ck_assert_int_eq(plx_store_close(src), 0);
+    unsetenv("PARALLAX_HANDOVER_WAIT");
+    free(buf);
+}
+END_TEST
+
 /* ---- Durability modes under simulated crashes ---------------------------------------------------
  */
 
@@ -1327,6 +1458,8 @@ static Suite *tapdisk_suite(void)
     tcase_add_test(tc, test_close_with_mixed_requests_in_flight);
     tcase_add_test(tc, test_control_snapshot);
     tcase_add_test(tc, test_control_commands_never_block);
+    tcase_add_test(tc, test_open_waits_for_holder);
+    tcase_add_test(tc, test_open_wait_times_out);
     tcase_add_test(tc, test_durability_option_errors);
     tcase_add_test(tc, test_durability_fua);
     tcase_add_test(tc, test_durability_ordered);
