@@ -11,7 +11,15 @@
 #include "engine.h"
 #include "snaplog.h"
 
-enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT, REQ_STATUS, REQ_SNAPEDIT };
+enum plx_req_op {
+    REQ_READ,
+    REQ_WRITE,
+    REQ_FLUSH,
+    REQ_TRIM,
+    REQ_SNAPSHOT,
+    REQ_STATUS,
+    REQ_SNAPEDIT
+};
 
 enum plx_req_state {
     RQ_WAIT_RANGE,   /* an earlier overlapping request is still active */

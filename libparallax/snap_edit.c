@@ -113,7 +113,7 @@ static void read_block(struct plx_req *r, uint64_t addr, void (*after_read)(stru
                           (unsigned long long)addr, strerror(-rc)));
 }
 
-/* ---- Labels of the log as it was at open ------------------------------------------------------ */
+/* ---- Labels of the log as it was at open ----------------------------------------------------- */
 
 static void find_record(struct plx_req *r);
 
@@ -123,8 +123,9 @@ static void labels_block_read(struct plx_req *r)
     struct plx_snap_edit *e = r->edit;
     const struct plx_snaplog_block *b = e->b;
     if (b->first_index > e->expect_last || b->first_index + b->count - 1 < e->expect_last) {
-        finish(r, plx_err(v->st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
-                                           "snapshot %llu",
+        finish(r, plx_err(v->st, -EUCLEAN,
+                          "snapshot log block %llu of VDI %s does not hold "
+                          "snapshot %llu",
                           (unsigned long long)e->addr, v->rec.name,
                           (unsigned long long)e->expect_last));
         return;
@@ -162,7 +163,7 @@ static void labels_block_read(struct plx_req *r)
     find_record(r);
 }
 
-/* ---- The record ---------------------------------------------------------------------------------- */
+/* ---- The record ------------------------------------------------------------------------------ */
 
 static void write_done(plx_store *st, struct plx_ev *ev)
 {
@@ -195,10 +196,10 @@ static void change_record(struct plx_req *r)
     if (e->kind == PLX_EDIT_LABEL) {
         int taken = plx_label_taken(v, e->label, e->index); /* loaded: no I/O */
         if (taken) {
-            finish(r, taken < 0 ? taken
-                                : plx_err(v->st, -EEXIST,
-                                          "VDI %s already has a snapshot labelled '%s'",
-                                          v->rec.name, e->label));
+            finish(r, taken < 0
+                          ? taken
+                          : plx_err(v->st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
+                                    v->rec.name, e->label));
             return;
         }
         memset(rec->label, 0, sizeof rec->label);
@@ -226,8 +227,8 @@ static void find_block_read(struct plx_req *r)
 {
     struct plx_snap_edit *e = r->edit;
     uint64_t next = 0;
-    int rc = plx_snaplog_find_step(r->v->st, &r->v->rec, e->index, e->b, e->addr,
-                                   &e->expect_first, &next);
+    int rc = plx_snaplog_find_step(r->v->st, &r->v->rec, e->index, e->b, e->addr, &e->expect_first,
+                                   &next);
     if (rc < 0)
         finish(r, rc);
     else if (rc == 1)
@@ -269,7 +270,8 @@ void plx_snap_edit_start(struct plx_req *r)
         finish(r, plx_err(v->st, -ENOMEM, "out of memory"));
         return;
     }
-    bool need_labels = e->kind == PLX_EDIT_LOAD_LABELS || (e->kind == PLX_EDIT_LABEL && e->label[0]);
+    bool need_labels =
+        e->kind == PLX_EDIT_LOAD_LABELS || (e->kind == PLX_EDIT_LABEL && e->label[0]);
     if (!need_labels || v->labels.loaded) {
         find_record(r);
         return;

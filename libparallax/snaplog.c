@@ -146,18 +146,20 @@ int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t i
 }
 
 int plx_snaplog_find_step(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
-                          const struct plx_snaplog_block *b, uint64_t addr,
-                          uint64_t *expect_first, uint64_t *next)
+                          const struct plx_snaplog_block *b, uint64_t addr, uint64_t *expect_first,
+                          uint64_t *next)
 {
     if (*expect_first && b->first_index != *expect_first)
-        return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s starts at snapshot "
-                                     "%llu, not %llu as the skip link to it says",
+        return plx_err(st, -EUCLEAN,
+                       "snapshot log block %llu of VDI %s starts at snapshot "
+                       "%llu, not %llu as the skip link to it says",
                        (unsigned long long)addr, rec->name, (unsigned long long)b->first_index,
                        (unsigned long long)*expect_first);
     if (b->first_index <= index) {
         if (b->first_index + b->count - 1 < index)
-            return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
-                                         "snapshot %llu",
+            return plx_err(st, -EUCLEAN,
+                           "snapshot log block %llu of VDI %s does not hold "
+                           "snapshot %llu",
                            (unsigned long long)addr, rec->name, (unsigned long long)index);
         return 1;
     }

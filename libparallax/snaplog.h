@@ -25,8 +25,8 @@ int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t i
  * reached with *expect_first (0 at the head). 1 when b holds index; 0 when the walk goes on at
  * *next (and *expect_first is updated); or an error. */
 int plx_snaplog_find_step(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
-                          const struct plx_snaplog_block *b, uint64_t addr,
-                          uint64_t *expect_first, uint64_t *next);
+                          const struct plx_snaplog_block *b, uint64_t addr, uint64_t *expect_first,
+                          uint64_t *next);
 /* The newest complete record in the head block image `head` of a log counting snap_count
  * snapshots, or NULL. */
 const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,

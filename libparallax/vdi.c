@@ -445,8 +445,8 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
         if (rc < 0)
             return rc;
         if (rc)
-            return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
-                           v->rec.name, label);
+            return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                           label);
     }
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
     if (!r)

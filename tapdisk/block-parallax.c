@@ -130,10 +130,10 @@ struct plx_td_disk {
     int control;       /* this disk counts among the control socket's users */
     /* Handover (migration): opened while another process held the VDI for writing. Requests
      * wait, in order, until this process gets the VDI; none is served before. */
-    int waiting;            /* the VDI is not ours yet */
-    int handover_failed;    /* negative errno once the wait gave up */
+    int waiting;         /* the VDI is not ours yet */
+    int handover_failed; /* negative errno once the wait gave up */
     uint64_t wait_since_ns;
-    int retry_fd;           /* timerfd: try to open the VDI again every 5 ms */
+    int retry_fd; /* timerfd: try to open the VDI again every 5 ms */
     event_id_t retry_event;
     struct plx_td_slot *wait_head, *wait_tail;
     char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
@@ -743,9 +743,8 @@ static void retry_event(event_id_t id, char mode, void *private)
         tlog_syslog(TLOG_WARN,
                     "parallax: %s: gave up waiting for the VDI after %.0f ms "
                     "(PARALLAX_HANDOVER_WAIT): %s; its requests fail with EIO",
-                    d->vdi_spec, waited_ms, rc == -EBUSY || !d->store->failed
-                                                ? plx_store_errmsg(st)
-                                                : strerror(-rc));
+                    d->vdi_spec, waited_ms,
+                    rc == -EBUSY || !d->store->failed ? plx_store_errmsg(st) : strerror(-rc));
         fail_waiting(d, -EIO);
         return;
     }
@@ -776,8 +775,8 @@ static int wait_for_holder(struct plx_td_disk *d, const struct plx_vdi_info *inf
         retry_stop(d);
         return -e;
     }
-    d->retry_event = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, d->retry_fd, TV_ZERO,
-                                                   retry_event, d);
+    d->retry_event =
+        tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, d->retry_fd, TV_ZERO, retry_event, d);
     if (d->retry_event < 0) {
         int rc = d->retry_event;
         d->retry_event = -1;
@@ -920,8 +919,9 @@ static int plx_td_close(td_driver_t *driver)
     if (!d->store)
         return 0;
     if (d->waiting) {
-        tlog_syslog(TLOG_INFO, "parallax: %s: closed before the VDI was handed over; %u waiting "
-                               "requests fail with EIO",
+        tlog_syslog(TLOG_INFO,
+                    "parallax: %s: closed before the VDI was handed over; %u waiting "
+                    "requests fail with EIO",
                     d->vdi_spec, d->inflight);
         d->waiting = 0;
         retry_stop(d);

@@ -132,8 +132,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (rc != 0)
         return 1;
-    event_id_t in = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, 0, TV_ZERO,
-                                                  input_ready, NULL);
+    event_id_t in =
+        tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, 0, TV_ZERO, input_ready, NULL);
     if (in < 0)
         return 1;
     while (!quit)

@@ -192,7 +192,7 @@ uint64_t plx_fault_errors_injected(const plx_backend *be)
     return fault_of(be)->errors;
 }
 
-/* ---- Holding I/O ------------------------------------------------------------------------------ */
+/* ---- Holding I/O ---------------------------------------------------------------------------- */
 
 static uint64_t mono_ns(void)
 {

@@ -1601,14 +1601,14 @@ static void report(struct wl *wl, double secs)
     g_tot->workloads++;
     g_tot->failures += wl->violations;
     g_tot->strict += wl->strict;
-    printf("crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %zu labels/deletes, "
-           "%llu blocks read live, log %llu events, %llu positions, %llu images, %llu violations "
-           "(%llu of an unfinished snapshot), %.1f s\n",
-           wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns, wl->ne,
-           (unsigned long long)wl->reads_checked,
-           (unsigned long long)plx_fault_log_position(wl->fb), (unsigned long long)wl->positions,
-           (unsigned long long)wl->images, (unsigned long long)wl->violations,
-           (unsigned long long)wl->strict, secs);
+    printf(
+        "crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %zu labels/deletes, "
+        "%llu blocks read live, log %llu events, %llu positions, %llu images, %llu violations "
+        "(%llu of an unfinished snapshot), %.1f s\n",
+        wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns, wl->ne,
+        (unsigned long long)wl->reads_checked, (unsigned long long)plx_fault_log_position(wl->fb),
+        (unsigned long long)wl->positions, (unsigned long long)wl->images,
+        (unsigned long long)wl->violations, (unsigned long long)wl->strict, secs);
     fflush(stdout);
 }
 

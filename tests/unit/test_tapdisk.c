@@ -969,7 +969,8 @@ START_TEST(test_control_snapshot)
 }
 END_TEST
 
-/* ---- Control commands never block tapdisk's loop ----------------------------------------------- */
+/* ---- Control commands never block tapdisk's loop -----------------------------------------------
+ */
 
 static uint64_t held_disk_id;
 
@@ -1054,8 +1055,7 @@ static void command_beside_io(plx_backend *be, enum plx_io_op op, const char *li
     char *nl = strchr(reply, '\n');
     if (nl)
         *nl = 0;
-    ck_assert_msg(strcmp(reply, expect) == 0, "'%s': expected '%s', got '%s'", line, expect,
-                  reply);
+    ck_assert_msg(strcmp(reply, expect) == 0, "'%s': expected '%s', got '%s'", line, expect, reply);
 }
 
 START_TEST(test_control_commands_never_block)
