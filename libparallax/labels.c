@@ -109,62 +109,6 @@ int plx_label_find(plx_store *st, const struct plx_vdi_record *rec, const char *
     return f.found ? 1 : 0;
 }
 
-/* ---- A writer's label set ------------------------------------------------------------------- */
-
-void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
-{
-    free(ls->e);
-    memset(ls, 0, sizeof *ls);
-    ls->base = *rec;
-}
-
-void plx_labels_free(struct plx_label_set *ls)
-{
-    free(ls->e);
-    memset(ls, 0, sizeof *ls);
-}
-
-int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label)
-{
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index == index) {
-            snprintf(ls->e[i].label, sizeof ls->e[i].label, "%s", label);
-            return 0;
-        }
-    if (ls->n == ls->cap) {
-        size_t cap = ls->cap ? 2 * ls->cap : 16;
-        struct plx_label_entry *e = realloc(ls->e, cap * sizeof *e);
-        if (!e)
-            return -ENOMEM;
-        ls->e = e;
-        ls->cap = cap;
-    }
-    ls->e[ls->n].index = index;
-    snprintf(ls->e[ls->n].label, sizeof ls->e[ls->n].label, "%s", label);
-    ls->n++;
-    return 0;
-}
-
-int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
-                     const char *label, uint64_t except_index)
-{
-    (void)rec;
-    if (!label || !*label)
-        return 0;
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index != except_index && strcmp(ls->e[i].label, label) == 0)
-            return 1;
-    uint64_t idx = 0;
-    int found = plx_label_find(st, &ls->base, label, &idx, NULL, NULL);
-    if (found <= 0 || idx == except_index)
-        return found;
-    /* Changed since base: the entry above decided. Labels are unique, so no other record. */
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index == idx)
-            return 0;
-    return 1;
-}
-
 /* ---- Keeping the index in step ------------------------------------------------------------- */
 
 /* Write rec naming `root` as its index covering 1..indexed, and flush. */
@@ -188,7 +132,7 @@ static int record_switch(plx_store *st, uint64_t slot_addr, struct plx_vdi_recor
 }
 
 int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
-                    struct plx_label_set *ls, uint64_t index, const char *label)
+                    uint64_t index, const char *label)
 {
     if (!*label || index > rec->label_indexed)
         return 0; /* in the tail: readers see the record itself */
@@ -204,9 +148,6 @@ int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *re
         rc = plx_lidx_commit(t, &root);
     if (!rc)
         rc = record_switch(st, slot_addr, rec, root, rec->label_indexed);
-    /* The old index is garbage now: the writer's base must not read it any more. */
-    if (!rc && ls)
-        ls->base.label_index = root;
     return rc;
 }
 

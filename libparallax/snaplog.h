@@ -13,10 +13,20 @@ int plx_snaplog_read(plx_store *st, const struct plx_vdi_record *rec, struct plx
                      size_t *count, uint64_t **blocks);
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out);
+/* Is `b`, read from addr, a sound log block of VDI vdi_id? 0 or -EUCLEAN with a message (the
+ * checks of plx_snaplog_read_block after its read, for callers that read asynchronously). */
+int plx_snaplog_check_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+                            const struct plx_snaplog_block *b);
 /* The block of rec's log that holds snapshot `index` (1..snap_count), reached by skip links in
  * O(log n) block reads; read into *b, its address in *addr. */
 int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
                      struct plx_snaplog_block *b, uint64_t *addr);
+/* One step of that walk, for callers that read the blocks themselves: b was read from addr,
+ * reached with *expect_first (0 at the head). 1 when b holds index; 0 when the walk goes on at
+ * *next (and *expect_first is updated); or an error. */
+int plx_snaplog_find_step(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
+                          const struct plx_snaplog_block *b, uint64_t addr, uint64_t *expect_first,
+                          uint64_t *next);
 /* The newest complete record in the head block image `head` of a log counting snap_count
  * snapshots, or NULL. */
 const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,
@@ -54,15 +64,17 @@ void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_blo
 int plx_label_find(plx_store *st, const struct plx_vdi_record *rec, const char *label,
                    uint64_t *index, struct plx_snaplog_block *b, uint64_t *b_addr);
 
-/* A writer's snapshot labels, for uniqueness: the store as of `base` (the record at open or at
- * the last fold, whose index and log are on the medium), plus the changes made since then
- * (new snapshots, relabels, deletions), which win over the medium ("" = no live label). */
+/* A writer's snapshot labels, for uniqueness (snaplog.c). Only labelled snapshots take memory. The
+ * log as it was at open (base_head, base_count) is read the first time a label is checked; changes
+ * made since open (new snapshots, relabels, deletions) are entries kept from the start, and an
+ * entry wins over the record it names ("" = no live label). */
 struct plx_label_entry {
     uint64_t index;
     char label[PLX_LABEL_MAX + 1];
 };
 struct plx_label_set {
-    struct plx_vdi_record base;
+    bool loaded;
+    uint64_t base_head, base_count;
     size_t n, cap;
     struct plx_label_entry *e;
 };
@@ -70,16 +82,20 @@ void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
 void plx_labels_free(struct plx_label_set *ls);
 /* Record that snapshot `index` now has `label` ("" = none or deleted). */
 int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label);
-/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. */
+/* Complete the set with the labels of the log as it was at open (live labelled snapshots of
+ * 1..base_count), read by the caller; entries made since open win. Marks the set loaded. */
+int plx_labels_load_base(struct plx_label_set *ls, const struct plx_label_entry *base, size_t n);
+/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. The first
+ * call with a label reads the log synchronously unless the set is already loaded. */
 int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
                      const char *label, uint64_t except_index);
-/* Snapshot `index` of the VDI whose record is *rec (in slot slot_addr) is about to get `label`:
- * if the index covers that snapshot, put the label into it and write the record naming the new
- * index (durable on return), before the caller writes the log record. The caller is the VDI's
- * writer with no snapshot in flight (ls = its label set), or holds the admin lock while no
- * writer holds the VDI (ls = NULL). Call it wherever a label is written to an existing record. */
+/* Snapshot `index` of the VDI whose record is *rec (in slot slot_addr) is about to get `label`
+ * while no writer holds the VDI (the caller holds the admin lock): if the index covers that
+ * snapshot, put the label into it and write the record naming the new index (durable on
+ * return), before the caller writes the log record. The VDI's own writer instead lowers
+ * label_indexed below the snapshot in the record first (snap_edit.c), without blocking. */
 int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
-                    struct plx_label_set *ls, uint64_t index, const char *label);
+                    uint64_t index, const char *label);
 /* Fold the tail of rec's log into its label index (building the index on a store written before
  * it existed) and write the record naming it. The caller holds the VDI lock with no snapshot in
  * flight; nothing is written if the tail is shorter than min_tail. */
