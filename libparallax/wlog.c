@@ -70,7 +70,7 @@ struct ient {
     struct ient *next;
 };
 
-enum qkind { Q_WRITE, Q_TRIM, Q_SNAP };
+enum qkind { Q_WRITE, Q_TRIM, Q_SNAP, Q_READ };
 
 /* A request of a cached VDI waiting in, or passed through, its queue. */
 struct wreq {
@@ -84,6 +84,7 @@ struct wreq {
     const uint8_t *src;      /* block-aligned source of blocks b0..b1 */
     uint8_t *merged;         /* sub-block writes: the whole blocks, edges read first */
     const uint8_t *ubuf;
+    void *rbuf; /* Q_READ: the caller's buffer */
     unsigned flags;
     bool edges_started, ready, all_appended, held;
     unsigned edge_pending;
@@ -112,6 +113,7 @@ struct plx_wlog_vdi {
     struct wreq *held_head, *held_tail; /* submitted while turning the cache off */
     uint64_t records;                   /* appended and not yet drained */
     bool detaching, touched;
+    bool direct_dirty; /* a trim went straight to the pipeline: flushes flush the store too */
     struct plx_wlog_vdi *next;
 };
 
@@ -997,10 +999,24 @@ static void direct_done(void *arg, int status)
     free(r);
 }
 
+static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                     void *arg);
+
 static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
 {
     struct wreq *r;
     while ((r = w->q_head)) {
+        if (r->kind == Q_READ) {
+            /* Its turn: everything submitted before it is in the index or the pipeline. */
+            q_pop(w);
+            int rc = wlog_read(r->v, r->rbuf, r->off, r->len, direct_done, r);
+            if (rc) {
+                r->status = rc;
+                r->done.run = wreq_run_done;
+                plx_defer(wl->st, &r->done);
+            }
+            continue;
+        }
         if (r->kind != Q_WRITE) {
             /* A trim or snapshot goes straight to the pipeline once everything before it in
              * this VDI's queue has been drained (so the pipeline orders it after them). */
@@ -1012,6 +1028,8 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
                 return;
             }
             q_pop(w);
+            if (r->kind == Q_TRIM)
+                w->direct_dirty = true;
             int rc = r->kind == Q_TRIM
                          ? plx_vdi_direct_trim(r->v, r->off, r->len, direct_done, r)
                          : plx_vdi_direct_snapshot(r->v, r->label, r->index_out, direct_done, r);
@@ -1254,16 +1272,6 @@ static int entry_check(struct plx_vdi *v, uint64_t off, uint64_t len)
     return 0;
 }
 
-int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
-                         void *arg)
-{
-    if (plx_lease_check(v->st))
-        return -ESTALE;
-    if (off > v->rec.size || len > v->rec.size - off || len == 0)
-        return plx_vdi_direct_read(v, buf, off, len, cb, arg); /* its checks and messages */
-    return wlog_read(v, buf, off, len, cb, arg);
-}
-
 static struct wreq *wreq_new(struct plx_vdi *v, enum qkind kind, uint64_t off, uint64_t len,
                              plx_done_fn cb, void *arg)
 {
@@ -1280,6 +1288,27 @@ static struct wreq *wreq_new(struct plx_vdi *v, enum qkind kind, uint64_t off, u
     r->cb = cb;
     r->arg = arg;
     return r;
+}
+
+int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                         void *arg)
+{
+    if (plx_lease_check(v->st))
+        return -ESTALE;
+    if (off > v->rec.size || len > v->rec.size - off || len == 0)
+        return plx_vdi_direct_read(v, buf, off, len, cb, arg); /* its checks and messages */
+    if (!v->wc->q_head && !v->wc->held_head)
+        return wlog_read(v, buf, off, len, cb, arg);
+    /* Requests of one block are carried out in submission order: a read waits behind the
+     * writes, trims and snapshots queued before it. */
+    struct wreq *r = wreq_new(v, Q_READ, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->rbuf = buf;
+    enqueue(v->wc, r);
+    if (!r->held)
+        process_queue(v->st->wlog, v->wc);
+    return 0;
 }
 
 int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
@@ -1309,13 +1338,52 @@ int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size
     return 0;
 }
 
+/* A flush that needs both the log and the store flushed: completes once, with the first error. */
+struct flush_join {
+    plx_done_fn cb;
+    void *arg;
+    int pending, status;
+};
+
+static void flush_join_done(void *arg, int status)
+{
+    struct flush_join *j = arg;
+    if (status && !j->status)
+        j->status = status;
+    if (--j->pending)
+        return;
+    plx_done_fn cb = j->cb;
+    void *carg = j->arg;
+    int st = j->status;
+    free(j);
+    cb(carg, st);
+}
+
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))
         return -ESTALE;
     struct plx_wlog *wl = v->st->wlog;
     /* Writes completed before now are in batches sealed before now. */
-    return add_flush_waiter(wl, wl->next_seq - 1, cb, arg, NULL);
+    if (!v->wc->direct_dirty)
+        return add_flush_waiter(wl, wl->next_seq - 1, cb, arg, NULL);
+    /* A trim completed straight in the pipeline: the store needs its flush as well. */
+    struct flush_join *j = calloc(1, sizeof *j);
+    if (!j)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    j->cb = cb;
+    j->arg = arg;
+    j->pending = 2;
+    int rc = plx_vdi_direct_flush(v, flush_join_done, j);
+    if (rc) {
+        free(j);
+        return rc;
+    }
+    v->wc->direct_dirty = false;
+    rc = add_flush_waiter(wl, wl->next_seq - 1, flush_join_done, j, NULL);
+    if (rc)
+        flush_join_done(j, rc); /* the store's flush is still to come: it completes j */
+    return 0;
 }
 
 int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
@@ -1438,6 +1506,8 @@ int plx_wlog_vdi_detach(struct plx_vdi *v)
         int src;
         if (r->kind == Q_WRITE)
             src = plx_vdi_direct_write(v, r->ubuf, r->off, r->len, r->flags, direct_done, r);
+        else if (r->kind == Q_READ)
+            src = plx_vdi_direct_read(v, r->rbuf, r->off, r->len, direct_done, r);
         else if (r->kind == Q_TRIM)
             src = plx_vdi_direct_trim(v, r->off, r->len, direct_done, r);
         else
@@ -1597,8 +1667,11 @@ static int replay(struct plx_wlog *wl)
         }
     free(rv);
     plx_block_free(hb);
-    if (rc)
-        return plx_err(st, rc, "replaying write log %s: %s", wl->desc, st->errmsg);
+    if (rc) {
+        char why[sizeof st->errmsg];
+        snprintf(why, sizeof why, "%s", st->errmsg);
+        return plx_err(st, rc, "replaying write log %s: %s", wl->desc, why);
+    }
     /* VDIs whose record still names this log but that had nothing past the tail. */
     struct plx_vdi_record *recs;
     uint64_t *slots;
@@ -1624,9 +1697,7 @@ static int replay(struct plx_wlog *wl)
     if (rc)
         return rc;
     wl->replayed_records = applied;
-    if (applied)
-        fprintf(stderr, "parallax: write log %s: replayed %llu records of %llu batches\n",
-                wl->desc, (unsigned long long)applied, (unsigned long long)batches);
+    (void)batches;
     /* Everything up to here is in the store: the log starts afresh after it. */
     h->tail_pos = pos < wl->nblocks ? pos : 1;
     h->tail_seq = seq;
@@ -1712,7 +1783,8 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
     st->wlog = wl;
     st->side_be = be;
     int rc = wl->tab ? 0 : plx_err(st, -ENOMEM, "out of memory");
-    if (!rc && be->ops->fd(be) >= 0)
+    /* (Tests put store and log on one medium, whose one fd is watched already.) */
+    if (!rc && be->ops->fd(be) >= 0 && be->ops->fd(be) != st->be->ops->fd(st->be))
         rc = plx_engine_watch_fd(st, be->ops->fd(be));
     if (!rc) {
         rc = side_sync(wl, PLX_IO_READ, 0, 1, wl->head, 0);

@@ -66,6 +66,7 @@ struct shadow {
     unsigned inflight;
     unsigned failed;
     uint64_t rng;
+    unsigned read_pct, trim_pct; /* of the operations run_writes submits */
 };
 
 struct wctx {
@@ -146,6 +147,63 @@ static void wait_all(plx_store *st, struct shadow *sh)
     }
 }
 
+/* A read of blocks no write in flight covers: it must return what the shadow held when it was
+ * submitted. */
+struct rctx {
+    struct shadow *sh;
+    uint64_t off, len;
+    uint8_t *buf, *expect;
+};
+
+static void read_done(void *arg, int status)
+{
+    struct rctx *c = arg;
+    ck_assert_int_eq(status, 0);
+    for (uint64_t o = 0; o < c->len; o += BS)
+        ck_assert_msg(memcmp(c->buf + o, c->expect + o, BS) == 0,
+                      "a read of block %llu returned other data than was last written",
+                      (unsigned long long)((c->off + o) / BS));
+    c->sh->inflight--;
+    free(c->buf);
+    free(c->expect);
+    free(c);
+}
+
+static void random_read(plx_vdi *v, struct shadow *sh)
+{
+    uint64_t b0 = tu_rand(&sh->rng) % (VDI_BYTES / BS - 16), n = 1 + tu_rand(&sh->rng) % 16;
+    for (uint64_t b = b0; b < b0 + n; b++)
+        if (sh->busy[b])
+            return;
+    struct rctx *c = calloc(1, sizeof *c);
+    c->sh = sh;
+    c->off = b0 * BS;
+    c->len = n * BS;
+    c->buf = malloc(c->len);
+    c->expect = malloc(c->len);
+    memcpy(c->expect, sh->bytes + c->off, c->len);
+    sh->inflight++;
+    ck_assert_int_eq(plx_vdi_submit_read(v, c->buf, c->off, c->len, read_done, c), 0);
+}
+
+/* A trim of a range no write covers: the shadow holds zeros there from now on. */
+static void random_trim(plx_vdi *v, struct shadow *sh)
+{
+    uint64_t b0 = tu_rand(&sh->rng) % (VDI_BYTES / BS - 8), n = 1 + tu_rand(&sh->rng) % 8;
+    for (uint64_t b = b0; b < b0 + n; b++)
+        if (sh->busy[b])
+            return;
+    struct wctx *c = calloc(1, sizeof *c);
+    c->sh = sh;
+    c->b0 = b0;
+    c->b1 = b0 + n;
+    memset(sh->bytes + b0 * BS, 0, n * BS);
+    for (uint64_t b = b0; b < b0 + n; b++)
+        sh->busy[b] = 1;
+    sh->inflight++;
+    ck_assert_int_eq(plx_vdi_submit_trim(v, b0 * BS, n * BS, write_done, c), 0);
+}
+
 static void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops,
                        unsigned qd, unsigned unaligned_pct, unsigned flush_pct)
 {
@@ -157,7 +215,11 @@ static void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned no
                 usleep(50);
         }
         unsigned dice = (unsigned)(tu_rand(&sh->rng) % 100);
-        if (dice < flush_pct) {
+        if (sh->read_pct && dice >= 100 - sh->read_pct) {
+            random_read(v, sh);
+        } else if (sh->trim_pct && dice >= 100 - sh->read_pct - sh->trim_pct) {
+            random_trim(v, sh);
+        } else if (dice < flush_pct) {
             sh->inflight++;
             ck_assert_int_eq(plx_vdi_submit_flush(v, flush_done, sh), 0);
         } else {
@@ -323,6 +385,32 @@ START_TEST(test_replay_after_crash)
 }
 END_TEST
 
+START_TEST(test_reads_see_acknowledged_writes)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 1234);
+    sh.read_pct = 30;
+    sh.trim_pct = 3;
+    run_writes(st, v, &sh, 2000, 32, 10, 3);
+    ck_assert_uint_eq(sh.failed, 0);
+    verify(v, &sh, "after reads, writes and trims");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
 START_TEST(test_log_of_another_store_or_too_small)
 {
     plx_backend *smem = new_store_medium();
@@ -442,6 +530,7 @@ static Suite *wlog_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_cached_writes_read_back_and_drain);
     tcase_add_test(tc, test_replay_after_crash);
+    tcase_add_test(tc, test_reads_see_acknowledged_writes);
     tcase_add_test(tc, test_log_of_another_store_or_too_small);
     tcase_add_test(tc, test_snapshot_holds_acknowledged_writes);
     tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
