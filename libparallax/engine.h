@@ -5,7 +5,7 @@
  *
  *   8  check.c, gc.c, info.c      read everything below; nothing calls them
  *   7  store.c, blocking.c        open and close a store; the blocking forms of the calls
- *   6  vdi.c, vdi_admin.c         VDI handles; create, clone, delete
+ *   6  vdi.c, vdi_admin.c, wlog.c VDI handles; create, clone, delete; the write cache
  *   5  pipeline.c                 radix walks, copy-on-write, batches, snapshots, commit order
  *   4  registry.c, snaplog.c      VDI records; snapshot logs
  *   3  cache.c                    cached radix nodes; "loaded" is a callback to layer 5

@@ -208,8 +208,7 @@ struct plx_wlog_head {      /* block 0 of the log */
 };
 static_assert(sizeof(struct plx_wlog_head) <= PLX_BLOCK_SIZE, "write log head fits");
 
-#define PLX_WLOG_OP_WRITE 1u
-#define PLX_WLOG_OP_TRIM 2u
+#define PLX_WLOG_OP_WRITE 1u /* the only op written; 2 (trim) is reserved */
 struct plx_wlog_entry {     /* one record: a write of nblocks data blocks (or a trim) */
     uint64_t vdi_id;
     uint64_t vblock;        /* first virtual block */
@@ -221,7 +220,6 @@ struct plx_wlog_entry {     /* one record: a write of nblocks data blocks (or a 
 };
 static_assert(sizeof(struct plx_wlog_entry) == 32, "write log entry layout");
 
-#define PLX_WLOG_BARRIER 1u /* batch flag: a flush separates it from the batches before it */
 #define PLX_WLOG_BATCH_HDR 48u
 #define PLX_WLOG_PER_BATCH ((PLX_BLOCK_SIZE - PLX_WLOG_BATCH_HDR) / 32u) /* 126 */
 struct plx_wlog_batch {     /* first block of one log write; the records' data follows it */
@@ -230,7 +228,7 @@ struct plx_wlog_batch {     /* first block of one log write; the records' data f
     uint64_t seq;           /* consecutive from 1 over the life of the log */
     uint32_t nblocks;       /* blocks of this log write, this one included */
     uint32_t count;         /* records */
-    uint32_t flags;         /* PLX_WLOG_BARRIER */
+    uint32_t flags;         /* 0 */
     uint32_t reserved0;
     struct plx_wlog_entry entries[PLX_WLOG_PER_BATCH];
 };
