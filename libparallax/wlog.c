@@ -371,6 +371,7 @@ static void seal(struct plx_wlog *wl, struct wbatch *b)
         b->barrier = true;
     wl->gather = NULL;
     wl->sealed++;
+    kick_later(wl); /* a sealed batch is written by the next kick */
 }
 
 static struct wbatch *batch_by_seq(struct plx_wlog *wl, uint64_t seq)
@@ -1475,6 +1476,10 @@ int plx_wlog_vdi_detach(struct plx_vdi *v)
     if (!w)
         return 0;
     w->detaching = true;
+    if (wl->drain_paused) {
+        wl->drain_paused = false; /* closing drains, whatever held it */
+        drain_kick(wl);
+    }
     int rc = 0;
     while (w->q_head || w->records) {
         if (wl->drain_error) {
@@ -1908,4 +1913,12 @@ void plx_wlog_pause_drain(plx_store *st, int pause)
     wl->drain_paused = pause != 0;
     if (!pause)
         drain_kick(wl);
+}
+
+void plx_wlog_keep_fd(plx_store *st, int fd)
+{
+    if (st->wlog)
+        st->wlog->lock_fd = fd;
+    else
+        close(fd);
 }

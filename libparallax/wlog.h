@@ -50,6 +50,9 @@ int plx_wlog_block_status(struct plx_vdi *v, uint64_t off, uint64_t *len);
 /* Is VDI record `rec` free of another log's undrained writes (0), or -EBUSY with a message? */
 int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec);
 
+/* The log stays locked (flock) while attached: keep this descriptor, closed at detach. */
+void plx_wlog_keep_fd(plx_store *st, int fd);
+
 /* Counters for `parallax cache status`. */
 struct plx_wlog_stats {
     int attached;
