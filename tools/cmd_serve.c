@@ -187,6 +187,10 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         place = PLX_PLACEMENT_LEAF;
     else if (rc == EXIT_OK && placement && strcmp(placement, "arrival") != 0)
         rc = cli_usage_error(ctx, "--placement takes arrival or leaf, not '%s'", placement);
+    /* The service's settings file (/etc/parallax/serve/NAME.conf) may name the log instead. */
+    const char *env_wcache = getenv("PARALLAX_WRITE_CACHE");
+    if (!wcache && env_wcache && *env_wcache)
+        wcache = env_wcache;
     uint64_t wsize = 0;
     if (rc == EXIT_OK && wcache_size && !wcache)
         rc = cli_usage_error(ctx, "--write-cache-size needs --write-cache PATH");
