@@ -334,7 +334,14 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
                             void *arg);
 
 /* Label (or clear, with "") or delete snapshot N of a VDI this process has open for writing;
- * the form a server uses for commands routed to it. Blocking. */
+ * the form a server uses for commands routed to it. Requests in the stream: they run after any
+ * snapshot submitted before them, and the callback fires once the changed log record is
+ * durable. A label in use by another live snapshot fails with -EEXIST, a missing or deleted
+ * snapshot with -ENOENT. */
+int plx_vdi_submit_snap_label(plx_vdi *v, uint64_t index, const char *label, plx_done_fn cb,
+                              void *arg);
+int plx_vdi_submit_snap_delete(plx_vdi *v, uint64_t index, plx_done_fn cb, void *arg);
+/* Blocking forms of those two. */
 int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label);
 int plx_vdi_snap_delete(plx_vdi *v, uint64_t index);
 

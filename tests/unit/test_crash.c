@@ -223,6 +223,20 @@ struct srec {
     uint64_t index;      /* from the callback */
     uint64_t pred_index; /* predicted at submission: snapshots are numbered in request order */
     uint32_t *hlen;      /* per tracked block: writes submitted before the snapshot */
+    char label[PLX_LABEL_MAX + 1]; /* given at creation */
+    bool delete_submitted;
+};
+
+/* A label or a deletion of a completed snapshot of an open VDI (plx_vdi_submit_snap_label /
+ * _delete). Per VDI they run one at a time in submission order. */
+struct erec {
+    int vdi;
+    size_t snap; /* srec index */
+    bool del;
+    char label[PLX_LABEL_MAX + 1];
+    bool done;
+    int status;
+    uint64_t sub_pos, done_pos;
 };
 
 struct mvdi {
@@ -260,6 +274,8 @@ struct wl {
     size_t nf, capf;
     struct srec *s;
     size_t ns, caps;
+    struct erec *e;
+    size_t ne, cape;
     uint64_t seq;
     unsigned inflight;
     uint32_t next_wid;
@@ -551,6 +567,7 @@ static void wl_free(struct wl *wl)
     free(wl->w);
     free(wl->f);
     free(wl->s);
+    free(wl->e);
     plx_block_free(wl->sb0);
     if (wl->fb)
         wl->fb->ops->destroy(wl->fb);
@@ -691,7 +708,7 @@ static long last_done_snap(const struct wl *wl, int vi)
 
 /* ---- Requests -------------------------------------------------------------------------------- */
 
-enum kind { K_WRITE, K_FLUSH, K_SNAP, K_READ };
+enum kind { K_WRITE, K_FLUSH, K_SNAP, K_READ, K_EDIT };
 
 struct ctx {
     struct wl *wl;
@@ -772,6 +789,18 @@ static void req_done(void *arg, int status)
         } else {
             m->pred_ok = false;
         }
+        break;
+    }
+    case K_EDIT: {
+        struct erec *e = &wl->e[c->idx];
+        if (e->done)
+            violation(wl, "snapshot edit: callback ran twice");
+        e->done = true;
+        e->status = status;
+        e->done_pos = pos;
+        snprintf(what, sizeof what, "%s of %s@%llu", e->del ? "deletion" : "label",
+                 wl->v[e->vdi].name, (unsigned long long)wl->s[e->snap].index);
+        check_status(wl, what, status);
         break;
     }
     case K_READ: {
@@ -933,6 +962,7 @@ static void sub_snap(struct wl *wl, int vi, bool labelled)
     char label[PLX_LABEL_MAX + 1] = "";
     if (labelled)
         snprintf(label, sizeof label, "snap-%u", ++m->label_seq);
+    memcpy(s->label, label, sizeof s->label);
     struct ctx *c = ctx_new(wl, K_SNAP, idx);
     wl->inflight++;
     int rc = plx_vdi_submit_snapshot(m->h, label, &c->index, req_done, c);
@@ -946,6 +976,57 @@ static void sub_snap(struct wl *wl, int vi, bool labelled)
         submit_failed(wl, what, rc);
         free(c);
     }
+}
+
+/* Relabel (two times in three) or delete a completed snapshot of VDI vi; false when it has
+ * none left to change. Labels are new each time, so none is ever taken. */
+static bool sub_edit(struct wl *wl, int vi)
+{
+    struct mvdi *m = &wl->v[vi];
+    uint32_t cand = 0;
+    for (uint32_t k = 0; k < m->snaps.n; k++) {
+        const struct srec *sr = &wl->s[m->snaps.v[k]];
+        cand += sr->done && sr->status == 0 && !sr->delete_submitted;
+    }
+    if (!cand)
+        return false;
+    uint32_t pick = (uint32_t)(rnd(wl) % cand), k = 0;
+    size_t si = 0;
+    for (;; k++) {
+        si = m->snaps.v[k];
+        const struct srec *sr = &wl->s[si];
+        if (sr->done && sr->status == 0 && !sr->delete_submitted && pick-- == 0)
+            break;
+    }
+    if (wl->ne == wl->cape) {
+        wl->cape = wl->cape ? wl->cape * 2 : 64;
+        wl->e = realloc(wl->e, wl->cape * sizeof *wl->e);
+        ck_assert_ptr_nonnull(wl->e);
+    }
+    size_t idx = wl->ne++;
+    struct erec *e = &wl->e[idx];
+    memset(e, 0, sizeof *e);
+    e->vdi = vi;
+    e->snap = si;
+    e->del = rnd(wl) % 3 == 0;
+    if (!e->del)
+        snprintf(e->label, sizeof e->label, "edit-%u", ++m->label_seq);
+    wl->s[si].delete_submitted = e->del;
+    e->sub_pos = pos_of(wl);
+    ++wl->seq;
+    struct ctx *c = ctx_new(wl, K_EDIT, idx);
+    wl->inflight++;
+    uint64_t index = wl->s[si].index;
+    int rc = e->del ? plx_vdi_submit_snap_delete(m->h, index, req_done, c)
+                    : plx_vdi_submit_snap_label(m->h, index, e->label, req_done, c);
+    if (rc != 0) {
+        wl->inflight--;
+        e->done = true;
+        e->status = rc;
+        submit_failed(wl, e->del ? "a snapshot deletion" : "a snapshot label", rc);
+        free(c);
+    }
+    return true;
 }
 
 static void sub_read(struct wl *wl, int vi, uint32_t t0, uint32_t nb)
@@ -1006,7 +1087,7 @@ static void drain(struct wl *wl)
 }
 
 struct mix {
-    unsigned write, fua, trim, flush, snap, read; /* weights */
+    unsigned write, fua, trim, flush, snap, read, edit; /* weights; edit: snapshot label/delete */
     unsigned max_nb, max_trim;                    /* blocks per write / trim */
     unsigned hot;       /* percent of writes and trims aimed at the first 48 tracked blocks */
     bool seq;           /* writes walk the tracked blocks in order */
@@ -1041,7 +1122,7 @@ static void gen_op(struct wl *wl, const struct mix *mx, unsigned vmask)
     ck_assert_int_gt(nc, 0);
     int vi = cand[rnd(wl) % (uint64_t)nc];
     struct mvdi *m = &wl->v[vi];
-    unsigned total = mx->write + mx->fua + mx->trim + mx->flush + mx->snap + mx->read;
+    unsigned total = mx->write + mx->fua + mx->trim + mx->flush + mx->snap + mx->read + mx->edit;
     unsigned r = (unsigned)(rnd(wl) % total);
     if (r < mx->write + mx->fua) {
         uint32_t nb = 1 + (uint32_t)(rnd(wl) % mx->max_nb);
@@ -1071,6 +1152,12 @@ static void gen_op(struct wl *wl, const struct mix *mx, unsigned vmask)
         return;
     }
     r -= mx->flush;
+    if (r < mx->edit) {
+        if (!sub_edit(wl, vi))
+            sub_flush(wl, vi);
+        return;
+    }
+    r -= mx->edit;
     if (r < mx->snap) {
         if (m->snaps.n < mx->max_snaps)
             sub_snap(wl, vi, rnd(wl) % 100 < mx->label);
@@ -1301,6 +1388,54 @@ static void run_check(struct vctx *x)
         violation(wl, "plx_check found %llu errors", (unsigned long long)rep.errors);
 }
 
+/* Rule 3 for the record of completed snapshot si as found at crash position p: deleted exactly
+ * when a deletion completed before p (either way while one was in flight, or failed), and
+ * labelled as the last label that completed before p says (or as at creation), or as a label
+ * submitted after that one, before p. */
+static void verify_snap_record(struct wl *wl, int vi, size_t si, const struct plx_snap_info *got,
+                               uint64_t p)
+{
+    const struct srec *s = &wl->s[si];
+    const char *name = wl->v[vi].name;
+    bool del_done = false, del_maybe = false;
+    const char *base = s->label;
+    size_t nlater = 0;
+    const char *later[64];
+    for (size_t i = 0; i < wl->ne; i++) {
+        const struct erec *e = &wl->e[i];
+        if (e->snap != si || e->sub_pos >= p)
+            continue;
+        bool completed = e->done && e->status == 0 && e->done_pos <= p;
+        if (e->del) {
+            del_done |= completed;
+            del_maybe |= !completed;
+        } else if (completed) {
+            base = e->label;
+            nlater = 0;
+        } else if (nlater < 64) {
+            later[nlater++] = e->label;
+        }
+    }
+    if (got->deleted != del_done && !(del_maybe && got->deleted)) {
+        violation(wl, "snapshot %s@%llu is %s at position %llu, but its deletion %s", name,
+                  (unsigned long long)s->index, got->deleted ? "deleted" : "not deleted",
+                  (unsigned long long)p,
+                  del_done    ? "had completed"
+                  : del_maybe ? "was still in flight"
+                              : "was never submitted before");
+        return;
+    }
+    if (got->deleted)
+        return;
+    bool ok = strcmp(got->label, base) == 0;
+    for (size_t i = 0; i < nlater && !ok; i++)
+        ok = strcmp(got->label, later[i]) == 0;
+    if (!ok)
+        violation(wl, "snapshot %s@%llu is labelled '%s' at position %llu, expected '%s'%s", name,
+                  (unsigned long long)s->index, got->label, (unsigned long long)p, base,
+                  nlater ? " or a label still in flight" : "");
+}
+
 /* Rules 1-5 on a store (an image at crash position x->p, or the live store). nsnap: how many
  * snapshots per VDI to read back (the newest ones and a random sample). */
 static void verify_store(struct vctx *x, unsigned nsnap)
@@ -1378,17 +1513,20 @@ static void verify_store(struct vctx *x, unsigned nsnap)
         }
         uint64_t submitted = 0;
         for (uint32_t k = 0; k < m->snaps.n; k++) {
-            const struct srec *s = &wl->s[m->snaps.v[k]];
+            size_t si = m->snaps.v[k];
+            const struct srec *s = &wl->s[si];
             if (s->sub_pos < p)
                 submitted++;
             if (!(s->done && s->status == 0 && s->done_pos <= p))
                 continue;
-            if (s->index > n || sl[s->index - 1].deleted)
+            if (s->index > n)
                 violation(wl,
                           "snapshot %s@%llu completed at position %llu but the log holds "
                           "%zu snapshots",
                           m->name, (unsigned long long)s->index, (unsigned long long)s->done_pos,
                           n);
+            else
+                verify_snap_record(wl, vi, si, &sl[s->index - 1], p);
         }
         if (m->pred_ok && n > submitted)
             violation(wl, "VDI %s has %zu snapshots but only %llu were submitted", m->name, n,
@@ -1397,7 +1535,7 @@ static void verify_store(struct vctx *x, unsigned nsnap)
         for (unsigned k = 0; k < nsnap && k < n; k++) {
             uint64_t index = k < 2 ? n - k : 1 + rnd(wl) % n;
             const struct srec *s = snap_by_index(wl, vi, index);
-            if (s)
+            if (s && !sl[index - 1].deleted)
                 verify_snapshot(x, vi, index, s);
         }
         free(sl);
@@ -1594,14 +1732,14 @@ static void report(struct wl *wl, double secs)
     g_tot->workloads++;
     g_tot->failures += wl->violations;
     g_tot->strict += wl->strict;
-    printf("crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %llu blocks read "
-           "live, log %llu events, %llu positions, %llu images, %llu violations (%llu of an "
-           "unfinished snapshot), %.1f s\n",
-           wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns,
-           (unsigned long long)wl->reads_checked,
-           (unsigned long long)plx_fault_log_position(wl->fb), (unsigned long long)wl->positions,
-           (unsigned long long)wl->images, (unsigned long long)wl->violations,
-           (unsigned long long)wl->strict, secs);
+    printf(
+        "crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %zu labels/deletes, "
+        "%llu blocks read live, log %llu events, %llu positions, %llu images, %llu violations "
+        "(%llu of an unfinished snapshot), %.1f s\n",
+        wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns, wl->ne,
+        (unsigned long long)wl->reads_checked, (unsigned long long)plx_fault_log_position(wl->fb),
+        (unsigned long long)wl->positions, (unsigned long long)wl->images,
+        (unsigned long long)wl->violations, (unsigned long long)wl->strict, secs);
     fflush(stdout);
 }
 
@@ -1751,6 +1889,33 @@ static void wl_snap_storm(struct wl *wl)
                      .max_snaps = 140,
                      .label = 15};
     run_phase(wl, &mx, scale(520), 1u << a);
+}
+
+/* Labels and deletions of snapshots (requests in the stream, each one FUA rewrite of a log
+ * block) among writes and snapshots: in the head block (in memory) and in older blocks (found
+ * along the skip links), with snapshots waiting for edits and edits for snapshots; the VDI is
+ * reopened between rounds, so the first labelled request of a round reads the log's labels. */
+static void wl_snap_edit(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 96)};
+    int a = add_vdi(wl, "edited", 2 * MIB, r, 1);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 40,
+                     .fua = 4,
+                     .flush = 4,
+                     .snap = 24,
+                     .edit = 20,
+                     .read = 8,
+                     .max_nb = 4,
+                     .hot = 40,
+                     .inflight = 32,
+                     .max_snaps = 150,
+                     .label = 40};
+    for (int round = 0; round < 3; round++) {
+        run_phase(wl, &mx, scale(200), 1u << a);
+        close_vdi(wl, a);
+        open_vdi(wl, a);
+    }
 }
 
 static void wl_trim(struct wl *wl)
@@ -2022,6 +2187,7 @@ static const struct workload workloads[] = {
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
     {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
+    {"snap-edit", wl_snap_edit, 0},
 };
 /* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
 static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
