@@ -124,6 +124,9 @@ struct plx_wlog {
     uint64_t nblocks, log_id;
     struct plx_wlog_head *head; /* the head block as last written */
     struct wbatch *first, *last, *gather, *last_placed;
+    /* The oldest batch not yet written (sealed or flying), the gathering one, or NULL: every
+     * batch before it is written, so flushes and the kick start here, not at `first`. */
+    struct wbatch *first_unwritten;
     uint64_t next_seq, head_pos, released_seq, barrier_seq;
     unsigned flying, sealed;
     bool kick_queued;
@@ -139,6 +142,8 @@ struct plx_wlog {
     struct plx_ev head_ev;
     struct plx_vdi **touched;
     size_t ntouched, captouched;
+    uint8_t *spare[4]; /* batch buffers to reuse */
+    unsigned nspare;
     /* index */
     struct ient **tab;
     size_t mask, nidx;
@@ -341,6 +346,29 @@ static void piece_done(struct plx_wlog *wl, struct wreq *r, uint64_t seq, bool d
 
 /* ---- Batches ----------------------------------------------------------------------------------- */
 
+/* Batch buffers (1 MiB + 4 KiB) are kept for reuse: a lone writer at QD1 would otherwise
+ * allocate and zero one per write. Nothing in them needs to be zero (the header is rebuilt
+ * whole, data areas are written before they are read). */
+static uint8_t *buf_get(struct plx_wlog *wl)
+{
+    if (wl->nspare)
+        return wl->spare[--wl->nspare];
+    void *p = NULL;
+    if (posix_memalign(&p, BS, (size_t)BS * (1 + MAX_DATA)))
+        abort(); /* as plx_block_alloc: out of memory */
+    return p;
+}
+
+static void buf_put(struct plx_wlog *wl, uint8_t *buf)
+{
+    if (!buf)
+        return;
+    if (wl->nspare < sizeof wl->spare / sizeof wl->spare[0])
+        wl->spare[wl->nspare++] = buf;
+    else
+        free(buf);
+}
+
 static struct wbatch *gather_get(struct plx_wlog *wl)
 {
     if (wl->gather)
@@ -351,7 +379,7 @@ static struct wbatch *gather_get(struct plx_wlog *wl)
     if (!b)
         return NULL;
     b->wl = wl;
-    b->buf = plx_block_alloc(1 + MAX_DATA);
+    b->buf = buf_get(wl);
     b->state = B_GATHER;
     b->memory_only = wl->failed;
     if (wl->last)
@@ -367,6 +395,8 @@ static void seal(struct plx_wlog *wl, struct wbatch *b)
 {
     b->state = B_SEALED;
     b->seq = wl->next_seq++;
+    if (!wl->first_unwritten)
+        wl->first_unwritten = b;
     if (b->seq == wl->barrier_seq)
         b->barrier = true;
     wl->gather = NULL;
@@ -374,24 +404,23 @@ static void seal(struct plx_wlog *wl, struct wbatch *b)
     kick_later(wl); /* a sealed batch is written by the next kick */
 }
 
-static struct wbatch *batch_by_seq(struct plx_wlog *wl, uint64_t seq)
+/* Move first_unwritten past the batches written since. */
+static void advance_unwritten(struct plx_wlog *wl)
 {
-    for (struct wbatch *b = wl->first; b; b = b->next)
-        if (b->state != B_GATHER && b->seq == seq)
-            return b;
-    return NULL;
+    struct wbatch *b = wl->first_unwritten;
+    while (b && b->state >= B_WRITTEN)
+        b = b->next;
+    wl->first_unwritten = b;
 }
 
 /* Every batch up to this seq is written (or drained). */
-static uint64_t written_contig(const struct plx_wlog *wl)
+static uint64_t written_contig(struct plx_wlog *wl)
 {
-    for (const struct wbatch *b = wl->first; b; b = b->next) {
-        if (b->state == B_GATHER)
-            break;
-        if (b->state < B_WRITTEN)
-            return b->seq - 1;
-    }
-    return wl->next_seq - 1;
+    advance_unwritten(wl);
+    const struct wbatch *b = wl->first_unwritten;
+    if (!b || b->state == B_GATHER)
+        return wl->next_seq - 1;
+    return b->seq - 1;
 }
 
 /* Find room in the ring for b after the placed batches; false when the drain must free some. */
@@ -444,6 +473,7 @@ static void batch_written(struct plx_store *st, struct plx_ev *ev)
     struct wbatch *b = ev->ctx;
     struct plx_wlog *wl = b->wl;
     wl->flying--;
+    advance_unwritten(wl);
     if (ev->status) {
         enter_failed(wl, ev->status, "a write");
         b->memory_only = true;
@@ -451,7 +481,7 @@ static void batch_written(struct plx_store *st, struct plx_ev *ev)
     } else {
         b->state = B_WRITTEN;
         if (!b->memory_only) {
-            plx_block_free(b->buf);
+            buf_put(wl, b->buf);
             b->buf = NULL;
             for (uint32_t i = 0; i < b->nent; i++)
                 if (b->ent[i].req) {
@@ -509,7 +539,8 @@ static void kick_run(struct plx_deferred *d)
         seal(wl, wl->gather);
         moved = true;
     }
-    for (struct wbatch *b = wl->first; b; b = b->next) {
+    advance_unwritten(wl);
+    for (struct wbatch *b = wl->first_unwritten; b; b = b->next) {
         if (b->state != B_SEALED)
             continue;
         if (b->memory_only) {
@@ -594,8 +625,8 @@ static void flush_kick(struct plx_wlog *wl)
         return;
     /* Batches after `contig` may hold writes submitted after this flush completes: the drain
      * must make everything up to contig durable in the store before it writes them. */
-    struct wbatch *nb = batch_by_seq(wl, contig + 1);
-    if (nb)
+    struct wbatch *nb = wl->first_unwritten; /* (written_contig advanced it) */
+    if (nb && nb->state != B_GATHER && nb->seq == contig + 1)
         nb->barrier = true;
     else
         wl->barrier_seq = contig + 1;
@@ -641,6 +672,7 @@ static void release_round(struct plx_wlog *wl)
         return;
     }
     wl->release_waiting = false;
+    advance_unwritten(wl); /* it must not point at a batch freed here */
     struct wbatch *b = wl->first, *end = wl->round_last->next;
     while (b != end) {
         struct wbatch *nx = b->next;
@@ -667,7 +699,7 @@ static void release_round(struct plx_wlog *wl)
         wl->released_seq = b->seq;
         if (!b->memory_only)
             plx_block_free(b->rbuf);
-        plx_block_free(b->buf);
+        buf_put(wl, b->buf);
         free(b);
         b = nx;
     }
@@ -1738,9 +1770,11 @@ static void wlog_free(plx_store *st)
         nx = b->next;
         if (!b->memory_only)
             plx_block_free(b->rbuf);
-        plx_block_free(b->buf);
+        free(b->buf);
         free(b);
     }
+    while (wl->nspare)
+        free(wl->spare[--wl->nspare]);
     free(wl->touched);
     plx_block_free(wl->head);
     if (st->side_be)
