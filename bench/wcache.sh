@@ -11,14 +11,16 @@
 #   3. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency.
 # Results: bench/results/wcache-HOST-STAMP.txt (not committed).
 #
-#   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--quick]
+#   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--quick]
+# (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=/var/tmp writers=3 burst=64M seconds=10
+dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs=""
 while [[ $# -gt 0 ]]; do
     case $1 in
+    --slow) slow_mibs=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --writers) writers=$2; shift 2 ;;
     --burst) burst=$2; shift 2 ;;
@@ -45,7 +47,7 @@ trap cleanup EXIT
 export PARALLAX_RUN_DIR=$work/run
 mkdir -p "$PARALLAX_RUN_DIR"
 
-fio_json() { fio --output-format=json "$@" 2>/dev/null; }
+fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (the nbd engine says hello first)
 # ---- 1. the local disk ---------------------------------------------------------------------------
 local_bw=$(fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
     --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes')
@@ -54,6 +56,7 @@ local_lat=$(fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=ra
     jq '.jobs[0].write.lat_ns.mean / 1000')
 rm -f "$work/local.bin"
 slow=$((local_bw / 5))
+[[ -n $slow_mibs ]] && slow=$((slow_mibs << 20))
 
 # ---- the slow shared store: tgtd in a throttled cgroup -------------------------------------------
 majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$work" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
@@ -108,6 +111,8 @@ burst_run() { # MODE -> "SECONDS DRAIN_SECONDS"
             --rw=write --bs=1M --iodepth=8 --size="$burst" --end_fsync=1 >/dev/null 2>&1 &
         pids+=($!)
     done
+    sleep 2
+    "$P" -b "$url" cache status --json >"$work/mid-status.json" 2>&1 || true
     for p in "${pids[@]}"; do wait "$p"; done
     t1=$(now)
     # The clients have left: the server closes the VDIs, which drains them; a read answers once
@@ -139,6 +144,7 @@ off_lat=$(lat_run)
 stop_server
 start_server --write-cache "$work/wlog" --write-cache-size 1G
 read -r on_s on_d <<<"$(burst_run)"
+echo "status 2 s into the burst: $(jq -c '[.[] | {vdi, mode, used_bytes, backlog_bytes}]' "$work/mid-status.json" 2>/dev/null || cat "$work/mid-status.json")" | tee -a "$base.txt"
 on_lat=$(lat_run)
 stop_server
 
