@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "snaplog.h"
+#include "system.h"
 
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out)
@@ -530,22 +531,13 @@ int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, si
     char spec[32];
     snprintf(spec, sizeof spec, "%llu", (unsigned long long)vdi_id);
     struct plx_vdi_record rec;
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    int rc = plx_registry_scan(st, &recs, &slots, &n);
+    int rc = plx_state_read(st);
+    if (!rc)
+        rc = plx_registry_get(st, vdi_id, &rec, NULL);
+    if (rc == -ENOENT)
+        return plx_err(st, -ENOENT, "no VDI with id %s", spec);
     if (rc)
         return rc;
-    long found = -1;
-    for (size_t i = 0; i < n; i++)
-        if (recs[i].id == vdi_id)
-            found = (long)i;
-    if (found >= 0)
-        rec = recs[found];
-    free(recs);
-    free(slots);
-    if (found < 0)
-        return plx_err(st, -ENOENT, "no VDI with id %s", spec);
     return plx_snaplog_read(st, &rec, out, count, NULL);
 }
 

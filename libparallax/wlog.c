@@ -1660,6 +1660,30 @@ static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t 
     return true;
 }
 
+/* The records (their block addresses) that name log_id. */
+struct named {
+    uint64_t log_id;
+    uint64_t *addr;
+    size_t n, cap;
+};
+
+static int collect_named(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    struct named *nm = arg;
+    if (rec->wlog_id != nm->log_id)
+        return 0;
+    if (nm->n == nm->cap) {
+        size_t c = nm->cap ? nm->cap * 2 : 16;
+        uint64_t *a = realloc(nm->addr, c * sizeof *a);
+        if (!a)
+            return -ENOMEM;
+        nm->addr = a;
+        nm->cap = c;
+    }
+    nm->addr[nm->n++] = rec_addr;
+    return 0;
+}
+
 static int replay(struct plx_wlog *wl)
 {
     plx_store *st = wl->st;
@@ -1710,27 +1734,23 @@ static int replay(struct plx_wlog *wl)
         return plx_err(st, rc, "replaying write log %s: %s", wl->desc, why);
     }
     /* VDIs whose record still names this log but that had nothing past the tail. */
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    rc = plx_registry_scan(st, &recs, &slots, &n);
-    for (size_t i = 0; !rc && i < n; i++)
-        if (recs[i].wlog_id == wl->log_id) {
-            rc = plx_admin_lock(st);
-            if (rc)
-                break;
-            struct plx_vdi_record rec;
-            rc = plx_registry_read(st, slots[i], &rec);
-            if (!rc && rec.wlog_id == wl->log_id) {
-                rec.wlog_host = rec.wlog_id = 0;
-                rc = plx_registry_write(st, slots[i], &rec);
-                if (!rc)
-                    rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-            }
-            plx_admin_unlock(st);
+    struct named named = {.log_id = wl->log_id};
+    rc = plx_registry_each(st, 0, collect_named, &named);
+    for (size_t i = 0; !rc && i < named.n; i++) {
+        rc = plx_admin_lock(st);
+        if (rc)
+            break;
+        struct plx_vdi_record rec;
+        rc = plx_registry_read(st, named.addr[i], &rec);
+        if (!rc && rec.wlog_id == wl->log_id) {
+            rec.wlog_host = rec.wlog_id = 0;
+            rc = plx_registry_write(st, named.addr[i], &rec);
+            if (!rc)
+                rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         }
-    free(recs);
-    free(slots);
+        plx_admin_unlock(st);
+    }
+    free(named.addr);
     if (rc)
         return rc;
     wl->replayed_records = applied;
