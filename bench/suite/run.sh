@@ -55,7 +55,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT_ARG=$2 && shift ;;
     --keep) KEEP=1 ;;
     -h | --help)
-        sed -n '2,35p' "$0"
+        sed -n '2,33p' "$0"
         exit 0
         ;;
     *)
