@@ -55,4 +55,9 @@ void tu_release_held(void);
 /* Was a write whose data starts at buf submitted (held or not) since tu_hold_next_write()? */
 int tu_write_seen(const void *buf);
 
+/* Rewrite the version-2 store on `be` (no process may have it open) in format version 1's
+ * layout: every VDI record copied, in id order, into the fixed registry slots of extent 0, the
+ * state block and superblock of version 1. What `parallax upgrade` converts back. */
+void tu_make_v1(plx_backend *be);
+
 #endif
