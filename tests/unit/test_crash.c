@@ -2060,13 +2060,38 @@ static const struct workload workloads[] = {
 /* Each workload runs under this many seeds (full runs) or one (quick runs). */
 #define FULL_RUNS 2
 
+/* PLX_CRASH_SHARD=K/N runs only the workload runs whose index is K modulo N (the loop of this
+ * shard counts only those), the EIO cases
+ * only in shard 0 and the registry cases only in shard N-1, so that N processes share the
+ * harness (make check runs two on two cores); unset, everything runs. */
+static unsigned g_shard, g_shards = 1;
+
+static void parse_shard(void)
+{
+    const char *e = getenv("PLX_CRASH_SHARD");
+    unsigned k, n;
+    if (e && sscanf(e, "%u/%u", &k, &n) == 2 && n > 0 && k < n) {
+        g_shard = k;
+        g_shards = n;
+    } else if (e) {
+        fprintf(stderr, "test_crash: PLX_CRASH_SHARD=%s is not K/N with K < N\n", e);
+        exit(2);
+    }
+}
+
+static int workload_runs(void)
+{
+    return NWORKLOADS * (tu_quick() ? 1 : FULL_RUNS);
+}
+
 START_TEST(test_crash_workload)
 {
-    const struct workload *wk = &workloads[_i % NWORKLOADS];
-    uint64_t run = (uint64_t)(_i / NWORKLOADS);
+    int i = _i * (int)g_shards + (int)g_shard; /* this shard's _i-th run */
+    const struct workload *wk = &workloads[i % NWORKLOADS];
+    uint64_t run = (uint64_t)(i / NWORKLOADS);
     struct wl wl;
     double t0 = now_s();
-    wl_init(&wl, wk->name, 0xc0ffee00u + (uint64_t)(_i % NWORKLOADS) * 7919 + run * 104729,
+    wl_init(&wl, wk->name, 0xc0ffee00u + (uint64_t)(i % NWORKLOADS) * 7919 + run * 104729,
             wk->cache_bytes);
     wk->run(&wl);
     verify_live(&wl);
@@ -2999,29 +3024,33 @@ static Suite *crash_suite(void)
     Suite *s = suite_create("crash");
     TCase *tc = tcase_create("workloads");
     tcase_set_timeout(tc, 900);
-    tcase_add_loop_test(tc, test_crash_workload, 0, NWORKLOADS * (tu_quick() ? 1 : FULL_RUNS));
+    int runs = workload_runs(), mine = (runs - (int)g_shard + (int)g_shards - 1) / (int)g_shards;
+    tcase_add_loop_test(tc, test_crash_workload, 0, mine);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("eio");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_eio_data_read);
-    tcase_add_test(tc, test_eio_data_write);
-    tcase_add_loop_test(tc, test_eio_metadata_write, 0, 3);
-    tcase_add_test(tc, test_eio_flush);
-    tcase_add_test(tc, test_eio_first_snapshot);
-    tcase_add_test(tc, test_snapshot_label_in_flight);
-    tcase_add_test(tc, test_eio_overlapping_write);
-    tcase_add_test(tc, test_eio_write_snapshot_cow);
-    tcase_add_test(tc, test_snapshot_commit_order);
-    tcase_add_test(tc, test_reopen_commit_order);
-    tcase_add_loop_test(tc, test_eio_nth, 0, 2);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("registry");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_crash_registry);
-    tcase_add_test(tc, test_crash_upgrade);
-    suite_add_tcase(s, tc);
+    if (g_shard == 0) { /* the EIO cases */
+        tc = tcase_create("eio");
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, test_eio_data_read);
+        tcase_add_test(tc, test_eio_data_write);
+        tcase_add_loop_test(tc, test_eio_metadata_write, 0, 3);
+        tcase_add_test(tc, test_eio_flush);
+        tcase_add_test(tc, test_eio_first_snapshot);
+        tcase_add_test(tc, test_snapshot_label_in_flight);
+        tcase_add_test(tc, test_eio_overlapping_write);
+        tcase_add_test(tc, test_eio_write_snapshot_cow);
+        tcase_add_test(tc, test_snapshot_commit_order);
+        tcase_add_test(tc, test_reopen_commit_order);
+        tcase_add_loop_test(tc, test_eio_nth, 0, 2);
+        suite_add_tcase(s, tc);
+    }
+    if (g_shard == g_shards - 1) { /* the registry cases */
+        tc = tcase_create("registry");
+        tcase_set_timeout(tc, 900);
+        tcase_add_test(tc, test_crash_registry);
+        tcase_add_test(tc, test_crash_upgrade);
+        suite_add_tcase(s, tc);
+    }
     return s;
 }
 
@@ -3032,7 +3061,9 @@ int main(void)
     g_tot = shared != MAP_FAILED ? shared : &g_tot_local;
     memset(g_tot, 0, sizeof *g_tot);
     install_death_report();
-    printf("test_crash: %s mode\n", tu_quick() ? "quick" : "full");
+    parse_shard();
+    printf("test_crash: %s mode, shard %u of %u\n", tu_quick() ? "quick" : "full", g_shard + 1,
+           g_shards);
     fflush(stdout);
     int rc = tu_run_suite(crash_suite());
     printf("crash: %llu crash points (positions x modes), %d workloads (%llu runs), %llu failures "
