@@ -1642,7 +1642,8 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Close the workload's VDIs and store, then verify crash images at npos positions: a random
- * sample of the crash points plus points at and just before guest-visible completions. */
+ * sample of the crash points plus points at and just before guest-visible completions, and just
+ * after each snapshot was submitted. */
 static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned nsnap)
 {
     for (int vi = 0; vi < wl->nv; vi++)
@@ -1666,7 +1667,7 @@ static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned 
 
     /* Candidates tied to guest events: acknowledgements (the earliest positions where a
      * guarantee applies) and the position just before each. */
-    size_t ncand = 0, capc = 2 * (wl->nf + wl->ns + wl->nw + (size_t)wl->nv) + 2;
+    size_t ncand = 0, capc = 2 * (wl->nf + wl->nw + (size_t)wl->nv) + 5 * wl->ns + 2;
     uint64_t *cand = malloc(capc * sizeof *cand);
     ck_assert_ptr_nonnull(cand);
     for (size_t i = 0; i < wl->nf; i++)
@@ -1674,11 +1675,16 @@ static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned 
             cand[ncand++] = wl->f[i].done_pos;
             cand[ncand++] = wl->f[i].done_pos - 1;
         }
-    for (size_t i = 0; i < wl->ns; i++)
+    for (size_t i = 0; i < wl->ns; i++) {
         if (wl->s[i].done && wl->s[i].done_pos > 0) {
             cand[ncand++] = wl->s[i].done_pos;
             cand[ncand++] = wl->s[i].done_pos - 1;
         }
+        /* Just after the snapshot swapped roots: the data of writes before and after it in
+         * flight together (a snapshot waits only until earlier writes are in the tree). */
+        for (uint64_t d = 1; d <= 4; d *= 2)
+            cand[ncand++] = wl->s[i].sub_pos + d;
+    }
     for (size_t i = 0; i < wl->nw; i++)
         if (wl->w[i].fua && wl->w[i].acked && wl->w[i].ack_pos > 0)
             cand[ncand++] = wl->w[i].ack_pos;
@@ -1889,6 +1895,31 @@ static void wl_snap_storm(struct wl *wl)
                      .max_snaps = 140,
                      .label = 15};
     run_phase(wl, &mx, scale(520), 1u << a);
+}
+
+/* Snapshots between writes whose data is in flight (issue 16): a snapshot swaps roots once the
+ * writes before it are in the tree, not on the medium, so large writes on both sides of it, to
+ * the same leaves, have their data in flight together, and later writes copy leaves whose new
+ * links are not written yet. crash_sweep also puts crash points right after each snapshot's
+ * submission, where the writes around it are in flight. */
+static void wl_snap_inflight(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 320), R(600, 80)};
+    int a = add_vdi(wl, "inflight", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 90, .flush = 10, .max_nb = 32, .seq = true, .inflight = 32};
+    run_phase(wl, &fill, scale(30), 1u << a);
+    struct mix mx = {.write = 66,
+                     .fua = 3,
+                     .flush = 3,
+                     .snap = 16,
+                     .read = 12,
+                     .max_nb = 24,
+                     .hot = 50,
+                     .inflight = 64,
+                     .max_snaps = 60,
+                     .label = 10};
+    run_phase(wl, &mx, scale(360), 1u << a);
 }
 
 /* Labels and deletions of snapshots (requests in the stream, each one FUA rewrite of a log
@@ -2187,7 +2218,7 @@ static const struct workload workloads[] = {
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
     {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
-    {"snap-edit", wl_snap_edit, 0},
+    {"snap-inflight", wl_snap_inflight, 0},  {"snap-edit", wl_snap_edit, 0},
 };
 /* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
 static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
@@ -2714,7 +2745,8 @@ START_TEST(test_eio_overlapping_write)
 END_TEST
 
 /* A write to a new block whose data write fails, while a snapshot and a write to a neighbouring
- * block (which copies the leaf again) went in behind it: the failed block must read as before. */
+ * block (which copies the leaf again) went in behind it: the failed block must read as before,
+ * and the snapshot, which swapped roots while W's data was in flight, fails. */
 START_TEST(test_eio_write_snapshot_cow)
 {
     struct wl wl;
@@ -2724,13 +2756,16 @@ START_TEST(test_eio_write_snapshot_cow)
     wl.expect_ok = false;
     snprintf(wl.where, sizeof wl.where, "data write of W fails after S and W2 went in");
     plx_fault_fail_nth(wl.fb, 1, -EIO); /* the next I/O: W's data write */
-    size_t w = wl.nw;
+    size_t w = wl.nw, s = wl.ns;
     sub_write(&wl, a, 30, 1, false, false); /* W */
     sub_snap(&wl, a, false);                /* S: W is mutated, its data in flight */
     sub_write(&wl, a, 31, 1, false, false); /* W2: copies the leaf W linked */
     drain(&wl);
     ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
     ck_assert_msg(wl.w[w].status == -EIO, "W: %d (%s)", wl.w[w].status, wl.first_err);
+    /* S swapped roots before W's data failed: it fails rather than freeze a block never
+     * written (and W2, in its batch, with it). */
+    ck_assert_msg(wl.s[s].status == -EIO, "S: %d", wl.s[s].status);
     sub_read(&wl, a, 28, 6);
     drain(&wl);
     eio_after(&wl, a);
