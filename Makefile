@@ -226,7 +226,11 @@ bench-iscsi: $(B)/bench-iscsi deps
 $(B)/bench-handover: $(B)/obj/bench/handover.o
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lnbd -o $@
 
-bench-cluster: $(B)/bench-handover deps all
+# N raw writers on one LUN: the 1 MiB baseline of bench/cluster.sh.
+$(B)/bench-lun-writers: $(B)/obj/bench/lun-writers.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
+
+bench-cluster: $(B)/bench-handover $(B)/bench-lun-writers deps all
 	bench/cluster.sh --dir $(BENCH_DIR)
 
 # FUA writes in the engine and through NBD against a raw file (bench/README.md, "FUA writes").
