@@ -81,6 +81,7 @@ struct plx_superblock {
 static_assert(sizeof(struct plx_superblock) <= PLX_BLOCK_SIZE, "superblock fits");
 
 /* ---- System state block: the few fields of extent 0 that change after format ----------------- */
+#define PLX_PREEMPTED_KEYS 497u
 struct plx_state_block {
     struct plx_blkhdr hdr;
     uint64_t seq;                /* incremented on every write */
@@ -90,7 +91,14 @@ struct plx_state_block {
                                   * that sees it change drops cached nodes, whose blocks may
                                   * have been freed and reused */
     char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
+    /* Reservation keys that hosts taking over a dead holder's locks preempted (a ring: the
+     * oldest entry is overwritten). A process whose key is listed never registers again, even
+     * at a target that forgot the preempt (DESIGN.md "The lock manager", Fencing). */
+    uint32_t preempted_count;    /* valid entries, at most PLX_PREEMPTED_KEYS */
+    uint32_t preempted_next;     /* the entry the next key goes into */
+    uint64_t preempted_keys[PLX_PREEMPTED_KEYS];
 };
+static_assert(sizeof(struct plx_state_block) == PLX_BLOCK_SIZE, "state block layout");
 
 /* ---- Extent catalogue -------------------------------------------------------------------------- */
 struct plx_extent_entry {
