@@ -309,6 +309,16 @@ static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 static int issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
     struct plx_io *io = r->io;
+    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ &&
+        (b->rejoin || !iscsi_is_logged_in(b->iscsi))) {
+        /* Our registration is in doubt, or the session is being re-established (and libiscsi
+         * would send what it queues now before we can check it): nothing that writes goes out
+         * until rejoin_try has settled it. Reads are never refused by a write-exclusive
+         * reservation. */
+        registration_in_doubt(b);
+        list_push(&b->held, r);
+        return 0;
+    }
     uint64_t lba = io->block * b->lbas_per_block;
     uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
     struct scsi_task *t = NULL;
@@ -703,8 +713,10 @@ static void rejoin_try(struct iscsi_backend *b)
                                  "lock manager confirmed our lease and no host preempted it)"
                                : " for this session");
     b->rejoin = 0;
+    struct req_list held = b->held; /* issue() may hold a request again */
+    b->held.head = b->held.tail = NULL;
     struct iscsi_req *r;
-    while ((r = list_pop(&b->held)) != NULL) /* only ever filled in asynchronous mode */
+    while ((r = list_pop(&held)) != NULL) /* only ever filled in asynchronous mode */
         if ((rc = issue(b, r)) < 0)
             finish(b, r, rc);
 }
@@ -872,14 +884,6 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
         return -ENOMEM;
     r->io = io;
     r->b = b;
-    if (b->rejoin && !b->blocking && io->op != PLX_IO_READ) {
-        /* Our registration is in doubt: nothing that writes goes out until it is settled
-         * (reads are never refused by a write-exclusive reservation). */
-        list_push(&b->held, r);
-        b->inflight++;
-        set_ticking(b, 1);
-        return 0;
-    }
     if (b->blocking) {
         finish(b, r, run_blocking(b, r));
         b->inflight++;

@@ -112,13 +112,31 @@ session_open() {
     qemu-io -f raw "$(uri "$2" "$3")" <"$T/qio-$1.fifo" >"$T/qio-$1.log" 2>&1 &
     QPID[$1]=$!
     bg_pid "${QPID[$1]}"
-    local fd
+    local fd i
     exec {fd}>"$T/qio-$1.fifo"
     QFD[$1]=$fd
+    for ((i = 0; i < 100; i++)); do
+        (($(prompts "$1") > 0)) && return 0
+        sleep 0.1
+    done
+    fail "qemu-io did not start on $2: $(cat "$T/qio-$1.log")"
 }
-session_cmd() { echo "$2" >&"${QFD[$1]}"; }
-session_close() {
+# qemu-io reading a pipe handles one line per wakeup, so one command at a time: each waits
+# for the prompt that follows it.
+prompts() { grep -o 'qemu-io> ' "$T/qio-$1.log" | wc -l; }
+session_cmd() {
+    local n i
+    n=$(prompts "$1")
+    echo "$2" >&"${QFD[$1]}"
+    for ((i = 0; i < 300; i++)); do
+        (($(prompts "$1") > n)) && return 0
+        sleep 0.1
+    done
+    fail "qemu-io did not finish '$2' on $1: $(cat "$T/qio-$1.log")"
+}
+session_close() { # quit, rather than EOF: later children inherit the fifo's write end
     local fd=${QFD[$1]}
+    echo quit >&"$fd"
     exec {fd}>&-
     wait "${QPID[$1]}" 2>/dev/null || true
 }
@@ -213,7 +231,6 @@ sleep $((lease + 2))
 sid=$(nexus_of h1)
 [[ -n $sid ]] || fail "no session of h1 at the target: $(tgt_adm --op show --mode target)"
 tgt_adm --op delete --mode conn --tid 1 --sid "$sid" --cid 0
-session_cmd q2 "read 0 4096" # wakes h1 if it has not noticed yet
 wait_log "$T/h1.log" "logged in again" "h1 did not log in again"
 # h1 now waits (PLX_TEST_REJOIN_DELAY_MS) before registering its new session: take b now.
 write h2 b 77 8192 4096 || fail "h2 could not take b from the cut-off h1: $(tail -5 "$T/h2.log")"
