@@ -112,7 +112,8 @@ struct iscsi_backend {
     int fenced;                  /* our key was preempted: everything fails with -ESTALE */
     struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
     int rejoin;                  /* registration in doubt: writes held until rejoin_try settles it */
-    int rejoin_key_gone;         /* ... and our key was gone from the LUN: confirm the lease first */
+    int rejoin_checked;          /* ... and we looked whether our key is still on the LUN: */
+    int rejoin_key_gone;         /* it was gone: confirm the lease first */
     uint64_t rejoin_since_ns;    /* when the doubt began (CLOCK_MONOTONIC) */
     struct req_list held;        /* writes, flushes and trims waiting for the rejoin, in order */
     char lock_path[PATH_MAX];
@@ -610,6 +611,7 @@ static void registration_in_doubt(struct iscsi_backend *b)
     if (b->pr_key == 0 || b->fenced || b->rejoin)
         return;
     b->rejoin = 1;
+    b->rejoin_checked = 0;
     b->rejoin_key_gone = 0;
     b->rejoin_since_ns = mono_ns();
 }
@@ -663,11 +665,12 @@ static void rejoin_try(struct iscsi_backend *b)
 {
     if (!b->rejoin || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
         return;
-    if (!b->rejoin_key_gone) {
+    if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
         int there = pr_key_registered(b, b->pr_key);
         if (there < 0)
             return;
         b->rejoin_key_gone = !there;
+        b->rejoin_checked = 1;
     }
     int listed;
     if (b->rejoin_key_gone) {
@@ -687,11 +690,15 @@ static void rejoin_try(struct iscsi_backend *b)
             return;
         }
     }
-    /* For tests: a window before registering, to force a preempt into it
-     * (tests/integration/fence_rejoin.sh). */
+    /* For tests: a window before registering (the loop goes on meanwhile), to force a preempt
+     * into it (tests/integration/fence_rejoin.sh). */
     const char *delay = getenv("PLX_TEST_REJOIN_DELAY_MS");
-    if (delay != NULL && atoi(delay) > 0)
-        usleep((useconds_t)atoi(delay) * 1000u);
+    if (delay != NULL && atoi(delay) > 0 &&
+        mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        if (b->blocking)
+            usleep(20000);
+        return;
+    }
     int rc = pr_register(b);
     if (rc == 0)
         rc = pr_reserve_if_free(b);
@@ -704,7 +711,8 @@ static void rejoin_try(struct iscsi_backend *b)
         return; /* registered but not verified: writes stay held, the next try verifies */
     if (listed) {
         pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0); /* leave again */
-        fence_self(b, "our reservation key was preempted by a host that took over our locks");
+        fence_self(b, "our reservation key was preempted by a host that took over our locks "
+                      "while we registered again (we unregistered)");
         return;
     }
     fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n",
