@@ -186,6 +186,9 @@ for n in $hosts; do
     echo "$n $iops $mibs $ri $rm $raw" >>"$work/plot.dat"
 done
 echo "verify:  every host's VDI read back what fio wrote (crc32c)" | tee -a "$base.txt"
+# Where the hosts' data went: each allocates in extents of its own, so N hosts are N
+# sequential streams into N regions, as the raw writers are.
+echo "extents: $(admin info --json | jq -c '{extent_size_mib: (.extent_size / 1048576), extents}')" | tee -a "$base.txt"
 admin check --quiet >"$work/check.out" 2>&1 || { echo "check after the cluster runs: $(cat "$work/check.out")" >&2; exit 1; }
 echo "check:   clean after the cluster runs" | tee -a "$base.txt"
 if [[ -n $smoke ]]; then
