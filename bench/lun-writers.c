@@ -144,8 +144,8 @@ int main(int argc, char **argv)
     uint64_t start = strtoull(argv[4], NULL, 0), span = strtoull(argv[5], NULL, 0);
     unsigned bs_kib = argc > 6 ? (unsigned)atoi(argv[6]) : 1024;
     int qd = argc > 7 ? atoi(argv[7]) : 8;
-    if (n < 1 || n > 64 || seconds <= 0 || qd < 1 || qd > MAX_QD || bs_kib < 4 ||
-        bs_kib % 4 || span < (uint64_t)bs_kib * 1024) {
+    if (n < 1 || n > 64 || seconds <= 0 || qd < 1 || qd > MAX_QD || bs_kib < 4 || bs_kib % 4 ||
+        span < (uint64_t)bs_kib * 1024) {
         fprintf(stderr, "bench-lun-writers: bad arguments\n");
         return 2;
     }
@@ -160,8 +160,8 @@ int main(int argc, char **argv)
             close(go[1]);
             close(out[0]);
             close(ready[0]);
-            _exit(run_writer(argv[1], i, seconds, start, span, bs_kib, qd, ready[1], go[0],
-                             out[1]));
+            _exit(
+                run_writer(argv[1], i, seconds, start, span, bs_kib, qd, ready[1], go[0], out[1]));
         }
     }
     close(go[0]);
