@@ -130,7 +130,14 @@ unit: $(UNIT_BINS)
 unit-san: $(UNIT_SAN_BINS)
 	@PLX_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run-unit.sh $(UNIT_SAN_BINS)
 
-integration: all deps
+# A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
+# tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
+TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_driver.c \
+                        tests/unit/tapdisk_double.c server/control_server.c server/control_client.c
+$(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
+
+integration: all deps $(B)/tapdisk-standin
 	@tests/run-integration.sh
 
 lint: builddeps

@@ -20,6 +20,16 @@
  * NODES random 4 KiB writes each, interleaved, so their leaf nodes interleave in the metadata
  * extents; seven are deleted, and `gc --dry-run` (which reads every live node, frees nothing)
  * runs 3 times: nodes read per second, and plx_check's time, as CSV.
+ *
+ * --vdis 1,100,...: costs against the number of VDIs in the store instead. VDIs of 1 GiB are
+ * created up to each count, and at each count, in the same run:
+ *   create_ms     plx_vdi_create of one more VDI (mean of 20; they add to the count)
+ *   lookup_first_ms, lookup_last_ms   plx_vdi_lookup by name of the oldest and the newest VDI
+ *                 (mean of 50 each)
+ *   open_rw_ms    plx_vdi_open of the oldest VDI for writing + close (mean of 5)
+ *   page_ms       plx_vdi_list_each: a page of 100 VDIs from the middle of the id range
+ *   list_ms       plx_vdi_list: every record, which is what every lookup by name and every
+ *                 create read in format version 1 (the baseline)
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -230,9 +240,96 @@ static int gc_bench(plx_store *st, uint64_t nodes)
     return 0;
 }
 
+static void vdi_name(uint64_t i, char *buf, size_t len)
+{
+    snprintf(buf, len, "vm-%07llu", (unsigned long long)i);
+}
+
+struct page {
+    unsigned n, want;
+};
+
+static int page_one(void *arg, const struct plx_vdi_info *info)
+{
+    struct page *p = arg;
+    (void)info;
+    return ++p->n == p->want;
+}
+
+static int vdis_bench(plx_store *st, const char *counts)
+{
+    char name[32];
+    uint64_t have = 0;
+    int rc;
+    printf("vdis,create_ms,lookup_first_ms,lookup_last_ms,open_rw_ms,page_ms,list_ms\n");
+    char *list = strdup(counts);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        uint64_t target = strtoull(tok, NULL, 10);
+        double t0 = now_ms();
+        while (have + 20 < target) {
+            vdi_name(have++, name, sizeof name);
+            if ((rc = plx_vdi_create(st, name, 1ull << 30, NULL)))
+                die(st, rc, name);
+        }
+        fprintf(stderr, "scale: %llu VDIs made in %.1f s\n", (unsigned long long)have,
+                (now_ms() - t0) / 1e3);
+        t0 = now_ms();
+        unsigned made = 0;
+        while (have < target || made < 20) {
+            vdi_name(have++, name, sizeof name);
+            if ((rc = plx_vdi_create(st, name, 1ull << 30, NULL)))
+                die(st, rc, name);
+            made++;
+        }
+        double create_ms = (now_ms() - t0) / made;
+        struct plx_vdi_info vi;
+        char first[32], last[32];
+        vdi_name(0, first, sizeof first);
+        vdi_name(have - 1, last, sizeof last);
+        t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_vdi_lookup(st, first, &vi)))
+                die(st, rc, first);
+        double lookup_first = (now_ms() - t0) / 50;
+        t0 = now_ms();
+        for (int i = 0; i < 50; i++)
+            if ((rc = plx_vdi_lookup(st, last, &vi)))
+                die(st, rc, last);
+        double lookup_last = (now_ms() - t0) / 50;
+        t0 = now_ms();
+        for (int i = 0; i < 5; i++) {
+            plx_vdi *v;
+            if ((rc = plx_vdi_open(st, first, 0, &v)))
+                die(st, rc, "open");
+            if ((rc = plx_vdi_close(v)))
+                die(st, rc, "close");
+        }
+        double open_rw = (now_ms() - t0) / 5;
+        struct page p = {0, 100};
+        t0 = now_ms();
+        rc = plx_vdi_list_each(st, have / 2, page_one, &p);
+        if (rc < 0)
+            die(st, rc, "page");
+        double page_ms = now_ms() - t0;
+        t0 = now_ms();
+        struct plx_vdi_info *all;
+        size_t n;
+        if ((rc = plx_vdi_list(st, &all, &n)))
+            die(st, rc, "list");
+        free(all);
+        double list_ms = now_ms() - t0;
+        printf("%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n", (unsigned long long)have, create_ms,
+               lookup_first, lookup_last, open_rw, page_ms, list_ms);
+        fflush(stdout);
+    }
+    free(list);
+    return plx_store_close(st) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     uint64_t gc_nodes = 0;
+    const char *vdi_counts = NULL;
     const char *path = NULL;
     const char *counts = "1,10,100,1000,10000,100000";
     for (int i = 1; i < argc; i++) {
@@ -242,8 +339,11 @@ int main(int argc, char **argv)
             counts = argv[++i];
         else if (strcmp(argv[i], "--gc") == 0 && i + 1 < argc)
             gc_nodes = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--vdis") == 0 && i + 1 < argc)
+            vdi_counts = argv[++i];
         else {
-            fprintf(stderr, "usage: bench-scale --store FILE [--counts 1,10,... | --gc NODES]\n");
+            fprintf(stderr, "usage: bench-scale --store FILE [--counts 1,10,... | --gc NODES | "
+                            "--vdis 1,100,...]\n");
             return 2;
         }
     }
@@ -266,6 +366,8 @@ int main(int argc, char **argv)
     }
     if (gc_nodes)
         return gc_bench(st, gc_nodes);
+    if (vdi_counts)
+        return vdis_bench(st, vdi_counts);
     rc = plx_vdi_create(st, "v", 16ull << 30, NULL);
     if (rc)
         die(st, rc, "create");

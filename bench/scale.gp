@@ -1,4 +1,4 @@
-# bench/scale.gp - costs against the snapshot count, from bench-scale's CSV.
+# bench/scale.gp - costs against the snapshot count (and the VDI count), from bench-scale's CSV.
 #   gnuplot -e "csv='scale.csv'; out='bench/plots/scale-snapshots.png'" bench/scale.gp
 set datafile separator ","
 set terminal pngcairo size 1400,1000 noenhanced font "DejaVu Sans,12" linewidth 1.5
@@ -64,5 +64,27 @@ if (exists("memcsv")) {
     set key top left box opaque
     set title "default node cache budget: 64 MiB"
     plot memcsv u 1:($2/1024) every ::2 w lp lw 2.5 pt 7 t "server RSS"
+    unset multiplot
+}
+
+# The registry: bench-scale --vdis (vdis.csv: vdis, create_ms, lookup_first_ms, lookup_last_ms,
+# open_rw_ms, page_ms, list_ms).
+if (exists("vdicsv")) {
+    set output vdiout
+    set multiplot layout 1,2 title "Costs against the number of VDIs in the store (file blockstore, O_DIRECT)" font ",15"
+    set logscale x
+    set logscale y
+    set yrange [*:*]
+    set xlabel "VDIs (log)"
+    set ylabel "ms (log)"
+    set key top left box opaque
+    set title "lookup by name and a page against reading every record (version 1's lookup)"
+    plot vdicsv u 1:3 every ::1 w lp lw 2.5 pt 7 t "lookup, oldest VDI", \
+         "" u 1:4 every ::1 w lp lw 2.5 pt 5 t "lookup, newest VDI", \
+         "" u 1:6 every ::1 w lp lw 2.5 pt 9 t "a page of 100 (vdi-list --limit 100)", \
+         "" u 1:7 every ::1 w lp lw 2 dt 2 pt 11 t "every record (plx_vdi_list)"
+    set title "create (3 flushes) and open for writing (2 flushes)"
+    plot vdicsv u 1:2 every ::1 w lp lw 2.5 pt 7 t "create", \
+         "" u 1:5 every ::1 w lp lw 2.5 pt 5 t "open for writing + close"
     unset multiplot
 }

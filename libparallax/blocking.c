@@ -77,6 +77,18 @@ int plx_vdi_snapshot_open(plx_vdi *v, const char *label, uint64_t *index_out)
     return sync_finish(v, plx_vdi_submit_snapshot(v, label, index_out, sync_done, &w), &w);
 }
 
+int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_snap_label(v, index, label, sync_done, &w), &w);
+}
+
+int plx_vdi_snap_delete(plx_vdi *v, uint64_t index)
+{
+    struct sync_wait w = {0, 0};
+    return sync_finish(v, plx_vdi_submit_snap_delete(v, index, sync_done, &w), &w);
+}
+
 int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t *index_out)
 {
     const char *at = strchr(vdi, '@');

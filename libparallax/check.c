@@ -42,7 +42,6 @@
 #include "snaplog.h"
 
 #define CK_RUN 256u         /* blocks per read of radix nodes */
-#define CK_REG_BATCH 64u    /* registry slots per read */
 #define CK_MAX_LINES 10000u /* a badly damaged store must not flood the caller */
 #define CK_TYPE_BAD 0xffu   /* catalogue entry with an invalid type */
 
@@ -72,7 +71,7 @@ struct ck_logblk {
     size_t vdi;
 };
 
-enum ck_ref_kind { REF_NODE, REF_CUR_ROOT, REF_SNAP_ROOT, REF_LOG };
+enum ck_ref_kind { REF_NODE, REF_CUR_ROOT, REF_SNAP_ROOT, REF_LOG, REF_REGISTRY };
 
 /* Where a reference comes from; only turned into text when something is wrong. */
 struct ck_ref {
@@ -200,6 +199,9 @@ static void ref_text(const struct ck *c, const struct ck_ref *r, char *buf, size
     case REF_LOG:
         snprintf(buf, len, "the snapshot log of VDI %s", c->vdis[r->vdi].name);
         break;
+    case REF_REGISTRY:
+        snprintf(buf, len, "the VDI registry");
+        break;
     }
 }
 
@@ -323,7 +325,7 @@ static int check_system(struct ck *c)
 
     const uint8_t *sblk = c->iobuf + PLX_BLOCK_SIZE;
     c->state = st->state;
-    if (plx_blkhdr_verify(sblk, PLX_MAGIC_STATE, st->sb.state_block, &why))
+    if (plx_blkhdr_verify(sblk, PLX_MAGIC_STATE_V2, st->sb.state_block, &why))
         problem(c, 1, "system state block is corrupt: %s (using the copy read at open)", why);
     else
         memcpy(&c->state, sblk, sizeof c->state);
@@ -441,53 +443,173 @@ static int cmp_name(const void *a, const void *b)
     return strcmp((*x)->name, (*y)->name);
 }
 
+/* A block of the registry (VDI table, name index, a record outside the legacy slots): private
+ * to the registry, in a metadata extent, allocated. */
+static void registry_ref(struct ck *c, uint64_t addr, const char *what)
+{
+    char why_buf[128];
+    bool legacy = plx_registry_legacy_slot(c->st, addr);
+    const char *why = legacy ? NULL : addr_problem(c, addr, PLX_EXTENT_METADATA, why_buf,
+                                                   sizeof why_buf);
+    if (why) {
+        c->incomplete = true;
+        problem(c, 1, "%s %llu is outside the metadata extents: %s", what,
+                (unsigned long long)addr, why);
+        return;
+    }
+    struct ck_ref r = {.kind = REF_REGISTRY};
+    if (ref_block(c, addr, true, true, &r) == REF_NEW_UNALLOCATED)
+        problem(c, 1, "%s %llu is not allocated in the bitmap of extent %llu", what,
+                (unsigned long long)addr, (unsigned long long)(addr / c->eb));
+}
+
+struct ck_reg {
+    struct ck *c;
+    struct plx_vdi_record *all;
+    size_t nall, cap;
+    bool *named;     /* per record of all[]: the name index has its entry */
+    uint64_t stale;  /* index entries no live VDI stands behind */
+};
+
+static int ck_table_block(void *arg, uint64_t addr)
+{
+    struct ck_reg *r = arg;
+    registry_ref(r->c, addr, "VDI table block");
+    return 0;
+}
+
+static int ck_table_entry(void *arg, uint64_t id, uint64_t addr)
+{
+    struct ck_reg *r = arg;
+    struct ck *c = r->c;
+    plx_store *st = c->st;
+    if (addr >= c->nb) {
+        c->incomplete = true;
+        problem(c, 1, "VDI table: the record of id %llu is at block %llu, beyond the store",
+                (unsigned long long)id, (unsigned long long)addr);
+        return 0;
+    }
+    int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, c->blkbuf, 0);
+    if (rc) {
+        c->incomplete = true;
+        problem(c, 1, "reading the VDI record of id %llu at block %llu: %s",
+                (unsigned long long)id, (unsigned long long)addr, strerror(-rc));
+        return 0;
+    }
+    const char *why = "";
+    if (plx_blkhdr_verify(c->blkbuf, PLX_MAGIC_VDI, addr, &why)) {
+        c->incomplete = true;
+        problem(c, 1, "VDI record of id %llu at block %llu is corrupt: %s",
+                (unsigned long long)id, (unsigned long long)addr, why);
+        return 0;
+    }
+    if (r->nall == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        struct plx_vdi_record *a = realloc(r->all, cap * sizeof *a);
+        if (!a)
+            return -ENOMEM;
+        r->all = a;
+        r->cap = cap;
+    }
+    struct plx_vdi_record *rec = &r->all[r->nall];
+    memcpy(rec, c->blkbuf, sizeof *rec);
+    const char *bad = record_problem(c, rec);
+    if (!bad && rec->id != id)
+        bad = "its id differs from its place in the VDI table";
+    if (bad) {
+        c->incomplete = true;
+        problem(c, 1, "VDI record at block %llu (id %llu) is invalid: %s",
+                (unsigned long long)addr, (unsigned long long)id, bad);
+        return 0;
+    }
+    /* A deleted VDI's record is garbage the collector takes with the rest of the VDI. */
+    if (!(rec->flags & PLX_VDI_DELETED))
+        registry_ref(c, addr, "VDI record");
+    r->nall++;
+    return 0;
+}
+
+static int cmp_rec_id(const void *key, const void *elem)
+{
+    uint64_t id = *(const uint64_t *)key, e = ((const struct plx_vdi_record *)elem)->id;
+    return id < e ? -1 : id > e;
+}
+
+static int ck_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    struct ck_reg *r = arg;
+    registry_ref(r->c, addr, "name index block");
+    const struct plx_namebkt_block *b = blk;
+    if (b->hdr.magic != PLX_MAGIC_NAMEBKT)
+        return 0;
+    unsigned width = PLX_NAMEIDX_FANOUT >> b->depth;
+    for (uint32_t i = 0; i < b->count; i++) {
+        uint64_t h = b->entries[i].hash;
+        unsigned byte = (unsigned)(h >> (56 - 8 * b->level)) & 0xffu;
+        if (byte < b->lo || byte >= b->lo + width) {
+            problem(r->c, 1, "name index bucket %llu holds an entry (VDI %llu) that belongs "
+                             "elsewhere: lookups miss it",
+                    (unsigned long long)addr, (unsigned long long)b->entries[i].id);
+            continue;
+        }
+        const struct plx_vdi_record *rec =
+            bsearch(&b->entries[i].id, r->all, r->nall, sizeof *r->all, cmp_rec_id);
+        if (rec && !(rec->flags & PLX_VDI_DELETED) && plx_name_hash(rec->name) == h)
+            r->named[rec - r->all] = true;
+        else
+            r->stale++;
+    }
+    return 0;
+}
+
 static int check_registry(struct ck *c)
 {
     plx_store *st = c->st;
-    uint64_t used = c->state.registry_used;
-    struct plx_vdi_record *all = calloc(used ? used : 1, sizeof *all);
+    struct ck_reg reg = {.c = c};
+    /* The walkers read the state's roots from st->state: use the state block as read now. */
+    struct plx_state_block saved = st->state;
+    st->state = c->state;
+    int rc = plx_vditab_walk(st, 0, ck_table_block, ck_table_entry, &reg);
+    if (rc == -ENOMEM)
+        goto out;
+    if (rc) {
+        c->incomplete = true;
+        problem(c, 1, "VDI table: %s", st->errmsg);
+        rc = 0;
+    }
+    reg.named = calloc(reg.nall ? reg.nall : 1, sizeof *reg.named);
+    if (!reg.named) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = plx_nameidx_walk(st, ck_index_block, &reg);
+    if (rc && rc != -ENOMEM) {
+        c->incomplete = true;
+        problem(c, 1, "name index: %s", st->errmsg);
+        for (size_t i = 0; i < reg.nall; i++)
+            reg.named[i] = true; /* unknown: not reported as missing */
+        rc = 0;
+    }
+    for (size_t i = 0; !rc && i < reg.nall; i++)
+        if (!reg.named[i] && !(reg.all[i].flags & PLX_VDI_DELETED))
+            problem(c, 1, "VDI %s (id %llu) is missing from the name index: opening it by name "
+                          "fails",
+                    reg.all[i].name, (unsigned long long)reg.all[i].id);
+    if (!rc && reg.stale)
+        problem(c, 0, "name index: %llu entries name no live VDI (left by an interrupted create "
+                      "or delete; harmless, removed by later creates and gc)",
+                (unsigned long long)reg.stale);
+out:
+    st->state = saved;
+    free(reg.named);
+    if (rc) {
+        free(reg.all);
+        return rc;
+    }
+    struct plx_vdi_record *all = reg.all ? reg.all : calloc(1, sizeof *all);
+    size_t nall = reg.nall;
     if (!all)
         return -ENOMEM;
-    size_t nall = 0;
-    for (uint64_t first = 0; first < used; first += CK_REG_BATCH) {
-        uint64_t cnt = used - first < CK_REG_BATCH ? used - first : CK_REG_BATCH;
-        uint64_t base = st->sb.registry_start + first;
-        int rc = plx_sync_io(st, PLX_IO_READ, base, (uint32_t)cnt, c->iobuf, 0);
-        for (uint64_t i = 0; i < cnt; i++) {
-            const uint8_t *blk = c->iobuf + i * PLX_BLOCK_SIZE;
-            if (rc) {
-                /* Find out which slots cannot be read: the others are still checked. */
-                int src = plx_sync_io(st, PLX_IO_READ, base + i, 1, c->blkbuf, 0);
-                if (src) {
-                    c->incomplete = true;
-                    problem(c, 1, "reading VDI registry slot %llu: %s",
-                            (unsigned long long)(base + i), strerror(-src));
-                    continue;
-                }
-                blk = c->blkbuf;
-            }
-            const char *why = "";
-            int vrc = plx_blkhdr_verify(blk, PLX_MAGIC_VDI, base + i, &why);
-            if (vrc == -ENODATA)
-                continue;
-            if (vrc) {
-                c->incomplete = true;
-                problem(c, 1, "VDI registry slot %llu is corrupt: %s",
-                        (unsigned long long)(base + i), why);
-                continue;
-            }
-            struct plx_vdi_record *r = &all[nall];
-            memcpy(r, blk, sizeof *r);
-            const char *bad = record_problem(c, r);
-            if (bad) {
-                c->incomplete = true;
-                problem(c, 1, "VDI registry slot %llu holds an invalid record: %s",
-                        (unsigned long long)(base + i), bad);
-                continue;
-            }
-            nall++;
-        }
-    }
 
     /* Ids are never reused, deleted VDIs included; live names are unique. */
     uint64_t *ids = calloc(nall ? nall : 1, sizeof *ids);
@@ -949,26 +1071,49 @@ static void describe_holder(const plx_store *st, uint64_t host, uint32_t pid, co
              *comm ? ")" : "", what);
 }
 
+/* The VDIs that are open for writing: only they name a holder. */
+struct locked {
+    struct plx_vdi_record *v;
+    size_t n;
+};
+
+static int collect_locked(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    (void)rec_addr;
+    struct locked *l = arg;
+    if (!rec->lock_host || (rec->flags & PLX_VDI_DELETED))
+        return 0;
+    struct plx_vdi_record *v = realloc(l->v, (l->n + 1) * sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    l->v = v;
+    l->v[l->n++] = *rec;
+    return 0;
+}
+
 int plx_store_writers(plx_store *st, char *who, size_t len)
 {
     if (who && len)
         *who = 0;
     int rc = plx_catalogue_read(st);
-    struct plx_vdi_record *recs = NULL;
-    uint64_t *slots = NULL;
-    size_t n = 0;
+    struct locked l = {NULL, 0};
     if (!rc)
-        rc = plx_registry_scan(st, &recs, &slots, &n);
-    if (rc)
+        rc = plx_registry_each(st, 0, collect_locked, &l);
+    if (rc == -ENOMEM)
+        plx_err(st, rc, "out of memory");
+    if (rc) {
+        free(l.v);
         return rc;
+    }
+    size_t n = l.n;
+    const struct plx_vdi_record *recs = l.v;
     /* Distinct live holders: each (host, pid, epoch) counted once. */
     struct holder {
         uint64_t host, epoch;
         uint32_t pid;
     } *seen = calloc(n + st->sb.extent_count, sizeof *seen);
     if (!seen) {
-        free(recs);
-        free(slots);
+        free(l.v);
         return plx_err(st, -ENOMEM, "out of memory");
     }
     size_t count = 0;
@@ -977,8 +1122,6 @@ int plx_store_writers(plx_store *st, char *who, size_t len)
         uint32_t pid;
         char what[PLX_NAME_MAX + 64];
         if (i < n) {
-            if (recs[i].flags & PLX_VDI_DELETED)
-                continue;
             host = recs[i].lock_host, pid = recs[i].lock_pid, epoch = recs[i].lock_epoch;
             snprintf(what, sizeof what, "has VDI %s open for writing", recs[i].name);
         } else {
@@ -999,8 +1142,7 @@ int plx_store_writers(plx_store *st, char *who, size_t len)
             describe_holder(st, host, pid, what, who, len);
     }
     free(seen);
-    free(recs);
-    free(slots);
+    free(l.v);
     return (int)count;
 }
 

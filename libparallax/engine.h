@@ -7,7 +7,8 @@
  *   7  store.c, blocking.c        open and close a store; the blocking forms of the calls
  *   6  vdi.c, vdi_admin.c         VDI handles; create, clone, delete
  *   5  pipeline.c                 radix walks, copy-on-write, batches, snapshots, commit order
- *   4  registry.c, snaplog.c      VDI records; snapshot logs
+ *   4  registry.c, vditab.c,      VDI records, the VDI table and name index; snapshot logs
+ *      nameidx.c, snaplog.c
  *   3  cache.c                    cached radix nodes; "loaded" is a callback to layer 5
  *   2  alloc.c                    extent catalogue, bitmaps, claims
  *   1  lock.c, system.c, format.c identity, admin lock, holder liveness; superblock and system
@@ -64,6 +65,10 @@ struct plx_store {
     struct plx_state_block state;
     struct plx_extent_entry *cat;      /* extent catalogue, extent_count entries (alloc.c) */
     int read_only;
+    /* Opened by plx_store_upgrade: a version-1 superblock is accepted, and the state block is
+     * read whatever its version (state_v1 says which it was). */
+    bool upgrading;
+    bool state_v1;
     uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
     /* Called when a read of the state block finds that a collection freed blocks since (the
      * node cache registers it: cached nodes may describe blocks that were reused). */

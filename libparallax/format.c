@@ -12,8 +12,6 @@
 #include <unistd.h>
 #include "engine.h"
 
-#define MAX_REGISTRY_SLOTS 65536u
-
 /* ---- Format ------------------------------------------------------------------------------------ */
 
 static int write_block_sync(plx_backend *be, uint64_t block, void *buf)
@@ -112,16 +110,15 @@ static int plan_geometry(const char *desc, uint64_t bytes, uint64_t extent_size,
     sb->catalogue_start = 2;
     sb->catalogue_blocks = (extents + PLX_CATALOG_PER_BLOCK - 1) / PLX_CATALOG_PER_BLOCK;
     sb->registry_start = sb->catalogue_start + sb->catalogue_blocks;
-    if (sb->registry_start + 16 > eb) {
+    if (sb->registry_start > eb) {
         plx_set_errbuf(errbuf, errlen,
-                   "%s: %llu extents are too many for extents of %llu KiB: no room for the VDI "
-                   "registry in extent 0; give a larger --extent-size",
+                   "%s: %llu extents are too many for extents of %llu KiB: no room for the "
+                   "extent catalogue in extent 0; give a larger --extent-size",
                    desc, (unsigned long long)extents, (unsigned long long)(extent_size >> 10));
         return -EINVAL;
     }
-    sb->registry_slots = eb - sb->registry_start;
-    if (sb->registry_slots > MAX_REGISTRY_SLOTS)
-        sb->registry_slots = MAX_REGISTRY_SLOTS;
+    /* Version 2 keeps VDI records in metadata extents (FORMAT.md §7): no slots in extent 0. */
+    sb->registry_slots = 0;
     return 0;
 }
 
@@ -176,7 +173,7 @@ static int format_backend(plx_backend *be, uint64_t extent_size, int force, char
         struct plx_state_block *s = (struct plx_state_block *)buf;
         s->seq = 1;
         s->next_vdi_id = 1;
-        plx_blkhdr_seal(buf, PLX_MAGIC_STATE, keep.state_block);
+        plx_blkhdr_seal(buf, PLX_MAGIC_STATE_V2, keep.state_block);
         rc = write_block_sync(be, keep.state_block, buf);
     }
     if (rc == 0)

@@ -1,5 +1,5 @@
 /*
- * format.h - the on-disk format, version 1. docs/FORMAT.md describes the same structures byte by
+ * format.h - the on-disk format, version 2. docs/FORMAT.md describes the same structures byte by
  * byte; change both in the same commit.
  *
  * Everything is little-endian (the build refuses other hosts rather than byte-swap). Blocks are
@@ -22,7 +22,9 @@
 #error "the on-disk format is little-endian; this host is not"
 #endif
 
-#define PLX_FORMAT_VERSION 1u
+#define PLX_FORMAT_VERSION 2u
+static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h names this version");
+#define PLX_FORMAT_VERSION_V1 1u /* fixed registry in extent 0; `parallax upgrade` converts it */
 
 /* Block magics (ASCII, little-endian). */
 #define PLX_MAGIC_SUPER 0x5355504cu    /* bytes "LPUS": superblock */
@@ -30,6 +32,10 @@
 #define PLX_MAGIC_CATALOG 0x5441434cu  /* extent catalogue block */
 #define PLX_MAGIC_VDI 0x4944564cu      /* VDI registry record */
 #define PLX_MAGIC_SNAPLOG 0x474f4c53u  /* snapshot log block */
+#define PLX_MAGIC_STATE_V2 0x3253504cu /* bytes "LPS2": system state block of version 2 */
+#define PLX_MAGIC_VDITAB 0x4254564cu   /* bytes "LVTB": VDI table block */
+#define PLX_MAGIC_NAMEIDX 0x584e494cu  /* bytes "LINX": name index node */
+#define PLX_MAGIC_NAMEBKT 0x4b424e4cu  /* bytes "LNBK": name index bucket */
 
 struct plx_blkhdr {
     uint32_t magic;
@@ -73,24 +79,33 @@ struct plx_superblock {
     uint64_t state_block;        /* the system state block */
     uint64_t catalogue_start;    /* first extent-catalogue block */
     uint64_t catalogue_blocks;
-    uint64_t registry_start;     /* first VDI registry slot */
-    uint64_t registry_slots;     /* one block each */
+    uint64_t registry_start;     /* first block after the catalogue; in a store upgraded from
+                                  * version 1, its first legacy registry slot */
+    uint64_t registry_slots;     /* legacy registry slots in extent 0 (0 in a new store) */
     uint64_t created_ns;
     uint8_t uuid[16];
 };
 static_assert(sizeof(struct plx_superblock) <= PLX_BLOCK_SIZE, "superblock fits");
 
-/* ---- System state block: the few fields of extent 0 that change after format ----------------- */
-#define PLX_PREEMPTED_KEYS 497u
+/* ---- System state block: the few fields of extent 0 that change after format -----------------
+ * Version 2 seals it with PLX_MAGIC_STATE_V2 (a running version-1 process then fails to read it
+ * instead of rewriting it without the registry roots). */
+#define PLX_PREEMPTED_KEYS 494u
 struct plx_state_block {
     struct plx_blkhdr hdr;
     uint64_t seq;                /* incremented on every write */
-    uint64_t next_vdi_id;        /* ids are never reused */
-    uint64_t registry_used;      /* slots ever used: registry scans read [0, registry_used) */
+    uint64_t next_vdi_id;        /* ids are never reused; a VDI exists only if id < this */
+    uint64_t registry_used;      /* version 1: slots ever used. Version 2: legacy slots of an
+                                  * upgraded store (informative; nothing scans them) */
     uint64_t gc_epoch;           /* bumped by every collection that freed blocks: a process
                                   * that sees it change drops cached nodes, whose blocks may
                                   * have been freed and reused */
     char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
+    /* Version 2: the registry's roots (registry.c). */
+    uint64_t vdi_table_root;     /* VDI table (id -> record block), 0 = no VDI yet */
+    uint32_t vdi_table_height;   /* levels of the VDI table, 0 with no root */
+    uint32_t reserved0;
+    uint64_t name_index_root;    /* name index root node, 0 = no name yet */
     /* Reservation keys that hosts taking over a dead holder's locks preempted (a ring: the
      * oldest entry is overwritten). A process whose key is listed never registers again, even
      * at a target that forgot the preempt (DESIGN.md "The lock manager", Fencing). */
@@ -131,7 +146,52 @@ static inline uint64_t plx_bitmap_blocks(uint64_t extent_blocks)
     return (extent_blocks + PLX_BLOCK_SIZE * 8 - 1) / (PLX_BLOCK_SIZE * 8);
 }
 
-/* ---- VDI registry record: one block per slot; an all-zero block is a free slot ----------------- */
+/* ---- VDI table: id -> VDI record block, a radix tree of VDI_TABLE_FANOUT-way blocks -----------
+ * A block of level L covers ids [first_id, first_id + FANOUT^(L+1)); entry i of a level-0 block
+ * is the record block of VDI first_id + i (0 = none), of a higher level the child table block
+ * covering first_id + i * FANOUT^L. */
+#define PLX_VDITAB_HDR 32u
+#define PLX_VDITAB_FANOUT ((PLX_BLOCK_SIZE - PLX_VDITAB_HDR) / 8u) /* 508 */
+#define PLX_VDITAB_MAX_HEIGHT 6u
+struct plx_vditab_block {
+    struct plx_blkhdr hdr;
+    uint32_t level;
+    uint32_t reserved;
+    uint64_t first_id;
+    uint64_t entries[PLX_VDITAB_FANOUT];
+};
+static_assert(sizeof(struct plx_vditab_block) == PLX_BLOCK_SIZE, "VDI table block layout");
+
+/* ---- Name index: hash(name) -> VDI ids, extendible hashing paged as a trie ----------------------
+ * A node of level L routes by byte L of the 64-bit name hash (most significant first) to 256
+ * children: nodes of level L+1 or buckets. A bucket of local depth d (0..8) fills the 2^(8-d)
+ * consecutive child entries starting at `lo`: the hashes whose byte L has the same top d bits. */
+#define PLX_NAMEIDX_FANOUT 256u
+struct plx_nameidx_node {
+    struct plx_blkhdr hdr;
+    uint32_t level;             /* which byte of the hash routes here: 0..7 */
+    uint32_t reserved;
+    uint64_t children[PLX_NAMEIDX_FANOUT];
+};
+static_assert(sizeof(struct plx_nameidx_node) <= PLX_BLOCK_SIZE, "name index node fits");
+struct plx_name_entry {
+    uint64_t hash;
+    uint64_t id;
+};
+#define PLX_NAMEBKT_HDR 32u
+#define PLX_NAMEBKT_CAP ((PLX_BLOCK_SIZE - PLX_NAMEBKT_HDR) / 16u) /* 254 */
+struct plx_namebkt_block {
+    struct plx_blkhdr hdr;
+    uint32_t level;             /* level of the node that links it */
+    uint32_t depth;             /* local depth: 0..8 */
+    uint32_t lo;                /* first child entry of that node that links it */
+    uint32_t count;             /* entries in use */
+    struct plx_name_entry entries[PLX_NAMEBKT_CAP];
+};
+static_assert(sizeof(struct plx_namebkt_block) <= PLX_BLOCK_SIZE, "name bucket fits");
+
+/* ---- VDI registry record: one block per VDI; a metadata block (version 2) or a legacy slot in
+ * extent 0 (version 1, kept in place by the upgrade) ----------------------------------------- */
 #define PLX_VDI_DELETED 1u
 struct plx_vdi_record {
     struct plx_blkhdr hdr;

@@ -5,15 +5,15 @@
  *    holds (or whose holder died), and the ones this process holds, after giving back its
  *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
  *    blocks may be linked into a tree at any moment, and only the holder knows which.
- * 2. Mark the roots of every live VDI and live snapshot, and the snapshot-log blocks.
+ * 2. Mark the roots of every live VDI and live snapshot, the snapshot-log blocks and the
+ *    registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs leave the
+ *    registry here, so their records are swept with the blocks they reached.
  * 3. Pass over the metadata extents in disk order, reading every marked, not yet read radix
  *    node and marking what it links, until a pass finds nothing new (at most one pass per tree
  *    level). Each node is read once, in runs of consecutive blocks.
  * 4. Per extent, under the admin lock and after checking the holder again, free every block that
  *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
  *    the checkpoint is never freed. An extent left empty goes back to "unused".
- * 5. Remove the records of deleted VDIs from the registry (their blocks are free, or will be
- *    on a later run if their extents were held by a live process this time).
  *
  * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
  * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
@@ -51,7 +51,8 @@ struct gc {
     uint8_t **ckpt;           /* per extent: checkpointed bitmap, NULL = not swept */
     struct plx_vdi_record *recs;
     uint64_t *slots;
-    size_t nrecs;
+    size_t nrecs;             /* deleted VDIs found in the VDI table */
+    size_t entries;           /* VDIs found in the VDI table, deleted or not */
     struct plx_gc_report *out;
     uint64_t epoch;           /* state.gc_epoch this collection expects (it bumps it once) */
     bool bumped;
@@ -123,6 +124,148 @@ static int drain_open_vdis(plx_store *st)
     return plx_wait_alloc_written(st);
 }
 
+static void mark_nonnode(struct gc *g, uint64_t addr)
+{
+    if (addr < g->st->sb.block_count) {
+        set_bit(g->rmap, addr);
+        set_bit(g->scanned, addr);
+    }
+}
+
+static int mark_registry_block(void *arg, uint64_t addr)
+{
+    mark_nonnode(arg, addr);
+    return 0;
+}
+
+static int mark_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    (void)blk;
+    mark_nonnode(arg, addr);
+    return 0;
+}
+
+/* One VDI of the table: its record block, and for a live VDI its root and snapshot log. A
+ * deleted one is remembered for the purge (step 5). */
+static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    struct gc *g = arg;
+    plx_store *st = g->st;
+    struct plx_vdi_record rec;
+    int rc = plx_registry_read(st, rec_addr, &rec);
+    if (!rc && rec.id != id)
+        rc = plx_err(st, -EUCLEAN, "VDI table: the entry of id %llu names the record of id %llu",
+                     (unsigned long long)id, (unsigned long long)rec.id);
+    if (rc)
+        return rc;
+    g->entries++;
+    if (rec.flags & PLX_VDI_DELETED) {
+        /* Not marked: the purge below unlinks the record, and its block goes with the VDI's. */
+        if (g->nrecs % 64 == 0) {
+            struct plx_vdi_record *r = realloc(g->recs, (g->nrecs + 64) * sizeof *r);
+            uint64_t *a = realloc(g->slots, (g->nrecs + 64) * sizeof *a);
+            if (r)
+                g->recs = r;
+            if (a)
+                g->slots = a;
+            if (!r || !a)
+                return plx_err(st, -ENOMEM, "gc: out of memory");
+        }
+        g->recs[g->nrecs] = rec;
+        g->slots[g->nrecs++] = rec_addr;
+        return 0;
+    }
+    mark_nonnode(g, rec_addr);
+    set_bit(g->rmap, rec.root);
+    struct plx_snap_info *snaps = NULL;
+    uint64_t *where = NULL;
+    size_t n = 0;
+    rc = plx_snaplog_read(st, &rec, &snaps, &n, &where);
+    for (size_t k = 0; !rc && k < n; k++) {
+        if (!snaps[k].deleted && snaps[k].root < st->sb.block_count)
+            set_bit(g->rmap, snaps[k].root);
+        /* A log block is live but is not a radix node: never read it as one. */
+        mark_nonnode(g, where[k]);
+    }
+    free(snaps);
+    free(where);
+    return rc;
+}
+
+/* Deleted VDIs leave the registry (part of step 2, under the admin lock): out of the name index
+ * and the VDI table, so their record blocks are swept with the rest of what they reached. */
+static int purge_deleted(struct gc *g)
+{
+    plx_store *st = g->st;
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    uint8_t *zero = plx_block_alloc(1);
+    rc = plx_state_read(st);
+    for (size_t i = 0; !rc && i < g->nrecs; i++) {
+        struct plx_vdi_record now;
+        uint64_t addr = 0;
+        rc = plx_vditab_get(st, g->recs[i].id, &addr);
+        if (rc || addr != g->slots[i])
+            continue; /* purged already */
+        rc = plx_registry_read(st, addr, &now);
+        if (rc)
+            break;
+        if (!(now.flags & PLX_VDI_DELETED))
+            continue;
+        rc = plx_registry_purge(st, &now);
+        /* A legacy slot in extent 0 is not collected: clear it, as version 1 did. */
+        if (!rc && plx_registry_legacy_slot(st, addr))
+            rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, zero, 0);
+        if (!rc)
+            g->out->vdis_purged++;
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_block_free(zero);
+    plx_admin_unlock(st);
+    return rc;
+}
+
+static int unmark_registry_block(void *arg, uint64_t addr)
+{
+    struct gc *g = arg;
+    if (addr < g->st->sb.block_count)
+        g->rmap[addr >> 6] &= ~(1ull << (addr & 63));
+    return 0;
+}
+
+static int unmark_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    (void)blk;
+    return unmark_registry_block(arg, addr);
+}
+
+static int skip_entry(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    (void)arg, (void)id, (void)rec_addr;
+    return 0;
+}
+
+/* Every VDI was deleted: the registry's own blocks go too, so an emptied store is a fresh one
+ * (the roots leave the state block in one write; a dry run only counts the blocks). */
+static int registry_drop(struct gc *g, bool dry_run)
+{
+    plx_store *st = g->st;
+    int rc = plx_vditab_walk(st, 0, unmark_registry_block, skip_entry, g);
+    if (!rc)
+        rc = plx_nameidx_walk(st, unmark_index_block, g);
+    if (rc || dry_run)
+        return rc;
+    st->state.vdi_table_root = 0;
+    st->state.vdi_table_height = 0;
+    st->state.name_index_root = 0;
+    rc = plx_state_write(st);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    return rc;
+}
+
 /* Step 1 and the registry half of step 2, under the admin lock. */
 static int checkpoint(struct gc *g, bool dry_run)
 {
@@ -146,30 +289,21 @@ static int checkpoint(struct gc *g, bool dry_run)
         else
             rc = plx_bitmap_read(st, e, g->ckpt[e]);
     }
-    if (!rc)
-        rc = plx_registry_scan(st, &g->recs, &g->slots, &g->nrecs);
-    g->epoch = st->state.gc_epoch;
     /* Roots and logs are marked while the lock is held: a clone made after this point shares
-     * only snapshots that are live here. */
-    for (size_t i = 0; !rc && i < g->nrecs; i++) {
-        const struct plx_vdi_record *r = &g->recs[i];
-        if (r->flags & PLX_VDI_DELETED)
-            continue;
-        set_bit(g->rmap, r->root);
-        struct plx_snap_info *snaps = NULL;
-        uint64_t *where = NULL;
-        size_t n = 0;
-        rc = plx_snaplog_read(st, r, &snaps, &n, &where);
-        for (size_t k = 0; !rc && k < n; k++) {
-            if (!snaps[k].deleted && snaps[k].root < st->sb.block_count)
-                set_bit(g->rmap, snaps[k].root);
-            /* A log block is live but is not a radix node: never read it as one. */
-            set_bit(g->rmap, where[k]);
-            set_bit(g->scanned, where[k]);
-        }
-        free(snaps);
-        free(where);
-    }
+     * only snapshots that are live here. The registry's own blocks (VDI table, name index,
+     * records) are live too, and are not radix nodes: never read them as such. */
+    if (!rc)
+        rc = plx_state_read(st);
+    g->epoch = st->state.gc_epoch;
+    if (!rc)
+        rc = plx_vditab_walk(st, 0, mark_registry_block, mark_vdi, g);
+    if (!rc)
+        rc = plx_nameidx_walk(st, mark_index_block, g);
+    if (!rc && !dry_run)
+        rc = purge_deleted(g);
+    if (!rc && g->entries == g->nrecs &&
+        (st->state.vdi_table_root || st->state.name_index_root))
+        rc = registry_drop(g, dry_run);
     plx_admin_unlock(st);
     return rc;
 }
@@ -413,36 +547,6 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     return rc;
 }
 
-/* Step 5: deleted VDIs' records leave the registry once their blocks are gone. */
-static int purge_deleted(struct gc *g)
-{
-    plx_store *st = g->st;
-    int rc = plx_admin_lock(st);
-    if (rc)
-        return rc;
-    uint8_t *zero = plx_block_alloc(1);
-    for (size_t i = 0; !rc && i < g->nrecs; i++) {
-        if (!(g->recs[i].flags & PLX_VDI_DELETED))
-            continue;
-        struct plx_vdi_record now;
-        int rrc = plx_registry_read(st, g->slots[i], &now);
-        if (rrc == -ENODATA || (rrc == 0 && now.id != g->recs[i].id))
-            continue; /* purged already, or the slot was reused */
-        if (rrc) {
-            rc = rrc;
-            break;
-        }
-        rc = plx_sync_io(st, PLX_IO_WRITE, g->slots[i], 1, zero, 0);
-        if (!rc)
-            g->out->vdis_purged++;
-    }
-    if (!rc)
-        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-    plx_block_free(zero);
-    plx_admin_unlock(st);
-    return rc;
-}
-
 static double mono_seconds(void)
 {
     struct timespec ts;
@@ -504,8 +608,6 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
         if (g.ckpt[e])
             rc = sweep_extent(&g, e, dry_run);
     }
-    if (!rc && !dry_run)
-        rc = purge_deleted(&g);
     if (!rc && g.bumped) {
         /* Blocks we freed may be cached here, and may be reused from now on. */
         plx_cache_drop_clean(st);

@@ -11,6 +11,14 @@
 
 /* ---- Space accounting -------------------------------------------------------------------------- */
 
+static int count_live(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    (void)rec_addr;
+    if (!(rec->flags & PLX_VDI_DELETED))
+        ++*(uint64_t *)arg;
+    return 0;
+}
+
 int plx_store_info(plx_store *st, struct plx_store_info *out)
 {
     memset(out, 0, sizeof *out);
@@ -23,7 +31,7 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     out->size_bytes = st->sb.block_count * PLX_BLOCK_SIZE;
     out->extent_size = eb * PLX_BLOCK_SIZE;
     out->extent_count = st->sb.extent_count;
-    out->vdi_slots = st->sb.registry_slots;
+    out->vdi_slots = 0; /* version 2: no fixed number (the field is kept for the API) */
     snprintf(out->lockd_addr, sizeof out->lockd_addr, "%s", st->state.lockd_addr);
     for (uint64_t e = 0; e < st->sb.extent_count && !rc; e++) {
         unsigned t = st->cat[e].type;
@@ -41,20 +49,14 @@ int plx_store_info(plx_store *st, struct plx_store_info *out)
     }
     if (rc)
         return rc;
-    struct plx_vdi_record *recs = NULL;
-    uint64_t *slots = NULL;
-    size_t n = 0;
-    rc = plx_registry_scan(st, &recs, &slots, &n);
-    for (size_t i = 0; i < n; i++)
-        if (!(recs[i].flags & PLX_VDI_DELETED))
-            out->vdi_count++;
-    /* System extent: superblock, state, catalogue, and the registry slots holding a record. */
-    out->blocks_used_by_type[PLX_EXTENT_SYSTEM] = st->sb.registry_start + n;
-    out->blocks_free_by_type[PLX_EXTENT_SYSTEM] = eb - st->sb.registry_start - n;
-    free(recs);
-    free(slots);
+    rc = plx_registry_each(st, 0, count_live, &out->vdi_count);
     if (rc)
         return rc;
+    /* System extent: superblock, state, catalogue, and the legacy registry slots of a store
+     * upgraded from version 1 (VDI records now live in metadata extents). */
+    uint64_t legacy = st->state.registry_used;
+    out->blocks_used_by_type[PLX_EXTENT_SYSTEM] = st->sb.registry_start + legacy;
+    out->blocks_free_by_type[PLX_EXTENT_SYSTEM] = eb - st->sb.registry_start - legacy;
     struct plx_gc_report gr;
     rc = plx_gc(st, 1, &gr);
     for (int t = 0; !rc && t < 4; t++)

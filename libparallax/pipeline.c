@@ -37,6 +37,7 @@
 #include <string.h>
 #include "pipeline.h"
 #include "registry.h"
+#include "snap_edit.h"
 #include "snaplog.h"
 
 static void batch_advance(struct plx_vdi *v, struct plx_batch *b);
@@ -97,6 +98,15 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
     if (v->needs_reload)
         return false;
     for (const struct plx_req *e = v->active_head; e && e != r; e = e->next) {
+        if (r->op == REQ_SNAPEDIT || e->op == REQ_SNAPEDIT) {
+            /* Edits of snapshot records and snapshots both rewrite log blocks: one at a time, in
+             * request order (a snapshot stays active until its batch has finished). Reads and
+             * writes pass edits. */
+            if ((r->op == REQ_SNAPEDIT || r->op == REQ_SNAPSHOT) &&
+                (e->op == REQ_SNAPEDIT || e->op == REQ_SNAPSHOT))
+                return false;
+            continue;
+        }
         if (r->op == REQ_SNAPSHOT) {
             /* Everything before the snapshot must be in the tree it freezes, with its data
              * written: a write whose data fails puts its old link back, and only the leaf it
@@ -146,6 +156,11 @@ static void req_finish(struct plx_req *r)
     }
     plx_complete(v->st, r);
     plx_pipeline_kick(v);
+}
+
+void plx_req_finish(struct plx_req *r)
+{
+    req_finish(r);
 }
 
 /* ---- Batches ---------------------------------------------------------------------------------- */
@@ -1073,6 +1088,10 @@ static void do_resolve(struct plx_req *r)
     }
     if (r->op == REQ_FLUSH) {
         do_flush(r);
+        return;
+    }
+    if (r->op == REQ_SNAPEDIT) {
+        plx_snap_edit_start(r);
         return;
     }
     if (r->op == REQ_SNAPSHOT) {

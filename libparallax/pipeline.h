@@ -11,7 +11,15 @@
 #include "engine.h"
 #include "snaplog.h"
 
-enum plx_req_op { REQ_READ, REQ_WRITE, REQ_FLUSH, REQ_TRIM, REQ_SNAPSHOT, REQ_STATUS };
+enum plx_req_op {
+    REQ_READ,
+    REQ_WRITE,
+    REQ_FLUSH,
+    REQ_TRIM,
+    REQ_SNAPSHOT,
+    REQ_STATUS,
+    REQ_SNAPEDIT
+};
 
 enum plx_req_state {
     RQ_WAIT_RANGE,   /* an earlier overlapping request is still active */
@@ -55,6 +63,7 @@ struct plx_req {
     uint64_t *index_out;
     uint64_t *run_out;           /* REQ_STATUS: bytes sharing the state of the first block */
     int *mapped_out;             /* REQ_STATUS: 1 mapped, 0 sparse */
+    struct plx_snap_edit *edit;  /* REQ_SNAPEDIT: label or delete a snapshot (snap_edit.c) */
     struct plx_req *next, *prev; /* vdi active list */
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */
@@ -121,6 +130,8 @@ struct plx_vdi {
 };
 
 int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
+/* r is over (status in r->status): leave the active list and deliver its callback. */
+void plx_req_finish(struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
 bool plx_vdi_idle(const struct plx_vdi *v);
 unsigned plx_index_at(uint64_t vblock, unsigned level);

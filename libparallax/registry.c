@@ -1,5 +1,6 @@
 /*
- * registry.c - the VDI registry (layer 4, registry.h): one block per VDI in extent 0; reading,
+ * registry.c - the VDI registry (layer 4, registry.h): one record block per VDI, found by id
+ * through the VDI table (vditab.c) and by name through the name index (nameidx.c); reading,
  * writing, finding and listing records. Creating, cloning and deleting VDIs is vdi_admin.c.
  *
  * Registry changes are read-modify-write under the admin lock, always reading slots fresh from
@@ -12,11 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "alloc.h"
+#include "cache.h"
 #include "lock.h"
 #include "registry.h"
 #include "system.h"
-
-#define SCAN_BATCH 64u
 
 /* A VDI spec or snapshot suffix that is all digits is an id / index, not a name / label. */
 bool plx_all_digits(const char *s)
@@ -44,7 +45,7 @@ void plx_registry_seal(struct plx_vdi_record *rec, uint64_t slot_addr, void *blo
     memcpy(rec, block, sizeof *rec);
 }
 
-static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t slot)
+static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t addr)
 {
     bool ok = r->id != 0 && r->size % PLX_BLOCK_SIZE == 0 &&
               r->size > 0 && r->size <= PLX_MAX_VDI_SIZE &&
@@ -52,8 +53,8 @@ static int record_check(plx_store *st, const struct plx_vdi_record *r, uint64_t 
               r->height >= plx_height_for_size(r->size) && r->root != 0 &&
               r->root < st->sb.block_count && r->name[PLX_NAME_MAX] == 0 && r->name[0] != 0;
     if (!ok)
-        return plx_err(st, -EUCLEAN, "VDI registry slot %llu holds an invalid record",
-                       (unsigned long long)slot);
+        return plx_err(st, -EUCLEAN, "the VDI record at block %llu is invalid",
+                       (unsigned long long)addr);
     return 0;
 }
 
@@ -63,12 +64,12 @@ int plx_registry_read(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *
     int rc = plx_sync_io(st, PLX_IO_READ, slot_addr, 1, buf, 0);
     const char *why = "";
     if (rc) {
-        plx_err(st, rc, "reading VDI registry slot %llu: %s", (unsigned long long)slot_addr,
+        plx_err(st, rc, "reading the VDI record at block %llu: %s", (unsigned long long)slot_addr,
                 strerror(-rc));
     } else {
         rc = plx_blkhdr_verify(buf, PLX_MAGIC_VDI, slot_addr, &why);
         if (rc == -EUCLEAN)
-            plx_err(st, rc, "VDI registry slot %llu is corrupt: %s",
+            plx_err(st, rc, "the VDI record at block %llu is corrupt: %s",
                     (unsigned long long)slot_addr, why);
         if (rc == 0) {
             memcpy(rec, buf, sizeof *rec);
@@ -92,97 +93,181 @@ int plx_registry_write(plx_store *st, uint64_t slot_addr, const struct plx_vdi_r
     return 0;
 }
 
-/* Every used slot (free slots are skipped). A corrupt slot fails the scan: the registry is the
- * root of everything and must not be guessed at. */
-int plx_registry_scan(plx_store *st, struct plx_vdi_record **recs, uint64_t **slots, size_t *n)
+bool plx_registry_legacy_slot(const plx_store *st, uint64_t rec_addr)
 {
-    *recs = NULL;
-    *slots = NULL;
-    *n = 0;
-    int rc = plx_state_read(st);
+    return rec_addr >= st->sb.registry_start &&
+           rec_addr < st->sb.registry_start + st->sb.registry_slots;
+}
+
+int plx_registry_block_read(plx_store *st, uint64_t addr, uint32_t magic, void *block,
+                            const char *what)
+{
+    bool ok = addr != 0 && addr < st->sb.block_count;
+    /* Another process may have typed the extent since we read the catalogue: read it again. */
+    if (ok && plx_block_type(st, addr) != PLX_EXTENT_METADATA) {
+        int crc = plx_catalogue_read(st);
+        if (crc)
+            return crc;
+        ok = plx_block_type(st, addr) == PLX_EXTENT_METADATA;
+    }
+    if (!ok)
+        return plx_err(st, -EUCLEAN, "%s %llu is corrupt: not a metadata block", what,
+                       (unsigned long long)addr);
+    int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, block, 0);
     if (rc)
-        return rc;
-    uint64_t used = st->state.registry_used;
-    struct plx_vdi_record *r = calloc(used ? used : 1, sizeof *r);
-    uint64_t *s = calloc(used ? used : 1, sizeof *s);
-    uint8_t *buf = plx_block_alloc(SCAN_BATCH);
-    if (!r || !s) {
-        rc = plx_err(st, -ENOMEM, "out of memory reading the registry");
-        goto out;
-    }
-    for (uint64_t first = 0; first < used && !rc; first += SCAN_BATCH) {
-        uint32_t cnt = (uint32_t)(used - first < SCAN_BATCH ? used - first : SCAN_BATCH);
-        uint64_t base = st->sb.registry_start + first;
-        rc = plx_sync_io(st, PLX_IO_READ, base, cnt, buf, 0);
-        if (rc) {
-            plx_err(st, rc, "reading the VDI registry: %s", strerror(-rc));
-            break;
-        }
-        for (uint32_t i = 0; i < cnt && !rc; i++) {
-            const uint8_t *blk = buf + (size_t)i * PLX_BLOCK_SIZE;
-            const char *why = "";
-            int vrc = plx_blkhdr_verify(blk, PLX_MAGIC_VDI, base + i, &why);
-            if (vrc == -ENODATA)
-                continue;
-            if (vrc) {
-                rc = plx_err(st, -EUCLEAN, "VDI registry slot %llu is corrupt: %s",
-                             (unsigned long long)(base + i), why);
-                break;
-            }
-            memcpy(&r[*n], blk, sizeof *r);
-            /* A record whose id the state block never issued is a create that crashed before
-             * its last write: not part of the registry. */
-            if (r[*n].id >= st->state.next_vdi_id)
-                continue;
-            rc = record_check(st, &r[*n], base + i);
-            s[*n] = base + i;
-            (*n)++;
-        }
-    }
-out:
-    plx_block_free(buf);
-    if (rc) {
-        free(r);
-        free(s);
-        *n = 0;
-        return rc;
-    }
-    *recs = r;
-    *slots = s;
+        return plx_err(st, rc, "reading %s %llu: %s", what, (unsigned long long)addr,
+                       strerror(-rc));
+    if (magic == 0) /* a name index block: node or bucket */
+        magic = ((const struct plx_blkhdr *)block)->magic == PLX_MAGIC_NAMEBKT
+                    ? PLX_MAGIC_NAMEBKT
+                    : PLX_MAGIC_NAMEIDX;
+    const char *why = "";
+    rc = plx_blkhdr_verify(block, magic, addr, &why);
+    if (rc)
+        return plx_err(st, -EUCLEAN, "%s %llu is corrupt: %s", what, (unsigned long long)addr,
+                       rc == -ENODATA ? "empty" : why);
     return 0;
 }
 
-int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *rec,
-                      uint64_t *slot_addr)
+int plx_registry_new_block(plx_store *st, void *block, uint32_t magic, uint64_t *addr)
 {
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    int rc = plx_registry_scan(st, &recs, &slots, &n);
+    int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, addr);
+    if (rc < 0)
+        return rc;
+    /* The block may have been a radix node that a collection freed: never serve that copy. */
+    struct plx_node *stale = plx_cache_lookup(st, *addr);
+    if (stale && !stale->pins)
+        plx_cache_drop(st, stale);
+    plx_blkhdr_seal(block, magic, *addr);
+    rc = plx_sync_io(st, PLX_IO_WRITE, *addr, 1, block, 0);
+    if (rc)
+        return plx_err(st, rc, "writing registry block %llu: %s", (unsigned long long)*addr,
+                       strerror(-rc));
+    return 0;
+}
+
+int plx_registry_durable(plx_store *st)
+{
+    int rc = plx_wait_alloc_written(st);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (rc)
+        return plx_err(st, rc, "making registry blocks durable: %s", strerror(-rc));
+    return 0;
+}
+
+int plx_registry_get(plx_store *st, uint64_t id, struct plx_vdi_record *rec, uint64_t *rec_addr)
+{
+    uint64_t addr = 0;
+    int rc = id && id < st->state.next_vdi_id ? plx_vditab_get(st, id, &addr) : 0;
     if (rc)
         return rc;
-    long found = -1;
-    for (size_t i = 0; i < n && found < 0; i++)
-        if (!(recs[i].flags & PLX_VDI_DELETED) && strcmp(recs[i].name, spec) == 0)
-            found = (long)i;
-    if (found < 0 && plx_all_digits(spec)) {
-        uint64_t id = strtoull(spec, NULL, 10);
-        for (size_t i = 0; i < n && found < 0; i++)
-            if (!(recs[i].flags & PLX_VDI_DELETED) && recs[i].id == id)
-                found = (long)i;
+    if (addr == 0)
+        return -ENOENT;
+    rc = plx_registry_read(st, addr, rec);
+    if (!rc && rec->id != id)
+        rc = plx_err(st, -EUCLEAN, "VDI table: the entry of id %llu names the record of id %llu",
+                     (unsigned long long)id, (unsigned long long)rec->id);
+    if (!rc && rec_addr)
+        *rec_addr = addr;
+    return rc;
+}
+
+/* A live VDI named `name`: via the name index, each candidate's record compared. */
+static int find_by_name(plx_store *st, const char *name, struct plx_vdi_record *rec,
+                        uint64_t *rec_addr)
+{
+    uint64_t ids[16];
+    size_t n = 0;
+    int rc = plx_nameidx_lookup(st, plx_name_hash(name), ids, 16, &n);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = plx_registry_get(st, ids[i], rec, rec_addr);
+        if (rc == -ENOENT) {
+            rc = 0; /* an entry no VDI stands behind (FORMAT.md §7.2) */
+            continue;
+        }
+        if (!rc && !(rec->flags & PLX_VDI_DELETED) && strcmp(rec->name, name) == 0)
+            return 0;
     }
-    if (found >= 0) {
-        *rec = recs[found];
-        if (slot_addr)
-            *slot_addr = slots[found];
+    return rc ? rc : -ENOENT;
+}
+
+int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *rec,
+                      uint64_t *rec_addr)
+{
+    int rc = plx_state_read(st);
+    if (rc)
+        return rc;
+    rc = strlen(spec) <= PLX_NAME_MAX ? find_by_name(st, spec, rec, rec_addr) : -ENOENT;
+    if (rc == -ENOENT && plx_all_digits(spec)) {
+        rc = plx_registry_get(st, strtoull(spec, NULL, 10), rec, rec_addr);
+        if (!rc && (rec->flags & PLX_VDI_DELETED))
+            rc = -ENOENT;
     }
-    free(recs);
-    free(slots);
-    if (found < 0 && plx_all_digits(spec))
+    if (rc == -ENOENT && plx_all_digits(spec))
         return plx_err(st, -ENOENT, "no VDI named '%s' and none with id %s", spec, spec);
-    if (found < 0)
+    if (rc == -ENOENT)
         return plx_err(st, -ENOENT, "no VDI named '%s'", spec);
-    return 0;
+    return rc;
+}
+
+struct each {
+    plx_store *st;
+    plx_registry_fn fn;
+    void *arg;
+};
+
+static int each_entry(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    struct each *e = arg;
+    struct plx_vdi_record rec;
+    int rc = plx_registry_read(e->st, rec_addr, &rec);
+    if (!rc && rec.id != id)
+        rc = plx_err(e->st, -EUCLEAN,
+                     "VDI table: the entry of id %llu names the record of id %llu",
+                     (unsigned long long)id, (unsigned long long)rec.id);
+    return rc ? rc : e->fn(e->arg, &rec, rec_addr);
+}
+
+int plx_registry_each(plx_store *st, uint64_t after_id, plx_registry_fn fn, void *arg)
+{
+    int rc = plx_state_read(st);
+    if (rc)
+        return rc;
+    struct each e = {st, fn, arg};
+    return plx_vditab_walk(st, after_id, NULL, each_entry, &e);
+}
+
+int plx_registry_link(plx_store *st, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    uint64_t old = 0;
+    int rc = plx_vditab_set(st, rec->id, rec_addr, &old);
+    /* A create that crashed before its state block landed may have left this id's entry and
+     * its name in the index: take that name out, so stale entries do not pile up. */
+    if (!rc && old && old != rec_addr) {
+        struct plx_vdi_record prev;
+        int prc = plx_registry_read(st, old, &prev);
+        if (prc == 0 && prev.id == rec->id)
+            rc = plx_nameidx_remove(st, plx_name_hash(prev.name), prev.id);
+        else if (prc)
+            st->errmsg[0] = 0; /* never durable, or its block reused: nothing to take out */
+    }
+    if (!rc)
+        rc = plx_nameidx_insert(st, plx_name_hash(rec->name), rec->id);
+    return rc;
+}
+
+int plx_registry_unname(plx_store *st, const struct plx_vdi_record *rec)
+{
+    return plx_nameidx_remove(st, plx_name_hash(rec->name), rec->id);
+}
+
+int plx_registry_purge(plx_store *st, const struct plx_vdi_record *rec)
+{
+    int rc = plx_registry_unname(st, rec);
+    if (!rc)
+        rc = plx_vditab_set(st, rec->id, 0, NULL);
+    return rc;
 }
 
 void plx_record_to_info(const plx_store *st, const struct plx_vdi_record *rec,
@@ -221,28 +306,60 @@ int plx_vdi_lookup(plx_store *st, const char *vdi, struct plx_vdi_info *out)
     return 0;
 }
 
-int plx_vdi_list(plx_store *st, struct plx_vdi_info **out, size_t *count)
+struct list_all {
+    plx_store *st;
+    struct plx_vdi_info *v;
+    size_t n, cap;
+};
+
+static int list_one(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
 {
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    *out = NULL;
-    *count = 0;
-    int rc = plx_registry_scan(st, &recs, &slots, &n);
-    if (rc)
-        return rc;
-    struct plx_vdi_info *info = calloc(n ? n : 1, sizeof *info);
-    if (!info) {
-        free(recs);
-        free(slots);
-        return plx_err(st, -ENOMEM, "out of memory");
+    (void)rec_addr;
+    struct list_all *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct plx_vdi_info *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return plx_err(l->st, -ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = cap;
     }
-    for (size_t i = 0; i < n; i++)
-        plx_record_to_info(st, &recs[i], &info[i]);
-    free(recs);
-    free(slots);
-    *out = info;
-    *count = n;
+    plx_record_to_info(l->st, rec, &l->v[l->n++]);
     return 0;
 }
 
+int plx_vdi_list(plx_store *st, struct plx_vdi_info **out, size_t *count)
+{
+    struct list_all l = {st, NULL, 0, 0};
+    *out = NULL;
+    *count = 0;
+    int rc = plx_registry_each(st, 0, list_one, &l);
+    if (rc) {
+        free(l.v);
+        return rc;
+    }
+    *out = l.v ? l.v : calloc(1, sizeof *l.v);
+    *count = l.n;
+    return *out ? 0 : plx_err(st, -ENOMEM, "out of memory");
+}
+
+struct list_each {
+    plx_store *st;
+    plx_vdi_list_fn fn;
+    void *arg;
+};
+
+static int list_each_one(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    (void)rec_addr;
+    struct list_each *l = arg;
+    struct plx_vdi_info info;
+    plx_record_to_info(l->st, rec, &info);
+    return l->fn(l->arg, &info);
+}
+
+int plx_vdi_list_each(plx_store *st, uint64_t after_id, plx_vdi_list_fn fn, void *arg)
+{
+    struct list_each l = {st, fn, arg};
+    return plx_registry_each(st, after_id, list_each_one, &l);
+}

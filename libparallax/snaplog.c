@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "snaplog.h"
+#include "system.h"
 
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out)
@@ -31,8 +32,14 @@ int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
     if (rc)
         return plx_err(st, rc, "reading snapshot log block %llu: %s", (unsigned long long)addr,
                        strerror(-rc));
+    return plx_snaplog_check_block(st, addr, vdi_id, out);
+}
+
+int plx_snaplog_check_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+                            const struct plx_snaplog_block *out)
+{
     const char *why = "";
-    rc = plx_blkhdr_verify(out, PLX_MAGIC_SNAPLOG, addr, &why);
+    int rc = plx_blkhdr_verify(out, PLX_MAGIC_SNAPLOG, addr, &why);
     if (!rc && out->vdi_id != vdi_id)
         why = "belongs to another VDI", rc = -EUCLEAN;
     if (!rc && (out->count > PLX_SNAPLOG_PER_BLOCK || out->first_index == 0))
@@ -122,37 +129,50 @@ int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t i
     if (index == 0 || index > rec->snap_count)
         return plx_err(st, -ENOENT, "VDI %s has no snapshot %llu (it has %llu)", rec->name,
                        (unsigned long long)index, (unsigned long long)rec->snap_count);
-    uint64_t want = block_start(index);
     uint64_t addr = rec->snaplog_head, expect_first = 0;
     for (uint64_t steps = 0;; steps++) {
         if (addr == 0 || steps > rec->snap_count + 1)
             return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
                            rec->name, (unsigned long long)index);
         int rc = plx_snaplog_read_block(st, addr, rec->id, b);
-        if (rc)
+        if (!rc)
+            rc = plx_snaplog_find_step(st, rec, index, b, addr, &expect_first, &addr);
+        if (rc < 0)
             return rc;
-        if (expect_first && b->first_index != expect_first)
-            return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s starts at snapshot "
-                                         "%llu, not %llu as the skip link to it says",
-                           (unsigned long long)addr, rec->name,
-                           (unsigned long long)b->first_index, (unsigned long long)expect_first);
-        if (b->first_index <= index) {
-            if (b->first_index + b->count - 1 < index)
-                return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold "
-                                             "snapshot %llu",
-                               (unsigned long long)addr, rec->name, (unsigned long long)index);
+        if (rc == 1) {
             *addr_out = addr;
             return 0;
         }
-        /* Jump when the skip link lands at or above the wanted block; else one step back. */
-        if (b->skip && b->skip_first >= want && b->skip_first < b->first_index) {
-            expect_first = b->skip_first;
-            addr = b->skip;
-        } else {
-            expect_first = 0;
-            addr = b->prev;
-        }
     }
+}
+
+int plx_snaplog_find_step(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
+                          const struct plx_snaplog_block *b, uint64_t addr, uint64_t *expect_first,
+                          uint64_t *next)
+{
+    if (*expect_first && b->first_index != *expect_first)
+        return plx_err(st, -EUCLEAN,
+                       "snapshot log block %llu of VDI %s starts at snapshot "
+                       "%llu, not %llu as the skip link to it says",
+                       (unsigned long long)addr, rec->name, (unsigned long long)b->first_index,
+                       (unsigned long long)*expect_first);
+    if (b->first_index <= index) {
+        if (b->first_index + b->count - 1 < index)
+            return plx_err(st, -EUCLEAN,
+                           "snapshot log block %llu of VDI %s does not hold "
+                           "snapshot %llu",
+                           (unsigned long long)addr, rec->name, (unsigned long long)index);
+        return 1;
+    }
+    /* Jump when the skip link lands at or above the wanted block; else one step back. */
+    if (b->skip && b->skip_first >= block_start(index) && b->skip_first < b->first_index) {
+        *expect_first = b->skip_first;
+        *next = b->skip;
+    } else {
+        *expect_first = 0;
+        *next = b->prev;
+    }
+    return 0;
 }
 
 const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,
@@ -380,20 +400,32 @@ static int labels_load(plx_store *st, const struct plx_vdi_record *rec, struct p
     int rc = plx_snaplog_read(st, &base, &list, &n, NULL);
     if (rc)
         return rc;
+    struct plx_label_entry *found = calloc(n ? n : 1, sizeof *found);
+    size_t nfound = 0;
+    for (size_t i = 0; found && i < n; i++) {
+        if (list[i].deleted || !list[i].label[0])
+            continue;
+        found[nfound].index = list[i].index;
+        memcpy(found[nfound++].label, list[i].label, sizeof found->label);
+    }
+    free(list);
+    rc = found ? plx_labels_load_base(ls, found, nfound) : -ENOMEM;
+    free(found);
+    return rc ? plx_err(st, rc, "out of memory") : 0;
+}
+
+int plx_labels_load_base(struct plx_label_set *ls, const struct plx_label_entry *base, size_t n)
+{
     if (ls->n)
         qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
     size_t nover = ls->n;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (list[i].deleted || !list[i].label[0])
+    for (size_t i = 0; i < n; i++) {
+        if (nover && bsearch(&base[i], ls->e, nover, sizeof *ls->e, cmp_entry_index))
             continue;
-        struct plx_label_entry key = {.index = list[i].index};
-        if (nover && bsearch(&key, ls->e, nover, sizeof *ls->e, cmp_entry_index))
-            continue;
-        rc = labels_push(ls, list[i].index, list[i].label);
+        int rc = labels_push(ls, base[i].index, base[i].label);
+        if (rc)
+            return rc;
     }
-    free(list);
-    if (rc)
-        return plx_err(st, rc, "out of memory");
     ls->loaded = true;
     return 0;
 }
@@ -499,22 +531,13 @@ int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, si
     char spec[32];
     snprintf(spec, sizeof spec, "%llu", (unsigned long long)vdi_id);
     struct plx_vdi_record rec;
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    int rc = plx_registry_scan(st, &recs, &slots, &n);
+    int rc = plx_state_read(st);
+    if (!rc)
+        rc = plx_registry_get(st, vdi_id, &rec, NULL);
+    if (rc == -ENOENT)
+        return plx_err(st, -ENOENT, "no VDI with id %s", spec);
     if (rc)
         return rc;
-    long found = -1;
-    for (size_t i = 0; i < n; i++)
-        if (recs[i].id == vdi_id)
-            found = (long)i;
-    if (found >= 0)
-        rec = recs[found];
-    free(recs);
-    free(slots);
-    if (found < 0)
-        return plx_err(st, -ENOENT, "no VDI with id %s", spec);
     return plx_snaplog_read(st, &rec, out, count, NULL);
 }
 

@@ -13,10 +13,20 @@ int plx_snaplog_read(plx_store *st, const struct plx_vdi_record *rec, struct plx
                      size_t *count, uint64_t **blocks);
 int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
                            struct plx_snaplog_block *out);
+/* Is `b`, read from addr, a sound log block of VDI vdi_id? 0 or -EUCLEAN with a message (the
+ * checks of plx_snaplog_read_block after its read, for callers that read asynchronously). */
+int plx_snaplog_check_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+                            const struct plx_snaplog_block *b);
 /* The block of rec's log that holds snapshot `index` (1..snap_count), reached by skip links in
  * O(log n) block reads; read into *b, its address in *addr. */
 int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
                      struct plx_snaplog_block *b, uint64_t *addr);
+/* One step of that walk, for callers that read the blocks themselves: b was read from addr,
+ * reached with *expect_first (0 at the head). 1 when b holds index; 0 when the walk goes on at
+ * *next (and *expect_first is updated); or an error. */
+int plx_snaplog_find_step(plx_store *st, const struct plx_vdi_record *rec, uint64_t index,
+                          const struct plx_snaplog_block *b, uint64_t addr, uint64_t *expect_first,
+                          uint64_t *next);
 /* The newest complete record in the head block image `head` of a log counting snap_count
  * snapshots, or NULL. */
 const struct plx_snap_record *plx_snaplog_newest(const struct plx_snaplog_block *head,
@@ -59,7 +69,11 @@ void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
 void plx_labels_free(struct plx_label_set *ls);
 /* Record that snapshot `index` now has `label` ("" = none or deleted). */
 int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label);
-/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. */
+/* Complete the set with the labels of the log as it was at open (live labelled snapshots of
+ * 1..base_count), read by the caller; entries made since open win. Marks the set loaded. */
+int plx_labels_load_base(struct plx_label_set *ls, const struct plx_label_entry *base, size_t n);
+/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. The first
+ * call with a label reads the log synchronously unless the set is already loaded. */
 int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
                      const char *label, uint64_t except_index);
 

@@ -11,6 +11,7 @@
 #include "cache.h"
 #include "lock.h"
 #include "pipeline.h"
+#include "registry.h"
 #include "system.h"
 #include "vdi.h"
 
@@ -51,7 +52,7 @@ static int attach_lock_manager(plx_store *st)
     return plx_lockd_attach(st, addr);
 }
 
-static int store_open(plx_backend *be, const struct plx_open_opts *opts,
+static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool upgrading,
                       plx_store **out, char *errbuf, size_t errlen)
 {
     *out = NULL;
@@ -64,6 +65,7 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts,
     st->be = be;
     st->wake_fd = st->epoll_fd = -1;
     st->read_only = opts ? opts->read_only : 0;
+    st->upgrading = upgrading;
     plx_identity_init(st, opts ? opts->host : NULL);
     uint64_t cache = opts && opts->cache_bytes ? opts->cache_bytes : DEFAULT_CACHE_BYTES;
     int rc = plx_engine_init(st);
@@ -95,7 +97,7 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts,
 int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
                            char *errbuf, size_t errlen)
 {
-    return store_open(be, opts, out, errbuf, errlen);
+    return store_open(be, opts, false, out, errbuf, errlen);
 }
 
 /* A blockstore's name picks its backend: an iscsi:// URL, else a path. */
@@ -128,7 +130,7 @@ int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store
         *out = NULL;
         return err;
     }
-    return store_open(be, opts, out, errbuf, errlen);
+    return store_open(be, opts, false, out, errbuf, errlen);
 }
 
 int plx_store_close(plx_store *st)
@@ -178,4 +180,69 @@ int plx_store_set_lockd(plx_store *st, const char *addr)
 int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
 {
     return plx_lockd_status(st, line, arg);
+}
+
+/* ---- Upgrade ----------------------------------------------------------------------------------- */
+
+/* Version 1 -> 2, in this order, each step durable before the next (FORMAT.md §11): the VDI
+ * table and name index (new blocks only), the version-2 state block that links them, the
+ * version-2 superblock. A crash before the state block leaves version 1 (plus leaked blocks);
+ * after it, a superblock still saying 1 over a version-2 state block, which this finishes. */
+int plx_store_upgrade_backend(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                              char *errbuf, size_t errlen)
+{
+    *upgraded = 0;
+    if (opts && opts->read_only) {
+        be->ops->destroy(be);
+        plx_set_errbuf(errbuf, errlen, "upgrading needs the store opened for writing");
+        return -EROFS;
+    }
+    plx_store *st = NULL;
+    int rc = store_open(be, opts, true, &st, errbuf, errlen);
+    if (rc)
+        return rc;
+    if (st->sb.version == PLX_FORMAT_VERSION)
+        return plx_store_close(st);
+    rc = plx_admin_lock(st);
+    if (rc) {
+        plx_set_errbuf(errbuf, errlen, "%s", st->errmsg);
+        plx_store_close(st);
+        return rc;
+    }
+    rc = plx_state_read(st);
+    if (!rc && st->state_v1)
+        rc = plx_registry_upgrade(st);
+    if (!rc && st->state_v1) {
+        st->state_v1 = false; /* written with the version-2 magic from now on */
+        rc = plx_state_write(st);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    }
+    if (!rc) {
+        st->sb.version = PLX_FORMAT_VERSION;
+        rc = plx_superblock_write(st);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    }
+    if (rc)
+        plx_set_errbuf(errbuf, errlen, "upgrading %s: %s", be->desc, st->errmsg);
+    plx_admin_unlock(st);
+    int crc = plx_store_close(st);
+    if (!rc)
+        rc = crc;
+    if (!rc)
+        *upgraded = 1;
+    return rc;
+}
+
+int plx_store_upgrade(const char *path, const struct plx_open_opts *opts, int *upgraded,
+                      char *errbuf, size_t errlen)
+{
+    int err = 0;
+    plx_backend *be = plx_backend_open(path, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
+    if (!be) {
+        *upgraded = 0;
+        return err;
+    }
+    return plx_store_upgrade_backend(be, opts, upgraded, errbuf, errlen);
 }

@@ -2,6 +2,7 @@
  * system.c - the superblock and the system state block (system.h).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include "system.h"
@@ -35,7 +36,13 @@ int plx_superblock_load(plx_store *st)
     memcpy(&st->sb, buf, sizeof st->sb);
     plx_block_free(buf);
     const struct plx_superblock *sb = &st->sb;
-    if (sb->version != PLX_FORMAT_VERSION)
+    if (sb->version == PLX_FORMAT_VERSION_V1 && !st->upgrading)
+        return plx_err(st, -EPROTONOSUPPORT,
+                       "%s has format version 1 (a VDI registry of at most 65,536 slots); this "
+                       "Parallax reads version %u: once every older Parallax process using it "
+                       "has stopped, run 'parallax upgrade' on it (docs/parallax.md)",
+                       st->be->desc, PLX_FORMAT_VERSION);
+    if (sb->version != PLX_FORMAT_VERSION && sb->version != PLX_FORMAT_VERSION_V1)
         return plx_err(st, -EPROTONOSUPPORT,
                        "%s has format version %u; this Parallax reads version %u",
                        st->be->desc, sb->version, PLX_FORMAT_VERSION);
@@ -57,13 +64,30 @@ int plx_superblock_load(plx_store *st)
     return 0;
 }
 
+int plx_superblock_write(plx_store *st)
+{
+    uint8_t *buf = plx_block_alloc(1);
+    memcpy(buf, &st->sb, sizeof st->sb);
+    plx_blkhdr_seal(buf, PLX_MAGIC_SUPER, 0);
+    int rc = plx_sync_io(st, PLX_IO_WRITE, 0, 1, buf, 0);
+    plx_block_free(buf);
+    if (rc)
+        return plx_err(st, rc, "writing the superblock: %s", strerror(-rc));
+    return 0;
+}
+
 int plx_state_read(plx_store *st)
 {
     uint8_t *buf = plx_block_alloc(1);
     int rc = plx_sync_io(st, PLX_IO_READ, st->sb.state_block, 1, buf, 0);
     const char *why = "";
+    /* Version 2 seals the state block with its own magic; an upgrade meets either. */
+    uint32_t magic = st->sb.version == PLX_FORMAT_VERSION_V1 ? PLX_MAGIC_STATE : PLX_MAGIC_STATE_V2;
+    if (rc == 0 && st->upgrading && ((struct plx_blkhdr *)buf)->magic == PLX_MAGIC_STATE_V2)
+        magic = PLX_MAGIC_STATE_V2;
     if (rc == 0)
-        rc = plx_blkhdr_verify(buf, PLX_MAGIC_STATE, st->sb.state_block, &why);
+        rc = plx_blkhdr_verify(buf, magic, st->sb.state_block, &why);
+    st->state_v1 = magic == PLX_MAGIC_STATE;
     if (rc == 0)
         memcpy(&st->state, buf, sizeof st->state);
     plx_block_free(buf);
@@ -83,6 +107,10 @@ int plx_state_read(plx_store *st)
         return plx_err(st, rc, "reading the system state block: %s", strerror(-rc));
     if (st->state.registry_used > st->sb.registry_slots)
         return plx_err(st, -EUCLEAN, "system state block: registry_used beyond the registry");
+    if (st->state_v1) /* the registry roots only: the preempted-key list is in both versions */
+        memset(&st->state.vdi_table_root, 0,
+               offsetof(struct plx_state_block, preempted_count) -
+                   offsetof(struct plx_state_block, vdi_table_root));
     if (st->state.preempted_count > PLX_PREEMPTED_KEYS ||
         st->state.preempted_next >= PLX_PREEMPTED_KEYS)
         return plx_err(st, -EUCLEAN, "system state block: preempted-key list out of range");
@@ -94,7 +122,7 @@ int plx_state_write(plx_store *st)
     uint8_t *buf = plx_block_alloc(1);
     st->state.seq++;
     memcpy(buf, &st->state, sizeof st->state);
-    plx_blkhdr_seal(buf, PLX_MAGIC_STATE, st->sb.state_block);
+    plx_blkhdr_seal(buf, st->state_v1 ? PLX_MAGIC_STATE : PLX_MAGIC_STATE_V2, st->sb.state_block);
     int rc = plx_sync_io(st, PLX_IO_WRITE, st->sb.state_block, 1, buf, 0);
     plx_block_free(buf);
     if (rc)

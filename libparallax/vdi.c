@@ -11,6 +11,7 @@
 #include "lock.h"
 #include "pipeline.h"
 #include "registry.h"
+#include "snap_edit.h"
 #include "snaplog.h"
 #include "vdi.h"
 
@@ -432,12 +433,21 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     int rc = plx_label_check(st, label);
     if (rc)
         return rc;
-    rc = plx_label_taken(v, label, 0);
-    if (rc < 0)
-        return rc;
-    if (rc)
-        return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
-                       label);
+    if (*label && !v->labels.loaded) {
+        /* The labels of the log are read first, asynchronously, by a request queued just
+         * ahead of the snapshot; the snapshot checks its label when it runs. */
+        struct plx_req *load = plx_snap_edit_new(v, PLX_EDIT_LOAD_LABELS, 0, NULL, NULL, NULL);
+        if (!load)
+            return plx_err(st, -ENOMEM, "out of memory");
+        plx_req_submit(v, load);
+    } else {
+        rc = plx_label_taken(v, label, 0); /* loaded (or no label): no I/O */
+        if (rc < 0)
+            return rc;
+        if (rc)
+            return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
+                           label);
+    }
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
     if (!r)
         return plx_err(st, -ENOMEM, "out of memory");
@@ -504,18 +514,13 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
 
 /* ---- Changing snapshot records of an open VDI ----------------------------------------------- */
 
-static bool snapshot_pending(const plx_vdi *v)
-{
-    return (v->open && v->open->snap) || (v->flight && v->flight->snap) ||
-           (v->flight_next && v->flight_next->snap);
-}
-
-/* Rewrite one record of the VDI's log. Waits until no snapshot is being committed (it may be
- * rewriting the same log block); the read-modify-write itself runs with the pipeline paused,
- * since synchronous I/O runs no completion handlers. */
-static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
+/* A label or deletion in the request stream (snap_edit.c): never waits for the medium here. */
+static int submit_snap_edit(plx_vdi *v, enum plx_snap_edit_kind kind, uint64_t index,
+                            const char *label, plx_done_fn cb, void *arg)
 {
     plx_store *st = v->st;
+    if (plx_lease_check(st))
+        return -ESTALE;
     if (v->ro)
         return plx_err(st, -EROFS, "VDI %s is open read-only", v->rec.name);
     if (label) {
@@ -523,63 +528,22 @@ static int snap_modify(plx_vdi *v, uint64_t index, const char *label, bool del)
         if (rc)
             return rc;
     }
-    while (snapshot_pending(v)) {
-        int rc = plx_store_service(st);
-        if (rc < 0)
-            return rc;
-        if (!snapshot_pending(v))
-            break;
-        struct epoll_event e;
-        epoll_wait(st->epoll_fd, &e, 1, 100);
-    }
-    struct plx_snaplog_block *b = plx_block_alloc(1);
-    uint64_t addr = 0;
-    int rc = b ? 0 : plx_err(st, -ENOMEM, "out of memory");
-    if (!rc && (index == 0 || index > v->rec.snap_count))
-        rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
-                     (unsigned long long)index);
-    if (!rc)
-        rc = plx_snaplog_find(st, &v->rec, index, b, &addr);
-    if (!rc && (b->records[index - b->first_index].flags & PLX_SNAP_DELETED))
-        rc = plx_err(st, -ENOENT, "VDI %s has no snapshot %llu", v->rec.name,
-                     (unsigned long long)index);
-    if (!rc && label) {
-        int taken = plx_label_taken(v, label, index);
-        rc = taken < 0 ? taken
-             : taken   ? plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
-                                 v->rec.name, label)
-                       : 0;
-    }
-    if (!rc) {
-        struct plx_snap_record *r = &b->records[index - b->first_index];
-        if (del)
-            r->flags |= PLX_SNAP_DELETED;
-        if (label) {
-            memset(r->label, 0, sizeof r->label);
-            memcpy(r->label, label, strlen(label));
-        }
-        plx_blkhdr_seal(b, PLX_MAGIC_SNAPLOG, addr);
-        rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, b, 0);
-        if (!rc)
-            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-        if (rc)
-            plx_err(st, rc, "writing snapshot log block %llu: %s", (unsigned long long)addr,
-                    strerror(-rc));
-        else if (addr == v->rec.snaplog_head && v->log_head)
-            memcpy(v->log_head, b, PLX_BLOCK_SIZE);
-        if (!rc)
-            rc = plx_labels_set(&v->labels, index, del ? "" : label);
-    }
-    plx_block_free(b);
-    return rc;
+    if (index == 0)
+        return plx_err(st, -ENOENT, "VDI %s has no snapshot 0 (they are numbered from 1)",
+                       v->rec.name);
+    struct plx_req *r = plx_snap_edit_new(v, kind, index, label, cb, arg);
+    if (!r)
+        return plx_err(st, -ENOMEM, "out of memory");
+    return plx_req_submit(v, r);
 }
 
-int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label)
+int plx_vdi_submit_snap_label(plx_vdi *v, uint64_t index, const char *label, plx_done_fn cb,
+                              void *arg)
 {
-    return snap_modify(v, index, label ? label : "", false);
+    return submit_snap_edit(v, PLX_EDIT_LABEL, index, label ? label : "", cb, arg);
 }
 
-int plx_vdi_snap_delete(plx_vdi *v, uint64_t index)
+int plx_vdi_submit_snap_delete(plx_vdi *v, uint64_t index, plx_done_fn cb, void *arg)
 {
-    return snap_modify(v, index, NULL, true);
+    return submit_snap_edit(v, PLX_EDIT_DELETE, index, NULL, cb, arg);
 }

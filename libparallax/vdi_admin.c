@@ -34,49 +34,30 @@ static int name_check(plx_store *st, const char *name)
     return 0;
 }
 
-/* Find a free slot and make sure the name is not taken; under the admin lock. */
-static int slot_reserve(plx_store *st, const char *name, uint64_t *slot_addr)
+/* Is the name taken by a live VDI? Under the admin lock: the name index, then the records its
+ * entries name. */
+static int name_free(plx_store *st, const char *name)
 {
-    struct plx_vdi_record *recs;
-    uint64_t *slots;
-    size_t n;
-    int rc = plx_registry_scan(st, &recs, &slots, &n);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        if (!(recs[i].flags & PLX_VDI_DELETED) && strcmp(recs[i].name, name) == 0) {
-            free(recs);
-            free(slots);
-            return plx_err(st, -EEXIST, "a VDI named '%s' already exists", name);
-        }
+    struct plx_vdi_record rec;
+    int rc = plx_registry_find(st, name, &rec, NULL);
+    if (rc == 0 && strcmp(rec.name, name) == 0)
+        return plx_err(st, -EEXIST, "a VDI named '%s' already exists", name);
+    if (rc == -ENOENT || rc == 0) { /* 0: an all-digit spec found an id; names are never digits */
+        st->errmsg[0] = 0;
+        return 0;
     }
-    /* Slots are used in order; a slot below registry_used that is free was never written. */
-    uint64_t chosen = UINT64_MAX;
-    for (uint64_t s = 0, i = 0; s < st->state.registry_used; s++) {
-        if (i < n && slots[i] == st->sb.registry_start + s) {
-            i++;
-            continue;
-        }
-        chosen = s;
-        break;
-    }
-    free(recs);
-    free(slots);
-    if (chosen == UINT64_MAX) {
-        if (st->state.registry_used >= st->sb.registry_slots)
-            return plx_err(st, -ENOSPC, "the VDI registry is full (%llu slots)",
-                           (unsigned long long)st->sb.registry_slots);
-        chosen = st->state.registry_used;
-    }
-    *slot_addr = st->sb.registry_start + chosen;
-    return 0;
+    return rc;
 }
 
-/* Allocate a root node holding `links` (NULL: empty), durable together with its claim. */
-static int root_write(plx_store *st, const uint64_t *links, uint64_t *root)
+/* Allocate and write the new VDI's root node (`links`, NULL: empty) and its record block, and
+ * make both durable with their claims. */
+static int root_and_record_write(plx_store *st, const uint64_t *links, struct plx_vdi_record *rec,
+                                 uint64_t *rec_addr)
 {
-    uint64_t addr;
+    uint64_t addr, raddr;
     int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &addr);
+    if (rc >= 0)
+        rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &raddr);
     if (rc < 0)
         return rc;
     uint64_t *buf = plx_block_alloc(1);
@@ -85,16 +66,23 @@ static int root_write(plx_store *st, const uint64_t *links, uint64_t *root)
     struct plx_node *stale = plx_cache_lookup(st, addr);
     if (stale && !stale->pins)
         plx_cache_drop(st, stale); /* the block was freed by gc and is reused here */
+    stale = plx_cache_lookup(st, raddr);
+    if (stale && !stale->pins)
+        plx_cache_drop(st, stale);
     rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, buf, 0);
     plx_block_free(buf);
     if (rc)
         return plx_err(st, rc, "writing a new radix root: %s", strerror(-rc));
+    rec->root = addr;
+    rc = plx_registry_write(st, raddr, rec);
+    if (rc)
+        return rc;
     rc = plx_wait_alloc_written(st);
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
     if (rc)
-        return plx_err(st, rc, "making a new radix root durable: %s", strerror(-rc));
-    *root = addr;
+        return plx_err(st, rc, "making a new VDI's root and record durable: %s", strerror(-rc));
+    *rec_addr = raddr;
     return 0;
 }
 
@@ -110,17 +98,14 @@ static int vdi_create_common(plx_store *st, const char *name, uint64_t size, uns
     rc = plx_admin_lock(st);
     if (rc)
         return rc;
-    uint64_t slot = 0, root = 0;
-    rc = slot_reserve(st, name, &slot);
-    if (!rc)
-        rc = root_write(st, root_links, &root);
+    rc = name_free(st, name);
     if (!rc) {
         struct plx_vdi_record rec;
+        uint64_t rec_addr = 0;
         memset(&rec, 0, sizeof rec);
-        rec.id = st->state.next_vdi_id++;
+        rec.id = st->state.next_vdi_id;
         rec.size = size;
         rec.height = height;
-        rec.root = root;
         rec.created_ns = plx_now_ns();
         snprintf(rec.name, sizeof rec.name, "%s", name);
         if (parent) {
@@ -129,17 +114,19 @@ static int vdi_create_common(plx_store *st, const char *name, uint64_t size, uns
             rec.parent_root = psnap->root;
             rec.parent_log_block = plog;
         }
-        uint64_t idx = slot - st->sb.registry_start;
-        if (idx >= st->state.registry_used)
-            st->state.registry_used = idx + 1;
-        /* The record first, then the state block that counts its slot and id: until the state
-         * block lands, the record is invisible (beyond registry_used, or an id not yet issued),
-         * so a crash in between leaves the registry as it was. */
-        rc = plx_registry_write(st, slot, &rec);
+        /* Root and record first, then the table entry and the name, then the state block that
+         * issues the id: until it lands the VDI does not exist (its id is not below
+         * next_vdi_id), so a crash anywhere before leaves the registry as it was, give or take
+         * a name index entry that no VDI stands behind (FORMAT.md §7). */
+        rc = root_and_record_write(st, root_links, &rec, &rec_addr);
+        if (!rc)
+            rc = plx_registry_link(st, &rec, rec_addr);
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-        if (!rc)
+        if (!rc) {
+            st->state.next_vdi_id++;
             rc = plx_state_write(st);
+        }
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (!rc && id_out)
@@ -216,6 +203,12 @@ int plx_vdi_delete(plx_store *st, const char *vdi)
         rec.flags |= PLX_VDI_DELETED;
         rc = plx_registry_write(st, slot, &rec);
     }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    /* Deleted once the record landed; then the name is free (a crash before this leaves an
+     * entry that lookups skip and the purge removes). */
+    if (!rc)
+        rc = plx_registry_unname(st, &rec);
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
     plx_admin_unlock(st);

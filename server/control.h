@@ -28,8 +28,8 @@ void control_path(int pid, char *buf, size_t len);
 /* Server side. The process that serves VDIs (`parallax serve`'s engine thread, or tapdisk's
  * scheduler) runs the control socket on its own event loop, through these hooks; every
  * callback runs on that loop's thread, where the engine lives, so commands are ordinary requests
- * in the VDI's stream and nothing here waits for the medium (except snap-label and snap-delete,
- * which rewrite one log block synchronously; see docs/DESIGN.md, Known limitations). */
+ * in the VDI's stream, answered from their completion callbacks: nothing here waits for the
+ * medium, and the reply comes once the change is durable. */
 struct control_host {
     /* Call ready(arg) whenever fd is readable, until unwatch(handle). Returns a handle, or NULL
      * when the descriptor cannot be watched. unwatch may be called from inside ready. */

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,12 +59,30 @@ static void snapshot_done(void *arg, int status)
     reply_close(c, buf);
 }
 
+/* The changed snapshot record (label or deletion) is durable: answer. */
+static void edit_done(void *arg, int status)
+{
+    struct ctl_client *c = arg;
+    if (status)
+        reply_err(c, status, plx_store_errmsg(c->st));
+    else
+        reply_close(c, "ok\n");
+}
+
+/* Every command is a request in the VDI's stream, answered from its callback: nothing here
+ * waits for the medium. */
 static void run_command(struct ctl_client *c)
 {
     char cmd[32] = "", label[PLX_LABEL_MAX + 2] = "";
     unsigned long long id = 0, index = 0;
     if (sscanf(c->line, "%31s %llu", cmd, &id) != 2) {
         reply_err(c, -EINVAL, "malformed command");
+        return;
+    }
+    bool snapshot = strcmp(cmd, "snapshot") == 0;
+    bool label_cmd = strcmp(cmd, "snap-label") == 0, delete_cmd = strcmp(cmd, "snap-delete") == 0;
+    if (!snapshot && !label_cmd && !delete_cmd) {
+        reply_err(c, -EINVAL, "unknown command");
         return;
     }
     int ferr = 0;
@@ -74,30 +93,20 @@ static void run_command(struct ctl_client *c)
                                   : "this server does not have that VDI open for writing");
         return;
     }
-    if (strcmp(cmd, "snapshot") == 0) {
+    int rc;
+    if (snapshot) {
         sscanf(c->line, "%*s %*u %40s", label);
-        int rc = plx_vdi_submit_snapshot(v, label, &c->index, snapshot_done, c);
-        if (rc)
-            reply_err(c, rc, plx_store_errmsg(c->st));
-        return;
-    }
-    if (sscanf(c->line, "%*s %*u %llu %40s", &index, label) < 1) {
+        rc = plx_vdi_submit_snapshot(v, label, &c->index, snapshot_done, c);
+    } else if (sscanf(c->line, "%*s %*u %llu %40s", &index, label) < 1) {
         reply_err(c, -EINVAL, "malformed command: snapshot index missing");
         return;
+    } else if (label_cmd) {
+        rc = plx_vdi_submit_snap_label(v, index, label, edit_done, c);
+    } else {
+        rc = plx_vdi_submit_snap_delete(v, index, edit_done, c);
     }
-    int rc;
-    if (strcmp(cmd, "snap-label") == 0)
-        rc = plx_vdi_snap_label(v, index, label);
-    else if (strcmp(cmd, "snap-delete") == 0)
-        rc = plx_vdi_snap_delete(v, index);
-    else
-        rc = -EINVAL;
-    if (rc == -EINVAL && strcmp(cmd, "snap-label") && strcmp(cmd, "snap-delete"))
-        reply_err(c, rc, "unknown command");
-    else if (rc)
+    if (rc)
         reply_err(c, rc, plx_store_errmsg(c->st));
-    else
-        reply_close(c, "ok\n");
 }
 
 static void client_ready(void *arg)

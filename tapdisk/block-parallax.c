@@ -58,6 +58,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "control.h"
 #include "parallax.h"
@@ -85,10 +88,11 @@ enum slot_state {
 struct plx_td_slot {
     struct plx_td_pool *pool;
     enum slot_state state;
+    int op;            /* TD_OP_READ, TD_OP_WRITE or TD_OP_BLOCK_STATUS */
     td_request_t treq; /* block status: the part not answered yet */
     uint64_t run;      /* block status: the engine's answer */
     int mapped;
-    struct plx_td_slot *next_free;
+    struct plx_td_slot *next_free; /* also: the next request waiting for a handover */
 };
 
 /* The slots live outside tapdisk's private data (driver->data), because tapdisk frees that on
@@ -123,6 +127,15 @@ struct plx_td_disk {
     unsigned write_flags; /* PLX_WRITE_FUA (durability=fua) or 0 (durability=ordered) */
     td_sector_t sectors;
     unsigned inflight; /* busy slots: requests tapdisk is waiting for */
+    int control;       /* this disk counts among the control socket's users */
+    /* Handover (migration): opened while another process held the VDI for writing. Requests
+     * wait, in order, until this process gets the VDI; none is served before. */
+    int waiting;         /* the VDI is not ours yet */
+    int handover_failed; /* negative errno once the wait gave up */
+    uint64_t wait_since_ns;
+    int retry_fd; /* timerfd: try to open the VDI again every 5 ms */
+    event_id_t retry_event;
+    struct plx_td_slot *wait_head, *wait_tail;
     char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
     struct plx_td_disk *next; /* on store->disks */
 };
@@ -652,6 +665,130 @@ static void control_unuse(void)
         control_stop();
 }
 
+/* ---- Handover: a disk opened while another process holds the VDI --------------------------- */
+
+static void start_request(struct plx_td_disk *d, struct plx_td_slot *s);
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* How long the destination of a migration waits for the source to let go of the VDI:
+ * $PARALLAX_HANDOVER_WAIT seconds, default 60, as for `parallax serve`. */
+static uint64_t handover_wait_ns(void)
+{
+    const char *env = getenv("PARALLAX_HANDOVER_WAIT");
+    double sec = env ? strtod(env, NULL) : 60.0;
+    return (uint64_t)((sec > 0 ? sec : 60.0) * 1e9);
+}
+
+static void retry_stop(struct plx_td_disk *d)
+{
+    if (d->retry_event >= 0)
+        tapdisk_server_unregister_event(d->retry_event);
+    if (d->retry_fd >= 0)
+        close(d->retry_fd);
+    d->retry_event = -1;
+    d->retry_fd = -1;
+}
+
+/* Answer every waiting request with err (the wait is over without the VDI). */
+static void fail_waiting(struct plx_td_disk *d, int err)
+{
+    struct plx_td_slot *s = d->wait_head;
+    d->wait_head = d->wait_tail = NULL;
+    while (s) {
+        struct plx_td_slot *next = s->next_free;
+        td_request_t treq = s->treq;
+        slot_put(s);
+        d->inflight--;
+        td_complete_request(treq, err);
+        s = next;
+    }
+}
+
+static void control_use(void);
+
+/* The retry timer: try to take the VDI. Each try is one plx_vdi_open, which reads the VDI's
+ * record synchronously (as `parallax serve` does while it waits); it fails at once while the
+ * holder lives. */
+static void retry_event(event_id_t id, char mode, void *private)
+{
+    struct plx_td_disk *d = private;
+    uint64_t ticks;
+    if (read(d->retry_fd, &ticks, sizeof ticks) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    if (!d->waiting)
+        return;
+    plx_store *st = d->store->st;
+    plx_vdi *v = NULL;
+    int rc = d->store->failed ? d->store->failed : plx_vdi_open(st, d->vdi_spec, 0, &v);
+    double waited_ms = (double)(mono_ns() - d->wait_since_ns) / 1e6;
+    if (rc == -EBUSY && waited_ms * 1e6 < (double)handover_wait_ns())
+        return;
+    d->waiting = 0;
+    retry_stop(d);
+    if (rc == 0 && plx_vdi_size(v) >> SECTOR_SHIFT != d->sectors) {
+        tlog_syslog(TLOG_WARN, "parallax: %s: its size changed while this disk waited for it",
+                    d->vdi_spec);
+        plx_vdi_close(v);
+        rc = -EIO;
+    }
+    if (rc) {
+        d->handover_failed = -EIO;
+        tlog_syslog(TLOG_WARN,
+                    "parallax: %s: gave up waiting for the VDI after %.0f ms "
+                    "(PARALLAX_HANDOVER_WAIT): %s; its requests fail with EIO",
+                    d->vdi_spec, waited_ms,
+                    rc == -EBUSY || !d->store->failed ? plx_store_errmsg(st) : strerror(-rc));
+        fail_waiting(d, -EIO);
+        return;
+    }
+    d->vdi = v;
+    d->control = 1;
+    control_use();
+    tlog_syslog(TLOG_INFO, "parallax: %s: handed over after %.1f ms; serving it", d->vdi_spec,
+                waited_ms);
+    struct plx_td_slot *s = d->wait_head;
+    d->wait_head = d->wait_tail = NULL;
+    while (s) {
+        struct plx_td_slot *next = s->next_free;
+        s->next_free = NULL;
+        start_request(d, s);
+        s = next;
+    }
+}
+
+/* Another process holds the VDI for writing (during a migration, libxl opens the disk on the
+ * destination before it closes it on the source): open the disk anyway, with the size from the
+ * VDI's record, and let its requests wait until the holder lets go. */
+static int wait_for_holder(struct plx_td_disk *d, const struct plx_vdi_info *info)
+{
+    d->retry_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct itimerspec its = {.it_interval = {0, 5000000}, .it_value = {0, 5000000}};
+    if (d->retry_fd < 0 || timerfd_settime(d->retry_fd, 0, &its, NULL) != 0) {
+        int e = errno;
+        retry_stop(d);
+        return -e;
+    }
+    d->retry_event =
+        tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, d->retry_fd, TV_ZERO, retry_event, d);
+    if (d->retry_event < 0) {
+        int rc = d->retry_event;
+        d->retry_event = -1;
+        retry_stop(d);
+        return rc;
+    }
+    d->waiting = 1;
+    d->wait_since_ns = mono_ns();
+    d->sectors = info->size >> SECTOR_SHIFT;
+    return 0;
+}
+
 /* ---- Driver callbacks ----------------------------------------------------------------------- */
 
 static int plx_td_open(td_driver_t *driver, const char *params,
@@ -676,6 +813,8 @@ static int plx_td_open(td_driver_t *driver, const char *params,
 
     memset(d, 0, sizeof *d);
     d->driver = driver;
+    d->retry_fd = -1;
+    d->retry_event = -1;
     d->write_flags = write_flags;
     d->read_only = (flags & TD_OPEN_RDONLY) != 0;
     memcpy(d->vdi_spec, spec, sizeof d->vdi_spec);
@@ -688,6 +827,26 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         goto fail_pool;
     plx_store *st = d->store->st;
     rc = plx_vdi_open(st, spec, d->read_only ? PLX_OPEN_READONLY : 0, &d->vdi);
+    struct plx_vdi_info info;
+    if (rc == -EBUSY && !d->read_only && !strchr(spec, '@') &&
+        plx_vdi_lookup(st, spec, &info) == 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", plx_store_errmsg(st));
+        rc = wait_for_holder(d, &info);
+        if (rc == 0) {
+            driver->info.size = d->sectors;
+            driver->info.sector_size = SECTOR_SIZE;
+            driver->info.info = 0;
+            store_add_disk(d->store, d);
+            tlog_syslog(TLOG_INFO,
+                        "parallax: %s on %s: %s; this disk is open and its requests are held, "
+                        "waiting for it (up to PARALLAX_HANDOVER_WAIT, default 60 s)",
+                        spec, d->store->path, why);
+            return 0;
+        }
+        tlog_syslog(TLOG_WARN, "parallax: %s: cannot wait for the VDI: %s", spec, strerror(-rc));
+        goto fail_store;
+    }
     if (rc < 0) {
         tlog_syslog(TLOG_WARN, "parallax: cannot open VDI %s on %s: %s", spec, d->store->path,
                     plx_store_errmsg(st));
@@ -711,8 +870,10 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     driver->info.sector_size = SECTOR_SIZE;
     driver->info.info = 0;
     store_add_disk(d->store, d);
-    if (!d->read_only)
+    if (!d->read_only) {
+        d->control = 1;
         control_use();
+    }
     tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s)", spec,
                 d->store->path, (unsigned long long)d->sectors, d->read_only ? "ro" : "rw",
                 d->read_only ? "" : d->write_flags ? ", durability=fua" : ", durability=ordered");
@@ -757,13 +918,22 @@ static int plx_td_close(td_driver_t *driver)
     struct plx_td_disk *d = driver->data;
     if (!d->store)
         return 0;
+    if (d->waiting) {
+        tlog_syslog(TLOG_INFO,
+                    "parallax: %s: closed before the VDI was handed over; %u waiting "
+                    "requests fail with EIO",
+                    d->vdi_spec, d->inflight);
+        d->waiting = 0;
+        retry_stop(d);
+        fail_waiting(d, -EIO);
+    }
     int rc = drain(d);
     if (rc < 0) {
         tlog_syslog(TLOG_WARN, "parallax: %s: %u requests unanswered at close: %s", d->vdi_spec,
                     d->inflight, strerror(-rc));
         abandon_inflight(d, -EIO);
     }
-    int crc = plx_vdi_close(d->vdi);
+    int crc = d->vdi ? plx_vdi_close(d->vdi) : 0;
     if (crc < 0) {
         tlog_syslog(TLOG_WARN, "parallax: closing VDI %s: %s", d->vdi_spec,
                     plx_store_errmsg(d->store->st));
@@ -772,7 +942,7 @@ static int plx_td_close(td_driver_t *driver)
     }
     d->vdi = NULL;
     store_remove_disk(d->store, d);
-    if (!d->read_only)
+    if (d->control)
         control_unuse();
     int closed = store_put(d->store);
     d->store = NULL;
@@ -826,6 +996,10 @@ static void queue_request(td_driver_t *driver, td_request_t treq, int op)
         td_complete_request(treq, -EINVAL);
         return;
     }
+    if (d->handover_failed) {
+        td_complete_request(treq, d->handover_failed);
+        return;
+    }
     struct plx_td_slot *s = slot_get(d->pool);
     if (!s) {
         /* The only -EBUSY this driver gives: tapdisk keeps the request and resubmits it. */
@@ -833,32 +1007,47 @@ static void queue_request(td_driver_t *driver, td_request_t treq, int op)
         return;
     }
     s->treq = treq;
+    s->op = op;
+    d->inflight++;
+    if (d->waiting) {
+        /* Not ours yet (handover): the request waits, in order, until it is. */
+        if (d->wait_tail)
+            d->wait_tail->next_free = s;
+        else
+            d->wait_head = s;
+        d->wait_tail = s;
+        return;
+    }
+    start_request(d, s);
+}
+
+/* Submit the request in slot s (counted in d->inflight) to the engine. */
+static void start_request(struct plx_td_disk *d, struct plx_td_slot *s)
+{
+    td_request_t treq = s->treq;
+    int op = s->op, write = op == TD_OP_WRITE;
     uint64_t off = (uint64_t)treq.sec << SECTOR_SHIFT;
     size_t len = (size_t)treq.secs << SECTOR_SHIFT;
     int rc;
     if (op == TD_OP_BLOCK_STATUS) {
         rc = submit_status(d, s);
-        if (rc == 0)
-            d->inflight++;
     } else {
         rc = write ? plx_vdi_submit_write(d->vdi, treq.buf, off, len, d->write_flags,
                                           request_done, s)
                    : plx_vdi_submit_read(d->vdi, treq.buf, off, len, request_done, s);
-        if (rc == 0) {
-            d->inflight++;
+        if (rc == 0)
             d->pool->engine_pending++;
-        }
     }
     if (rc < 0) {
         /* A refused submit never calls back: answer here. */
         slot_put(s);
+        d->inflight--;
         if (rc == -EBUSY)
             rc = -EIO;
         tlog_syslog(TLOG_WARN, "parallax: %s: %s of %d sectors at %llu refused: %s", d->vdi_spec,
                     write ? "write" : op == TD_OP_BLOCK_STATUS ? "block status" : "read",
                     treq.secs, (unsigned long long)treq.sec, plx_store_errmsg(d->store->st));
         td_complete_request(treq, rc);
-        return;
     }
 }
 

@@ -20,14 +20,6 @@ static struct xen_attach *att;
 static size_t n_att;
 static int xen_known;
 
-static const struct plx_vdi_info *vdi_by_id(const struct plx_vdi_info *v, size_t n, uint64_t id)
-{
-    for (size_t i = 0; i < n; i++)
-        if (v[i].id == id)
-            return &v[i];
-    return NULL;
-}
-
 /* ---- vdi-list -------------------------------------------------------------------------------- */
 
 /* What the registry record does not say: snapshots deleted since they were taken still count in
@@ -37,37 +29,39 @@ struct vdi_extra {
     int parent_deleted;
 };
 
-static int snap_deleted(plx_store *st, uint64_t vdi_id, uint64_t index)
+/* The record of VDI `id`, deleted or not: the one VDI the listing finds after id - 1. */
+struct vdi_by_id {
+    uint64_t id;
+    struct plx_vdi_info info;
+    int found;
+};
+
+static int take_first(void *arg, const struct plx_vdi_info *info)
 {
-    struct plx_snap_info *snaps;
-    size_t n;
-    int deleted = 0;
-    if (plx_snap_list(st, vdi_id, &snaps, &n) != 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (snaps[i].index == index)
-            deleted = snaps[i].deleted;
-    free(snaps);
-    return deleted;
+    struct vdi_by_id *b = arg;
+    b->found = info->id == b->id;
+    b->info = *info;
+    return 1;
 }
 
-static int vdi_extras(plx_store *st, const struct plx_vdi_info *v, size_t n,
-                      struct vdi_extra *out)
+static int vdi_extra_of(plx_store *st, const struct plx_vdi_info *v, struct vdi_extra *out)
 {
-    for (size_t i = 0; i < n; i++) {
-        struct plx_snap_info *snaps;
-        size_t ns;
-        out[i] = (struct vdi_extra){0};
-        if (v[i].deleted)
-            continue;
-        int err = plx_snap_list(st, v[i].id, &snaps, &ns);
-        if (err < 0)
-            return err;
-        for (size_t k = 0; k < ns; k++)
-            out[i].live_snaps += !snaps[k].deleted;
-        free(snaps);
-        if (v[i].parent_id != 0)
-            out[i].parent_deleted = snap_deleted(st, v[i].parent_id, v[i].parent_snap);
+    struct plx_snap_info *snaps;
+    size_t ns;
+    *out = (struct vdi_extra){0};
+    int err = plx_snap_list(st, v->id, &snaps, &ns);
+    if (err < 0)
+        return err;
+    for (size_t k = 0; k < ns; k++)
+        out->live_snaps += !snaps[k].deleted;
+    free(snaps);
+    if (v->parent_id != 0) {
+        /* By id: the parent may be deleted, its snapshot found (or not) through the skip links. */
+        char spec[48];
+        struct plx_snap_info si;
+        snprintf(spec, sizeof spec, "%llu@%llu", (unsigned long long)v->parent_id,
+                 (unsigned long long)v->parent_snap);
+        out->parent_deleted = plx_snap_lookup(st, spec, &si) != 0;
     }
     return 0;
 }
@@ -126,19 +120,6 @@ static void vdi_json(struct json_writer *w, const struct plx_vdi_info *v,
     json_end_object(w);
 }
 
-static void vdi_list_json(const struct plx_vdi_info *v, size_t n, const struct vdi_extra *x)
-{
-    struct json_writer w;
-
-    json_init(&w, stdout);
-    json_begin_array(&w);
-    for (size_t i = 0; i < n; i++)
-        if (!v[i].deleted)
-            vdi_json(&w, &v[i], &x[i]);
-    json_end_array(&w);
-    json_finish(&w);
-}
-
 /* The domains a VDI is attached to, e.g. "web1 (3)", or "-". */
 static void attached_cell(const char *name, char *buf, size_t len)
 {
@@ -156,8 +137,8 @@ static void attached_cell(const char *name, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
-static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
-                   const struct plx_vdi_info *v, const struct vdi_extra *x)
+static int vdi_row(plx_store *st, struct table *t, const struct plx_vdi_info *v,
+                   const struct vdi_extra *x)
 {
     char id[24], size[32], snaps[24], parent[PLX_NAME_MAX + 32] = "-", attached[256];
     const char *locker = v->lock_holder[0] != '\0' ? v->lock_holder : "-";
@@ -168,11 +149,14 @@ static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
     size_format(v->size, size, sizeof size);
     snprintf(snaps, sizeof snaps, "%llu", (unsigned long long)x->live_snaps);
     if (v->parent_id != 0) {
-        /* The list includes deleted VDIs, so a deleted parent still has a name to show. */
-        const struct plx_vdi_info *p = vdi_by_id(all, n, v->parent_id);
+        /* A deleted parent still has a name to show. */
+        struct vdi_by_id p = {.id = v->parent_id};
         const char *gone = x->parent_deleted ? " (deleted)" : "";
-        if (p != NULL)
-            snprintf(parent, sizeof parent, "%s@%llu%s", p->name,
+        int err = plx_vdi_list_each(st, v->parent_id - 1, take_first, &p);
+        if (err < 0)
+            return err;
+        if (p.found)
+            snprintf(parent, sizeof parent, "%s@%llu%s", p.info.name,
                      (unsigned long long)v->parent_snap, gone);
         else
             snprintf(parent, sizeof parent, "%llu@%llu%s", (unsigned long long)v->parent_id,
@@ -181,60 +165,112 @@ static int vdi_row(struct table *t, const struct plx_vdi_info *all, size_t n,
     return table_add_row(t, cells);
 }
 
-static int vdi_list_table(const struct plx_vdi_info *v, size_t n, const struct vdi_extra *x)
-{
-    static const char *const head[] = {"ID",     "NAME",      "SIZE",    "SNAPS",
-                                       "PARENT", "LOCKED-BY", "ATTACHED"};
+/* The listing streams: each VDI is printed (JSON) or put in a table of at most TABLE_CHUNK rows
+ * (text) as it is read, so memory stays flat however many VDIs the store holds. A text table's
+ * columns fit the rows of its chunk. */
+#define TABLE_CHUNK 1024u
+
+struct vdi_lister {
+    plx_store *st;
+    int json;
+    uint64_t limit, shown;
+    struct json_writer w;
     struct table t;
     int err;
+};
 
-    /* The ATTACHED column only where a xenstore answers. */
-    table_init(&t, xen_known ? 7 : 6);
-    err = table_add_row(&t, head);
-    for (size_t i = 0; i < n && err == 0; i++)
-        if (!v[i].deleted)
-            err = vdi_row(&t, v, n, &v[i], &x[i]);
-    if (err == 0)
-        table_print(&t, stdout);
-    table_free(&t);
-    return err < 0 ? cli_error("vdi-list: %s", strerror(-err)) : EXIT_OK;
+static const char *const vdi_head[] = {"ID",     "NAME",      "SIZE",    "SNAPS",
+                                       "PARENT", "LOCKED-BY", "ATTACHED"};
+
+static int list_one(void *arg, const struct plx_vdi_info *v)
+{
+    struct vdi_lister *l = arg;
+    struct vdi_extra x;
+    if (v->deleted)
+        return 0;
+    if (l->limit && l->shown == l->limit)
+        return 1;
+    l->err = vdi_extra_of(l->st, v, &x);
+    if (l->err < 0)
+        return l->err;
+    l->shown++;
+    if (l->json) {
+        vdi_json(&l->w, v, &x);
+        return 0;
+    }
+    if (l->t.rows >= TABLE_CHUNK) {
+        table_print(&l->t, stdout);
+        table_free(&l->t);
+        table_init(&l->t, xen_known ? 7 : 6);
+    }
+    l->err = vdi_row(l->st, &l->t, v, &x);
+    return l->err < 0 ? l->err : 0;
 }
 
 int cmd_vdi_list(struct cli_ctx *ctx, int argc, char **argv)
 {
     int json = 0;
-    const struct cli_opt opts[] = {{"json", 0, NULL, &json}, {0}};
-    struct plx_vdi_info *vdis;
-    size_t n;
+    const char *limit_arg = NULL, *after_arg = NULL;
+    const struct cli_opt opts[] = {{"json", 0, NULL, &json},
+                                   {"limit", 1, &limit_arg, NULL},
+                                   {"after", 1, &after_arg, NULL},
+                                   {0}};
     plx_store *st = NULL;
+    uint64_t after = 0;
+    struct vdi_lister l = {.json = 0};
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
 
+    if (rc == EXIT_OK && limit_arg != NULL) {
+        char *end;
+        errno = 0;
+        l.limit = strtoull(limit_arg, &end, 10);
+        if (errno || *end || !*limit_arg || limit_arg[0] == '-' || l.limit == 0)
+            rc = cli_usage_error(ctx, "--limit %s: give a number of VDIs, at least 1",
+                                 limit_arg);
+    }
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 1, &st);
     if (rc != EXIT_OK)
         return rc;
-    int err = plx_vdi_list(st, &vdis, &n);
-    if (err < 0)
-        return cli_close_store(st, cli_engine_error(st, err));
-    struct vdi_extra *extra = calloc(n ? n : 1, sizeof *extra);
-    if (extra == NULL) {
-        free(vdis);
-        return cli_close_store(st, cli_error("vdi-list: out of memory"));
+    if (after_arg != NULL) {
+        /* An id pages on even when that VDI was deleted since; a name must name a live VDI. */
+        struct plx_vdi_info info;
+        int digits = after_arg[0] != '\0' && strspn(after_arg, "0123456789") == strlen(after_arg);
+        if (digits) {
+            after = strtoull(after_arg, NULL, 10);
+        } else {
+            int err = plx_vdi_lookup(st, after_arg, &info);
+            if (err < 0)
+                return cli_close_store(st, cli_engine_error(st, err));
+            after = info.id;
+        }
     }
-    err = vdi_extras(st, vdis, n, extra);
-    if (err < 0) {
-        free(vdis);
-        free(extra);
-        return cli_close_store(st, cli_engine_error(st, err));
-    }
+    l.st = st;
+    l.json = json;
     xen_known = xen_attachments(&att, &n_att);
-    if (json)
-        vdi_list_json(vdis, n, extra);
-    else
-        rc = vdi_list_table(vdis, n, extra);
-    free(extra);
-    free(vdis);
+    if (json) {
+        json_init(&l.w, stdout);
+        json_begin_array(&l.w);
+    } else {
+        table_init(&l.t, xen_known ? 7 : 6);
+        l.err = table_add_row(&l.t, vdi_head);
+    }
+    int err = l.err < 0 ? l.err : plx_vdi_list_each(st, after, list_one, &l);
+    if (err == 1)
+        err = 0; /* the limit stopped the walk */
+    if (json) {
+        json_end_array(&l.w);
+        json_finish(&l.w);
+    } else {
+        if (err == 0)
+            table_print(&l.t, stdout);
+        table_free(&l.t);
+    }
     free(att);
+    if (err < 0 && l.err < 0 && err == l.err && !plx_store_errmsg(st)[0])
+        rc = cli_error("vdi-list: %s", strerror(-err));
+    else if (err < 0)
+        rc = cli_engine_error(st, err);
     return cli_close_store(st, rc);
 }
 

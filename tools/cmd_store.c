@@ -66,6 +66,28 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
     return report_format(ctx, path);
 }
 
+/* ---- upgrade --------------------------------------------------------------------------------- */
+
+int cmd_upgrade(struct cli_ctx *ctx, int argc, char **argv)
+{
+    const char *path = NULL;
+    char err[ERRBUF_MAX] = "";
+    int upgraded = 0;
+    int rc = cli_parse(ctx, argc, argv, NULL, NULL, 0, 0);
+
+    if (rc == EXIT_OK)
+        rc = cli_blockstore(ctx, &path);
+    if (rc != EXIT_OK)
+        return rc;
+    int ret = plx_store_upgrade(path, NULL, &upgraded, err, sizeof err);
+    if (ret < 0)
+        return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
+    char shown[PATH_MAX];
+    printf("%s %s: format version %u\n", upgraded ? "upgraded" : "already current:",
+           cli_blockstore_shown(path, shown, sizeof shown), (unsigned)PLX_FORMAT_VERSION_CURRENT);
+    return EXIT_OK;
+}
+
 /* ---- info ------------------------------------------------------------------------------------ */
 
 static void info_json(const struct plx_store_info *in)
@@ -129,8 +151,7 @@ static void info_human(const char *path, const struct plx_store_info *in)
     printf("block size      %u\n", PLX_BLOCK_SIZE);
     printf("extent size     %s\n", extent);
     printf("extents         %llu\n", (unsigned long long)in->extent_count);
-    printf("VDIs            %llu (%llu registry slots)\n", (unsigned long long)in->vdi_count,
-           (unsigned long long)in->vdi_slots);
+    printf("VDIs            %llu\n", (unsigned long long)in->vdi_count);
     printf("lock manager    %s\n", in->lockd_addr[0] != '\0' ? in->lockd_addr : "none");
     printf("\n%-10s %12s %14s %14s %14s\n", "TYPE", "EXTENTS", "USED BLOCKS", "FREE BLOCKS",
            "LEAKED BLOCKS");

@@ -11,6 +11,7 @@ typedef int (*cmd_fn)(struct cli_ctx *ctx, int argc, char **argv);
 
 int cmd_format(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_info(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_upgrade(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_check(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_vdi_create(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv);

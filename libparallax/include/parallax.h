@@ -59,6 +59,7 @@ unsigned plx_version(void);
 
 #define PLX_BLOCK_SIZE 4096u
 #define PLX_NAME_MAX 255   /* longest VDI name, bytes, without the NUL */
+#define PLX_FORMAT_VERSION_CURRENT 2 /* the on-disk format version this library writes */
 #define PLX_LABEL_MAX 39   /* longest snapshot label, bytes, without the NUL */
 #define PLX_MAX_VDI_SIZE (1ull << 48) /* 256 TiB: four tree levels */
 
@@ -106,6 +107,15 @@ int plx_blockstore_is_url(const char *where);
  * on failure the file is exactly as it was, and a file this call created is removed. Blocking. */
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen);
+/* Convert a store of an older format version to the current one (docs/FORMAT.md §11): format
+ * version 1's fixed registry becomes the VDI table and name index; records stay where they are.
+ * Refuses (-EBUSY) while any live process holds a VDI or an extent of the store. Crash-safe: an
+ * interrupted upgrade leaves a store this call finishes. *upgraded = 1 if it changed the store,
+ * 0 if it was current already. Blocking. */
+int plx_store_upgrade(const char *path, const struct plx_open_opts *opts, int *upgraded,
+                      char *errbuf, size_t errlen);
+int plx_store_upgrade_backend(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                              char *errbuf, size_t errlen);
 /* The extent size format picks for a store of `store_bytes`: about 32 extents, a power of two
  * from PLX_MIN_EXTENT_SIZE to PLX_DEFAULT_EXTENT_SIZE (2 GiB, the most it picks). Each process
  * writing to a store allocates in extents of its own, so small stores need small extents. */
@@ -207,6 +217,12 @@ int plx_vdi_lookup(plx_store *st, const char *vdi, struct plx_vdi_info *out);
 int plx_snap_lookup(plx_store *st, const char *snap, struct plx_snap_info *out);
 /* All VDIs, deleted ones included (check .deleted). *out is malloc'd; free() it. */
 int plx_vdi_list(plx_store *st, struct plx_vdi_info **out, size_t *count);
+/* Stream the VDIs whose id is above after_id (0: all), in id order, deleted ones included: fn is
+ * called once per VDI with an info valid during the call; a nonzero return stops the walk and is
+ * returned. Reads only the records it reports (and the VDI table blocks above them), so a page
+ * costs its size, not the store's VDI count. */
+typedef int (*plx_vdi_list_fn)(void *arg, const struct plx_vdi_info *info);
+int plx_vdi_list_each(plx_store *st, uint64_t after_id, plx_vdi_list_fn fn, void *arg);
 /* A VDI's snapshot log, oldest first. *out is malloc'd; free() it. */
 int plx_snap_list(plx_store *st, uint64_t vdi_id, struct plx_snap_info **out, size_t *count);
 
@@ -334,7 +350,14 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
                             void *arg);
 
 /* Label (or clear, with "") or delete snapshot N of a VDI this process has open for writing;
- * the form a server uses for commands routed to it. Blocking. */
+ * the form a server uses for commands routed to it. Requests in the stream: they run after any
+ * snapshot submitted before them, and the callback fires once the changed log record is
+ * durable. A label in use by another live snapshot fails with -EEXIST, a missing or deleted
+ * snapshot with -ENOENT. */
+int plx_vdi_submit_snap_label(plx_vdi *v, uint64_t index, const char *label, plx_done_fn cb,
+                              void *arg);
+int plx_vdi_submit_snap_delete(plx_vdi *v, uint64_t index, plx_done_fn cb, void *arg);
+/* Blocking forms of those two. */
 int plx_vdi_snap_label(plx_vdi *v, uint64_t index, const char *label);
 int plx_vdi_snap_delete(plx_vdi *v, uint64_t index);
 

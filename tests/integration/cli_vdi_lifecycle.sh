@@ -82,6 +82,27 @@ expect_fail 1 plx vdi-export gold@99 "$PLX_TEST_TMP/out.img"
 
 plx check >/dev/null
 
+# vdi-list pages in id order: --limit N, --after VDI|ID (an id may be of a deleted VDI).
+for i in 1 2 3 4 5; do plx vdi-create "page$i" --size 1M >/dev/null; done
+ids=$(plx vdi-list | awk 'NR > 1 {print $1}' | tr '\n' ' ')
+first_page=$(plx vdi-list --limit 2 | awk 'NR > 1 {print $2}' | tr '\n' ' ')
+assert_eq "gold web1 " "$first_page" "vdi-list --limit 2"
+assert_eq "page2 page3 " "$(plx vdi-list --after page1 --limit 2 | awk 'NR > 1 {print $2}' | tr '\n' ' ')" \
+    "vdi-list --after page1 --limit 2"
+page3_id=$(plx vdi-list | awk '$2 == "page3" {print $1}')
+plx vdi-delete page3
+assert_eq "page4 " "$(plx vdi-list --after "$page3_id" --limit 1 | awk 'NR > 1 {print $2}' | tr '\n' ' ')" \
+    "vdi-list --after the id of a deleted VDI"
+expect_fail 1 plx vdi-list --after page3
+expect_fail 2 plx vdi-list --limit 0
+expect_fail 2 plx vdi-list --limit x
+if ((have_jq)); then
+    assert_eq "page4 page5" "$(plx vdi-list --json --after page2 | jq -r 'map(.name) | join(" ")')"
+fi
+[[ -n $ids ]] || fail "vdi-list printed no ids"
+# The store is current: upgrade has nothing to do.
+plx upgrade | grep -q "already current" || fail "upgrade of a current store"
+
 # Commands that are over in milliseconds use blocking I/O: a kernel aio context alone costs ~30 ms
 # to tear down at exit. Imports, exports and gc (its mark phase keeps 32 reads in flight), which
 # overlap many I/Os, keep aio.

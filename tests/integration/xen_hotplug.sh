@@ -384,7 +384,8 @@ fi
 if command -v shellcheck >/dev/null 2>&1; then
     shellcheck "$src/xen-configs/block-parallax" "$src/xen-configs/block-parallax-tap" \
         "$src/xen-configs/parallax-hotplug-common.sh" || fail "shellcheck: xen-configs"
-    (cd "$src" && shellcheck -x tests/integration/xen_hotplug*.sh) || fail "shellcheck: tests"
+    (cd "$src" && shellcheck -x tests/integration/xen_hotplug*.sh tests/integration/xen_migrate_tap.sh) ||
+        fail "shellcheck: tests"
 else
     echo "note: shellcheck not installed; not run"
 fi

@@ -7,9 +7,11 @@
  * any log position could leave behind.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
 
@@ -51,6 +53,7 @@ struct fault_req {
     int status;
     uint64_t id;
     uint64_t ev; /* writes: log index of the submission, which holds the data */
+    uint64_t release_ns; /* held I/O: carried out by a waiting poll after this time */
     struct fault_req *next;
 };
 
@@ -72,9 +75,15 @@ struct fault_backend {
     size_t nnth;
     struct fail_rule *rules;
     size_t nrules;
+
+    struct fail_rule hold; /* hold.times != 0: I/O it matches is held (err unused) */
+    int hold_max_ms;
+    struct fault_req *held_head, *held_tail;
+    unsigned nheld;
 };
 
 static const struct plx_backend_ops fault_ops;
+static void efd_signal(int efd);
 
 static void *xrealloc(void *p, size_t n, size_t size)
 {
@@ -183,6 +192,68 @@ uint64_t plx_fault_errors_injected(const plx_backend *be)
     return fault_of(be)->errors;
 }
 
+/* ---- Holding I/O ---------------------------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void plx_fault_hold_blocks(plx_backend *be, enum plx_io_op op, uint64_t first, uint64_t count,
+                           int max_ms)
+{
+    struct fault_backend *f = fault_of(be);
+    f->hold = (struct fail_rule){.op = op, .first = first, .count = count, .times = -1};
+    f->hold_max_ms = max_ms;
+}
+
+static void queue_req(struct fault_backend *f, struct fault_req *r)
+{
+    r->next = NULL;
+    if (f->tail != NULL)
+        f->tail->next = r;
+    else
+        f->head = r;
+    f->tail = r;
+}
+
+/* Move held I/O whose time has come (all of it when `all`) to the queue; how many moved. */
+static unsigned unhold(struct fault_backend *f, bool all)
+{
+    uint64_t now = all ? 0 : mono_ns();
+    struct fault_req **pp = &f->held_head, *last = NULL;
+    unsigned moved = 0;
+    while (*pp != NULL) {
+        struct fault_req *r = *pp;
+        if (all || now >= r->release_ns) {
+            *pp = r->next;
+            queue_req(f, r);
+            f->nheld--;
+            moved++;
+        } else {
+            last = r;
+            pp = &r->next;
+        }
+    }
+    f->held_tail = last;
+    return moved;
+}
+
+void plx_fault_release(plx_backend *be)
+{
+    struct fault_backend *f = fault_of(be);
+    f->hold.times = 0;
+    if (unhold(f, true))
+        efd_signal(f->efd);
+}
+
+unsigned plx_fault_held(const plx_backend *be)
+{
+    return fault_of(be)->nheld;
+}
+
 /* ---- The backend ----------------------------------------------------------------------------- */
 
 static void efd_signal(int efd)
@@ -232,12 +303,18 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
         ev->id = r->id = f->nflushes++;
     }
 
-    if (f->tail != NULL)
-        f->tail->next = r;
-    else
-        f->head = r;
-    f->tail = r;
     f->inflight++;
+    if (r->status == 0 && f->hold.times != 0 && io->op == f->hold.op && overlaps(&f->hold, io)) {
+        r->release_ns = mono_ns() + (uint64_t)f->hold_max_ms * 1000000u;
+        if (f->held_tail != NULL)
+            f->held_tail->next = r;
+        else
+            f->held_head = r;
+        f->held_tail = r;
+        f->nheld++;
+        return 0;
+    }
+    queue_req(f, r);
     efd_signal(f->efd);
     return 0;
 }
@@ -282,6 +359,13 @@ static int fault_poll(plx_backend *be, int timeout_ms)
     /* As for the memory backend: everything queued is complete, and only what was queued
      * before this call is delivered. */
     efd_drain(f->efd);
+    /* A caller that waits (timeout != 0) for held I/O only gets it after its hold time: a
+     * blocking caller is delayed, not stuck. */
+    unhold(f, false);
+    while (timeout_ms != 0 && f->head == NULL && f->held_head != NULL) {
+        usleep(1000);
+        unhold(f, false);
+    }
     struct fault_req *r = f->head;
     f->head = f->tail = NULL;
     while (r != NULL) {
@@ -315,6 +399,7 @@ static void fault_destroy(plx_backend *be)
     struct fault_backend *f = (struct fault_backend *)be;
     if (f == NULL)
         return;
+    unhold(f, true);
     while (f->head != NULL) {
         struct fault_req *next = f->head->next;
         free(f->head);

@@ -38,6 +38,19 @@ uint64_t plx_fault_io_count(const plx_backend *be);
 /* Errors injected so far. */
 uint64_t plx_fault_errors_injected(const plx_backend *be);
 
+/* ---- Holding I/O ---------------------------------------------------------------------------- */
+
+/* I/O of kind `op` touching [first, first + count) submitted from now on stays in flight (not
+ * carried out, not completed) until plx_fault_release. A poll that waits (timeout != 0) while
+ * only held I/O is left carries it out once it has been held max_ms: code that blocks on held
+ * I/O is delayed by max_ms instead of hanging, which a test can tell from asynchronous code. */
+void plx_fault_hold_blocks(plx_backend *be, enum plx_io_op op, uint64_t first, uint64_t count,
+                           int max_ms);
+/* Stop holding; every held I/O is carried out and completed at the next poll. */
+void plx_fault_release(plx_backend *be);
+/* I/Os held right now. */
+unsigned plx_fault_held(const plx_backend *be);
+
 /* ---- Event log and crash images --------------------------------------------------------------- */
 
 /* Current length of the event log. A crash "at position p" means: everything logged before p

@@ -228,21 +228,43 @@ static void set_alloc_bit(plx_backend *mem, uint64_t block, int value)
     plx_backend_mem_poke(mem, bb, bits);
 }
 
-/* The registry slot holding the record of `name`. */
+/* The block holding the record of `name`: found through the VDI table, read raw. */
+static uint64_t record_in(plx_backend *mem, uint64_t addr, unsigned level, const char *name)
+{
+    uint8_t blk[BS];
+    read_block(mem, addr, blk);
+    const struct plx_vditab_block *t = (const struct plx_vditab_block *)blk;
+    ck_assert_uint_eq(t->hdr.magic, PLX_MAGIC_VDITAB);
+    for (unsigned i = 0; i < PLX_VDITAB_FANOUT; i++) {
+        uint64_t e = t->entries[i], found = 0;
+        if (e == 0)
+            continue;
+        if (level > 0) {
+            found = record_in(mem, e, level - 1, name);
+        } else {
+            uint8_t rb[BS];
+            read_block(mem, e, rb);
+            const struct plx_vdi_record *r = (const struct plx_vdi_record *)rb;
+            if (r->hdr.magic == PLX_MAGIC_VDI && strcmp(r->name, name) == 0)
+                found = e;
+        }
+        if (found)
+            return found;
+    }
+    return 0;
+}
+
 static uint64_t slot_of(plx_backend *mem, const char *name)
 {
-    struct plx_superblock sb;
     uint8_t blk[BS];
-    read_block(mem, 0, blk);
-    memcpy(&sb, blk, sizeof(sb));
-    for (uint64_t s = 0; s < sb.registry_slots; s++) {
-        read_block(mem, sb.registry_start + s, blk);
-        const struct plx_vdi_record *r = (const struct plx_vdi_record *)blk;
-        if (r->hdr.magic == PLX_MAGIC_VDI && strcmp(r->name, name) == 0)
-            return sb.registry_start + s;
-    }
-    ck_abort_msg("no registry slot for %s", name);
-    return 0;
+    read_block(mem, 1, blk);
+    struct plx_state_block state;
+    memcpy(&state, blk, sizeof(state));
+    uint64_t found = state.vdi_table_root
+                         ? record_in(mem, state.vdi_table_root, state.vdi_table_height - 1, name)
+                         : 0;
+    ck_assert_msg(found, "no VDI record for %s", name);
+    return found;
 }
 
 /* ---- Clean stores ---------------------------------------------------------------------------- */
@@ -617,7 +639,7 @@ START_TEST(test_corrupt_registry_record)
     struct plx_check_report r = run_check(f.st, &l);
     ck_assert_uint_eq(r.errors, 1);
     char needle[64];
-    snprintf(needle, sizeof(needle), "registry slot %llu is corrupt", (unsigned long long)slot);
+    snprintf(needle, sizeof(needle), "at block %llu is corrupt", (unsigned long long)slot);
     ASSERT_LINE(&l, 1, needle);
     /* a and a@1 are still walked; b's private blocks are now unreachable. */
     ck_assert_uint_eq(r.trees, 2);

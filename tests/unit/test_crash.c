@@ -222,6 +222,20 @@ struct srec {
     uint64_t index;      /* from the callback */
     uint64_t pred_index; /* predicted at submission: snapshots are numbered in request order */
     uint32_t *hlen;      /* per tracked block: writes submitted before the snapshot */
+    char label[PLX_LABEL_MAX + 1]; /* given at creation */
+    bool delete_submitted;
+};
+
+/* A label or a deletion of a completed snapshot of an open VDI (plx_vdi_submit_snap_label /
+ * _delete). Per VDI they run one at a time in submission order. */
+struct erec {
+    int vdi;
+    size_t snap; /* srec index */
+    bool del;
+    char label[PLX_LABEL_MAX + 1];
+    bool done;
+    int status;
+    uint64_t sub_pos, done_pos;
 };
 
 struct mvdi {
@@ -259,6 +273,8 @@ struct wl {
     size_t nf, capf;
     struct srec *s;
     size_t ns, caps;
+    struct erec *e;
+    size_t ne, cape;
     uint64_t seq;
     unsigned inflight;
     uint32_t next_wid;
@@ -450,6 +466,7 @@ static void wl_free(struct wl *wl)
     free(wl->w);
     free(wl->f);
     free(wl->s);
+    free(wl->e);
     plx_block_free(wl->sb0);
     if (wl->fb)
         wl->fb->ops->destroy(wl->fb);
@@ -586,7 +603,7 @@ static long last_done_snap(const struct wl *wl, int vi)
 
 /* ---- Requests -------------------------------------------------------------------------------- */
 
-enum kind { K_WRITE, K_FLUSH, K_SNAP, K_READ };
+enum kind { K_WRITE, K_FLUSH, K_SNAP, K_READ, K_EDIT };
 
 struct ctx {
     struct wl *wl;
@@ -667,6 +684,18 @@ static void req_done(void *arg, int status)
         } else {
             m->pred_ok = false;
         }
+        break;
+    }
+    case K_EDIT: {
+        struct erec *e = &wl->e[c->idx];
+        if (e->done)
+            violation(wl, "snapshot edit: callback ran twice");
+        e->done = true;
+        e->status = status;
+        e->done_pos = pos;
+        snprintf(what, sizeof what, "%s of %s@%llu", e->del ? "deletion" : "label",
+                 wl->v[e->vdi].name, (unsigned long long)wl->s[e->snap].index);
+        check_status(wl, what, status);
         break;
     }
     case K_READ: {
@@ -828,6 +857,7 @@ static void sub_snap(struct wl *wl, int vi, bool labelled)
     char label[PLX_LABEL_MAX + 1] = "";
     if (labelled)
         snprintf(label, sizeof label, "snap-%u", ++m->label_seq);
+    memcpy(s->label, label, sizeof s->label);
     struct ctx *c = ctx_new(wl, K_SNAP, idx);
     wl->inflight++;
     int rc = plx_vdi_submit_snapshot(m->h, label, &c->index, req_done, c);
@@ -841,6 +871,57 @@ static void sub_snap(struct wl *wl, int vi, bool labelled)
         submit_failed(wl, what, rc);
         free(c);
     }
+}
+
+/* Relabel (two times in three) or delete a completed snapshot of VDI vi; false when it has
+ * none left to change. Labels are new each time, so none is ever taken. */
+static bool sub_edit(struct wl *wl, int vi)
+{
+    struct mvdi *m = &wl->v[vi];
+    uint32_t cand = 0;
+    for (uint32_t k = 0; k < m->snaps.n; k++) {
+        const struct srec *sr = &wl->s[m->snaps.v[k]];
+        cand += sr->done && sr->status == 0 && !sr->delete_submitted;
+    }
+    if (!cand)
+        return false;
+    uint32_t pick = (uint32_t)(rnd(wl) % cand), k = 0;
+    size_t si = 0;
+    for (;; k++) {
+        si = m->snaps.v[k];
+        const struct srec *sr = &wl->s[si];
+        if (sr->done && sr->status == 0 && !sr->delete_submitted && pick-- == 0)
+            break;
+    }
+    if (wl->ne == wl->cape) {
+        wl->cape = wl->cape ? wl->cape * 2 : 64;
+        wl->e = realloc(wl->e, wl->cape * sizeof *wl->e);
+        ck_assert_ptr_nonnull(wl->e);
+    }
+    size_t idx = wl->ne++;
+    struct erec *e = &wl->e[idx];
+    memset(e, 0, sizeof *e);
+    e->vdi = vi;
+    e->snap = si;
+    e->del = rnd(wl) % 3 == 0;
+    if (!e->del)
+        snprintf(e->label, sizeof e->label, "edit-%u", ++m->label_seq);
+    wl->s[si].delete_submitted = e->del;
+    e->sub_pos = pos_of(wl);
+    ++wl->seq;
+    struct ctx *c = ctx_new(wl, K_EDIT, idx);
+    wl->inflight++;
+    uint64_t index = wl->s[si].index;
+    int rc = e->del ? plx_vdi_submit_snap_delete(m->h, index, req_done, c)
+                    : plx_vdi_submit_snap_label(m->h, index, e->label, req_done, c);
+    if (rc != 0) {
+        wl->inflight--;
+        e->done = true;
+        e->status = rc;
+        submit_failed(wl, e->del ? "a snapshot deletion" : "a snapshot label", rc);
+        free(c);
+    }
+    return true;
 }
 
 static void sub_read(struct wl *wl, int vi, uint32_t t0, uint32_t nb)
@@ -901,7 +982,7 @@ static void drain(struct wl *wl)
 }
 
 struct mix {
-    unsigned write, fua, trim, flush, snap, read; /* weights */
+    unsigned write, fua, trim, flush, snap, read, edit; /* weights; edit: snapshot label/delete */
     unsigned max_nb, max_trim;                    /* blocks per write / trim */
     unsigned hot;       /* percent of writes and trims aimed at the first 48 tracked blocks */
     bool seq;           /* writes walk the tracked blocks in order */
@@ -936,7 +1017,7 @@ static void gen_op(struct wl *wl, const struct mix *mx, unsigned vmask)
     ck_assert_int_gt(nc, 0);
     int vi = cand[rnd(wl) % (uint64_t)nc];
     struct mvdi *m = &wl->v[vi];
-    unsigned total = mx->write + mx->fua + mx->trim + mx->flush + mx->snap + mx->read;
+    unsigned total = mx->write + mx->fua + mx->trim + mx->flush + mx->snap + mx->read + mx->edit;
     unsigned r = (unsigned)(rnd(wl) % total);
     if (r < mx->write + mx->fua) {
         uint32_t nb = 1 + (uint32_t)(rnd(wl) % mx->max_nb);
@@ -966,6 +1047,12 @@ static void gen_op(struct wl *wl, const struct mix *mx, unsigned vmask)
         return;
     }
     r -= mx->flush;
+    if (r < mx->edit) {
+        if (!sub_edit(wl, vi))
+            sub_flush(wl, vi);
+        return;
+    }
+    r -= mx->edit;
     if (r < mx->snap) {
         if (m->snaps.n < mx->max_snaps)
             sub_snap(wl, vi, rnd(wl) % 100 < mx->label);
@@ -1196,6 +1283,54 @@ static void run_check(struct vctx *x)
         violation(wl, "plx_check found %llu errors", (unsigned long long)rep.errors);
 }
 
+/* Rule 3 for the record of completed snapshot si as found at crash position p: deleted exactly
+ * when a deletion completed before p (either way while one was in flight, or failed), and
+ * labelled as the last label that completed before p says (or as at creation), or as a label
+ * submitted after that one, before p. */
+static void verify_snap_record(struct wl *wl, int vi, size_t si, const struct plx_snap_info *got,
+                               uint64_t p)
+{
+    const struct srec *s = &wl->s[si];
+    const char *name = wl->v[vi].name;
+    bool del_done = false, del_maybe = false;
+    const char *base = s->label;
+    size_t nlater = 0;
+    const char *later[64];
+    for (size_t i = 0; i < wl->ne; i++) {
+        const struct erec *e = &wl->e[i];
+        if (e->snap != si || e->sub_pos >= p)
+            continue;
+        bool completed = e->done && e->status == 0 && e->done_pos <= p;
+        if (e->del) {
+            del_done |= completed;
+            del_maybe |= !completed;
+        } else if (completed) {
+            base = e->label;
+            nlater = 0;
+        } else if (nlater < 64) {
+            later[nlater++] = e->label;
+        }
+    }
+    if (got->deleted != del_done && !(del_maybe && got->deleted)) {
+        violation(wl, "snapshot %s@%llu is %s at position %llu, but its deletion %s", name,
+                  (unsigned long long)s->index, got->deleted ? "deleted" : "not deleted",
+                  (unsigned long long)p,
+                  del_done    ? "had completed"
+                  : del_maybe ? "was still in flight"
+                              : "was never submitted before");
+        return;
+    }
+    if (got->deleted)
+        return;
+    bool ok = strcmp(got->label, base) == 0;
+    for (size_t i = 0; i < nlater && !ok; i++)
+        ok = strcmp(got->label, later[i]) == 0;
+    if (!ok)
+        violation(wl, "snapshot %s@%llu is labelled '%s' at position %llu, expected '%s'%s", name,
+                  (unsigned long long)s->index, got->label, (unsigned long long)p, base,
+                  nlater ? " or a label still in flight" : "");
+}
+
 /* Rules 1-5 on a store (an image at crash position x->p, or the live store). nsnap: how many
  * snapshots per VDI to read back (the newest ones and a random sample). */
 static void verify_store(struct vctx *x, unsigned nsnap)
@@ -1273,17 +1408,20 @@ static void verify_store(struct vctx *x, unsigned nsnap)
         }
         uint64_t submitted = 0;
         for (uint32_t k = 0; k < m->snaps.n; k++) {
-            const struct srec *s = &wl->s[m->snaps.v[k]];
+            size_t si = m->snaps.v[k];
+            const struct srec *s = &wl->s[si];
             if (s->sub_pos < p)
                 submitted++;
             if (!(s->done && s->status == 0 && s->done_pos <= p))
                 continue;
-            if (s->index > n || sl[s->index - 1].deleted)
+            if (s->index > n)
                 violation(wl,
                           "snapshot %s@%llu completed at position %llu but the log holds "
                           "%zu snapshots",
                           m->name, (unsigned long long)s->index, (unsigned long long)s->done_pos,
                           n);
+            else
+                verify_snap_record(wl, vi, si, &sl[s->index - 1], p);
         }
         if (m->pred_ok && n > submitted)
             violation(wl, "VDI %s has %zu snapshots but only %llu were submitted", m->name, n,
@@ -1292,7 +1430,7 @@ static void verify_store(struct vctx *x, unsigned nsnap)
         for (unsigned k = 0; k < nsnap && k < n; k++) {
             uint64_t index = k < 2 ? n - k : 1 + rnd(wl) % n;
             const struct srec *s = snap_by_index(wl, vi, index);
-            if (s)
+            if (s && !sl[index - 1].deleted)
                 verify_snapshot(x, vi, index, s);
         }
         free(sl);
@@ -1464,14 +1602,14 @@ static void report(struct wl *wl, double secs)
     g_tot->workloads++;
     g_tot->failures += wl->violations;
     g_tot->strict += wl->strict;
-    printf("crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %llu blocks read "
-           "live, log %llu events, %llu positions, %llu images, %llu violations (%llu of an "
-           "unfinished snapshot), %.1f s\n",
-           wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns,
-           (unsigned long long)wl->reads_checked,
-           (unsigned long long)plx_fault_log_position(wl->fb), (unsigned long long)wl->positions,
-           (unsigned long long)wl->images, (unsigned long long)wl->violations,
-           (unsigned long long)wl->strict, secs);
+    printf(
+        "crash[%s]: seed %llu, %zu writes/trims, %zu flushes, %zu snapshots, %zu labels/deletes, "
+        "%llu blocks read live, log %llu events, %llu positions, %llu images, %llu violations "
+        "(%llu of an unfinished snapshot), %.1f s\n",
+        wl->name, (unsigned long long)wl->seed, wl->nw, wl->nf, wl->ns, wl->ne,
+        (unsigned long long)wl->reads_checked, (unsigned long long)plx_fault_log_position(wl->fb),
+        (unsigned long long)wl->positions, (unsigned long long)wl->images,
+        (unsigned long long)wl->violations, (unsigned long long)wl->strict, secs);
     fflush(stdout);
 }
 
@@ -1621,6 +1759,33 @@ static void wl_snap_storm(struct wl *wl)
                      .max_snaps = 140,
                      .label = 15};
     run_phase(wl, &mx, scale(520), 1u << a);
+}
+
+/* Labels and deletions of snapshots (requests in the stream, each one FUA rewrite of a log
+ * block) among writes and snapshots: in the head block (in memory) and in older blocks (found
+ * along the skip links), with snapshots waiting for edits and edits for snapshots; the VDI is
+ * reopened between rounds, so the first labelled request of a round reads the log's labels. */
+static void wl_snap_edit(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 96)};
+    int a = add_vdi(wl, "edited", 2 * MIB, r, 1);
+    open_vdi(wl, a);
+    struct mix mx = {.write = 40,
+                     .fua = 4,
+                     .flush = 4,
+                     .snap = 24,
+                     .edit = 20,
+                     .read = 8,
+                     .max_nb = 4,
+                     .hot = 40,
+                     .inflight = 32,
+                     .max_snaps = 150,
+                     .label = 40};
+    for (int round = 0; round < 3; round++) {
+        run_phase(wl, &mx, scale(200), 1u << a);
+        close_vdi(wl, a);
+        open_vdi(wl, a);
+    }
 }
 
 static void wl_trim(struct wl *wl)
@@ -1865,6 +2030,7 @@ static const struct workload workloads[] = {
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
     {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
+    {"snap-edit", wl_snap_edit, 0},
 };
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 
@@ -2471,6 +2637,334 @@ START_TEST(test_reopen_commit_order)
 }
 END_TEST
 
+/* ---- The registry under crashes: many VDIs, and the upgrade from version 1 -------------------
+ *
+ * Creates and deletes that grow the VDI table past one block (508 ids) and split name-index
+ * buckets (254 names), then an upgrade of a version-1 store, each crashed at sampled positions.
+ * After a crash at P the registry must be the one after the last operation that returned before
+ * P, or after the one in flight: every VDI live in both is found by name with its id, every name
+ * absent from both is not found, check finds no error. A writable reopen then creates, deletes,
+ * collects and checks clean. */
+
+#define REG_NAMES 700u
+
+enum { REG_CREATE, REG_DELETE, REG_GC };
+struct reg_op {
+    int kind;
+    unsigned name;
+    uint64_t id;  /* REG_CREATE: the id it got */
+    uint64_t end; /* log position once it returned */
+};
+
+struct reg_run {
+    plx_backend *fb;
+    struct reg_op *ops;
+    size_t nops, cap;
+    unsigned long long images, violations;
+};
+
+static void reg_name(unsigned i, char *buf, size_t len)
+{
+    snprintf(buf, len, "r%04u", i);
+}
+
+static void reg_do(struct reg_run *r, plx_store *st, int kind, unsigned name)
+{
+    char nm[32];
+    reg_name(name, nm, sizeof nm);
+    struct reg_op op = {.kind = kind, .name = name};
+    if (kind == REG_CREATE)
+        ck_assert_int_eq(plx_vdi_create(st, nm, 2 * MIB, &op.id), 0);
+    else if (kind == REG_DELETE)
+        ck_assert_int_eq(plx_vdi_delete(st, nm), 0);
+    else
+        ck_assert_int_eq(plx_gc(st, 0, &(struct plx_gc_report){0}), 0);
+    op.end = plx_fault_log_position(r->fb);
+    if (r->nops == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 1024;
+        r->ops = realloc(r->ops, r->cap * sizeof *r->ops);
+        ck_assert_ptr_nonnull(r->ops);
+    }
+    r->ops[r->nops++] = op;
+}
+
+/* The id of each name after the first `upto` operations (0 = not live). */
+static void reg_state(const struct reg_run *r, size_t upto, uint64_t *ids)
+{
+    memset(ids, 0, REG_NAMES * sizeof *ids);
+    for (size_t i = 0; i < upto && i < r->nops; i++) {
+        if (r->ops[i].kind == REG_CREATE)
+            ids[r->ops[i].name] = r->ops[i].id;
+        else if (r->ops[i].kind == REG_DELETE)
+            ids[r->ops[i].name] = 0;
+    }
+}
+
+static void reg_violation(struct reg_run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void reg_violation(struct reg_run *r, const char *fmt, ...)
+{
+    if (r->violations++ < MAX_MSGS) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("VIOLATION [registry] ", stdout);
+        vprintf(fmt, ap);
+        fputc('\n', stdout);
+        va_end(ap);
+    }
+}
+
+/* Every name: found with the id both acceptable states agree on, or absent from both. */
+static void reg_verify_names(struct reg_run *r, plx_store *st, const uint64_t *a,
+                             const uint64_t *b, const char *where)
+{
+    for (unsigned i = 0; i < REG_NAMES; i++) {
+        char nm[32];
+        reg_name(i, nm, sizeof nm);
+        struct plx_vdi_info vi;
+        int rc = plx_vdi_lookup(st, nm, &vi);
+        if (a[i] == b[i] && a[i] && (rc != 0 || vi.id != a[i]))
+            reg_violation(r, "%s: %s should be VDI %llu: rc %d %s", where, nm,
+                          (unsigned long long)a[i], rc, rc ? plx_store_errmsg(st) : "");
+        else if (a[i] == b[i] && !a[i] && rc != -ENOENT)
+            reg_violation(r, "%s: %s should not exist: rc %d, id %llu", where, nm, rc,
+                          (unsigned long long)vi.id);
+        else if (a[i] != b[i] && rc == 0 && vi.id != a[i] && vi.id != b[i])
+            reg_violation(r, "%s: %s is VDI %llu, neither %llu nor %llu", where, nm,
+                          (unsigned long long)vi.id, (unsigned long long)a[i],
+                          (unsigned long long)b[i]);
+        else if (rc != 0 && rc != -ENOENT)
+            reg_violation(r, "%s: looking up %s: %d %s", where, nm, rc, plx_store_errmsg(st));
+    }
+}
+
+static plx_store *reg_open(plx_backend *img, int read_only, const char *where,
+                           struct reg_run *r)
+{
+    char err[512] = "";
+    struct plx_open_opts o = {.struct_size = sizeof o, .read_only = read_only};
+    plx_store *st = NULL;
+    int rc = plx_store_open_backend(img, &o, &st, err, sizeof err);
+    if (rc)
+        reg_violation(r, "%s: open: %d %s", where, rc, err);
+    return st;
+}
+
+static void reg_check(struct reg_run *r, plx_store *st, bool leaks_too, const char *where)
+{
+    struct plx_check_report cr;
+    int rc = plx_check(st, &cr, NULL, NULL);
+    g_tot->checks++;
+    if (rc || cr.errors || (leaks_too && cr.leaked_blocks))
+        reg_violation(r, "%s: check: rc %d, %llu errors, %llu leaked", where, rc,
+                      (unsigned long long)cr.errors, (unsigned long long)cr.leaked_blocks);
+}
+
+/* A writable reopen after the crash: the registry takes new work and collects clean. */
+static void reg_recover(struct reg_run *r, plx_backend *img, const uint64_t *ids, const char *where)
+{
+    plx_store *st = reg_open(img, 0, where, r);
+    if (!st)
+        return;
+    uint64_t id = 0;
+    int rc = plx_vdi_create(st, "after-crash", 2 * MIB, &id);
+    struct plx_vdi_info vi;
+    if (rc || plx_vdi_lookup(st, "after-crash", &vi) || vi.id != id)
+        reg_violation(r, "%s: create after the crash: %d %s", where, rc, plx_store_errmsg(st));
+    for (unsigned i = 0; i < REG_NAMES; i++) {
+        char nm[32];
+        reg_name(i, nm, sizeof nm);
+        if (ids[i]) { /* a name live in both states: delete it and take it again */
+            if (plx_vdi_delete(st, nm) || plx_vdi_create(st, nm, 2 * MIB, NULL) ||
+                plx_vdi_lookup(st, nm, &vi))
+                reg_violation(r, "%s: recreating %s: %s", where, nm, plx_store_errmsg(st));
+            break;
+        }
+    }
+    rc = plx_gc(st, 0, &(struct plx_gc_report){0});
+    if (rc)
+        reg_violation(r, "%s: gc: %d %s", where, rc, plx_store_errmsg(st));
+    reg_check(r, st, true, where);
+    plx_store_close(st);
+}
+
+static void reg_sweep(struct reg_run *r, uint64_t from, uint64_t to, unsigned want)
+{
+    uint64_t total = plx_fault_crash_points(r->fb, NULL, 0);
+    uint64_t *pts = malloc((total + 1) * sizeof *pts);
+    ck_assert_ptr_nonnull(pts);
+    plx_fault_crash_points(r->fb, pts, total);
+    size_t n = 0;
+    for (uint64_t i = 0; i < total; i++)
+        if (pts[i] > from && pts[i] <= to && (n == 0 || pts[i] != pts[n - 1]))
+            pts[n++] = pts[i];
+    size_t step = n > want ? n / want : 1;
+    uint64_t *a = calloc(REG_NAMES, sizeof *a), *b = calloc(REG_NAMES, sizeof *b);
+    uint64_t *both = calloc(REG_NAMES, sizeof *both);
+    struct plx_crash_cursor *c = plx_crash_cursor_new(r->fb);
+    size_t done = 0; /* operations that returned before the position */
+    for (size_t k = 0; k < n; k += step) {
+        uint64_t p = pts[k];
+        while (done < r->nops && r->ops[done].end <= p)
+            done++;
+        reg_state(r, done, a);
+        reg_state(r, done + 1, b);
+        for (unsigned i = 0; i < REG_NAMES; i++)
+            both[i] = a[i] == b[i] ? a[i] : 0;
+        plx_crash_cursor_seek(c, p);
+        const enum plx_crash_mode modes[] = {PLX_CRASH_DROP_UNFLUSHED, PLX_CRASH_KEEP_ALL,
+                                             PLX_CRASH_RANDOM};
+        for (size_t m = 0; m < 3; m++) {
+            char where[96];
+            snprintf(where, sizeof where, "crash at %llu (after op %zu), mode %zu",
+                     (unsigned long long)p, done, m);
+            snprintf(g_ctx, sizeof g_ctx, "registry %s", where);
+            plx_store *st = reg_open(plx_crash_cursor_image(c, modes[m], p), 1, where, r);
+            r->images++;
+            if (st) {
+                reg_check(r, st, false, where);
+                reg_verify_names(r, st, a, b, where);
+                plx_store_close(st);
+            }
+            if (m != 1 && (k / step) % 4 == 0)
+                reg_recover(r, plx_crash_cursor_image(c, modes[m], p), both, where);
+        }
+    }
+    g_ctx[0] = 0;
+    plx_crash_cursor_free(c);
+    free(pts);
+    free(a);
+    free(b);
+    free(both);
+}
+
+START_TEST(test_crash_registry)
+{
+    struct reg_run r = {0};
+    plx_backend *mem = plx_backend_mem_create(STORE_BYTES / BS * 4);
+    char err[256] = "";
+    ck_assert_int_eq(plx_format_backend(mem, EXTENT_BYTES, err, sizeof err), 0);
+    r.fb = plx_fault_create(mem, 0);
+    mem->ops->destroy(mem);
+    plx_store *st = reg_open(tu_keep_wrap(r.fb), 0, "workload", &r);
+    ck_assert_ptr_nonnull(st);
+    uint64_t p0 = plx_fault_log_position(r.fb);
+    /* 600 creates: the table grows a level at id 508, buckets split from name 255 on. */
+    for (unsigned i = 0; i < 600; i++)
+        reg_do(&r, st, REG_CREATE, i);
+    for (unsigned i = 0; i < 600; i += 3)
+        reg_do(&r, st, REG_DELETE, i);
+    reg_do(&r, st, REG_GC, 0);
+    for (unsigned i = 0; i < 600; i += 6) /* names taken again, new ids */
+        reg_do(&r, st, REG_CREATE, i);
+    for (unsigned i = 600; i < REG_NAMES; i++)
+        reg_do(&r, st, REG_CREATE, i);
+    uint64_t p1 = plx_fault_log_position(r.fb);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    reg_sweep(&r, p0, p1, tu_quick() ? 60 : 160);
+    printf("crash[registry]: %zu operations, %llu images, %llu violations\n", r.nops, r.images,
+           r.violations);
+    g_tot->images += r.images;
+    g_tot->failures += r.violations;
+    free(r.ops);
+    r.fb->ops->destroy(r.fb);
+    ck_assert_msg(r.violations == 0, "%llu violations", r.violations);
+}
+END_TEST
+
+/* The upgrade of a version-1 store, crashed at every position: whatever the crash left, the
+ * upgrade run again finishes it, and the VDIs are all there. */
+START_TEST(test_crash_upgrade)
+{
+    struct reg_run r = {0};
+    plx_backend *mem = plx_backend_mem_create(STORE_BYTES / BS * 4);
+    char err[512] = "";
+    ck_assert_int_eq(plx_format_backend(mem, 4 * MIB, err, sizeof err), 0);
+    plx_store *st = reg_open(tu_keep_wrap(mem), 0, "fixture", &r);
+    ck_assert_ptr_nonnull(st);
+    uint64_t ids[REG_NAMES] = {0};
+    for (unsigned i = 0; i < 300; i++) {
+        char nm[32];
+        reg_name(i, nm, sizeof nm);
+        ck_assert_int_eq(plx_vdi_create(st, nm, 2 * MIB, &ids[i]), 0);
+    }
+    for (unsigned i = 0; i < 300; i += 7) {
+        char nm[32];
+        reg_name(i, nm, sizeof nm);
+        ck_assert_int_eq(plx_vdi_delete(st, nm), 0);
+        ids[i] = 0;
+    }
+    ck_assert_int_eq(plx_store_close(st), 0);
+    tu_make_v1(mem); /* 4 MiB extents: room for 1,020 version-1 slots in extent 0 */
+    r.fb = plx_fault_create(mem, 0);
+    mem->ops->destroy(mem);
+
+    uint64_t p0 = plx_fault_log_position(r.fb);
+    int upgraded = 0;
+    ck_assert_int_eq(plx_store_upgrade_backend(tu_keep_wrap(r.fb), NULL, &upgraded, err,
+                                               sizeof err), 0);
+    ck_assert_int_eq(upgraded, 1);
+    uint64_t p1 = plx_fault_log_position(r.fb);
+
+    uint64_t total = plx_fault_crash_points(r.fb, NULL, 0);
+    uint64_t *pts = malloc((total + 1) * sizeof *pts);
+    ck_assert_ptr_nonnull(pts);
+    plx_fault_crash_points(r.fb, pts, total);
+    size_t n = 0;
+    pts[n++] = p0;
+    for (uint64_t i = 0; i < total; i++)
+        if (pts[i] > p0 && pts[i] <= p1 && pts[i] != pts[n - 1])
+            pts[n++] = pts[i];
+    size_t want = tu_quick() ? 40 : 100, step = n > want ? n / want : 1;
+    struct plx_crash_cursor *c = plx_crash_cursor_new(r.fb);
+    for (size_t k = 0; k < n; k += step) {
+        plx_crash_cursor_seek(c, pts[k]);
+        for (int m = 0; m < 3; m++) {
+            char where[96];
+            snprintf(where, sizeof where, "upgrade crashed at %llu, mode %d",
+                     (unsigned long long)pts[k], m);
+            snprintf(g_ctx, sizeof g_ctx, "%s", where);
+            plx_backend *img = plx_crash_cursor_image(c, (enum plx_crash_mode)m, pts[k]);
+            r.images++;
+            /* Either version, never a damaged store. */
+            plx_store *probe = NULL;
+            int rc = plx_store_open_backend(tu_keep_wrap(img), &(struct plx_open_opts){
+                .struct_size = sizeof(struct plx_open_opts), .read_only = 1}, &probe, err,
+                sizeof err);
+            if (rc == 0)
+                plx_store_close(probe);
+            else if (rc != -EPROTONOSUPPORT)
+                reg_violation(&r, "%s: open before finishing: %d %s", where, rc, err);
+            rc = plx_store_upgrade_backend(tu_keep_wrap(img), NULL, &upgraded, err, sizeof err);
+            if (rc) {
+                reg_violation(&r, "%s: upgrade again: %d %s", where, rc, err);
+                img->ops->destroy(img);
+                continue;
+            }
+            st = reg_open(tu_keep_wrap(img), 0, where, &r);
+            if (st) {
+                reg_check(&r, st, false, where);
+                reg_verify_names(&r, st, ids, ids, where);
+                plx_store_close(st);
+            }
+            if (m == 2)
+                reg_recover(&r, img, ids, where);
+            else
+                img->ops->destroy(img);
+        }
+    }
+    g_ctx[0] = 0;
+    plx_crash_cursor_free(c);
+    free(pts);
+    printf("crash[upgrade]: %zu positions, %llu images, %llu violations\n", n, r.images,
+           r.violations);
+    g_tot->images += r.images;
+    g_tot->failures += r.violations;
+    r.fb->ops->destroy(r.fb);
+    ck_assert_msg(r.violations == 0, "%llu violations", r.violations);
+}
+END_TEST
+
 /* ---- Suite ----------------------------------------------------------------------------------- */
 
 static Suite *crash_suite(void)
@@ -2494,6 +2988,12 @@ static Suite *crash_suite(void)
     tcase_add_test(tc, test_snapshot_commit_order);
     tcase_add_test(tc, test_reopen_commit_order);
     tcase_add_loop_test(tc, test_eio_nth, 0, 2);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("registry");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_crash_registry);
+    tcase_add_test(tc, test_crash_upgrade);
     suite_add_tcase(s, tc);
     return s;
 }

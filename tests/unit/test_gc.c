@@ -811,13 +811,14 @@ START_TEST(test_snap_middle)
     ck_assert_uint_eq(r.freed_by_type[PLX_EXTENT_METADATA] + r.freed_by_type[PLX_EXTENT_DATA], 0);
 
     /* The clone goes: the rest of b@2's own blocks go (as a@2's did), with the clone's own: its
-     * root, the interior nodes and leaves its writes copied, and its data blocks. */
+     * root, its record block, the interior nodes and leaves its writes copied, and its data
+     * blocks. */
     snprintf(g_where, sizeof g_where, "deleting the clone of b@2");
     m_delete(st, &m, bc);
     r = gc_of(st, 0);
     ck_assert_uint_eq(r.freed_by_type[PLX_EXTENT_DATA],
                       want_data - b_data + distinct_keys(bc_vbs, NBC, 0));
-    ck_assert_uint_eq(r.freed_by_type[PLX_EXTENT_METADATA], want_meta - b_meta + 1 +
+    ck_assert_uint_eq(r.freed_by_type[PLX_EXTENT_METADATA], want_meta - b_meta + 2 +
                                                                 distinct_keys(bc_vbs, NBC, 9) +
                                                                 distinct_keys(bc_vbs, NBC, 18));
     ck_assert_uint_eq(r.vdis_purged, 1);

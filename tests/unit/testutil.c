@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format.h"
 #include "testutil.h"
 
 int tu_run_suite(Suite *s)
@@ -126,4 +127,81 @@ plx_backend *tu_keep_wrap(plx_backend *inner)
     ck_assert_ptr_nonnull(k);
     plx_backend_stack_init(k, &keep_ops, inner, 0, NULL);
     return &k->base;
+}
+
+/* ---- A store of format version 1, for the upgrade tests ---------------------------------------- */
+
+struct v1_walk {
+    plx_backend *be;
+    uint64_t *recs; /* record block addresses, in id order */
+    size_t n, cap;
+};
+
+static void v1_collect(struct v1_walk *w, uint64_t addr, unsigned level)
+{
+    uint8_t *blk = plx_block_alloc(1);
+    ck_assert_int_eq(tu_io(w->be, PLX_IO_READ, addr, 1, blk, 0), 0);
+    const struct plx_vditab_block *t = (const struct plx_vditab_block *)blk;
+    ck_assert_uint_eq(t->hdr.magic, PLX_MAGIC_VDITAB);
+    for (unsigned i = 0; i < PLX_VDITAB_FANOUT; i++) {
+        if (!t->entries[i])
+            continue;
+        if (level > 0) {
+            v1_collect(w, t->entries[i], level - 1);
+            continue;
+        }
+        if (w->n == w->cap) {
+            w->cap = w->cap ? 2 * w->cap : 64;
+            w->recs = realloc(w->recs, w->cap * sizeof *w->recs);
+            ck_assert_ptr_nonnull(w->recs);
+        }
+        w->recs[w->n++] = t->entries[i];
+    }
+    plx_block_free(blk);
+}
+
+void tu_make_v1(plx_backend *be)
+{
+    uint8_t *blk = plx_block_alloc(1);
+    struct plx_superblock sb;
+    struct plx_state_block state;
+    ck_assert_int_eq(tu_io(be, PLX_IO_READ, 0, 1, blk, 0), 0);
+    memcpy(&sb, blk, sizeof sb);
+    ck_assert_uint_eq(sb.version, PLX_FORMAT_VERSION);
+    ck_assert_int_eq(tu_io(be, PLX_IO_READ, 1, 1, blk, 0), 0);
+    memcpy(&state, blk, sizeof state);
+
+    struct v1_walk w = {be, NULL, 0, 0};
+    if (state.vdi_table_root)
+        v1_collect(&w, state.vdi_table_root, state.vdi_table_height - 1);
+    /* Version 1's geometry: as many one-block slots as extent 0 holds after the catalogue, at
+     * most 65,536. */
+    uint64_t slots = sb.extent_blocks - sb.registry_start;
+    if (slots > 65536)
+        slots = 65536;
+    ck_assert_uint_le(w.n, slots);
+    for (size_t i = 0; i < w.n; i++) {
+        ck_assert_int_eq(tu_io(be, PLX_IO_READ, w.recs[i], 1, blk, 0), 0);
+        plx_blkhdr_seal(blk, PLX_MAGIC_VDI, sb.registry_start + i);
+        ck_assert_int_eq(tu_io(be, PLX_IO_WRITE, sb.registry_start + i, 1, blk, 0), 0);
+    }
+    /* The version-2 blocks (table, index, the records' new homes) stay behind as leaked
+     * metadata, as a version-1 store may well have. */
+    state.registry_used = w.n;
+    state.vdi_table_root = 0;
+    state.vdi_table_height = 0;
+    state.name_index_root = 0;
+    memset(blk, 0, PLX_BLOCK_SIZE);
+    memcpy(blk, &state, sizeof state);
+    plx_blkhdr_seal(blk, PLX_MAGIC_STATE, 1);
+    ck_assert_int_eq(tu_io(be, PLX_IO_WRITE, 1, 1, blk, 0), 0);
+    sb.version = PLX_FORMAT_VERSION_V1;
+    sb.registry_slots = slots;
+    memset(blk, 0, PLX_BLOCK_SIZE);
+    memcpy(blk, &sb, sizeof sb);
+    plx_blkhdr_seal(blk, PLX_MAGIC_SUPER, 0);
+    ck_assert_int_eq(tu_io(be, PLX_IO_WRITE, 0, 1, blk, 0), 0);
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    free(w.recs);
+    plx_block_free(blk);
 }

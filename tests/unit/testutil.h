@@ -44,4 +44,9 @@ plx_backend *tu_keep_wrap(plx_backend *inner);
  * so far: what reaches the medium, for tests of placement and request merging. */
 extern unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 
+/* Rewrite the version-2 store on `be` (no process may have it open) in format version 1's
+ * layout: every VDI record copied, in id order, into the fixed registry slots of extent 0, the
+ * state block and superblock of version 1. What `parallax upgrade` converts back. */
+void tu_make_v1(plx_backend *be);
+
 #endif

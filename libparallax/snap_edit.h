@@ -1,0 +1,22 @@
+/*
+ * snap_edit.h - labelling and deleting snapshots of an open VDI as requests in its stream
+ * (layer 5, beside pipeline.c; snap_edit.c).
+ */
+#ifndef PLX_SNAP_EDIT_H
+#define PLX_SNAP_EDIT_H
+
+#include "pipeline.h"
+
+enum plx_snap_edit_kind {
+    PLX_EDIT_LOAD_LABELS, /* only read the labels of the log (before a labelled snapshot) */
+    PLX_EDIT_LABEL,       /* set (or clear, with "") the label of snapshot `index` */
+    PLX_EDIT_DELETE,      /* mark snapshot `index` deleted */
+};
+
+/* A REQ_SNAPEDIT request for v; NULL when out of memory. Submit it with plx_req_submit. */
+struct plx_req *plx_snap_edit_new(struct plx_vdi *v, enum plx_snap_edit_kind kind, uint64_t index,
+                                  const char *label, plx_done_fn cb, void *arg);
+/* Carry out r (called by the pipeline once no snapshot or other edit is ahead of it); finishes
+ * it with plx_req_finish. */
+void plx_snap_edit_start(struct plx_req *r);
+#endif
