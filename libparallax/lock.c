@@ -141,7 +141,8 @@ static int hook_key_preempted(void *arg, const void *block, uint64_t key)
 {
     plx_store *st = arg;
     const char *why;
-    if (plx_blkhdr_verify(block, PLX_MAGIC_STATE, st->sb.state_block, &why))
+    if (plx_blkhdr_verify(block, PLX_MAGIC_STATE_V2, st->sb.state_block, &why) &&
+        plx_blkhdr_verify(block, PLX_MAGIC_STATE, st->sb.state_block, &why))
         return -EIO;
     return key_in_list(block, key);
 }
