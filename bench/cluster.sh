@@ -152,7 +152,7 @@ verify_fio() {
         args+=(--name="h$i" --uri="nbd+unix:///$2-$i?socket=$work/h$i.sock")
     done
     fio --ioengine=nbd --rw=write --bs=64k --iodepth=8 --size="$vsize" --verify=crc32c \
-        --do_verify=1 --verify_fatal=1 --output-format=json --output="$work/verify.json" \
+        --do_verify=1 --verify_fatal=1 --verify_state_save=0 --output-format=json --output="$work/verify.json" \
         "${args[@]}" >"$work/verify.out" 2>&1 || { cat "$work/verify.out" >&2; exit 1; }
     sed -n '/^{/,$p' "$work/verify.json" >"$work/verify.clean.json"
     [[ $(jq '[.jobs[].error] | add' "$work/verify.clean.json") == 0 ]] || { echo "fio verify reported an error" >&2; exit 1; }
