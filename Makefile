@@ -128,7 +128,14 @@ unit: $(UNIT_BINS)
 	@tests/run-unit.sh $(UNIT_BINS)
 
 unit-san: $(UNIT_SAN_BINS)
-	@PLX_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run-unit.sh $(UNIT_SAN_BINS)
+	@tests/run-unit.sh $(UNIT_SAN_BINS)
+
+# Both builds in one run, one binary per CPU at a time, the crash harness (the longest, in two
+# shards) first.
+unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
+	@tests/run-unit.sh "env PLX_CRASH_SHARD=0/2 $(B)/unit/test_crash" \
+	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" \
+	    $(filter-out $(B)/unit/test_crash,$(UNIT_BINS)) $(UNIT_SAN_BINS)
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -148,7 +155,7 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit unit-san integration lint bench-smoke bench-suite-smoke bench-clones-smoke \
+check: deps all unit-all integration lint bench-smoke bench-suite-smoke bench-clones-smoke \
        bench-cluster-smoke
 	@echo "make check: all passed"
 
@@ -266,5 +273,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke FORCE \
+.PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke

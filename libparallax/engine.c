@@ -89,6 +89,29 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
     return rc;
 }
 
+int plx_submit_side(plx_store *st, struct plx_ev *ev)
+{
+    if (st->fenced)
+        return -ESTALE;
+    ev->io.done = ev_io_done;
+    ev->io.owner = st;
+    int rc = st->side_be->ops->submit(st->side_be, &ev->io);
+    if (rc == 0)
+        st->internal_ios++;
+    return rc;
+}
+
+/* Reap the side medium's completions (they join the ready list). */
+static int poll_side(plx_store *st, int timeout_ms)
+{
+    if (!st->side_be)
+        return 0;
+    int rc = st->side_be->ops->poll(st->side_be, timeout_ms);
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
+        return plx_err(st, rc, "polling %s: %s", st->side_be->desc, strerror(-rc));
+    return 0;
+}
+
 static void sync_done(struct plx_io *io, int status)
 {
     int *result = io->owner;
@@ -189,6 +212,11 @@ int plx_store_service(plx_store *st)
             st->in_service = false;
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
         }
+        rc = poll_side(st, 0);
+        if (rc < 0) {
+            st->in_service = false;
+            return rc;
+        }
         plx_run_ready(st);
         if (!st->deferred_head)
             break;
@@ -213,9 +241,14 @@ int plx_drive_until(plx_store *st, const int *flag)
     while (!*flag) {
         if (!st->internal_ios && !st->ready_head)
             return plx_err(st, -EDEADLK, "internal wait with nothing in flight");
-        int rc = st->be->ops->poll(st->be, -1);
+        /* Wait on the medium that has I/O in flight (the side medium: only the write log). */
+        bool main_busy = st->be->ops->inflight(st->be) > 0 || !st->side_be;
+        int rc = main_busy ? st->be->ops->poll(st->be, st->side_be ? 10 : -1) : 0;
         if (rc < 0 && rc != -EINTR)
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
+        rc = poll_side(st, main_busy ? 0 : -1);
+        if (rc < 0)
+            return rc;
         plx_run_ready(st);
     }
     return 0;

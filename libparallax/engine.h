@@ -5,7 +5,7 @@
  *
  *   8  check.c, gc.c, info.c      read everything below; nothing calls them
  *   7  store.c, blocking.c        open and close a store; the blocking forms of the calls
- *   6  vdi.c, vdi_admin.c         VDI handles; create, clone, delete
+ *   6  vdi.c, vdi_admin.c, wlog.c VDI handles; create, clone, delete; the write cache
  *   5  pipeline.c                 radix walks, copy-on-write, batches, snapshots, commit order
  *   4  registry.c, vditab.c,      VDI records, the VDI table and name index; snapshot logs
  *      nameidx.c, snaplog.c
@@ -39,6 +39,7 @@ struct plx_cache;
 struct plx_lock_ops;
 struct plx_lockd;
 struct plx_vdi;
+struct plx_wlog;
 
 /* Every engine I/O is an event: the backend's completion only records the status and queues the
  * event; the service loop runs the handler afterwards, outside the backend's poll, so handlers
@@ -102,6 +103,9 @@ struct plx_store {
     struct plx_alloc *alloc;           /* alloc.c */
     struct plx_cache *cache;           /* cache.c */
     struct plx_vdi *vdis;              /* open VDI handles (vdi.c) */
+    struct plx_wlog *wlog;             /* the write cache's log, or NULL (wlog.c) */
+    /* A second medium the service loop polls beside `be`: the write log's local file. */
+    plx_backend *side_be;
 };
 
 /* Set the store's error message; returns err. */
@@ -118,6 +122,8 @@ void plx_engine_free(plx_store *st);
 /* Submit an engine I/O; ev->handler runs from the service loop when it completes. On a submit
  * error the handler never runs. */
 int plx_submit(plx_store *st, struct plx_ev *ev);
+/* The same on the side medium (st->side_be, the write log): completions run as above. */
+int plx_submit_side(plx_store *st, struct plx_ev *ev);
 /* Blocking single I/O for admin paths: submit, then poll the backend until it completes. */
 int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
                 unsigned flags);

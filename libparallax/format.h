@@ -36,6 +36,9 @@ static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h name
 #define PLX_MAGIC_VDITAB 0x4254564cu   /* bytes "LVTB": VDI table block */
 #define PLX_MAGIC_NAMEIDX 0x584e494cu  /* bytes "LINX": name index node */
 #define PLX_MAGIC_NAMEBKT 0x4b424e4cu  /* bytes "LNBK": name index bucket */
+/* Write log (a host's local file, not the blockstore; wlog.c, FORMAT.md §12). */
+#define PLX_MAGIC_WLOG_HEAD 0x4857504cu /* bytes "LPWH": the log's header, block 0 */
+#define PLX_MAGIC_WLOG_BATCH 0x4257504cu /* bytes "LPWB": one log write (a batch of records) */
 
 struct plx_blkhdr {
     uint32_t magic;
@@ -217,7 +220,12 @@ struct plx_vdi_record {
     uint64_t lock_time_ns;
     uint64_t writer_gen;    /* bumped each time a writer takes the lock: another process's
                              * cached nodes of this VDI from an older generation are stale */
-    uint64_t reserved2[7];
+    /* Write cache: the host (hash) and log (id) holding writes of this VDI not yet drained into
+     * the store; 0 = none. Nobody else opens the VDI for writing until that log is replayed
+     * (wlog.c; FORMAT.md §7). */
+    uint64_t wlog_host;
+    uint64_t wlog_id;
+    uint64_t reserved2[5];
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");
@@ -249,6 +257,50 @@ struct plx_snaplog_block {
     struct plx_snap_record records[PLX_SNAPLOG_PER_BLOCK];
 };
 static_assert(sizeof(struct plx_snaplog_block) <= PLX_BLOCK_SIZE, "snapshot log block fits");
+
+/* ---- Write log (FORMAT.md §12): a ring on a host's local disk ------------------------------- */
+#define PLX_WLOG_VERSION 1u
+struct plx_wlog_head {      /* block 0 of the log */
+    struct plx_blkhdr hdr;  /* magic PLX_MAGIC_WLOG_HEAD, self 0 */
+    uint32_t version;       /* PLX_WLOG_VERSION */
+    uint32_t reserved0;
+    uint8_t store_uuid[16]; /* the blockstore's superblock uuid */
+    uint64_t host_hash;     /* the host whose log this is (FNV-1a of its id) */
+    char host[64];          /* that host id, for messages */
+    uint64_t log_blocks;    /* size of the log in blocks, this one included */
+    uint64_t log_id;        /* random, nonzero: names this log in VDI records and batches */
+    uint64_t tail_seq;      /* oldest batch not known to be drained into the store */
+    uint64_t tail_pos;      /* ... and its block */
+    uint64_t created_ns;
+    uint64_t seq;           /* incremented on every write of this block */
+};
+static_assert(sizeof(struct plx_wlog_head) <= PLX_BLOCK_SIZE, "write log head fits");
+
+#define PLX_WLOG_OP_WRITE 1u /* the only op written; 2 (trim) is reserved */
+struct plx_wlog_entry {     /* one record: a write of nblocks data blocks (or a trim) */
+    uint64_t vdi_id;
+    uint64_t vblock;        /* first virtual block */
+    uint32_t nblocks;
+    uint16_t op;            /* PLX_WLOG_OP_* */
+    uint16_t reserved0;
+    uint32_t data_crc;      /* crc32c(seq of the batch, the record's data blocks); 0 for a trim */
+    uint32_t reserved1;
+};
+static_assert(sizeof(struct plx_wlog_entry) == 32, "write log entry layout");
+
+#define PLX_WLOG_BATCH_HDR 48u
+#define PLX_WLOG_PER_BATCH ((PLX_BLOCK_SIZE - PLX_WLOG_BATCH_HDR) / 32u) /* 126 */
+struct plx_wlog_batch {     /* first block of one log write; the records' data follows it */
+    struct plx_blkhdr hdr;  /* magic PLX_MAGIC_WLOG_BATCH, self = its block in the log */
+    uint64_t log_id;
+    uint64_t seq;           /* consecutive from 1 over the life of the log */
+    uint32_t nblocks;       /* blocks of this log write, this one included */
+    uint32_t count;         /* records */
+    uint32_t flags;         /* 0 */
+    uint32_t reserved0;
+    struct plx_wlog_entry entries[PLX_WLOG_PER_BATCH];
+};
+static_assert(sizeof(struct plx_wlog_batch) <= PLX_BLOCK_SIZE, "write log batch header fits");
 
 /* ---- Checksums --------------------------------------------------------------------------------- */
 uint32_t plx_crc32c(uint32_t seed, const void *data, size_t len);

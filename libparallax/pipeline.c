@@ -108,10 +108,12 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
             continue;
         }
         if (r->op == REQ_SNAPSHOT) {
-            /* Everything before the snapshot must be in the tree it freezes, with its data
-             * written: a write whose data fails puts its old link back, and only the leaf it
-             * changed knows it (after the swap, copies of that leaf could carry the link). */
-            if (is_write(e) && e->state != RQ_WAIT_BATCH && e->state != RQ_DONE)
+            /* Everything before the snapshot must be in the tree it freezes: applied in memory,
+             * not necessarily written. The snapshot's record is written after their data anyway
+             * (its batch comes after theirs or is theirs, and a batch's commit waits for its
+             * members' data); a data write that fails after the swap fails the snapshot
+             * (fail_snapshots_after). */
+            if (is_write(e) && !mutated(e))
                 return false;
             if (e->op == REQ_SNAPSHOT && !mutated(e))
                 return false;
@@ -1141,6 +1143,28 @@ static void loads_ready(struct plx_load_wait *w)
         do_resolve(r);
 }
 
+/* A write's data failed, and a snapshot after it may already have swapped roots (a snapshot
+ * waits only until earlier writes are applied in memory). The failed write puts its old link
+ * back in its leaf (undo_relinks), but the frozen tree holds that leaf too, and writes after the
+ * snapshot may have copied it, link and all. So such a snapshot fails rather than freeze a block
+ * that was never written: its batch fails, and with it every batch behind it (batch_finish), and
+ * the VDI is reloaded from the medium before anything else starts, so that no read follows a
+ * copied link meanwhile. No write after the snapshot can have completed yet: every link under
+ * the new root is read-only, so until the snapshot's batch commits each of them allocated a
+ * block and waits for a batch; the requests of the failed batches fail, nothing acknowledged is
+ * lost. */
+static void fail_snapshots_after(struct plx_req *r, int status)
+{
+    struct plx_vdi *v = r->v;
+    for (struct plx_req *e = r->next; e; e = e->next) {
+        if (e->op != REQ_SNAPSHOT || e->state != RQ_WAIT_BATCH || !e->batch)
+            continue;
+        if (!e->batch->status)
+            e->batch->status = status;
+        v->needs_reload = true;
+    }
+}
+
 static void data_io_done(plx_store *st, struct plx_ev *ev)
 {
     struct plx_req *r = ev->ctx;
@@ -1156,6 +1180,8 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
          * back, in memory and in the images of a batch that has not written its nodes yet. */
         undo_relinks(r);
     }
+    if (ev->status && write)
+        fail_snapshots_after(r, ev->status);
     if (b)
         b->data_pending--;
     if (r->ios_waiting)

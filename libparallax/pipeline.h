@@ -127,6 +127,7 @@ struct plx_vdi {
      * that snapshot's, so the next snapshot can share its root instead of copying one. */
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
+    struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
 };
 
 int plx_req_submit(struct plx_vdi *v, struct plx_req *r);

@@ -14,6 +14,7 @@
 #include "registry.h"
 #include "system.h"
 #include "vdi.h"
+#include "wlog.h"
 
 #define DEFAULT_CACHE_BYTES (64ull << 20)
 
@@ -138,6 +139,9 @@ int plx_store_close(plx_store *st)
     if (!st)
         return 0;
     int rc = plx_vdi_close_all(st);
+    int wrc = plx_wlog_close(st);
+    if (!rc)
+        rc = wrc;
     /* Drain whatever internal I/O is left so no callback fires into freed memory. */
     while (st->internal_ios || st->ready_head) {
         int prc = st->be->ops->poll(st->be, -1);

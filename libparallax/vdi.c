@@ -14,6 +14,7 @@
 #include "snap_edit.h"
 #include "snaplog.h"
 #include "vdi.h"
+#include "wlog.h"
 
 /* ---- Open / close ------------------------------------------------------------------------------- */
 
@@ -27,6 +28,9 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     if (!rc && take) {
         if (rec.flags & PLX_VDI_DELETED)
             rc = plx_err(st, -ENOENT, "VDI %s was deleted", rec.name);
+        /* Writes of this VDI still in another host's (or process's) write log come first. */
+        else if ((rc = plx_wlog_check_owner(st, &rec)) != 0)
+            ;
         else if (rec.lock_host &&
                  !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
             rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u",
@@ -164,6 +168,13 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
 int plx_vdi_close(plx_vdi *v)
 {
     plx_store *st = v->st;
+    /* The write cache drains this VDI's records first; if it cannot, the record keeps naming
+     * the log, so nobody else opens the VDI until the log is replayed. */
+    int wrc = v->wc ? plx_wlog_vdi_detach(v) : 0;
+    if (!wrc && !v->ro && v->rec.wlog_id) {
+        v->rec.wlog_host = 0; /* drained, or replayed at attach: nothing of it left in a log */
+        v->rec.wlog_id = 0;
+    }
     int rc = 0;
     while (!plx_vdi_idle(v)) {
         rc = plx_store_service(st);
@@ -197,7 +208,7 @@ int plx_vdi_close(plx_vdi *v)
     free(v->spine);
     plx_labels_free(&v->labels);
     free(v);
-    return rc;
+    return rc ? rc : wrc;
 }
 
 int plx_vdi_close_all(plx_store *st)
@@ -296,17 +307,33 @@ static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, si
     return plx_req_submit(v, r);
 }
 
-int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+int plx_vdi_direct_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
                         void *arg)
 {
     return submit_rw(v, REQ_READ, buf, off, len, 0, cb, arg);
 }
 
-int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
+int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                        void *arg)
+{
+    if (v->wc)
+        return plx_wlog_submit_read(v, buf, off, len, cb, arg);
+    return plx_vdi_direct_read(v, buf, off, len, cb, arg);
+}
+
+int plx_vdi_direct_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
                          plx_done_fn cb, void *arg)
 {
     /* The buffer is only read from; the request keeps one pointer type for both directions. */
     return submit_rw(v, REQ_WRITE, (void *)(uintptr_t)buf, off, len, flags, cb, arg);
+}
+
+int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
+                         plx_done_fn cb, void *arg)
+{
+    if (v->wc)
+        return plx_wlog_submit_write(v, buf, off, len, flags, cb, arg);
+    return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
 }
 
 int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
@@ -317,6 +344,16 @@ int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t
         return rc;
     if (len == 0)
         return plx_err(v->st, -EINVAL, "block status of an empty range of VDI %s", v->rec.name);
+    if (v->wc && plx_wlog_block_status(v, off, &len) == 1) {
+        /* Written in the log, not yet in the store: mapped. */
+        struct plx_req *e = req_new(v, REQ_READ, 0, 0, cb, arg);
+        if (!e)
+            return plx_err(v->st, -ENOMEM, "out of memory");
+        *run_len = len;
+        *mapped = 1;
+        plx_complete(v->st, e);
+        return 0;
+    }
     struct plx_req *r = req_new(v, REQ_STATUS, off, len, cb, arg);
     if (!r)
         return plx_err(v->st, -ENOMEM, "out of memory");
@@ -326,6 +363,13 @@ int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t
 }
 
 int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (v->wc)
+        return plx_wlog_submit_flush(v, cb, arg);
+    return plx_vdi_direct_flush(v, cb, arg);
+}
+
+int plx_vdi_direct_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))
         return -ESTALE;
@@ -360,6 +404,13 @@ static void trim_part_done(void *arg, int status)
 static const uint8_t zero_block[PLX_BLOCK_SIZE];
 
 int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
+{
+    if (v->wc)
+        return plx_wlog_submit_trim(v, off, len, cb, arg);
+    return plx_vdi_direct_trim(v, off, len, cb, arg);
+}
+
+int plx_vdi_direct_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))
         return -ESTALE;
@@ -421,6 +472,14 @@ int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, 
 }
 
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
+                            void *arg)
+{
+    if (v->wc && !v->ro)
+        return plx_wlog_submit_snapshot(v, label, index_out, cb, arg);
+    return plx_vdi_direct_snapshot(v, label, index_out, cb, arg);
+}
+
+int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
                             void *arg)
 {
     plx_store *st = v->st;

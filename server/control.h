@@ -9,6 +9,14 @@
  *     snapshot ID [LABEL]          ->  "ok N"           (N: index of the new snapshot)
  *     snap-label ID N [LABEL]      ->  "ok"
  *     snap-delete ID N             ->  "ok"
+ *     cache-attach ID SIZE PATH    ->  "ok"   (attach the write log PATH to ID's store; SIZE
+ *                                             in bytes, 0 = default; "ok" if already attached)
+ *     cache-enable ID              ->  "ok"   (write cache on for VDI ID)
+ *     cache-disable ID             ->  "ok"   (off: answers once ID's writes are drained)
+ *     cache-status ID              ->  "ok vdi=on|off attached=0|1 failed=0|1 log=BYTES
+ *                                       used=BYTES backlog=BYTES records=N drained=BYTES
+ *                                       rate=BYTES/S cached=N path=PATH"
+ *                                      (then "error=MESSAGE" when the log failed)
  *
  * Errors come back as "err ERRNO MESSAGE". One command per connection.
  */

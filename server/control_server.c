@@ -69,8 +69,62 @@ static void edit_done(void *arg, int status)
         reply_close(c, "ok\n");
 }
 
+/* The write-cache commands (control.h). cache-disable and cache-attach block the loop while
+ * they drain or replay (docs/DESIGN.md, "The write cache"). */
+static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v)
+{
+    int rc;
+    if (strcmp(cmd, "cache-attach") == 0) {
+        unsigned long long size = 0;
+        int at = 0;
+        if (sscanf(c->line, "%*s %*u %llu %n", &size, &at) < 1 || !at || !c->line[at]) {
+            reply_err(c, -EINVAL, "malformed command: cache-attach ID SIZE PATH");
+            return;
+        }
+        struct plx_wcache_status ws;
+        plx_wcache_status(c->st, &ws);
+        if (ws.attached && strcmp(ws.path, c->line + at) != 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "this server already has the write log %.120s attached",
+                     ws.path);
+            reply_err(c, -EBUSY, msg);
+            return;
+        }
+        rc = ws.attached ? 0 : plx_wcache_attach(c->st, c->line + at, size);
+    } else if (strcmp(cmd, "cache-enable") == 0) {
+        rc = plx_vdi_wcache(v, 1);
+    } else if (strcmp(cmd, "cache-disable") == 0) {
+        rc = plx_vdi_wcache(v, 0);
+    } else if (strcmp(cmd, "cache-status") == 0) {
+        struct plx_wcache_status ws;
+        plx_wcache_status(c->st, &ws);
+        char buf[800];
+        int n = snprintf(buf, sizeof buf,
+                         "ok vdi=%s attached=%d failed=%d log=%llu used=%llu backlog=%llu "
+                         "records=%llu drained=%llu rate=%.0f cached=%u path=%s",
+                         plx_vdi_wcache_on(v) ? "on" : "off", ws.attached, ws.failed,
+                         (unsigned long long)ws.log_bytes, (unsigned long long)ws.used_bytes,
+                         (unsigned long long)ws.backlog_bytes,
+                         (unsigned long long)ws.backlog_records,
+                         (unsigned long long)ws.drained_bytes, ws.drain_rate, ws.vdis_cached,
+                         ws.attached ? ws.path : "-");
+        if (ws.error[0] && n > 0 && (size_t)n < sizeof buf)
+            snprintf(buf + n, sizeof buf - (size_t)n, " error=%s", ws.error);
+        strncat(buf, "\n", sizeof buf - strlen(buf) - 1);
+        reply_close(c, buf);
+        return;
+    } else {
+        reply_err(c, -EINVAL, "unknown command");
+        return;
+    }
+    if (rc)
+        reply_err(c, rc, plx_store_errmsg(c->st));
+    else
+        reply_close(c, "ok\n");
+}
+
 /* Every command is a request in the VDI's stream, answered from its callback: nothing here
- * waits for the medium. */
+ * waits for the medium (but cache-disable and cache-attach: see cache_command). */
 static void run_command(struct ctl_client *c)
 {
     char cmd[32] = "", label[PLX_LABEL_MAX + 2] = "";
@@ -81,7 +135,8 @@ static void run_command(struct ctl_client *c)
     }
     bool snapshot = strcmp(cmd, "snapshot") == 0;
     bool label_cmd = strcmp(cmd, "snap-label") == 0, delete_cmd = strcmp(cmd, "snap-delete") == 0;
-    if (!snapshot && !label_cmd && !delete_cmd) {
+    bool cache_cmd = strncmp(cmd, "cache-", 6) == 0;
+    if (!snapshot && !label_cmd && !delete_cmd && !cache_cmd) {
         reply_err(c, -EINVAL, "unknown command");
         return;
     }
@@ -91,6 +146,10 @@ static void run_command(struct ctl_client *c)
         reply_err(c, ferr ? ferr : -ENOENT,
                   ferr == -EEXIST ? "this process has two VDIs with that id open (two blockstores)"
                                   : "this server does not have that VDI open for writing");
+        return;
+    }
+    if (cache_cmd) {
+        cache_command(c, cmd, v);
         return;
     }
     int rc;

@@ -266,6 +266,24 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
 
 static int retry_arm(struct nbd_server *srv);
 
+static int cache_all;
+
+void nbd_server_cache_all(int on)
+{
+    cache_all = on;
+}
+
+/* A VDI just opened for writing: the write cache on, when the server caches every VDI. */
+static void export_opened(plx_store *st, struct export *e)
+{
+    if (!cache_all || !e->v || plx_vdi_readonly(e->v))
+        return;
+    int rc = plx_vdi_wcache(e->v, 1);
+    if (rc)
+        fprintf(stderr, "parallax: serve: export '%s': write cache not on: %s\n", e->name,
+                plx_store_errmsg(st));
+}
+
 /* Open (or share) the export `name`. Blocking: never from a completion callback. */
 static int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out)
 {
@@ -299,6 +317,7 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
         return rc;
     }
     snprintf(e->name, sizeof e->name, "%s", name);
+    export_opened(st, e);
     e->refs = 1;
     e->next = srv->exports;
     srv->exports = e;
@@ -757,6 +776,7 @@ static void retry_ready(struct et_fd_handler *h, plx_store *st)
         } else {
             fprintf(stderr, "parallax: serve: export '%s': handed over after %.1f ms\n", e->name,
                     (double)(now_ns() - e->wait_since_ns) / 1e6);
+            export_opened(st, e);
         }
         struct req *r = e->pending_head;
         e->pending_head = e->pending_tail = NULL;

@@ -33,5 +33,8 @@ void nbd_server_stop(struct nbd_server *srv);
 /* The writable VDI with this id that the server has open, or NULL (for control_start). Engine
  * thread. */
 plx_vdi *nbd_server_find_writable(uint64_t id);
+/* With on != 0, every VDI the server opens for writing gets the write cache (the store has a
+ * write log attached: `serve --write-cache`). Call before nbd_server_start. */
+void nbd_server_cache_all(int on);
 
 #endif

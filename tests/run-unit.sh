@@ -2,36 +2,56 @@
 # Run each Check unit-test binary given as an argument, show its output, and total the Check
 # results. Exits non-zero if any test failed or any binary did not finish cleanly.
 #
+# Binaries run $PLX_TEST_JOBS at a time (default: the number of CPUs), in the order given, so
+# pass the longest first. A binary under build/unit-san/ runs with the sanitizer settings
+# (PLX_TEST_QUICK=1, leak detection, UBSan stack traces), so one run can mix both builds and
+# keep both cores busy. Each binary's output is shown whole when it ends, never interleaved.
+# An argument may start with `env NAME=VALUE ...` (it is split into words): make check runs the
+# crash harness as two shards that way.
+#
 # A binary that exits 77 after its suite passed ran everything it could but skipped a part
 # (e.g. test_backend without a tgtd it may start): reported as skipped, with its SKIP line, and
 # never counted as a pass; it fails the run only with PLX_TEST_STRICT=1.
 set -u
+
+jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+work=$(mktemp -d "${TMPDIR:-/tmp}/plx-unit.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+
+# run_one N BIN: run BIN, leaving its output in $work/N.out and its exit status in $work/N.rc.
+run_one() {
+    start=$(date +%s)
+    case "$2" in
+    */unit-san/*)
+        PLX_TEST_QUICK=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+            UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} $2 >"$work/$1.out" 2>&1
+        ;;
+    *) $2 >"$work/$1.out" 2>&1 ;;
+    esac
+    rc=$?
+    echo "$(($(date +%s) - start))" >"$work/$1.secs"
+    echo "$rc" >"$work/$1.rc"
+}
 
 passed=0
 failed=0
 skipped=""
 status=0
 
-n=0
-for bin in "$@"; do
-    n=$((n + 1))
-    # A line as each binary starts and one as it ends, so a long run shows where it is.
-    echo "== $bin ($n of $#)"
-    start=$(date +%s)
-    out=$("$bin" 2>&1)
-    rc=$?
-    [ -n "$out" ] && printf '%s\n' "$out"
-    echo "== $bin: exit $rc after $(($(date +%s) - start)) s"
+# report N BIN: show the output of a finished binary and add its Check summary to the totals.
+report() {
+    rc=$(cat "$work/$1.rc")
+    cat "$work/$1.out"
+    echo "== $2: exit $rc after $(cat "$work/$1.secs") s"
     # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.
-    summary=$(printf '%s\n' "$out" |
-        sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p')
+    summary=$(sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p' "$work/$1.out")
     if [ -z "$summary" ]; then
         # No summary at all: the binary crashed or never ran its suite. Count it as one failure
         # so that it cannot pass unnoticed.
-        echo "$bin: no Check summary (exit status $rc)"
+        echo "$2: no Check summary (exit status $rc)"
         failed=$((failed + 1))
         status=1
-        continue
+        return
     fi
     while read -r checks failures errors; do
         bad=$((failures + errors))
@@ -41,11 +61,45 @@ for bin in "$@"; do
 $summary
 SUMMARY
     if [ "$rc" -eq 77 ] && [ "${PLX_TEST_STRICT:-0}" != 1 ]; then
-        skipped="$skipped $bin"
+        skipped="$skipped $2"
     elif [ "$rc" -ne 0 ]; then
         status=1
     fi
+}
+
+# Start binaries while fewer than $jobs run; report each as soon as it has finished, in the
+# order they finish.
+n=0
+running=""
+reap() {
+    still=""
+    while IFS= read -r job; do
+        [ -n "$job" ] || continue
+        i=${job%%:*}
+        if [ -e "$work/$i.rc" ]; then
+            report "$i" "${job#*:}"
+        else
+            still="$still
+$job"
+        fi
+    done <<JOBS
+$running
+JOBS
+    running=$still
+}
+for bin in "$@"; do
+    n=$((n + 1))
+    while [ "$(echo "$running" | wc -l)" -gt "$jobs" ]; do
+        sleep 0.2
+        reap
+    done
+    echo "== $bin ($n of $#) started"
+    run_one "$n" "$bin" &
+    running="$running
+$n:$bin"
 done
+wait
+reap
 
 if [ "$failed" -ne 0 ]; then
     status=1

@@ -1,7 +1,9 @@
 /*
  * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]
- * [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]`:
- * export every VDI (read-write) and snapshot (read-only) over NBD.
+ * [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]
+ * [--write-cache PATH [--write-cache-size SIZE]]`: export every VDI (read-write) and snapshot
+ * (read-only) over NBD; with --write-cache, through a write log on this host's disk (the log is
+ * replayed first, and the cache is on for every VDI opened for writing).
  *
  * The server (server/nbd_server.c) runs in this process, on the engine thread, next to the
  * control socket, until SIGINT or SIGTERM.
@@ -67,10 +69,34 @@ static plx_vdi *serve_find_vdi(void *host_arg, uint64_t id, plx_store **st, int 
     return nbd_server_find_writable(id);
 }
 
+/* Attach the write log on the engine thread, before any client can connect. */
+struct attach_job {
+    struct et_job job;
+    const char *path;
+    uint64_t size;
+};
+
+static void attach_run(struct et_job *job, plx_store *st)
+{
+    struct attach_job *a = (struct attach_job *)job;
+    int rc = plx_wcache_attach(st, a->path, a->size);
+    if (rc == 0) {
+        struct plx_wcache_status ws;
+        plx_wcache_status(st, &ws);
+        fprintf(stderr, "parallax: serve: write cache %s (%llu MiB)%s", a->path,
+                (unsigned long long)(ws.log_bytes >> 20), ws.replayed_records ? "" : "\n");
+        if (ws.replayed_records)
+            fprintf(stderr, ": replayed %llu writes left in it\n",
+                    (unsigned long long)ws.replayed_records);
+    }
+    et_job_done(job, st, rc);
+}
+
 /* The built-in server: runs until SIGINT or SIGTERM. */
 static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
                          const char *unix_path, const char *port, const char *ipaddr,
-                         const struct nbd_tls_config *tls)
+                         const struct nbd_tls_config *tls, const char *wcache,
+                         uint64_t wcache_size)
 {
     /* Block the stop signals in every thread (the engine thread inherits the mask); sigwait. */
     sigset_t stop;
@@ -84,6 +110,15 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
     struct et *et = NULL;
     if (et_start(path, cache_bytes, placement, &et, err, sizeof err) != 0)
         return cli_error("%s", err);
+    if (wcache) {
+        struct attach_job a = {.path = wcache, .size = wcache_size};
+        a.job.fn = attach_run;
+        if (et_call(et, &a.job) != 0) {
+            et_stop(et);
+            return cli_error("%s", a.job.errmsg);
+        }
+        nbd_server_cache_all(1);
+    }
     struct nbd_server *srv = NULL;
     if (nbd_server_start(et, unix_path, port, ipaddr, tls, &srv, err, sizeof err) != 0) {
         et_stop(et);
@@ -118,6 +153,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL;
     const char *tls = NULL, *tls_certs = NULL, *tls_psk = NULL, *placement = NULL;
+    const char *wcache = NULL, *wcache_size = NULL;
     int tls_verify = 0;
     const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
                                    {"port", 1, &port, NULL},
@@ -128,6 +164,8 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
                                    {"tls-certificates", 1, &tls_certs, NULL},
                                    {"tls-psk", 1, &tls_psk, NULL},
                                    {"tls-verify-peer", 0, NULL, &tls_verify},
+                                   {"write-cache", 1, &wcache, NULL},
+                                   {"write-cache-size", 1, &wcache_size, NULL},
                                    {0}};
     const char *path = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
@@ -149,7 +187,16 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         place = PLX_PLACEMENT_LEAF;
     else if (rc == EXIT_OK && placement && strcmp(placement, "arrival") != 0)
         rc = cli_usage_error(ctx, "--placement takes arrival or leaf, not '%s'", placement);
+    /* The service's settings file (/etc/parallax/serve/NAME.conf) may name the log instead. */
+    const char *env_wcache = getenv("PARALLAX_WRITE_CACHE");
+    if (!wcache && env_wcache && *env_wcache)
+        wcache = env_wcache;
+    uint64_t wsize = 0;
+    if (rc == EXIT_OK && wcache_size && !wcache)
+        rc = cli_usage_error(ctx, "--write-cache-size needs --write-cache PATH");
+    if (rc == EXIT_OK && wcache_size)
+        rc = cli_parse_size(ctx, "--write-cache-size", wcache_size, &wsize);
     if (rc != EXIT_OK)
         return rc;
-    return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg);
+    return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg, wcache, wsize);
 }

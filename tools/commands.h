@@ -27,5 +27,6 @@ int cmd_gc(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_lockd_set(struct cli_ctx *ctx, int argc, char **argv);
 int cmd_lockd_status(struct cli_ctx *ctx, int argc, char **argv);
+int cmd_cache(struct cli_ctx *ctx, int argc, char **argv);
 
 #endif

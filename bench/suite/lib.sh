@@ -57,7 +57,7 @@ plx_format() {
 plx_start() {
     local store=$1 sock=$2 logf=$3
     rm -f "$sock"
-    "$PARALLAX" -b "$store" serve --unix "$sock" >"$logf" 2>&1 &
+    "$PARALLAX" -b "$store" serve --unix "$sock" ${PLX_PLACEMENT:+--placement "$PLX_PLACEMENT"} >"$logf" 2>&1 &
     PLX_PID=$!
     track_pid "$PLX_PID"
     PLX_CTL=$PARALLAX_RUN_DIR/serve-$PLX_PID.sock

@@ -24,6 +24,8 @@
 #            --only "depth latency ..." (sections to run; a partial full run keeps its figures
 #            beside its results in bench/results/suite-HOST-STAMP-partial/)
 #            --keep (keep smoke output)
+#   environment: PARALLAX (another build), PLX_PLACEMENT=leaf|arrival (data placement of the
+#            server, parallax serve --placement; default the server's)
 #
 # Needs (Debian 12; scripts/install-deps.sh test installs them): qemu-system-common
 # (qemu-storage-daemon), qemu-utils, nbdkit, libnbd-bin (nbdfuse), fuse3, fio, jq, python3,
@@ -119,7 +121,12 @@ else
     [[ -x $PARALLAX ]] || die "PARALLAX=$PARALLAX is not an executable"
     PLX_BIN_NOTE="$PARALLAX (given by PARALLAX)${PARALLAX_FROM:+: $PARALLAX_FROM}"
 fi
-export PARALLAX PLX_BIN_NOTE
+# PLX_PLACEMENT=leaf|arrival serves with `parallax serve --placement` (default: the server's).
+if [[ -n ${PLX_PLACEMENT:-} ]]; then
+    [[ $PLX_PLACEMENT == leaf || $PLX_PLACEMENT == arrival ]] || die "PLX_PLACEMENT must be leaf or arrival"
+    PLX_BIN_NOTE="$PLX_BIN_NOTE; serve --placement $PLX_PLACEMENT"
+fi
+export PARALLAX PLX_BIN_NOTE PLX_PLACEMENT
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 HOST=$(hostname -s 2>/dev/null || echo host)

@@ -378,6 +378,48 @@ int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_l
 int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
                                 int *mapped, plx_done_fn cb, void *arg);
 
+/* ---- Write cache ------------------------------------------------------------------------------
+ * A per-host log on this host's own disk (docs/DESIGN.md, "The write cache"; its format is
+ * docs/FORMAT.md §12). With the cache on for a VDI, its writes complete once they are in the log
+ * and a flush once the log is flushed; the log drains into the blockstore in the background, in
+ * order. The VDI's record names the log meanwhile, so no other process opens the VDI for writing
+ * until the log is replayed (at attach). */
+
+#define PLX_WCACHE_DEFAULT_SIZE (1ull << 30)
+
+/* Attach the write log at `path`, a file on this host's own disk. An absent file is created with
+ * `size` bytes (0: PLX_WCACHE_DEFAULT_SIZE), its space reserved; an existing log keeps its size
+ * (size 0, or the same) and its records not yet in the store are replayed before this returns.
+ * Refused with a message: a path on tmpfs or ramfs, the blockstore itself, a log of another
+ * blockstore or host, a log too small for two of its largest writes, a disk without room, a log
+ * another process has attached. Blocking. */
+int plx_wcache_attach(plx_store *st, const char *path, uint64_t size);
+/* Turn the write cache on (on != 0) or off for a VDI open for writing; off returns once the
+ * VDI's writes are drained into the blockstore. Blocking. */
+int plx_vdi_wcache(plx_vdi *v, int on);
+/* Nonzero while the cache is on for v. */
+int plx_vdi_wcache_on(const plx_vdi *v);
+
+struct plx_wcache_status {
+    int attached;              /* a log is attached */
+    int failed;                /* the log failed: writes go through to the blockstore */
+    uint64_t log_bytes;        /* the log's size */
+    uint64_t used_bytes;       /* written to the log and not yet drained */
+    uint64_t backlog_bytes;    /* cached writes not yet in the blockstore */
+    uint64_t backlog_records;
+    uint64_t drained_bytes;    /* since attach */
+    uint64_t replayed_records; /* by the replay at attach */
+    double drain_rate;         /* bytes/s since attach */
+    unsigned vdis_cached;      /* open VDIs with the cache on */
+    char path[128];
+    char error[256];           /* why it failed, or "" */
+};
+int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
+/* Forget the writes of VDI `vdi` (name or id) that a write log holds and nobody can replay (its
+ * disk is lost): the record stops naming the log, and the VDI opens at the older point the
+ * blockstore holds. The VDI must not be open for writing. Blocking. */
+int plx_vdi_wcache_discard(plx_store *st, const char *vdi);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,7 +34,8 @@ refuse "already holds a Parallax blockstore" --size 4M --extent-size 1M
 refuse "fewer than 3 extents" --size 64M --extent-size 32M --force
 refuse "fewer than 3 extents" --extent-size 128M --force
 refuse "power of two" --size 1G --extent-size 3M --force
-refuse "registry" --size 64G --extent-size 1M --force
+# Version 2 keeps only the extent catalogue in extent 0 (the registry lives in metadata extents).
+refuse "no room for the extent catalogue" --size 64G --extent-size 1M --force
 plx check >/dev/null || fail "store no longer checks clean"
 plx vdi-export gold "$T/out"
 cmp <(head -c 1M "$T/out") "$T/data" || fail "VDI contents changed"

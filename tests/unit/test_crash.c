@@ -55,6 +55,7 @@
 #include "lock.h"
 #include "parallax.h"
 #include "testutil.h"
+#include "wlog.h"
 
 #define BS PLX_BLOCK_SIZE
 #define MIB (1ull << 20)
@@ -286,6 +287,9 @@ struct wl {
     char where[200];     /* prefix for violation messages */
     char first_err[300]; /* the engine's message at the first failed request */
     uint8_t *sb0;        /* block 0 as formatted: nothing may write it again */
+    /* Write-cache workloads: the log lives in the fault medium's last log_blocks blocks, after
+     * the store, so one event log orders both (0: no cache). */
+    uint64_t log_blocks;
 };
 
 static uint64_t rnd(struct wl *wl)
@@ -404,6 +408,78 @@ static const struct plx_fence_ops fwd_fence_ops = {
     .preempt = fwd_fence_preempt,
 };
 
+/* A window of blocks [first, first + nblocks) of a medium it does not own: the store and its
+ * write log share one fault medium, so every crash position cuts both at the same moment. (One
+ * medium also means one volatile cache: a flush of either makes both durable, which is kinder
+ * than two disks would be.) */
+struct win {
+    plx_backend base;
+    plx_backend *in;
+    uint64_t first;
+};
+
+static void win_done(struct plx_io *io, int status)
+{
+    struct plx_io *parent = io->owner;
+    free(io);
+    parent->done(parent, status);
+}
+
+static int win_submit(plx_backend *be, struct plx_io *io)
+{
+    struct win *w = (struct win *)be;
+    struct plx_io *c = malloc(sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    *c = *io;
+    if (io->op != PLX_IO_FLUSH)
+        c->block += w->first;
+    c->done = win_done;
+    c->owner = io;
+    int rc = w->in->ops->submit(w->in, c);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+static int win_poll(plx_backend *be, int timeout_ms)
+{
+    plx_backend *in = ((struct win *)be)->in;
+    return in->ops->poll(in, timeout_ms);
+}
+
+static int win_fd(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct win *)be)->in;
+    return in->ops->fd(in);
+}
+
+static unsigned win_inflight(const plx_backend *be)
+{
+    const plx_backend *in = ((const struct win *)be)->in;
+    return in->ops->inflight(in);
+}
+
+static const struct plx_backend_ops win_ops = {
+    .submit = win_submit,
+    .poll = win_poll,
+    .fd = win_fd,
+    .inflight = win_inflight,
+    .destroy = fwd_destroy,
+};
+
+static plx_backend *win_new(plx_backend *in, uint64_t first, uint64_t nblocks)
+{
+    struct win *w = calloc(1, sizeof *w);
+    ck_assert_ptr_nonnull(w);
+    w->base.ops = &win_ops;
+    w->base.nblocks = nblocks;
+    snprintf(w->base.desc, sizeof w->base.desc, "window %llu+%llu",
+             (unsigned long long)first, (unsigned long long)nblocks);
+    w->in = in;
+    w->first = first;
+    return &w->base;
+}
+
 static plx_backend *fwd_new(plx_backend *in)
 {
     struct fwd *f = calloc(1, sizeof *f);
@@ -417,9 +493,11 @@ static plx_backend *fwd_new(plx_backend *in)
 
 /* ---- Workload setup -------------------------------------------------------------------------- */
 
-static void wl_init(struct wl *wl, const char *name, uint64_t seed, uint64_t cache_bytes)
+static void wl_init_log(struct wl *wl, const char *name, uint64_t seed, uint64_t cache_bytes,
+                        uint64_t log_blocks)
 {
     memset(wl, 0, sizeof *wl);
+    wl->log_blocks = log_blocks;
     wl->name = name;
     wl->seed = seed;
     wl->rng = seed;
@@ -428,26 +506,50 @@ static void wl_init(struct wl *wl, const char *name, uint64_t seed, uint64_t cac
     snprintf(wl->where, sizeof wl->where, "workload");
 
     char err[256] = "";
-    plx_backend *mem = plx_backend_mem_create(STORE_BYTES / BS);
+    plx_backend *mem = plx_backend_mem_create(STORE_BYTES / BS + log_blocks);
     ck_assert_ptr_nonnull(mem);
     /* Junk everywhere first, as on a used disk: a block linked before its own contents are
      * durable then reads as junk instead of passing for zeros. */
     enum { JUNK_RUN = 256 };
     unsigned char *junk = plx_block_alloc(JUNK_RUN);
     memset(junk, 0xee, (size_t)JUNK_RUN * BS);
-    for (uint64_t b = 0; b < STORE_BYTES / BS; b += JUNK_RUN)
-        ck_assert_int_eq(tu_io(mem, PLX_IO_WRITE, b, JUNK_RUN, junk, 0), 0);
+    for (uint64_t b = 0; b < STORE_BYTES / BS + log_blocks; b += JUNK_RUN)
+        ck_assert_int_eq(tu_io(mem, PLX_IO_WRITE, b,
+                               (uint32_t)(STORE_BYTES / BS + log_blocks - b < JUNK_RUN
+                                              ? STORE_BYTES / BS + log_blocks - b
+                                              : JUNK_RUN),
+                               junk, 0),
+                         0);
     plx_block_free(junk);
-    int rc = plx_format_backend(mem, EXTENT_BYTES, err, sizeof err);
+    if (log_blocks)
+        plx_backend_mem_poke(mem, STORE_BYTES / BS, NULL); /* an empty log: its head is zero */
+    plx_backend *fmt = log_blocks ? win_new(mem, 0, STORE_BYTES / BS) : mem;
+    int rc = plx_format_backend(fmt, EXTENT_BYTES, err, sizeof err);
     ck_assert_msg(rc == 0, "format: %d %s", rc, err);
+    if (fmt != mem)
+        fmt->ops->destroy(fmt);
     wl->fb = plx_fault_create(mem, 0);
     ck_assert_ptr_nonnull(wl->fb);
     mem->ops->destroy(mem);
     wl->sb0 = plx_block_alloc(1);
     ck_assert_int_eq(tu_io(wl->fb, PLX_IO_READ, 0, 1, wl->sb0, 0), 0);
     struct plx_open_opts o = {.struct_size = sizeof o, .cache_bytes = cache_bytes};
-    rc = plx_store_open_backend(fwd_new(wl->fb), &o, &wl->st, err, sizeof err);
+    rc = plx_store_open_backend(log_blocks ? win_new(wl->fb, 0, STORE_BYTES / BS)
+                                           : fwd_new(wl->fb),
+                                &o, &wl->st, err, sizeof err);
     ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    if (log_blocks) {
+        /* This engine plays a process that crashes: its locks name a start time no process
+         * has, so the process that replays a crash image finds them stale. */
+        wl->st->epoch ^= 0x5a5a5a;
+        rc = plx_wlog_attach(wl->st, win_new(wl->fb, STORE_BYTES / BS, log_blocks), 1, "log");
+        ck_assert_msg(rc == 0, "attach the write log: %d %s", rc, plx_store_errmsg(wl->st));
+    }
+}
+
+static void wl_init(struct wl *wl, const char *name, uint64_t seed, uint64_t cache_bytes)
+{
+    wl_init_log(wl, name, seed, cache_bytes, 0);
 }
 
 static void wl_free(struct wl *wl)
@@ -550,6 +652,10 @@ static void open_vdi(struct wl *wl, int vi)
     struct mvdi *m = &wl->v[vi];
     int rc = plx_vdi_open(wl->st, m->name, 0, &m->h);
     ck_assert_msg(rc == 0, "open %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
+    if (wl->log_blocks) {
+        rc = plx_wlog_vdi_enable(m->h);
+        ck_assert_msg(rc == 0, "cache on for %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
+    }
 }
 
 static void close_vdi(struct wl *wl, int vi)
@@ -1462,10 +1568,33 @@ static void verify_image(struct wl *wl, plx_backend *img, uint64_t p, enum plx_c
     struct plx_open_opts o = {.struct_size = sizeof o, .read_only = 1, .cache_bytes = 2 * MIB};
     plx_store *st = NULL;
     char err[256] = "";
+    plx_backend *medium = img;
+    if (wl->log_blocks) {
+        /* Restart on this host: a new process (another start time) attaches the log, which is
+         * replayed, and closes the store again; then the store is checked as always. */
+        struct plx_open_opts wo = {.struct_size = sizeof wo, .cache_bytes = 2 * MIB};
+        int rc = plx_store_open_backend(win_new(medium, 0, STORE_BYTES / BS), &wo, &st, err,
+                                        sizeof err);
+        if (rc != 0) {
+            violation(wl, "the store does not open for the replay: %d %s", rc, err);
+            medium->ops->destroy(medium);
+            return;
+        }
+        rc = plx_wlog_attach(st, win_new(medium, STORE_BYTES / BS, wl->log_blocks), 0, "log");
+        if (rc != 0)
+            violation(wl, "the write log does not replay: %d %s", rc, plx_store_errmsg(st));
+        rc = plx_store_close(st);
+        if (rc != 0)
+            violation(wl, "closing the store after the replay: %d", rc);
+        st = NULL;
+        img = win_new(medium, 0, STORE_BYTES / BS);
+    }
     int rc = plx_store_open_backend(img, &o, &st, err, sizeof err);
     wl->images++;
     if (rc != 0) {
         violation(wl, "the store does not open: %d %s", rc, err);
+        if (medium != img)
+            medium->ops->destroy(medium);
         return;
     }
     uint8_t *buf = aligned_alloc(BS, 512 * BS);
@@ -1476,6 +1605,8 @@ static void verify_image(struct wl *wl, plx_backend *img, uint64_t p, enum plx_c
     rc = plx_store_close(st);
     if (rc != 0)
         violation(wl, "closing the read-only store: %d", rc);
+    if (medium != img)
+        medium->ops->destroy(medium);
     g_ctx[0] = 0;
 }
 
@@ -1512,7 +1643,8 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Close the workload's VDIs and store, then verify crash images at npos positions: a random
- * sample of the crash points plus points at and just before guest-visible completions. */
+ * sample of the crash points plus points at and just before guest-visible completions, and just
+ * after each snapshot was submitted. */
 static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned nsnap)
 {
     for (int vi = 0; vi < wl->nv; vi++)
@@ -1536,7 +1668,7 @@ static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned 
 
     /* Candidates tied to guest events: acknowledgements (the earliest positions where a
      * guarantee applies) and the position just before each. */
-    size_t ncand = 0, capc = 2 * (wl->nf + wl->ns + wl->nw + (size_t)wl->nv) + 2;
+    size_t ncand = 0, capc = 2 * (wl->nf + wl->nw + (size_t)wl->nv) + 5 * wl->ns + 2;
     uint64_t *cand = malloc(capc * sizeof *cand);
     ck_assert_ptr_nonnull(cand);
     for (size_t i = 0; i < wl->nf; i++)
@@ -1544,11 +1676,16 @@ static void crash_sweep(struct wl *wl, unsigned npos, unsigned nseeds, unsigned 
             cand[ncand++] = wl->f[i].done_pos;
             cand[ncand++] = wl->f[i].done_pos - 1;
         }
-    for (size_t i = 0; i < wl->ns; i++)
+    for (size_t i = 0; i < wl->ns; i++) {
         if (wl->s[i].done && wl->s[i].done_pos > 0) {
             cand[ncand++] = wl->s[i].done_pos;
             cand[ncand++] = wl->s[i].done_pos - 1;
         }
+        /* Just after the snapshot swapped roots: the data of writes before and after it in
+         * flight together (a snapshot waits only until earlier writes are in the tree). */
+        for (uint64_t d = 1; d <= 4; d *= 2)
+            cand[ncand++] = wl->s[i].sub_pos + d;
+    }
     for (size_t i = 0; i < wl->nw; i++)
         if (wl->w[i].fua && wl->w[i].acked && wl->w[i].ack_pos > 0)
             cand[ncand++] = wl->w[i].ack_pos;
@@ -1759,6 +1896,31 @@ static void wl_snap_storm(struct wl *wl)
                      .max_snaps = 140,
                      .label = 15};
     run_phase(wl, &mx, scale(520), 1u << a);
+}
+
+/* Snapshots between writes whose data is in flight (issue 16): a snapshot swaps roots once the
+ * writes before it are in the tree, not on the medium, so large writes on both sides of it, to
+ * the same leaves, have their data in flight together, and later writes copy leaves whose new
+ * links are not written yet. crash_sweep also puts crash points right after each snapshot's
+ * submission, where the writes around it are in flight. */
+static void wl_snap_inflight(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 320), R(600, 80)};
+    int a = add_vdi(wl, "inflight", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 90, .flush = 10, .max_nb = 32, .seq = true, .inflight = 32};
+    run_phase(wl, &fill, scale(30), 1u << a);
+    struct mix mx = {.write = 66,
+                     .fua = 3,
+                     .flush = 3,
+                     .snap = 16,
+                     .read = 12,
+                     .max_nb = 24,
+                     .hot = 50,
+                     .inflight = 64,
+                     .max_snaps = 60,
+                     .label = 10};
+    run_phase(wl, &mx, scale(360), 1u << a);
 }
 
 /* Labels and deletions of snapshots (requests in the stream, each one FUA rewrite of a log
@@ -2017,6 +2179,40 @@ static void wl_takeover(struct wl *wl)
     plx_store_close(first);
 }
 
+/* The write cache (wlog.c): two VDIs cached in a log a little above its smallest size, so the
+ * ring wraps and writers wait for the drain; writes, FUA writes, trims, flushes, snapshots and
+ * reads; in the middle the drain is held so the log fills with acknowledged writes only it
+ * holds. Every crash image is replayed (a new process attaches the log) before it is checked. */
+#define WCACHE_LOG_BLOCKS 640
+
+static void wl_wcache(struct wl *wl)
+{
+    static const struct range ra[] = {R(0, 200), R(600, 120)};
+    static const struct range rb[] = {R(30, 256)};
+    int a = add_vdi(wl, "wc-a", 4 * MIB, ra, 2);
+    int b = add_vdi(wl, "wc-b", 2 * MIB, rb, 1);
+    open_vdi(wl, a);
+    open_vdi(wl, b);
+    struct mix mx = {.write = 60,
+                     .fua = 6,
+                     .trim = 3,
+                     .flush = 8,
+                     .snap = 2,
+                     .read = 12,
+                     .max_nb = 16,
+                     .max_trim = 8,
+                     .inflight = 48,
+                     .max_snaps = 4};
+    run_phase(wl, &mx, scale(300), (1u << a) | (1u << b));
+    plx_wlog_pause_drain(wl->st, 1);
+    struct mix nosnap = mx;
+    nosnap.snap = 0;
+    nosnap.trim = 0; /* both wait for the drain */
+    run_phase(wl, &nosnap, scale(30), (1u << a) | (1u << b));
+    plx_wlog_pause_drain(wl->st, 0);
+    run_phase(wl, &mx, scale(200), (1u << a) | (1u << b));
+}
+
 struct workload {
     const char *name;
     void (*run)(struct wl *wl);
@@ -2030,21 +2226,60 @@ static const struct workload workloads[] = {
     {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
     {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
-    {"snap-edit", wl_snap_edit, 0},
+    {"snap-inflight", wl_snap_inflight, 0},  {"snap-edit", wl_snap_edit, 0},
 };
+/* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
+static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
 #define NWORKLOADS ((int)(sizeof workloads / sizeof workloads[0]))
 
 /* Each workload runs under this many seeds (full runs) or one (quick runs). */
 #define FULL_RUNS 2
 
+/* PLX_CRASH_SHARD=K/N runs only the workload runs whose index is K modulo N (the loop of this
+ * shard counts only those), the write-cache and EIO cases only in shard 0 and the registry
+ * cases only in shard N-1, so that N processes share the
+ * harness (make check runs two on two cores); unset, everything runs. */
+static unsigned g_shard, g_shards = 1;
+
+static void parse_shard(void)
+{
+    const char *e = getenv("PLX_CRASH_SHARD");
+    unsigned k, n;
+    if (e && sscanf(e, "%u/%u", &k, &n) == 2 && n > 0 && k < n) {
+        g_shard = k;
+        g_shards = n;
+    } else if (e) {
+        fprintf(stderr, "test_crash: PLX_CRASH_SHARD=%s is not K/N with K < N\n", e);
+        exit(2);
+    }
+}
+
+static int workload_runs(void)
+{
+    return NWORKLOADS * (tu_quick() ? 1 : FULL_RUNS);
+}
+
+static void run_workload(const struct workload *wk, int i, uint64_t run, uint64_t log_blocks);
+
 START_TEST(test_crash_workload)
 {
-    const struct workload *wk = &workloads[_i % NWORKLOADS];
-    uint64_t run = (uint64_t)(_i / NWORKLOADS);
+    int i = _i * (int)g_shards + (int)g_shard; /* this shard's _i-th run */
+    run_workload(&workloads[i % NWORKLOADS], i % NWORKLOADS, (uint64_t)(i / NWORKLOADS), 0);
+}
+END_TEST
+
+START_TEST(test_crash_wcache)
+{
+    run_workload(&wcache_workload, NWORKLOADS, (uint64_t)_i, WCACHE_LOG_BLOCKS);
+}
+END_TEST
+
+static void run_workload(const struct workload *wk, int i, uint64_t run, uint64_t log_blocks)
+{
     struct wl wl;
     double t0 = now_s();
-    wl_init(&wl, wk->name, 0xc0ffee00u + (uint64_t)(_i % NWORKLOADS) * 7919 + run * 104729,
-            wk->cache_bytes);
+    wl_init_log(&wl, wk->name, 0xc0ffee00u + (uint64_t)i * 7919 + run * 104729, wk->cache_bytes,
+                log_blocks);
     wk->run(&wl);
     verify_live(&wl);
     crash_sweep(&wl, npositions(), nseeds(), tu_quick() ? 3 : 4);
@@ -2053,7 +2288,6 @@ START_TEST(test_crash_workload)
     wl_free(&wl);
     ck_assert_msg(v == 0, "workload %s: %llu violations (see VIOLATION lines)", wk->name, v);
 }
-END_TEST
 
 /* ---- Error injection ------------------------------------------------------------------------- */
 
@@ -2519,7 +2753,8 @@ START_TEST(test_eio_overlapping_write)
 END_TEST
 
 /* A write to a new block whose data write fails, while a snapshot and a write to a neighbouring
- * block (which copies the leaf again) went in behind it: the failed block must read as before. */
+ * block (which copies the leaf again) went in behind it: the failed block must read as before,
+ * and the snapshot, which swapped roots while W's data was in flight, fails. */
 START_TEST(test_eio_write_snapshot_cow)
 {
     struct wl wl;
@@ -2529,13 +2764,16 @@ START_TEST(test_eio_write_snapshot_cow)
     wl.expect_ok = false;
     snprintf(wl.where, sizeof wl.where, "data write of W fails after S and W2 went in");
     plx_fault_fail_nth(wl.fb, 1, -EIO); /* the next I/O: W's data write */
-    size_t w = wl.nw;
+    size_t w = wl.nw, s = wl.ns;
     sub_write(&wl, a, 30, 1, false, false); /* W */
     sub_snap(&wl, a, false);                /* S: W is mutated, its data in flight */
     sub_write(&wl, a, 31, 1, false, false); /* W2: copies the leaf W linked */
     drain(&wl);
     ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
     ck_assert_msg(wl.w[w].status == -EIO, "W: %d (%s)", wl.w[w].status, wl.first_err);
+    /* S swapped roots before W's data failed: it fails rather than freeze a block never
+     * written (and W2, in its batch, with it). */
+    ck_assert_msg(wl.s[s].status == -EIO, "S: %d", wl.s[s].status);
     sub_read(&wl, a, 28, 6);
     drain(&wl);
     eio_after(&wl, a);
@@ -2972,29 +3210,38 @@ static Suite *crash_suite(void)
     Suite *s = suite_create("crash");
     TCase *tc = tcase_create("workloads");
     tcase_set_timeout(tc, 900);
-    tcase_add_loop_test(tc, test_crash_workload, 0, NWORKLOADS * (tu_quick() ? 1 : FULL_RUNS));
+    int runs = workload_runs(), mine = (runs - (int)g_shard + (int)g_shards - 1) / (int)g_shards;
+    tcase_add_loop_test(tc, test_crash_workload, 0, mine);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("eio");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_eio_data_read);
-    tcase_add_test(tc, test_eio_data_write);
-    tcase_add_loop_test(tc, test_eio_metadata_write, 0, 3);
-    tcase_add_test(tc, test_eio_flush);
-    tcase_add_test(tc, test_eio_first_snapshot);
-    tcase_add_test(tc, test_snapshot_label_in_flight);
-    tcase_add_test(tc, test_eio_overlapping_write);
-    tcase_add_test(tc, test_eio_write_snapshot_cow);
-    tcase_add_test(tc, test_snapshot_commit_order);
-    tcase_add_test(tc, test_reopen_commit_order);
-    tcase_add_loop_test(tc, test_eio_nth, 0, 2);
-    suite_add_tcase(s, tc);
+    if (g_shard == 0) { /* the write-cache and EIO cases */
+        tc = tcase_create("wcache");
+        tcase_set_timeout(tc, 900);
+        tcase_add_loop_test(tc, test_crash_wcache, 0, 1); /* one seed: some 15 s in full runs */
+        suite_add_tcase(s, tc);
 
-    tc = tcase_create("registry");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_crash_registry);
-    tcase_add_test(tc, test_crash_upgrade);
-    suite_add_tcase(s, tc);
+        tc = tcase_create("eio");
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, test_eio_data_read);
+        tcase_add_test(tc, test_eio_data_write);
+        tcase_add_loop_test(tc, test_eio_metadata_write, 0, 3);
+        tcase_add_test(tc, test_eio_flush);
+        tcase_add_test(tc, test_eio_first_snapshot);
+        tcase_add_test(tc, test_snapshot_label_in_flight);
+        tcase_add_test(tc, test_eio_overlapping_write);
+        tcase_add_test(tc, test_eio_write_snapshot_cow);
+        tcase_add_test(tc, test_snapshot_commit_order);
+        tcase_add_test(tc, test_reopen_commit_order);
+        tcase_add_loop_test(tc, test_eio_nth, 0, 2);
+        suite_add_tcase(s, tc);
+    }
+    if (g_shard == g_shards - 1) { /* the registry cases */
+        tc = tcase_create("registry");
+        tcase_set_timeout(tc, 900);
+        tcase_add_test(tc, test_crash_registry);
+        tcase_add_test(tc, test_crash_upgrade);
+        suite_add_tcase(s, tc);
+    }
     return s;
 }
 
@@ -3005,7 +3252,9 @@ int main(void)
     g_tot = shared != MAP_FAILED ? shared : &g_tot_local;
     memset(g_tot, 0, sizeof *g_tot);
     install_death_report();
-    printf("test_crash: %s mode\n", tu_quick() ? "quick" : "full");
+    parse_shard();
+    printf("test_crash: %s mode, shard %u of %u\n", tu_quick() ? "quick" : "full", g_shard + 1,
+           g_shards);
     fflush(stdout);
     int rc = tu_run_suite(crash_suite());
     printf("crash: %llu crash points (positions x modes), %d workloads (%llu runs), %llu failures "

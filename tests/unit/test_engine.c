@@ -1437,6 +1437,67 @@ START_TEST(test_async_snapshot_between_batches)
 }
 END_TEST
 
+/* A snapshot does not drain the queue (issue 16). The medium holds back the data write of a
+ * write that allocates a block; a snapshot submitted after it swaps roots as soon as that write
+ * is in the tree, and a write after the snapshot (to the same leaf, so it copies the leaf with
+ * the new link in it) reaches the medium while the first is still held. The snapshot completes
+ * only once the held data is written, and holds it; the later write is not in it. */
+START_TEST(test_snapshot_does_not_drain)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "d", 4 * MiB);
+    plx_vdi *v = open_vdi(st, "d", 0);
+    unsigned char *old = plx_block_alloc(1), *a = plx_block_alloc(1), *b = plx_block_alloc(1);
+    pattern(old, BS, 1, 0);
+    pwrite_ok(st, v, old, 0, BS); /* the leaf exists and is on the medium */
+    pattern(a, BS, 2, 2);
+    pattern(b, BS, 3, 1);
+    int in_submit = 0;
+    struct cb_rec recs[3];
+    for (int i = 0; i < 3; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    uint64_t idx = 0;
+    tu_hold_next_write();
+    OK(st, plx_vdi_submit_write(v, a, 2 * BS, BS, 0, rec_cb, &recs[0]));
+    ck_assert_uint_eq(tu_held(), 1); /* the data write of block 2 */
+    OK(st, plx_vdi_submit_snapshot(v, "mid", &idx, rec_cb, &recs[1]));
+    OK(st, plx_vdi_submit_write(v, b, 1 * BS, BS, 0, rec_cb, &recs[2]));
+    for (int i = 0; i < 200 && !tu_write_seen(b); i++) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        usleep(1000);
+    }
+    ck_assert_uint_eq(tu_held(), 1);
+    ck_assert_msg(tu_write_seen(b),
+                  "the write after the snapshot waited for the held write before it: the "
+                  "snapshot drained the queue");
+    ck_assert_msg(!recs[1].fired, "the snapshot completed before the data of a write in it");
+    tu_release_held();
+    drain_all(st, recs, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(recs[i].status == 0, "request %d: %d (%s)", i, recs[i].status,
+                      plx_store_errmsg(st));
+        ck_assert_int_eq(recs[i].bad_context, 0);
+    }
+    ck_assert_uint_eq(idx, 1);
+    expect_bytes(st, v, old, 0, BS, "vdi block 0");
+    expect_bytes(st, v, b, BS, BS, "vdi block 1, written after the snapshot");
+    expect_bytes(st, v, a, 2 * BS, BS, "vdi block 2, written before the snapshot");
+    close_vdi(st, v);
+    v = open_vdi(st, "d@mid", 0);
+    expect_bytes(st, v, old, 0, BS, "snapshot block 0");
+    expect_zero(st, v, BS, BS, "snapshot block 1 (written after it)");
+    expect_bytes(st, v, a, 2 * BS, BS, "snapshot block 2 (written before it, held)");
+    close_vdi(st, v);
+    check_clean(st, "snapshot beside a held write");
+    close_ok(st);
+    plx_block_free(old);
+    plx_block_free(a);
+    plx_block_free(b);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 /* Two snapshots submitted back to back, the second labelled: both succeed, in order, and the
  * second label is unique. */
 START_TEST(test_async_two_snapshots)
@@ -2091,6 +2152,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_many_in_flight);
     tcase_add_test(tc, test_async_same_block_order);
     tcase_add_test(tc, test_async_snapshot_between_batches);
+    tcase_add_test(tc, test_snapshot_does_not_drain);
     tcase_add_test(tc, test_async_two_snapshots);
     tcase_add_test(tc, test_async_snapshot_burst);
     tcase_add_test(tc, test_async_duplicate_label_in_flight);

@@ -103,8 +103,72 @@ unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 static struct plx_backend_ops keep_ops;
 static int (*forward_submit)(plx_backend *be, struct plx_io *io);
 
+static int (*forward_poll)(plx_backend *be, int timeout_ms);
+static unsigned (*forward_inflight)(const plx_backend *be);
+
+/* Held writes and where they go when released; the buffers of writes seen since the hold. */
+#define TU_MAX_HELD 8
+#define TU_MAX_SEEN 256
+static int hold_next;
+static struct plx_io *held[TU_MAX_HELD];
+static plx_backend *held_be[TU_MAX_HELD];
+static unsigned nheld;
+static const void *seen[TU_MAX_SEEN];
+static unsigned nseen;
+
+void tu_hold_next_write(void)
+{
+    hold_next = 1;
+    nseen = 0;
+}
+
+unsigned tu_held(void)
+{
+    return nheld;
+}
+
+void tu_release_held(void)
+{
+    for (unsigned i = 0; i < nheld; i++) {
+        int rc = forward_submit(held_be[i], held[i]);
+        ck_assert_msg(rc == 0, "submitting a held write: %d", rc);
+    }
+    nheld = 0;
+}
+
+int tu_write_seen(const void *buf)
+{
+    for (unsigned i = 0; i < nseen; i++)
+        if (seen[i] == buf)
+            return 1;
+    return 0;
+}
+
+static unsigned keep_inflight(const plx_backend *be)
+{
+    return forward_inflight(be) + nheld;
+}
+
+static int keep_poll(plx_backend *be, int timeout_ms)
+{
+    /* Waiting for a completion while the only I/O in flight is held would wait forever. */
+    if (timeout_ms < 0 && nheld && forward_inflight(be) == 0)
+        timeout_ms = 0;
+    return forward_poll(be, timeout_ms);
+}
+
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
+    if (io->op == PLX_IO_WRITE && nseen < TU_MAX_SEEN)
+        seen[nseen++] = io->buf;
+    if (io->op == PLX_IO_WRITE && hold_next) {
+        ck_assert_uint_lt(nheld, TU_MAX_HELD);
+        hold_next = 0;
+        tu_writes++;
+        held[nheld] = io;
+        held_be[nheld++] = be;
+        return 0;
+    }
     if (io->op == PLX_IO_FLUSH)
         tu_flushes++;
     if (io->op == PLX_IO_READ) {
@@ -121,7 +185,11 @@ plx_backend *tu_keep_wrap(plx_backend *inner)
     if (!keep_ops.submit) {
         plx_backend_stack_forward_ops(&keep_ops);
         forward_submit = keep_ops.submit;
+        forward_poll = keep_ops.poll;
+        forward_inflight = keep_ops.inflight;
         keep_ops.submit = keep_submit;
+        keep_ops.poll = keep_poll;
+        keep_ops.inflight = keep_inflight;
     }
     struct plx_backend_stack *k = calloc(1, sizeof(*k));
     ck_assert_ptr_nonnull(k);

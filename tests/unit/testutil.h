@@ -44,6 +44,17 @@ plx_backend *tu_keep_wrap(plx_backend *inner);
  * so far: what reaches the medium, for tests of placement and request merging. */
 extern unsigned long tu_flushes, tu_reads, tu_read_blocks, tu_writes;
 
+/* Holding a write back (tests of request ordering), through tu_keep_wrap backends: after
+ * tu_hold_next_write() the next write submitted is not passed to the medium but kept until
+ * tu_release_held(), so it stays in flight for as long as the test likes. */
+void tu_hold_next_write(void);
+/* Writes held now. */
+unsigned tu_held(void);
+/* Pass the held writes to the medium (they complete from a later poll). */
+void tu_release_held(void);
+/* Was a write whose data starts at buf submitted (held or not) since tu_hold_next_write()? */
+int tu_write_seen(const void *buf);
+
 /* Rewrite the version-2 store on `be` (no process may have it open) in format version 1's
  * layout: every VDI record copied, in id order, into the fixed registry slots of extent 0, the
  * state block and superblock of version 1. What `parallax upgrade` converts back. */

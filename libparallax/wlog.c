@@ -1,0 +1,1978 @@
+/*
+ * wlog.c - the write cache: a per-host write log on local disk (layer 6; wlog.h).
+ *
+ * The log is a ring of batches on the side medium (st->side_be): block 0 is the head block
+ * (whose blockstore and host, where the durable tail is), and each batch is one log write, a
+ * header block listing up to 126 records followed by their data (docs/FORMAT.md §12).
+ *
+ * Life of a cached write: it waits in its VDI's queue (FIFO, so sub-block writes can read the
+ * edges of their blocks first), is copied into the gathering batch and indexed, and completes
+ * when its batch is written. A batch is sealed and written at the end of the service pass that
+ * filled it, up to MAX_FLYING at once; while those fly, the next one gathers. A flush completes
+ * after a log flush issued once every batch sealed before it was written. The drain takes the
+ * oldest written batches (a round; a round never spans a guest flush), reads their data back,
+ * submits it to the pipeline in log order, flushes the VDIs it touched, and then writes the
+ * head block with the new tail (FUA). Only then is the ring space reused.
+ *
+ * If the log fails (EIO on a write or flush), the cache falls back to write-through: batches
+ * not written stay in memory, every VDI's record stops naming the log once the batches before
+ * them are drained, and their requests complete when the drain has made them durable in the
+ * store.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+#include "lock.h"
+#include "registry.h"
+#include "vdi.h"
+#include "wlog.h"
+
+#define BS PLX_BLOCK_SIZE
+#define MAX_DATA 256u      /* data blocks per batch (1 MiB) */
+#define MAX_FLYING 4u      /* batch writes in flight */
+#define MAX_SEALED 2u      /* sealed batches waiting for room or a write slot */
+#define ROUND_BLOCKS 4096u /* data blocks per drain round (16 MiB) */
+#define MIN_LOG_BLOCKS (1u + 2u * (1u + MAX_DATA))
+
+enum bstate { B_GATHER, B_SEALED, B_FLYING, B_WRITTEN, B_DRAINING };
+
+struct wreq;
+
+struct went {
+    uint64_t vdi_id, vblock;
+    uint32_t nblocks, data_off;
+    struct wreq *req; /* the request it belongs to (NULL once acknowledged) */
+};
+
+struct wbatch {
+    struct plx_wlog *wl;
+    uint64_t seq, pos;
+    uint32_t ndata, nent;
+    enum bstate state;
+    bool barrier;     /* a guest flush lies between it and the batches before: drain flushes */
+    bool memory_only; /* the log failed: drained from buf, its requests complete then */
+    uint8_t *buf;     /* header block + data, while not written (memory_only: until drained) */
+    uint8_t *rbuf;    /* drain: the data read back */
+    struct went ent[PLX_WLOG_PER_BATCH];
+    struct plx_ev ev;
+    struct wbatch *next;
+};
+
+/* Index: (VDI, virtual block) -> the newest record of it not yet drained. */
+struct ient {
+    uint64_t vdi_id, vblock;
+    struct wbatch *b;
+    uint32_t blk; /* data block within the batch */
+    struct ient *next;
+};
+
+enum qkind { Q_WRITE, Q_TRIM, Q_SNAP, Q_READ };
+
+/* A request of a cached VDI waiting in, or passed through, its queue. */
+struct wreq {
+    struct plx_vdi *v;
+    enum qkind kind;
+    plx_done_fn cb;
+    void *arg;
+    int status;
+    uint64_t off, len;
+    uint64_t b0, b1, next_b; /* blocks; next_b: appended up to */
+    const uint8_t *src;      /* block-aligned source of blocks b0..b1 */
+    uint8_t *merged;         /* sub-block writes: the whole blocks, edges read first */
+    const uint8_t *ubuf;
+    void *rbuf; /* Q_READ: the caller's buffer */
+    unsigned flags;
+    bool edges_started, ready, all_appended, held;
+    unsigned edge_pending;
+    uint8_t *edge;           /* two blocks: head and tail edge */
+    unsigned pieces;         /* appended pieces whose batch is not written yet */
+    uint64_t last_seq;
+    char label[PLX_LABEL_MAX + 1];
+    uint64_t *index_out;
+    struct wreq *qnext;
+    struct plx_deferred done;
+};
+
+struct wflush {
+    uint64_t need_seq;
+    plx_done_fn cb;
+    void *arg;
+    struct wreq *req; /* a FUA write completing through this flush, else NULL */
+    int status;
+    struct wflush *next;
+    struct plx_deferred done;
+};
+
+struct plx_wlog_vdi {
+    struct plx_vdi *v;
+    struct wreq *q_head, *q_tail;
+    struct wreq *held_head, *held_tail; /* submitted while turning the cache off */
+    uint64_t records;                   /* appended and not yet drained */
+    bool detaching, touched;
+    bool direct_dirty; /* a trim went straight to the pipeline: flushes flush the store too */
+    struct plx_wlog_vdi *next;
+};
+
+struct plx_wlog {
+    plx_store *st;
+    plx_backend *be;
+    char desc[128];
+    uint64_t nblocks, log_id;
+    struct plx_wlog_head *head; /* the head block as last written */
+    struct wbatch *first, *last, *gather, *last_placed;
+    /* The oldest batch not yet written (sealed or flying), the gathering one, or NULL: every
+     * batch before it is written, so flushes and the kick start here, not at `first`. */
+    struct wbatch *first_unwritten;
+    uint64_t next_seq, head_pos, released_seq, barrier_seq;
+    unsigned flying, sealed;
+    bool kick_queued;
+    struct plx_deferred kick;
+    struct wflush *fl_wait, *fl_fly;
+    bool flush_inflight;
+    struct plx_ev flush_ev;
+    /* drain */
+    bool round_active, release_waiting;
+    unsigned round_pending, log_reads;
+    int round_status;
+    struct wbatch *round_last; /* newest batch of the round */
+    struct plx_ev head_ev;
+    struct plx_vdi **touched;
+    size_t ntouched, captouched;
+    uint8_t *spare[4]; /* batch buffers to reuse */
+    unsigned nspare;
+    /* index */
+    struct ient **tab;
+    size_t mask, nidx;
+    /* state */
+    bool failed, fields_cleared, drain_paused;
+    int drain_error;
+    char error[256];
+    uint64_t backlog_records, backlog_blocks, drained_bytes, attach_ns, replayed_records;
+    struct plx_wlog_vdi *vdis;
+    int lock_fd;
+};
+
+static void kick_later(struct plx_wlog *wl);
+static void drain_kick(struct plx_wlog *wl);
+static void process_all(struct plx_wlog *wl);
+static void flush_kick(struct plx_wlog *wl);
+
+/* ---- Index ------------------------------------------------------------------------------------ */
+
+static size_t ihash(const struct plx_wlog *wl, uint64_t vdi, uint64_t vb)
+{
+    uint64_t x = vdi * 0x9e3779b97f4a7c15ull ^ vb * 0xc2b2ae3d27d4eb4full;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (size_t)x & wl->mask;
+}
+
+static struct ient *ifind(const struct plx_wlog *wl, uint64_t vdi, uint64_t vb)
+{
+    for (struct ient *e = wl->tab[ihash(wl, vdi, vb)]; e; e = e->next)
+        if (e->vdi_id == vdi && e->vblock == vb)
+            return e;
+    return NULL;
+}
+
+static void igrow(struct plx_wlog *wl)
+{
+    size_t n = (wl->mask + 1) * 2;
+    struct ient **old = wl->tab;
+    size_t oldn = wl->mask + 1;
+    struct ient **tab = calloc(n, sizeof *tab);
+    if (!tab)
+        return; /* keep the smaller table: slower, still right */
+    wl->tab = tab;
+    wl->mask = n - 1;
+    for (size_t i = 0; i < oldn; i++)
+        for (struct ient *e = old[i], *nx; e; e = nx) {
+            nx = e->next;
+            size_t h = ihash(wl, e->vdi_id, e->vblock);
+            e->next = tab[h];
+            tab[h] = e;
+        }
+    free(old);
+}
+
+static int iset(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, struct wbatch *b, uint32_t blk)
+{
+    struct ient *e = ifind(wl, vdi, vb);
+    if (!e) {
+        e = malloc(sizeof *e);
+        if (!e)
+            return -ENOMEM;
+        e->vdi_id = vdi;
+        e->vblock = vb;
+        size_t h = ihash(wl, vdi, vb);
+        e->next = wl->tab[h];
+        wl->tab[h] = e;
+        if (++wl->nidx > wl->mask + 1)
+            igrow(wl);
+    }
+    e->b = b;
+    e->blk = blk;
+    return 0;
+}
+
+/* Forget (vdi, vb) if its newest record is in batch b. */
+static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, const struct wbatch *b)
+{
+    for (struct ient **pp = &wl->tab[ihash(wl, vdi, vb)]; *pp; pp = &(*pp)->next) {
+        struct ient *e = *pp;
+        if (e->vdi_id == vdi && e->vblock == vb) {
+            if (e->b == b) {
+                *pp = e->next;
+                free(e);
+                wl->nidx--;
+            }
+            return;
+        }
+    }
+}
+
+/* ---- Blocking I/O on the log (attach, replay, detach: nothing else in flight) ---------------- */
+
+static void side_sync_done(struct plx_io *io, int status)
+{
+    int *r = io->owner;
+    r[0] = status;
+    r[1] = 1;
+}
+
+static int side_sync(struct plx_wlog *wl, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
+                     unsigned flags)
+{
+    int r[2] = {0, 0};
+    struct plx_io io = {.op = op, .flags = flags, .block = block, .nblocks = n, .buf = buf};
+    io.done = side_sync_done;
+    io.owner = r;
+    int rc = wl->be->ops->submit(wl->be, &io);
+    if (rc)
+        return rc;
+    while (!r[1]) {
+        rc = wl->be->ops->poll(wl->be, -1);
+        if (rc < 0 && rc != -EINTR)
+            return rc;
+    }
+    return r[0];
+}
+
+/* ---- Requests ------------------------------------------------------------------------------ */
+
+static void wreq_run_done(struct plx_deferred *d)
+{
+    struct wreq *r = (struct wreq *)((char *)d - offsetof(struct wreq, done));
+    plx_done_fn cb = r->cb;
+    void *arg = r->arg;
+    int status = r->status;
+    plx_block_free(r->merged);
+    plx_block_free(r->edge);
+    free(r);
+    cb(arg, status);
+}
+
+static void wreq_complete(struct plx_wlog *wl, struct wreq *r, int status)
+{
+    if (status && !r->status)
+        r->status = status;
+    r->done.run = wreq_run_done;
+    plx_defer(wl->st, &r->done);
+}
+
+static void wflush_run_done(struct plx_deferred *d)
+{
+    struct wflush *f = (struct wflush *)((char *)d - offsetof(struct wflush, done));
+    if (f->req) {
+        struct wreq *r = f->req;
+        if (f->status && !r->status)
+            r->status = f->status;
+        r->done.run = wreq_run_done;
+        free(f);
+        wreq_run_done(&r->done);
+        return;
+    }
+    plx_done_fn cb = f->cb;
+    void *arg = f->arg;
+    int status = f->status;
+    free(f);
+    cb(arg, status);
+}
+
+static void wflush_complete(struct plx_wlog *wl, struct wflush *f, int status)
+{
+    f->status = status;
+    f->done.run = wflush_run_done;
+    plx_defer(wl->st, &f->done);
+}
+
+static int add_flush_waiter(struct plx_wlog *wl, uint64_t need, plx_done_fn cb, void *arg,
+                            struct wreq *r)
+{
+    struct wflush *f = calloc(1, sizeof *f);
+    if (!f)
+        return plx_err(wl->st, -ENOMEM, "out of memory");
+    f->need_seq = need;
+    f->cb = cb;
+    f->arg = arg;
+    f->req = r;
+    struct wflush **pp = &wl->fl_wait;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = f;
+    flush_kick(wl);
+    return 0;
+}
+
+/* One piece of r is written to the log (or, durable = true, drained into the store). */
+static void piece_done(struct plx_wlog *wl, struct wreq *r, uint64_t seq, bool durable)
+{
+    if (seq > r->last_seq)
+        r->last_seq = seq;
+    if (--r->pieces || !r->all_appended)
+        return;
+    if ((r->flags & PLX_WRITE_FUA) && !durable) {
+        if (add_flush_waiter(wl, r->last_seq, NULL, NULL, r))
+            wreq_complete(wl, r, -ENOMEM);
+        return;
+    }
+    wreq_complete(wl, r, 0);
+}
+
+/* ---- Batches ----------------------------------------------------------------------------------- */
+
+/* Batch buffers (1 MiB + 4 KiB) are kept for reuse: a lone writer at QD1 would otherwise
+ * allocate and zero one per write. Nothing in them needs to be zero (the header is rebuilt
+ * whole, data areas are written before they are read). */
+static uint8_t *buf_get(struct plx_wlog *wl)
+{
+    if (wl->nspare)
+        return wl->spare[--wl->nspare];
+    void *p = NULL;
+    if (posix_memalign(&p, BS, (size_t)BS * (1 + MAX_DATA)))
+        abort(); /* as plx_block_alloc: out of memory */
+    return p;
+}
+
+static void buf_put(struct plx_wlog *wl, uint8_t *buf)
+{
+    if (!buf)
+        return;
+    if (wl->nspare < sizeof wl->spare / sizeof wl->spare[0])
+        wl->spare[wl->nspare++] = buf;
+    else
+        free(buf);
+}
+
+static struct wbatch *gather_get(struct plx_wlog *wl)
+{
+    if (wl->gather)
+        return wl->gather;
+    if (wl->sealed >= MAX_SEALED)
+        return NULL;
+    struct wbatch *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->wl = wl;
+    b->buf = buf_get(wl);
+    b->state = B_GATHER;
+    b->memory_only = wl->failed;
+    if (wl->last)
+        wl->last->next = b;
+    else
+        wl->first = b;
+    wl->last = b;
+    wl->gather = b;
+    return b;
+}
+
+static void seal(struct plx_wlog *wl, struct wbatch *b)
+{
+    b->state = B_SEALED;
+    b->seq = wl->next_seq++;
+    if (!wl->first_unwritten)
+        wl->first_unwritten = b;
+    if (b->seq == wl->barrier_seq)
+        b->barrier = true;
+    wl->gather = NULL;
+    wl->sealed++;
+    kick_later(wl); /* a sealed batch is written by the next kick */
+}
+
+/* Move first_unwritten past the batches written since. */
+static void advance_unwritten(struct plx_wlog *wl)
+{
+    struct wbatch *b = wl->first_unwritten;
+    while (b && b->state >= B_WRITTEN)
+        b = b->next;
+    wl->first_unwritten = b;
+}
+
+/* Every batch up to this seq is written (or drained). */
+static uint64_t written_contig(struct plx_wlog *wl)
+{
+    advance_unwritten(wl);
+    const struct wbatch *b = wl->first_unwritten;
+    if (!b || b->state == B_GATHER)
+        return wl->next_seq - 1;
+    return b->seq - 1;
+}
+
+/* Find room in the ring for b after the placed batches; false when the drain must free some. */
+static bool place(struct plx_wlog *wl, struct wbatch *b)
+{
+    uint64_t n = 1 + (uint64_t)b->ndata;
+    uint64_t p;
+    struct wbatch *oldest = wl->last_placed ? wl->first : NULL;
+    if (!oldest) {
+        p = wl->head_pos + n <= wl->nblocks ? wl->head_pos : 1;
+    } else if (wl->last_placed->pos >= oldest->pos) { /* not wrapped: tail ... head */
+        if (wl->head_pos + n <= wl->nblocks)
+            p = wl->head_pos;
+        else if (1 + n <= oldest->pos)
+            p = 1;
+        else
+            return false;
+    } else if (wl->head_pos + n <= oldest->pos) {
+        p = wl->head_pos;
+    } else {
+        return false;
+    }
+    b->pos = p;
+    wl->head_pos = p + n;
+    wl->last_placed = b;
+    return true;
+}
+
+static void enter_failed(struct plx_wlog *wl, int err, const char *what)
+{
+    if (wl->failed)
+        return;
+    wl->failed = true;
+    snprintf(wl->error, sizeof wl->error,
+             "%s on write log %s failed (%s): writes go through to the store from now on",
+             what, wl->desc, strerror(-err));
+    fprintf(stderr, "parallax: %s\n", wl->error);
+    /* Batches not yet written never will be: they are drained from memory. */
+    for (struct wbatch *b = wl->first; b; b = b->next)
+        if (b->state == B_GATHER || b->state == B_SEALED)
+            b->memory_only = true;
+    /* Flushes waiting for the log now wait for the drain. */
+    if (wl->flush_inflight) {
+        /* their flush completes with an error and moves them back */
+    }
+}
+
+static void batch_written(struct plx_store *st, struct plx_ev *ev)
+{
+    struct wbatch *b = ev->ctx;
+    struct plx_wlog *wl = b->wl;
+    wl->flying--;
+    advance_unwritten(wl);
+    if (ev->status) {
+        enter_failed(wl, ev->status, "a write");
+        b->memory_only = true;
+        b->state = B_WRITTEN;
+    } else {
+        b->state = B_WRITTEN;
+        if (!b->memory_only) {
+            buf_put(wl, b->buf);
+            b->buf = NULL;
+            for (uint32_t i = 0; i < b->nent; i++)
+                if (b->ent[i].req) {
+                    struct wreq *r = b->ent[i].req;
+                    b->ent[i].req = NULL;
+                    piece_done(wl, r, b->seq, false);
+                }
+        }
+    }
+    flush_kick(wl);
+    process_all(wl);
+    kick_later(wl);
+    drain_kick(wl);
+}
+
+static void write_batch(struct plx_wlog *wl, struct wbatch *b)
+{
+    struct plx_wlog_batch *h = (struct plx_wlog_batch *)b->buf;
+    memset(h, 0, BS);
+    h->log_id = wl->log_id;
+    h->seq = b->seq;
+    h->nblocks = 1 + b->ndata;
+    h->count = b->nent;
+    for (uint32_t i = 0; i < b->nent; i++) {
+        const struct went *e = &b->ent[i];
+        h->entries[i].vdi_id = e->vdi_id;
+        h->entries[i].vblock = e->vblock;
+        h->entries[i].nblocks = e->nblocks;
+        h->entries[i].op = PLX_WLOG_OP_WRITE;
+        h->entries[i].data_crc = plx_crc32c((uint32_t)b->seq, b->buf + BS * (1 + e->data_off),
+                                            (size_t)e->nblocks * BS);
+    }
+    plx_blkhdr_seal(h, PLX_MAGIC_WLOG_BATCH, b->pos);
+    b->ev.io = (struct plx_io){.op = PLX_IO_WRITE, .block = b->pos, .nblocks = 1 + b->ndata,
+                               .buf = b->buf};
+    b->ev.handler = batch_written;
+    b->ev.ctx = b;
+    b->state = B_FLYING;
+    wl->sealed--;
+    wl->flying++;
+    int rc = plx_submit_side(wl->st, &b->ev);
+    if (rc) {
+        b->ev.status = rc;
+        wl->st->internal_ios++; /* batch_written is run as if it completed */
+        batch_written(wl->st, &b->ev);
+    }
+}
+
+static void kick_run(struct plx_deferred *d)
+{
+    struct plx_wlog *wl = (struct plx_wlog *)((char *)d - offsetof(struct plx_wlog, kick));
+    wl->kick_queued = false;
+    bool moved = false; /* a gather slot came free: stalled queues may go on */
+    if (wl->gather && wl->gather->nent && wl->flying < MAX_FLYING) {
+        seal(wl, wl->gather);
+        moved = true;
+    }
+    advance_unwritten(wl);
+    for (struct wbatch *b = wl->first_unwritten; b; b = b->next) {
+        if (b->state != B_SEALED)
+            continue;
+        if (b->memory_only) {
+            b->state = B_WRITTEN;
+            wl->sealed--;
+            moved = true;
+            continue;
+        }
+        if (wl->flying >= MAX_FLYING || !place(wl, b))
+            break;
+        write_batch(wl, b);
+        moved = true;
+    }
+    if (moved)
+        process_all(wl);
+    drain_kick(wl);
+}
+
+static void kick_later(struct plx_wlog *wl)
+{
+    if (wl->kick_queued)
+        return;
+    wl->kick_queued = true;
+    wl->kick.run = kick_run;
+    plx_defer(wl->st, &wl->kick);
+}
+
+/* ---- Flushes ------------------------------------------------------------------------------------ */
+
+static void log_flushed(struct plx_store *st, struct plx_ev *ev)
+{
+    struct plx_wlog *wl = ev->ctx;
+    wl->flush_inflight = false;
+    struct wflush *f = wl->fl_fly;
+    wl->fl_fly = NULL;
+    if (ev->status) {
+        enter_failed(wl, ev->status, "a flush");
+        /* Back to waiting: in write-through they complete when the drain made them durable. */
+        while (f) {
+            struct wflush *nx = f->next;
+            f->next = wl->fl_wait;
+            wl->fl_wait = f;
+            f = nx;
+        }
+    }
+    while (f) {
+        struct wflush *nx = f->next;
+        wflush_complete(wl, f, 0);
+        f = nx;
+    }
+    flush_kick(wl);
+}
+
+static void flush_kick(struct plx_wlog *wl)
+{
+    if (wl->failed) {
+        for (struct wflush **pp = &wl->fl_wait; *pp;) {
+            struct wflush *f = *pp;
+            if (f->need_seq <= wl->released_seq) {
+                *pp = f->next;
+                wflush_complete(wl, f, 0);
+            } else {
+                pp = &f->next;
+            }
+        }
+        return;
+    }
+    if (wl->flush_inflight || !wl->fl_wait)
+        return;
+    uint64_t contig = written_contig(wl);
+    for (struct wflush **pp = &wl->fl_wait; *pp;) {
+        struct wflush *f = *pp;
+        if (f->need_seq <= contig) {
+            *pp = f->next;
+            f->next = wl->fl_fly;
+            wl->fl_fly = f;
+        } else {
+            pp = &f->next;
+        }
+    }
+    if (!wl->fl_fly)
+        return;
+    /* Batches after `contig` may hold writes submitted after this flush completes: the drain
+     * must make everything up to contig durable in the store before it writes them. */
+    struct wbatch *nb = wl->first_unwritten; /* (written_contig advanced it) */
+    if (nb && nb->state != B_GATHER && nb->seq == contig + 1)
+        nb->barrier = true;
+    else
+        wl->barrier_seq = contig + 1;
+    wl->flush_inflight = true;
+    wl->flush_ev.io = (struct plx_io){.op = PLX_IO_FLUSH};
+    wl->flush_ev.handler = log_flushed;
+    wl->flush_ev.ctx = wl;
+    int rc = plx_submit_side(wl->st, &wl->flush_ev);
+    if (rc) {
+        wl->flush_ev.status = rc;
+        wl->st->internal_ios++;
+        log_flushed(wl->st, &wl->flush_ev);
+    }
+}
+
+/* ---- The drain ----------------------------------------------------------------------------------- */
+
+static struct plx_vdi *vdi_by_id(plx_store *st, uint64_t id)
+{
+    for (struct plx_vdi *v = st->vdis; v; v = v->next)
+        if (!v->ro && v->rec.id == id)
+            return v;
+    return NULL;
+}
+
+static void drain_fail(struct plx_wlog *wl, int status, const char *what)
+{
+    if (!wl->drain_error) {
+        wl->drain_error = status;
+        snprintf(wl->error, sizeof wl->error,
+                 "draining write log %s into the store: %s failed (%s); its records stay in the "
+                 "log and are replayed when it is attached again",
+                 wl->desc, what, strerror(-status));
+        fprintf(stderr, "parallax: %s\n", wl->error);
+    }
+    wl->round_active = false;
+}
+
+static void release_round(struct plx_wlog *wl)
+{
+    if (wl->log_reads) {
+        wl->release_waiting = true;
+        return;
+    }
+    wl->release_waiting = false;
+    advance_unwritten(wl); /* it must not point at a batch freed here */
+    struct wbatch *b = wl->first, *end = wl->round_last->next;
+    while (b != end) {
+        struct wbatch *nx = b->next;
+        for (uint32_t i = 0; i < b->nent; i++) {
+            struct went *e = &b->ent[i];
+            for (uint32_t k = 0; k < e->nblocks; k++)
+                idrop(wl, e->vdi_id, e->vblock + k, b);
+            struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
+            if (v && v->wc)
+                v->wc->records--;
+            wl->backlog_records--;
+            wl->backlog_blocks -= e->nblocks;
+            wl->drained_bytes += (uint64_t)e->nblocks * BS;
+            if (e->req) {
+                struct wreq *r = e->req;
+                e->req = NULL;
+                piece_done(wl, r, b->seq, true);
+            }
+        }
+        if (b == wl->last_placed)
+            wl->last_placed = NULL;
+        if (b == wl->last)
+            wl->last = NULL;
+        wl->released_seq = b->seq;
+        if (!b->memory_only)
+            plx_block_free(b->rbuf);
+        buf_put(wl, b->buf);
+        free(b);
+        b = nx;
+    }
+    wl->first = b;
+    wl->round_active = false;
+    flush_kick(wl);
+    process_all(wl);
+    kick_later(wl);
+    drain_kick(wl);
+}
+
+static void head_written(struct plx_store *st, struct plx_ev *ev)
+{
+    struct plx_wlog *wl = ev->ctx;
+    if (ev->status)
+        enter_failed(wl, ev->status, "writing the head block");
+    release_round(wl);
+}
+
+/* The store holds the round durably: move the tail past it. */
+static void round_commit(struct plx_wlog *wl)
+{
+    if (wl->round_status) {
+        drain_fail(wl, wl->round_status, "a write or flush of the store");
+        return;
+    }
+    if (wl->failed) {
+        release_round(wl);
+        return;
+    }
+    struct wbatch *nb = wl->round_last->next;
+    struct plx_wlog_head *h = wl->head;
+    if (nb && nb->state >= B_FLYING) {
+        h->tail_seq = nb->seq;
+        h->tail_pos = nb->pos;
+    } else {
+        h->tail_seq = nb && nb->state != B_GATHER ? nb->seq : wl->next_seq;
+        h->tail_pos = wl->head_pos;
+        /* An unplaced sealed batch goes at head_pos or, when it does not fit, at block 1:
+         * replay tries both. */
+    }
+    h->seq++;
+    plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+    wl->head_ev.io = (struct plx_io){
+        .op = PLX_IO_WRITE, .flags = PLX_IO_FUA, .block = 0, .nblocks = 1, .buf = h};
+    wl->head_ev.handler = head_written;
+    wl->head_ev.ctx = wl;
+    int rc = plx_submit_side(wl->st, &wl->head_ev);
+    if (rc) {
+        wl->head_ev.status = rc;
+        wl->st->internal_ios++;
+        head_written(wl->st, &wl->head_ev);
+    }
+}
+
+static void round_step_done(void *arg, int status)
+{
+    struct plx_wlog *wl = arg;
+    if (status && !wl->round_status)
+        wl->round_status = status;
+    if (--wl->round_pending)
+        return;
+    if (wl->ntouched && !wl->round_status) {
+        /* The writes are in; now make them durable in the store, one flush per VDI. */
+        size_t n = wl->ntouched;
+        wl->ntouched = 0;
+        wl->round_pending = 1;
+        for (size_t i = 0; i < n; i++) {
+            struct plx_vdi *v = wl->touched[i];
+            if (v->wc)
+                v->wc->touched = false;
+            wl->round_pending++;
+            int rc = plx_vdi_direct_flush(v, round_step_done, wl);
+            if (rc) {
+                wl->round_pending--;
+                if (!wl->round_status)
+                    wl->round_status = rc;
+            }
+        }
+        if (--wl->round_pending)
+            return;
+    }
+    for (size_t i = 0; i < wl->ntouched; i++)
+        if (wl->touched[i]->wc)
+            wl->touched[i]->wc->touched = false;
+    wl->ntouched = 0;
+    round_commit(wl);
+}
+
+static void touch(struct plx_wlog *wl, struct plx_vdi *v)
+{
+    for (size_t i = 0; i < wl->ntouched; i++)
+        if (wl->touched[i] == v)
+            return;
+    if (wl->ntouched == wl->captouched) {
+        size_t c = wl->captouched ? wl->captouched * 2 : 8;
+        struct plx_vdi **t = realloc(wl->touched, c * sizeof *t);
+        if (!t)
+            return;
+        wl->touched = t;
+        wl->captouched = c;
+    }
+    wl->touched[wl->ntouched++] = v;
+}
+
+/* The round's data is in memory: submit its records to the pipeline in log order. */
+static void round_apply(struct plx_wlog *wl)
+{
+    if (wl->round_status) {
+        drain_fail(wl, wl->round_status, "reading records back from the log");
+        return;
+    }
+    wl->round_pending = 1;
+    for (struct wbatch *b = wl->first; b != wl->round_last->next; b = b->next)
+        for (uint32_t i = 0; i < b->nent; i++) {
+            const struct went *e = &b->ent[i];
+            struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
+            int rc = v ? 0 : -ENOENT;
+            if (v) {
+                touch(wl, v);
+                wl->round_pending++;
+                rc = plx_vdi_direct_write(v, b->rbuf + (size_t)BS * e->data_off,
+                                          e->vblock * BS, (size_t)e->nblocks * BS, 0,
+                                          round_step_done, wl);
+                if (rc)
+                    wl->round_pending--;
+            }
+            if (rc && !wl->round_status)
+                wl->round_status = rc;
+        }
+    round_step_done(wl, 0);
+}
+
+static void round_read_done(struct plx_store *st, struct plx_ev *ev)
+{
+    struct wbatch *b = ev->ctx;
+    struct plx_wlog *wl = b->wl;
+    if (ev->status && !wl->round_status)
+        wl->round_status = ev->status;
+    if (--wl->round_pending == 0)
+        round_apply(wl);
+}
+
+/* Clear every cached VDI's record of this log: from here on the log is not replayed for them
+ * (the log failed; what follows goes through to the store). */
+static int clear_fields(struct plx_wlog *wl);
+
+static void drain_kick(struct plx_wlog *wl)
+{
+    if (wl->round_active || wl->drain_error || wl->drain_paused || !wl->first)
+        return;
+    struct wbatch *b = wl->first;
+    if (b->state != B_WRITTEN)
+        return;
+    bool mem = b->memory_only;
+    if (mem && !wl->fields_cleared) {
+        int rc = clear_fields(wl);
+        if (rc) {
+            drain_fail(wl, rc, "clearing the VDI records");
+            return;
+        }
+        wl->fields_cleared = true;
+    }
+    unsigned count = 0, blocks = 0;
+    while (b && b->state == B_WRITTEN && b->memory_only == mem &&
+           (count == 0 || (!b->barrier && blocks + b->ndata <= ROUND_BLOCKS))) {
+        b->state = B_DRAINING;
+        count++;
+        blocks += b->ndata;
+        wl->round_last = b;
+        b = b->next;
+    }
+    wl->round_active = true;
+    wl->round_status = 0;
+    wl->round_pending = 1;
+    for (b = wl->first; b != wl->round_last->next; b = b->next) {
+        if (b->memory_only) {
+            b->rbuf = b->buf + BS;
+            continue;
+        }
+        if (!b->ndata)
+            continue;
+        b->rbuf = plx_block_alloc(b->ndata);
+        b->ev.io = (struct plx_io){
+            .op = PLX_IO_READ, .block = b->pos + 1, .nblocks = b->ndata, .buf = b->rbuf};
+        b->ev.handler = round_read_done;
+        b->ev.ctx = b;
+        wl->round_pending++;
+        int rc = plx_submit_side(wl->st, &b->ev);
+        if (rc) {
+            wl->round_pending--;
+            wl->round_status = rc;
+        }
+    }
+    if (--wl->round_pending == 0)
+        round_apply(wl);
+}
+
+/* ---- VDI records ------------------------------------------------------------------------------ */
+
+/* Write v's record with its write-log fields set (or cleared). Waits for the pipeline to be
+ * idle: a snapshot in flight would write the record from an image taken before. */
+static int write_fields(struct plx_vdi *v, bool set)
+{
+    plx_store *st = v->st;
+    while (!plx_vdi_idle(v)) {
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            return rc;
+        if (plx_vdi_idle(v))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    struct plx_vdi_record rec = v->rec;
+    rec.wlog_host = set ? st->host_hash : 0;
+    rec.wlog_id = set ? st->wlog->log_id : 0;
+    rc = plx_registry_write(st, v->slot_addr, &rec);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (!rc) {
+        rec.seq++;
+        v->rec = rec;
+    }
+    plx_admin_unlock(st);
+    return rc;
+}
+
+/* From inside the service loop (the log failed), so without waiting for the pipeline: a
+ * snapshot record already captured with the fields set could still land after this write
+ * (DESIGN.md, known limitations). */
+static int clear_fields(struct plx_wlog *wl)
+{
+    plx_store *st = wl->st;
+    for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next) {
+        struct plx_vdi *v = w->v;
+        if (!v->rec.wlog_id)
+            continue;
+        int rc = plx_admin_lock(st);
+        if (rc)
+            return rc;
+        struct plx_vdi_record rec = v->rec;
+        rec.wlog_host = rec.wlog_id = 0;
+        rc = plx_registry_write(st, v->slot_addr, &rec);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc) {
+            rec.seq++;
+            v->rec = rec;
+        }
+        plx_admin_unlock(st);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec)
+{
+    if (!rec->wlog_id || (st->wlog && st->wlog->log_id == rec->wlog_id))
+        return 0;
+    bool here = rec->wlog_host == st->host_hash;
+    return plx_err(st, -EBUSY,
+                   "VDI %s has writes not yet drained in write log %016llx of %s: open it where "
+                   "that log is attached (it is replayed first), or drop those writes with "
+                   "'parallax cache discard %s --force'",
+                   rec->name, (unsigned long long)rec->wlog_id,
+                   here ? "this host (another process's log)" : "another host", rec->name);
+}
+
+/* ---- Queue ------------------------------------------------------------------------------------- */
+
+/* Append as much of r as fits; false when it must wait for room. */
+static bool append(struct plx_wlog *wl, struct plx_wlog_vdi *w, struct wreq *r)
+{
+    while (r->next_b < r->b1) {
+        struct wbatch *g = gather_get(wl);
+        if (!g)
+            return false;
+        if (g->nent == PLX_WLOG_PER_BATCH || g->ndata == MAX_DATA) {
+            seal(wl, g);
+            continue;
+        }
+        uint64_t n = r->b1 - r->next_b;
+        if (n > MAX_DATA - g->ndata)
+            n = MAX_DATA - g->ndata;
+        struct went *e = &g->ent[g->nent++];
+        e->vdi_id = r->v->rec.id;
+        e->vblock = r->next_b;
+        e->nblocks = (uint32_t)n;
+        e->data_off = g->ndata;
+        e->req = r;
+        memcpy(g->buf + (size_t)BS * (1 + g->ndata), r->src + (size_t)BS * (r->next_b - r->b0),
+               (size_t)n * BS);
+        for (uint32_t k = 0; k < n; k++)
+            if (iset(wl, e->vdi_id, e->vblock + k, g, e->data_off + k))
+                r->status = -ENOMEM; /* reads could miss it: the write reports failure */
+        g->ndata += (uint32_t)n;
+        r->pieces++;
+        w->records++;
+        wl->backlog_records++;
+        wl->backlog_blocks += n;
+        r->next_b += n;
+    }
+    r->all_appended = true;
+    kick_later(wl);
+    return true;
+}
+
+static void edge_done(void *arg, int status);
+static void merge_edges(struct wreq *r);
+static int read_blocks(struct plx_vdi *v, uint8_t *buf, uint64_t vb, uint64_t n, plx_done_fn cb,
+                       void *arg);
+
+static void q_pop(struct plx_wlog_vdi *w)
+{
+    struct wreq *r = w->q_head;
+    w->q_head = r->qnext;
+    if (!w->q_head)
+        w->q_tail = NULL;
+}
+
+static void direct_done(void *arg, int status)
+{
+    struct wreq *r = arg;
+    r->cb(r->arg, status);
+    free(r);
+}
+
+static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                     void *arg);
+
+static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
+{
+    struct wreq *r;
+    while ((r = w->q_head)) {
+        if (r->kind == Q_READ) {
+            /* Its turn: everything submitted before it is in the index or the pipeline. */
+            q_pop(w);
+            int rc = wlog_read(r->v, r->rbuf, r->off, r->len, direct_done, r);
+            if (rc) {
+                r->status = rc;
+                r->done.run = wreq_run_done;
+                plx_defer(wl->st, &r->done);
+            }
+            continue;
+        }
+        if (r->kind != Q_WRITE) {
+            /* A trim or snapshot goes straight to the pipeline once everything before it in
+             * this VDI's queue has been drained (so the pipeline orders it after them). */
+            if (w->records) {
+                if (wl->gather && wl->gather->nent) {
+                    seal(wl, wl->gather);
+                    kick_later(wl);
+                }
+                return;
+            }
+            q_pop(w);
+            if (r->kind == Q_TRIM)
+                w->direct_dirty = true;
+            int rc = r->kind == Q_TRIM
+                         ? plx_vdi_direct_trim(r->v, r->off, r->len, direct_done, r)
+                         : plx_vdi_direct_snapshot(r->v, r->label, r->index_out, direct_done, r);
+            if (rc) {
+                r->status = rc;
+                r->done.run = wreq_run_done;
+                plx_defer(wl->st, &r->done);
+            }
+            continue;
+        }
+        if (!r->ready) {
+            if (!r->edges_started) {
+                /* A sub-block write: read the old contents of its edge blocks first (through
+                 * the index, so earlier writes in the queue are seen); the queue waits. */
+                r->edges_started = true;
+                bool head = r->off % BS != 0, tail = (r->off + r->len) % BS != 0;
+                if (head) {
+                    r->edge_pending++;
+                    int rc = read_blocks(r->v, r->edge, r->b0, 1, edge_done, r);
+                    if (rc)
+                        r->edge_pending--, r->status = rc;
+                }
+                if (tail && !(head && r->b1 - 1 == r->b0)) {
+                    r->edge_pending++;
+                    int rc = read_blocks(r->v, r->edge + BS, r->b1 - 1, 1, edge_done, r);
+                    if (rc)
+                        r->edge_pending--, r->status = rc;
+                }
+                if (!r->edge_pending)
+                    merge_edges(r);
+            }
+            if (!r->ready)
+                return;
+            if (r->status) {
+                q_pop(w);
+                wreq_complete(wl, r, r->status);
+                continue;
+            }
+        }
+        if (!append(wl, w, r))
+            return;
+        q_pop(w);
+    }
+}
+
+static void process_all(struct plx_wlog *wl)
+{
+    for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next)
+        process_queue(wl, w);
+}
+
+/* The old edge blocks around the new bytes. */
+static void merge_edges(struct wreq *r)
+{
+    uint64_t nb = r->b1 - r->b0;
+    bool head = r->off % BS != 0, tail = (r->off + r->len) % BS != 0;
+    if (head)
+        memcpy(r->merged, r->edge, BS);
+    if (tail) {
+        const uint8_t *src = (head && nb == 1) ? r->edge : r->edge + BS;
+        memcpy(r->merged + (nb - 1) * BS, src, BS);
+    }
+    memcpy(r->merged + r->off % BS, r->ubuf, r->len);
+    r->ready = true;
+}
+
+/* An edge read completed (from the service loop, never inside process_queue). */
+static void edge_done(void *arg, int status)
+{
+    struct wreq *r = arg;
+    if (status && !r->status)
+        r->status = status;
+    if (--r->edge_pending)
+        return;
+    merge_edges(r);
+    if (r->v->wc)
+        process_queue(r->v->st->wlog, r->v->wc);
+}
+
+static void enqueue(struct plx_wlog_vdi *w, struct wreq *r)
+{
+    r->qnext = NULL;
+    if (w->detaching) {
+        r->held = true;
+        if (w->held_tail)
+            w->held_tail->qnext = r;
+        else
+            w->held_head = r;
+        w->held_tail = r;
+        return;
+    }
+    if (w->q_tail)
+        w->q_tail->qnext = r;
+    else
+        w->q_head = r;
+    w->q_tail = r;
+}
+
+/* ---- Reads ------------------------------------------------------------------------------------- */
+
+struct wread {
+    struct plx_wlog *wl;
+    uint8_t *bounce, *ubuf;
+    uint64_t off, len, b0;
+    plx_done_fn cb;
+    void *arg;
+    int status;
+    unsigned pending;
+    struct plx_ev *evs;
+    struct plx_deferred done;
+};
+
+static void wread_run_done(struct plx_deferred *d)
+{
+    struct wread *rd = (struct wread *)((char *)d - offsetof(struct wread, done));
+    if (!rd->status)
+        memcpy(rd->ubuf, rd->bounce + rd->off - rd->b0 * BS, rd->len);
+    plx_done_fn cb = rd->cb;
+    void *arg = rd->arg;
+    int status = rd->status;
+    plx_block_free(rd->bounce);
+    free(rd->evs);
+    free(rd);
+    cb(arg, status);
+}
+
+static void wread_step(struct wread *rd, int status)
+{
+    if (status && !rd->status)
+        rd->status = status;
+    if (--rd->pending)
+        return;
+    /* Completion from inside the callbacks of other requests: deliver at the end of the pass. */
+    rd->done.run = wread_run_done;
+    plx_defer(rd->wl->st, &rd->done);
+}
+
+static void wread_store_done(void *arg, int status)
+{
+    wread_step(arg, status);
+}
+
+static void wread_log_done(struct plx_store *st, struct plx_ev *ev)
+{
+    struct wread *rd = ev->ctx;
+    struct plx_wlog *wl = rd->wl;
+    wl->log_reads--;
+    wread_step(rd, ev->status);
+    if (!wl->log_reads && wl->release_waiting)
+        release_round(wl);
+}
+
+/* Read whole or partial blocks [off, off+len) of v: newest records from the log or memory, the
+ * rest from the store. */
+static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                     void *arg)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    uint64_t b0 = off / BS, b1 = (off + len + BS - 1) / BS;
+    uint64_t id = v->rec.id;
+    unsigned hits = 0;
+    if (off + len <= v->rec.size)
+        for (uint64_t b = b0; b < b1; b++)
+            if (ifind(wl, id, b))
+                hits++;
+    if (!hits)
+        return plx_vdi_direct_read(v, buf, off, len, cb, arg);
+    struct wread *rd = calloc(1, sizeof *rd);
+    if (!rd)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    rd->wl = wl;
+    rd->bounce = plx_block_alloc(b1 - b0);
+    rd->evs = calloc(hits, sizeof *rd->evs);
+    rd->ubuf = buf;
+    rd->off = off;
+    rd->len = len;
+    rd->b0 = b0;
+    rd->cb = cb;
+    rd->arg = arg;
+    rd->pending = 1;
+    unsigned k = 0;
+    for (uint64_t b = b0; b < b1;) {
+        struct ient *e = ifind(wl, id, b);
+        if (!e) {
+            uint64_t end = b + 1;
+            while (end < b1 && !ifind(wl, id, end))
+                end++;
+            rd->pending++;
+            int rc = plx_vdi_direct_read(v, rd->bounce + (b - b0) * BS, b * BS,
+                                         (size_t)(end - b) * BS, wread_store_done, rd);
+            if (rc) {
+                rd->pending--;
+                rd->status = rc;
+            }
+            b = end;
+            continue;
+        }
+        uint8_t *dst = rd->bounce + (b - b0) * BS;
+        if (e->b->buf) {
+            memcpy(dst, e->b->buf + (size_t)BS * (1 + e->blk), BS);
+        } else {
+            struct plx_ev *ev = &rd->evs[k++];
+            ev->io = (struct plx_io){
+                .op = PLX_IO_READ, .block = e->b->pos + 1 + e->blk, .nblocks = 1, .buf = dst};
+            ev->handler = wread_log_done;
+            ev->ctx = rd;
+            rd->pending++;
+            wl->log_reads++;
+            int rc = plx_submit_side(v->st, ev);
+            if (rc) {
+                rd->pending--;
+                wl->log_reads--;
+                rd->status = rc;
+            }
+        }
+        b++;
+    }
+    wread_step(rd, 0);
+    return 0;
+}
+
+static int read_blocks(struct plx_vdi *v, uint8_t *buf, uint64_t vb, uint64_t n, plx_done_fn cb,
+                       void *arg)
+{
+    return wlog_read(v, buf, vb * BS, (size_t)(n * BS), cb, arg);
+}
+
+/* ---- Entry points -------------------------------------------------------------------------------- */
+
+static int entry_check(struct plx_vdi *v, uint64_t off, uint64_t len)
+{
+    if (plx_lease_check(v->st))
+        return -ESTALE;
+    if (v->ro)
+        return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
+    if (off > v->rec.size || len > v->rec.size - off)
+        return plx_err(v->st, -EINVAL, "request at %llu+%llu is beyond the end of VDI %s (%llu)",
+                       (unsigned long long)off, (unsigned long long)len, v->rec.name,
+                       (unsigned long long)v->rec.size);
+    return 0;
+}
+
+static struct wreq *wreq_new(struct plx_vdi *v, enum qkind kind, uint64_t off, uint64_t len,
+                             plx_done_fn cb, void *arg)
+{
+    struct wreq *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->v = v;
+    r->kind = kind;
+    r->off = off;
+    r->len = len;
+    r->b0 = off / BS;
+    r->b1 = (off + len + BS - 1) / BS;
+    r->next_b = r->b0;
+    r->cb = cb;
+    r->arg = arg;
+    return r;
+}
+
+int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                         void *arg)
+{
+    if (plx_lease_check(v->st))
+        return -ESTALE;
+    if (off > v->rec.size || len > v->rec.size - off || len == 0)
+        return plx_vdi_direct_read(v, buf, off, len, cb, arg); /* its checks and messages */
+    if (!v->wc->q_head && !v->wc->held_head)
+        return wlog_read(v, buf, off, len, cb, arg);
+    /* Requests of one block are carried out in submission order: a read waits behind the
+     * writes, trims and snapshots queued before it. */
+    struct wreq *r = wreq_new(v, Q_READ, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->rbuf = buf;
+    enqueue(v->wc, r);
+    if (!r->held)
+        process_queue(v->st->wlog, v->wc);
+    return 0;
+}
+
+int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                          unsigned flags, plx_done_fn cb, void *arg)
+{
+    int rc = entry_check(v, off, len);
+    if (rc)
+        return rc;
+    if (len == 0)
+        return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
+    struct wreq *r = wreq_new(v, Q_WRITE, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    r->flags = flags;
+    r->ubuf = buf;
+    if (off % BS == 0 && len % BS == 0) {
+        r->src = buf;
+        r->ready = true;
+    } else {
+        r->merged = plx_block_alloc(r->b1 - r->b0);
+        r->edge = plx_block_alloc(2);
+        r->src = r->merged;
+    }
+    enqueue(v->wc, r);
+    if (!r->held)
+        process_queue(v->st->wlog, v->wc);
+    return 0;
+}
+
+/* A flush that needs both the log and the store flushed: completes once, with the first error. */
+struct flush_join {
+    plx_done_fn cb;
+    void *arg;
+    int pending, status;
+};
+
+static void flush_join_done(void *arg, int status)
+{
+    struct flush_join *j = arg;
+    if (status && !j->status)
+        j->status = status;
+    if (--j->pending)
+        return;
+    plx_done_fn cb = j->cb;
+    void *carg = j->arg;
+    int st = j->status;
+    free(j);
+    cb(carg, st);
+}
+
+int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (plx_lease_check(v->st))
+        return -ESTALE;
+    struct plx_wlog *wl = v->st->wlog;
+    /* Writes completed before now are in batches sealed before now. */
+    if (!v->wc->direct_dirty)
+        return add_flush_waiter(wl, wl->next_seq - 1, cb, arg, NULL);
+    /* A trim completed straight in the pipeline: the store needs its flush as well. */
+    struct flush_join *j = calloc(1, sizeof *j);
+    if (!j)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    j->cb = cb;
+    j->arg = arg;
+    j->pending = 2;
+    int rc = plx_vdi_direct_flush(v, flush_join_done, j);
+    if (rc) {
+        free(j);
+        return rc;
+    }
+    v->wc->direct_dirty = false;
+    rc = add_flush_waiter(wl, wl->next_seq - 1, flush_join_done, j, NULL);
+    if (rc)
+        flush_join_done(j, rc); /* the store's flush is still to come: it completes j */
+    return 0;
+}
+
+int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
+                         void *arg)
+{
+    int rc = entry_check(v, off, len);
+    if (rc)
+        return rc;
+    struct wreq *r = wreq_new(v, Q_TRIM, off, len, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    enqueue(v->wc, r);
+    if (!r->held)
+        process_queue(v->st->wlog, v->wc);
+    return 0;
+}
+
+int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,
+                             plx_done_fn cb, void *arg)
+{
+    if (plx_lease_check(v->st))
+        return -ESTALE;
+    if (!label)
+        label = "";
+    if (strlen(label) > PLX_LABEL_MAX)
+        return plx_err(v->st, -EINVAL, "snapshot label '%s' is longer than %d bytes", label,
+                       PLX_LABEL_MAX);
+    struct wreq *r = wreq_new(v, Q_SNAP, 0, 0, cb, arg);
+    if (!r)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    snprintf(r->label, sizeof r->label, "%s", label);
+    r->index_out = index_out;
+    enqueue(v->wc, r);
+    if (!r->held)
+        process_queue(v->st->wlog, v->wc);
+    return 0;
+}
+
+int plx_wlog_block_status(struct plx_vdi *v, uint64_t off, uint64_t *len)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    /* At most SCAN blocks are looked at; the answer covers no more than that. */
+    enum { SCAN = 65536 };
+    uint64_t b = off / BS, end = off + *len;
+    bool hit = ifind(wl, v->rec.id, b) != NULL;
+    uint64_t e = b + 1;
+    while (e * BS < end && e - b < SCAN && (ifind(wl, v->rec.id, e) != NULL) == hit)
+        e++;
+    if (e * BS < end)
+        *len = e * BS - off;
+    return hit;
+}
+
+/* ---- Turning the cache on and off for a VDI ------------------------------------------------- */
+
+int plx_wlog_vdi_enable(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    if (!wl)
+        return plx_err(st, -ENOENT, "no write log is attached to this store");
+    if (v->ro)
+        return plx_err(st, -EROFS, "VDI %s is open read-only: nothing to cache", v->rec.name);
+    if (wl->failed)
+        return plx_err(st, -EIO, "%s", wl->error);
+    if (v->wc)
+        return 0;
+    struct plx_wlog_vdi *w = calloc(1, sizeof *w);
+    if (!w)
+        return plx_err(st, -ENOMEM, "out of memory");
+    /* The record names the log before the first write goes there. */
+    int rc = write_fields(v, true);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    w->v = v;
+    w->next = wl->vdis;
+    wl->vdis = w;
+    v->wc = w;
+    return 0;
+}
+
+int plx_wlog_vdi_detach(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w)
+        return 0;
+    w->detaching = true;
+    if (wl->drain_paused) {
+        wl->drain_paused = false; /* closing drains, whatever held it */
+        drain_kick(wl);
+    }
+    int rc = 0;
+    while (w->q_head || w->records) {
+        if (wl->drain_error) {
+            rc = plx_err(st, wl->drain_error, "%s", wl->error);
+            break;
+        }
+        if (wl->gather && wl->gather->nent) {
+            seal(wl, wl->gather);
+            kick_later(wl);
+        }
+        rc = plx_store_service(st);
+        if (rc < 0)
+            break;
+        rc = 0;
+        if (!w->q_head && !w->records)
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    v->wc = NULL;
+    /* What arrived meanwhile goes straight to the pipeline, in order. */
+    for (struct wreq *r = w->held_head, *nx; r; r = nx) {
+        nx = r->qnext;
+        int src;
+        if (r->kind == Q_WRITE)
+            src = plx_vdi_direct_write(v, r->ubuf, r->off, r->len, r->flags, direct_done, r);
+        else if (r->kind == Q_READ)
+            src = plx_vdi_direct_read(v, r->rbuf, r->off, r->len, direct_done, r);
+        else if (r->kind == Q_TRIM)
+            src = plx_vdi_direct_trim(v, r->off, r->len, direct_done, r);
+        else
+            src = plx_vdi_direct_snapshot(v, r->label, r->index_out, direct_done, r);
+        if (src) {
+            r->status = src;
+            r->done.run = wreq_run_done;
+            plx_defer(st, &r->done);
+        } else {
+            plx_block_free(r->merged);
+            plx_block_free(r->edge);
+            r->merged = r->edge = NULL;
+        }
+    }
+    free(w);
+    return rc;
+}
+
+int plx_wlog_vdi_disable(struct plx_vdi *v)
+{
+    if (!v->wc)
+        return 0;
+    int rc = plx_wlog_vdi_detach(v);
+    if (!rc && v->rec.wlog_id)
+        rc = write_fields(v, false);
+    return rc;
+}
+
+/* ---- Attach, replay, close -------------------------------------------------------------------- */
+
+static uint64_t random_id(void)
+{
+    uint64_t x = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &x, sizeof x) != sizeof x)
+            x = 0;
+        close(fd);
+    }
+    if (!x)
+        x = plx_now_ns() ^ ((uint64_t)getpid() << 32);
+    return x ? x : 1;
+}
+
+struct replay_vdi {
+    uint64_t id;
+    plx_vdi *v; /* NULL: skipped (deleted, or its record no longer names this log) */
+};
+
+static plx_vdi *replay_target(struct plx_wlog *wl, struct replay_vdi **rv, size_t *n, uint64_t id,
+                              int *err)
+{
+    for (size_t i = 0; i < *n; i++)
+        if ((*rv)[i].id == id)
+            return (*rv)[i].v;
+    struct replay_vdi *t = realloc(*rv, (*n + 1) * sizeof *t);
+    if (!t) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    *rv = t;
+    t[*n].id = id;
+    t[*n].v = NULL;
+    struct plx_vdi_record rec;
+    uint64_t slot;
+    char spec[32];
+    snprintf(spec, sizeof spec, "%llu", (unsigned long long)id);
+    int rc = plx_registry_find(wl->st, spec, &rec, &slot);
+    if (!rc && rec.wlog_id == wl->log_id && !(rec.flags & PLX_VDI_DELETED)) {
+        rc = plx_vdi_open(wl->st, spec, 0, &t[*n].v);
+        if (rc)
+            *err = rc;
+    }
+    (*n)++;
+    return t[*n - 1].v;
+}
+
+/* Read and check the batch at pos; returns its header in hb and data in *data, or false. */
+static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t *hb,
+                       uint8_t **data)
+{
+    if (pos < 1 || pos >= wl->nblocks || side_sync(wl, PLX_IO_READ, pos, 1, hb, 0))
+        return false;
+    const char *why;
+    if (plx_blkhdr_verify(hb, PLX_MAGIC_WLOG_BATCH, pos, &why))
+        return false;
+    const struct plx_wlog_batch *h = (const void *)hb;
+    if (h->log_id != wl->log_id || h->seq != seq || h->count > PLX_WLOG_PER_BATCH ||
+        h->nblocks < 1 || pos + h->nblocks > wl->nblocks)
+        return false;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        if (h->entries[i].op != PLX_WLOG_OP_WRITE)
+            return false;
+        sum += h->entries[i].nblocks;
+    }
+    if (sum + 1 != h->nblocks)
+        return false;
+    *data = sum ? plx_block_alloc(sum) : NULL;
+    if (sum && side_sync(wl, PLX_IO_READ, pos + 1, (uint32_t)sum, *data, 0)) {
+        plx_block_free(*data);
+        return false;
+    }
+    uint64_t o = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        size_t bytes = (size_t)h->entries[i].nblocks * BS;
+        if (plx_crc32c((uint32_t)seq, *data + o * BS, bytes) != h->entries[i].data_crc) {
+            plx_block_free(*data); /* torn: never acknowledged, and the log ends here */
+            return false;
+        }
+        o += h->entries[i].nblocks;
+    }
+    return true;
+}
+
+/* The records (their block addresses) that name log_id. */
+struct named {
+    uint64_t log_id;
+    uint64_t *addr;
+    size_t n, cap;
+};
+
+static int collect_named(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+{
+    struct named *nm = arg;
+    if (rec->wlog_id != nm->log_id)
+        return 0;
+    if (nm->n == nm->cap) {
+        size_t c = nm->cap ? nm->cap * 2 : 16;
+        uint64_t *a = realloc(nm->addr, c * sizeof *a);
+        if (!a)
+            return -ENOMEM;
+        nm->addr = a;
+        nm->cap = c;
+    }
+    nm->addr[nm->n++] = rec_addr;
+    return 0;
+}
+
+static int replay(struct plx_wlog *wl)
+{
+    plx_store *st = wl->st;
+    struct plx_wlog_head *h = wl->head;
+    uint64_t pos = h->tail_pos, seq = h->tail_seq;
+    uint8_t *hb = plx_block_alloc(1);
+    struct replay_vdi *rv = NULL;
+    size_t nrv = 0;
+    int rc = 0;
+    uint64_t applied = 0, batches = 0;
+    for (;;) {
+        uint8_t *data = NULL;
+        if (!read_batch(wl, pos, seq, hb, &data)) {
+            if (pos == 1 || !read_batch(wl, 1, seq, hb, &data))
+                break;
+            pos = 1;
+        }
+        const struct plx_wlog_batch *bh = (const void *)hb;
+        uint64_t o = 0;
+        for (uint32_t i = 0; i < bh->count && !rc; i++) {
+            const struct plx_wlog_entry *e = &bh->entries[i];
+            plx_vdi *v = replay_target(wl, &rv, &nrv, e->vdi_id, &rc);
+            if (v && !rc) {
+                rc = plx_vdi_pwrite(v, data + o * BS, e->vblock * BS, (size_t)e->nblocks * BS, 0);
+                applied++;
+            }
+            o += e->nblocks;
+        }
+        plx_block_free(data);
+        batches++;
+        pos += bh->nblocks;
+        seq++;
+        if (rc)
+            break;
+    }
+    for (size_t i = 0; i < nrv; i++)
+        if (rv[i].v) {
+            int frc = plx_vdi_flush(rv[i].v);
+            int crc = plx_vdi_close(rv[i].v); /* clears the record's write-log fields */
+            if (!rc)
+                rc = frc ? frc : crc;
+        }
+    free(rv);
+    plx_block_free(hb);
+    if (rc) {
+        char why[sizeof st->errmsg];
+        snprintf(why, sizeof why, "%s", st->errmsg);
+        return plx_err(st, rc, "replaying write log %s: %s", wl->desc, why);
+    }
+    /* VDIs whose record still names this log but that had nothing past the tail. */
+    struct named named = {.log_id = wl->log_id};
+    rc = plx_registry_each(st, 0, collect_named, &named);
+    for (size_t i = 0; !rc && i < named.n; i++) {
+        rc = plx_admin_lock(st);
+        if (rc)
+            break;
+        struct plx_vdi_record rec;
+        rc = plx_registry_read(st, named.addr[i], &rec);
+        if (!rc && rec.wlog_id == wl->log_id) {
+            rec.wlog_host = rec.wlog_id = 0;
+            rc = plx_registry_write(st, named.addr[i], &rec);
+            if (!rc)
+                rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        }
+        plx_admin_unlock(st);
+    }
+    free(named.addr);
+    if (rc)
+        return rc;
+    wl->replayed_records = applied;
+    (void)batches;
+    /* Everything up to here is in the store: the log starts afresh after it. */
+    h->tail_pos = pos < wl->nblocks ? pos : 1;
+    h->tail_seq = seq;
+    h->seq++;
+    plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+    rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
+    if (rc)
+        return plx_err(st, rc, "writing the head of write log %s: %s", wl->desc, strerror(-rc));
+    wl->head_pos = h->tail_pos;
+    wl->next_seq = seq;
+    wl->released_seq = seq - 1;
+    return 0;
+}
+
+static void hex_uuid(const uint8_t u[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", u[i]);
+}
+
+static void wlog_free(plx_store *st)
+{
+    struct plx_wlog *wl = st->wlog;
+    if (!wl)
+        return;
+    for (size_t i = 0; i <= wl->mask; i++)
+        for (struct ient *e = wl->tab[i], *nx; e; e = nx) {
+            nx = e->next;
+            free(e);
+        }
+    free(wl->tab);
+    for (struct wbatch *b = wl->first, *nx; b; b = nx) {
+        nx = b->next;
+        if (!b->memory_only)
+            plx_block_free(b->rbuf);
+        free(b->buf);
+        free(b);
+    }
+    while (wl->nspare)
+        free(wl->spare[--wl->nspare]);
+    free(wl->touched);
+    plx_block_free(wl->head);
+    if (st->side_be)
+        st->side_be->ops->destroy(st->side_be);
+    st->side_be = NULL;
+    if (wl->lock_fd >= 0)
+        close(wl->lock_fd);
+    free(wl);
+    st->wlog = NULL;
+}
+
+int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
+{
+    if (st->wlog) {
+        be->ops->destroy(be);
+        return plx_err(st, -EBUSY, "a write log is already attached to this store");
+    }
+    if (st->read_only) {
+        be->ops->destroy(be);
+        return plx_err(st, -EROFS, "blockstore opened read-only: no write cache");
+    }
+    if (be->nblocks < MIN_LOG_BLOCKS) {
+        int rc = plx_err(st, -EINVAL,
+                         "write log %s is too small: %llu KiB; it needs at least %llu KiB (two of "
+                         "its largest writes)",
+                         desc, (unsigned long long)be->nblocks * 4,
+                         (unsigned long long)MIN_LOG_BLOCKS * 4);
+        be->ops->destroy(be);
+        return rc;
+    }
+    struct plx_wlog *wl = calloc(1, sizeof *wl);
+    if (!wl) {
+        be->ops->destroy(be);
+        return plx_err(st, -ENOMEM, "out of memory");
+    }
+    wl->st = st;
+    wl->be = be;
+    wl->lock_fd = -1;
+    wl->nblocks = be->nblocks;
+    wl->mask = 1023;
+    wl->tab = calloc(wl->mask + 1, sizeof *wl->tab);
+    wl->head = plx_block_alloc(1);
+    wl->attach_ns = plx_now_ns();
+    snprintf(wl->desc, sizeof wl->desc, "%s", desc);
+    st->wlog = wl;
+    st->side_be = be;
+    int rc = wl->tab ? 0 : plx_err(st, -ENOMEM, "out of memory");
+    /* (Tests put store and log on one medium, whose one fd is watched already.) */
+    if (!rc && be->ops->fd(be) >= 0 && be->ops->fd(be) != st->be->ops->fd(st->be))
+        rc = plx_engine_watch_fd(st, be->ops->fd(be));
+    if (!rc) {
+        rc = side_sync(wl, PLX_IO_READ, 0, 1, wl->head, 0);
+        if (rc)
+            plx_err(st, rc, "reading write log %s: %s", desc, strerror(-rc));
+    }
+    const char *why = NULL;
+    int vrc = rc ? 0 : plx_blkhdr_verify(wl->head, PLX_MAGIC_WLOG_HEAD, 0, &why);
+    struct plx_wlog_head *h = wl->head;
+    if (!rc && vrc == -ENODATA && init) {
+        memset(h, 0, BS);
+        h->version = PLX_WLOG_VERSION;
+        memcpy(h->store_uuid, st->sb.uuid, 16);
+        h->host_hash = st->host_hash;
+        snprintf(h->host, sizeof h->host, "%s", st->host);
+        h->log_blocks = wl->nblocks;
+        h->log_id = random_id();
+        h->tail_seq = 1;
+        h->tail_pos = 1;
+        h->created_ns = plx_now_ns();
+        plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+        rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
+        if (rc)
+            plx_err(st, rc, "writing the head of write log %s: %s", desc, strerror(-rc));
+    } else if (!rc && vrc) {
+        rc = plx_err(st, -EINVAL, "%s is not a Parallax write log (%s)", desc,
+                     vrc == -ENODATA ? "it is empty" : why);
+    } else if (!rc) {
+        char a[33], b[33];
+        hex_uuid(h->store_uuid, a);
+        hex_uuid(st->sb.uuid, b);
+        if (h->version != PLX_WLOG_VERSION)
+            rc = plx_err(st, -EPROTONOSUPPORT, "write log %s has version %u; this Parallax reads "
+                                               "version %u",
+                         desc, h->version, PLX_WLOG_VERSION);
+        else if (memcmp(h->store_uuid, st->sb.uuid, 16))
+            rc = plx_err(st, -EXDEV,
+                         "write log %s belongs to another blockstore (uuid %s; this one is %s): "
+                         "attach it to that one",
+                         desc, a, b);
+        else if (h->host_hash != st->host_hash)
+            rc = plx_err(st, -EPERM,
+                         "write log %s belongs to host %.64s, and this is host %s: replay it on "
+                         "that host, or drop its writes with 'parallax cache discard'",
+                         desc, h->host, st->host);
+        else if (h->log_blocks != wl->nblocks)
+            rc = plx_err(st, -EUCLEAN, "write log %s was made %llu KiB long and is now %llu KiB",
+                         desc, (unsigned long long)h->log_blocks * 4,
+                         (unsigned long long)wl->nblocks * 4);
+    }
+    if (!rc) {
+        wl->log_id = h->log_id;
+        rc = replay(wl);
+    }
+    if (rc) {
+        wlog_free(st);
+        return rc;
+    }
+    return 0;
+}
+
+int plx_wlog_close(plx_store *st)
+{
+    struct plx_wlog *wl = st->wlog;
+    if (!wl)
+        return 0;
+    int rc = 0;
+    for (struct plx_vdi *v = st->vdis; v; v = v->next)
+        if (v->wc) {
+            int c = plx_wlog_vdi_detach(v);
+            if (!rc)
+                rc = c;
+        }
+    /* Nothing of the log may still be in flight when its medium goes. */
+    while (wl->flying || wl->flush_inflight || wl->round_active || st->ready_head ||
+           st->deferred_head) {
+        int s = plx_store_service(st);
+        if (s < 0)
+            break;
+        if (!(wl->flying || wl->flush_inflight || wl->round_active))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+        if (wl->drain_error && !wl->flying && !wl->flush_inflight && !wl->log_reads)
+            break;
+    }
+    if (wl->drain_error && !rc)
+        rc = plx_err(st, wl->drain_error, "%s", wl->error);
+    wlog_free(st);
+    return rc;
+}
+
+void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const struct plx_wlog *wl = st->wlog;
+    if (!wl)
+        return;
+    out->attached = 1;
+    out->failed = wl->failed;
+    out->log_bytes = wl->nblocks * BS;
+    uint64_t used = 0;
+    for (const struct wbatch *b = wl->first; b; b = b->next)
+        if (!b->memory_only && b->state >= B_FLYING)
+            used += 1 + b->ndata;
+    out->used_bytes = used * BS;
+    out->backlog_records = wl->backlog_records;
+    out->backlog_bytes = wl->backlog_blocks * BS;
+    out->drained_bytes = wl->drained_bytes;
+    out->attach_ns = wl->attach_ns;
+    out->replayed_records = wl->replayed_records;
+    snprintf(out->desc, sizeof out->desc, "%s", wl->desc);
+    snprintf(out->error, sizeof out->error, "%s", wl->error);
+}
+
+void plx_wlog_pause_drain(plx_store *st, int pause)
+{
+    struct plx_wlog *wl = st->wlog;
+    if (!wl)
+        return;
+    wl->drain_paused = pause != 0;
+    if (!pause)
+        drain_kick(wl);
+}
+
+void plx_wlog_keep_fd(plx_store *st, int fd)
+{
+    if (st->wlog)
+        st->wlog->lock_fd = fd;
+    else
+        close(fd);
+}

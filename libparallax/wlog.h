@@ -1,0 +1,73 @@
+/*
+ * wlog.h - the write cache: a per-host write log on local disk (layer 6, beside vdi.c; wlog.c).
+ *
+ * With the cache on for a VDI, its writes and trims complete when their records are written to
+ * the log (a ring on a local file, docs/FORMAT.md §12), a flush when every record acknowledged
+ * before it is durable there, and reads see the newest data through an index in memory. A drain
+ * moves the records into the store through the normal pipeline in log order, with a store flush
+ * wherever the guest flushed in between, and the log's tail advances only past records the store
+ * has made durable. Replay at attach re-applies what the tail had not passed. docs/DESIGN.md,
+ * "The write cache", explains the design.
+ */
+#ifndef PLX_WLOG_H
+#define PLX_WLOG_H
+
+#include "pipeline.h"
+
+/* Attach the log on `be` (the store takes it; destroyed at detach or on failure). A fresh log
+ * (all zero header) is initialised for this store and host when `init` is set; an existing one
+ * must belong to this store and host, and its records past the tail are replayed into their
+ * VDIs (only those whose record still names this log) before this returns. `desc` names the
+ * log in messages. Blocking. */
+int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
+/* Drain everything, then detach the log (store close). Blocking. */
+int plx_wlog_close(plx_store *st);
+
+/* Turn the cache on for a writable VDI (the record then names this log) or off (waits until its
+ * records are drained, then clears the record). Blocking. */
+int plx_wlog_vdi_enable(struct plx_vdi *v);
+int plx_wlog_vdi_disable(struct plx_vdi *v);
+/* What close does: wait until the VDI's records are drained and turn the cache off, leaving the
+ * record to the caller (close writes it anyway). On failure the records stay in the log and
+ * the record keeps naming it. Blocking. */
+int plx_wlog_vdi_detach(struct plx_vdi *v);
+
+/* The VDI's entry points while its cache is on (vdi.c routes them here). */
+int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
+                         void *arg);
+int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                          unsigned flags, plx_done_fn cb, void *arg);
+int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
+int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
+                         void *arg);
+int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,
+                             plx_done_fn cb, void *arg);
+/* Block status: blocks with records in the log are mapped; *len is cut before the first such
+ * block when the range starts outside them (the caller asks the store about that part).
+ * Returns 1 (mapped, *len set to the run) or 0 (ask the store about *len bytes). */
+int plx_wlog_block_status(struct plx_vdi *v, uint64_t off, uint64_t *len);
+
+/* Is VDI record `rec` free of another log's undrained writes (0), or -EBUSY with a message? */
+int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec);
+
+/* The log stays locked (flock) while attached: keep this descriptor, closed at detach. */
+void plx_wlog_keep_fd(plx_store *st, int fd);
+
+/* Counters for `parallax cache status`. */
+struct plx_wlog_stats {
+    int attached;
+    int failed;             /* the log failed: writes go through to the store */
+    uint64_t log_bytes, used_bytes, backlog_records, backlog_bytes;
+    uint64_t drained_bytes; /* since attach */
+    uint64_t attach_ns;
+    uint64_t replayed_records; /* by the replay at attach */
+    char desc[128];
+    char error[256];
+};
+void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out);
+/* Hold the drain (pause != 0) or let it go on: the log fills, writers wait once it is full. For
+ * tests (a crash with everything in the log) and for an operator who wants the shared store
+ * left alone for a while. */
+void plx_wlog_pause_drain(plx_store *st, int pause);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * wlog_file.c - the write cache's public calls (layer 7): attach a log file with the checks a
+ * local log needs, turn the cache on and off for a VDI, report its state, and discard what a lost
+ * log held. The log itself is wlog.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#include "lock.h"
+#include "registry.h"
+#include "vdi.h"
+#include "wlog.h"
+
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
+
+/* The filesystem type holding path (or its directory, when path does not exist yet). */
+static long fs_type(const char *path)
+{
+    struct statfs sf;
+    if (statfs(path, &sf) == 0)
+        return (long)sf.f_type;
+    char *copy = strdup(path);
+    long t = copy && statfs(dirname(copy), &sf) == 0 ? (long)sf.f_type : 0;
+    free(copy);
+    return t;
+}
+
+/* Is the log path the blockstore itself, or on the blockstore's device? */
+static bool on_store(const char *store_desc, const char *log)
+{
+    struct stat s, l;
+    if (stat(store_desc, &s) != 0 || stat(log, &l) != 0)
+        return false;
+    if (s.st_dev == l.st_dev && s.st_ino == l.st_ino)
+        return true;
+    return S_ISBLK(s.st_mode) && (l.st_dev == s.st_rdev || (S_ISBLK(l.st_mode) &&
+                                                            l.st_rdev == s.st_rdev));
+}
+
+/* Create the log file with its space reserved, so a full disk shows now and not as a failed
+ * write later. */
+static int create_log(plx_store *st, const char *path, uint64_t size)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return plx_err(st, -errno, "creating write log %s: %s", path, strerror(errno));
+    int e = posix_fallocate(fd, 0, (off_t)size);
+    if (e == EINVAL || e == EOPNOTSUPP)
+        e = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
+    int sync = e ? 0 : fsync(fd);
+    close(fd);
+    if (e || sync) {
+        unlink(path);
+        if (e == ENOSPC)
+            return plx_err(st, -ENOSPC,
+                           "write log %s: the disk has no room for %llu MiB (nothing was "
+                           "created; give a smaller --size or free some space)",
+                           path, (unsigned long long)(size >> 20));
+        return plx_err(st, -(e ? e : errno), "write log %s: reserving %llu MiB: %s", path,
+                       (unsigned long long)(size >> 20), strerror(e ? e : errno));
+    }
+    return 0;
+}
+
+int plx_wcache_attach(plx_store *st, const char *path, uint64_t size)
+{
+    if (st->wlog)
+        return plx_err(st, -EBUSY, "a write log is already attached to this store");
+    if (size % PLX_BLOCK_SIZE)
+        return plx_err(st, -EINVAL, "write log size %llu is not a multiple of 4 KiB",
+                       (unsigned long long)size);
+    long t = fs_type(path);
+    if (t == TMPFS_MAGIC_ || t == RAMFS_MAGIC_)
+        return plx_err(st, -EINVAL,
+                       "write log %s is on %s: it would vanish with a crash or reboot, and with "
+                       "it writes already acknowledged; put it on this host's own disk",
+                       path, t == TMPFS_MAGIC_ ? "tmpfs" : "ramfs");
+    if (on_store(st->be->desc, path))
+        return plx_err(st, -EINVAL,
+                       "write log %s is on the blockstore itself: the cache must be on this "
+                       "host's own disk",
+                       path);
+    struct stat sb;
+    bool fresh = stat(path, &sb) != 0;
+    if (fresh) {
+        int rc = create_log(st, path, size ? size : PLX_WCACHE_DEFAULT_SIZE);
+        if (rc)
+            return rc;
+    } else if (size && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size != size) {
+        return plx_err(st, -EINVAL,
+                       "write log %s exists with %llu MiB, not the %llu MiB asked for (a log "
+                       "keeps its size: drain it with 'cache disable' and remove it first)",
+                       path, (unsigned long long)(sb.st_size >> 20),
+                       (unsigned long long)(size >> 20));
+    }
+    /* One process per log: a second one would replay and overwrite what the first writes. */
+    int lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        if (lock_fd >= 0)
+            close(lock_fd);
+        return plx_err(st, e == EWOULDBLOCK ? -EBUSY : -e, "write log %s: %s", path,
+                       e == EWOULDBLOCK ? "another process has it attached" : strerror(e));
+    }
+    int err = 0;
+    char msg[256] = "";
+    plx_backend *be = plx_backend_file_open(path, 0, &err, msg, sizeof msg);
+    if (!be) {
+        close(lock_fd);
+        if (fresh)
+            unlink(path);
+        return plx_err(st, err ? err : -EIO, "write log: %s", msg);
+    }
+    int rc = plx_wlog_attach(st, be, fresh, path);
+    if (rc) {
+        close(lock_fd);
+        if (fresh)
+            unlink(path);
+        return rc;
+    }
+    plx_wlog_keep_fd(st, lock_fd);
+    /* Diagnostics and tests: hold the drain, so the log fills and stays full. */
+    const char *hold = getenv("PARALLAX_WCACHE_HOLD_DRAIN");
+    if (hold && !strcmp(hold, "1"))
+        plx_wlog_pause_drain(st, 1);
+    return 0;
+}
+
+int plx_vdi_wcache(plx_vdi *v, int on)
+{
+    return on ? plx_wlog_vdi_enable(v) : plx_wlog_vdi_disable(v);
+}
+
+int plx_vdi_wcache_on(const plx_vdi *v)
+{
+    return v->wc != NULL;
+}
+
+int plx_wcache_status(plx_store *st, struct plx_wcache_status *out)
+{
+    memset(out, 0, sizeof *out);
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    if (!ws.attached)
+        return 0;
+    out->attached = 1;
+    out->failed = ws.failed;
+    out->log_bytes = ws.log_bytes;
+    out->used_bytes = ws.used_bytes;
+    out->backlog_bytes = ws.backlog_bytes;
+    out->backlog_records = ws.backlog_records;
+    out->drained_bytes = ws.drained_bytes;
+    out->replayed_records = ws.replayed_records;
+    double secs = (double)(plx_now_ns() - ws.attach_ns) / 1e9;
+    out->drain_rate = secs > 0 ? (double)ws.drained_bytes / secs : 0;
+    for (const struct plx_vdi *v = st->vdis; v; v = v->next)
+        if (v->wc)
+            out->vdis_cached++;
+    snprintf(out->path, sizeof out->path, "%s", ws.desc);
+    snprintf(out->error, sizeof out->error, "%s", ws.error);
+    return 0;
+}
+
+int plx_vdi_wcache_discard(plx_store *st, const char *vdi)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    struct plx_vdi_record rec;
+    uint64_t slot;
+    rc = plx_registry_find(st, vdi, &rec, &slot);
+    if (!rc && rec.lock_host && !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
+        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u): close it first", rec.name,
+                     rec.lock_pid);
+    if (!rc && !rec.wlog_id)
+        rc = plx_err(st, -ENOENT, "VDI %s has no writes waiting in a write log", rec.name);
+    if (!rc) {
+        rec.wlog_host = rec.wlog_id = 0;
+        rc = plx_registry_write(st, slot, &rec);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    }
+    plx_admin_unlock(st);
+    return rc;
+}

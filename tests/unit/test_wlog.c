@@ -1,0 +1,541 @@
+/*
+ * test_wlog.c - the write cache (libparallax/wlog.c): a per-host write log on local disk.
+ *
+ * Stores and logs live on memory media (kept across close and reopen), or on the fault backend
+ * for crash images and injected errors. Every test compares what the VDI reads against a shadow
+ * copy of what was written:
+ * - writes (aligned and sub-block, many in flight) read back through the log and, after the
+ *   drain, from the store alone; the ring wraps many times (a log of the smallest size);
+ * - a crash (the durable image of both media) then replay at attach: every flushed write is
+ *   there, and the store is clean;
+ * - ownership: a VDI whose record names a log is refused to any process without that log, with
+ *   a message naming the way out; a log of another store or host is refused;
+ * - snapshots taken with the cache on hold every write acknowledged before them, none after;
+ * - EIO on the log: writes go through to the store, nothing acknowledged is lost;
+ * - bad input: a log too small for one batch, a file that is not a log.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "backend_fault.h"
+#include "engine.h"
+#include "format.h"
+#include "parallax.h"
+#include "testutil.h"
+#include "wlog.h"
+
+#define BS PLX_BLOCK_SIZE
+#define MiB (1ull << 20)
+#define STORE_BLOCKS (64 * MiB / BS)
+#define VDI_BYTES (8 * MiB)
+#define LOG_BLOCKS 1024 /* 4 MiB: twice the smallest log, so the ring wraps often */
+
+static plx_backend *new_store_medium(void)
+{
+    plx_backend *mem = plx_backend_mem_create(STORE_BLOCKS);
+    char err[256] = "";
+    int rc = plx_format_backend(mem, MiB, err, sizeof err);
+    ck_assert_msg(rc == 0, "format: %s", err);
+    return mem;
+}
+
+static plx_store *open_store(plx_backend *medium, const char *host)
+{
+    struct plx_open_opts o = {.struct_size = sizeof o, .host = host};
+    plx_store *st = NULL;
+    char err[256] = "";
+    int rc = plx_store_open_backend(tu_keep_wrap(medium), &o, &st, err, sizeof err);
+    ck_assert_msg(rc == 0, "open store: %d %s", rc, err);
+    return st;
+}
+
+static int attach(plx_store *st, plx_backend *log_medium, int init)
+{
+    return plx_wlog_attach(st, tu_keep_wrap(log_medium), init, "test-log");
+}
+
+/* ---- A random asynchronous workload against a shadow copy ------------------------------------- */
+
+struct shadow {
+    uint8_t *bytes;         /* what the VDI must read */
+    uint8_t *busy;          /* per block: a write in flight covers it */
+    unsigned inflight;
+    unsigned failed;
+    uint64_t rng;
+    unsigned read_pct, trim_pct; /* of the operations run_writes submits */
+};
+
+struct wctx {
+    struct shadow *sh;
+    uint64_t b0, b1;
+    void *buf;
+};
+
+static void write_done(void *arg, int status)
+{
+    struct wctx *c = arg;
+    if (status)
+        c->sh->failed++;
+    for (uint64_t b = c->b0; b < c->b1; b++)
+        c->sh->busy[b] = 0;
+    c->sh->inflight--;
+    free(c->buf);
+    free(c);
+}
+
+static void flush_done(void *arg, int status)
+{
+    struct shadow *sh = arg;
+    if (status)
+        sh->failed++;
+    sh->inflight--;
+}
+
+/* Submit one write of a random range (sub-block when `unaligned`), not overlapping any write in
+ * flight, and copy it into the shadow. */
+static void random_write(plx_vdi *v, struct shadow *sh, bool unaligned, unsigned max_blocks)
+{
+    uint64_t nblocks = VDI_BYTES / BS;
+    for (int tries = 0; tries < 100; tries++) {
+        uint64_t b0 = tu_rand(&sh->rng) % nblocks;
+        uint64_t n = 1 + tu_rand(&sh->rng) % max_blocks;
+        if (b0 + n > nblocks)
+            n = nblocks - b0;
+        uint64_t off = b0 * BS, len = n * BS;
+        if (unaligned) {
+            off += tu_rand(&sh->rng) % BS;
+            len = 1 + tu_rand(&sh->rng) % (n * BS - (off - b0 * BS));
+        }
+        uint64_t e0 = off / BS, e1 = (off + len + BS - 1) / BS;
+        bool free_range = true;
+        for (uint64_t b = e0; b < e1; b++)
+            if (sh->busy[b])
+                free_range = false;
+        if (!free_range)
+            continue;
+        struct wctx *c = calloc(1, sizeof *c);
+        c->sh = sh;
+        c->b0 = e0;
+        c->b1 = e1;
+        c->buf = malloc(len);
+        tu_fill(c->buf, len, tu_rand(&sh->rng));
+        memcpy(sh->bytes + off, c->buf, len);
+        for (uint64_t b = e0; b < e1; b++)
+            sh->busy[b] = 1;
+        sh->inflight++;
+        unsigned flags = tu_rand(&sh->rng) % 16 == 0 ? PLX_WRITE_FUA : 0;
+        int rc = plx_vdi_submit_write(v, c->buf, off, len, flags, write_done, c);
+        ck_assert_msg(rc == 0, "submit write: %d", rc);
+        return;
+    }
+}
+
+static void wait_all(plx_store *st, struct shadow *sh)
+{
+    while (sh->inflight) {
+        int rc = plx_store_service(st);
+        ck_assert_msg(rc >= 0, "service: %d %s", rc, plx_store_errmsg(st));
+        if (!sh->inflight)
+            break;
+        ck_assert_msg(plx_store_busy(st), "%u requests in flight but the store is idle",
+                      sh->inflight);
+        usleep(100);
+    }
+}
+
+/* A read of blocks no write in flight covers: it must return what the shadow held when it was
+ * submitted. */
+struct rctx {
+    struct shadow *sh;
+    uint64_t off, len;
+    uint8_t *buf, *expect;
+};
+
+static void read_done(void *arg, int status)
+{
+    struct rctx *c = arg;
+    ck_assert_int_eq(status, 0);
+    for (uint64_t o = 0; o < c->len; o += BS)
+        ck_assert_msg(memcmp(c->buf + o, c->expect + o, BS) == 0,
+                      "a read of block %llu returned other data than was last written",
+                      (unsigned long long)((c->off + o) / BS));
+    c->sh->inflight--;
+    free(c->buf);
+    free(c->expect);
+    free(c);
+}
+
+static void random_read(plx_vdi *v, struct shadow *sh)
+{
+    uint64_t b0 = tu_rand(&sh->rng) % (VDI_BYTES / BS - 16), n = 1 + tu_rand(&sh->rng) % 16;
+    for (uint64_t b = b0; b < b0 + n; b++)
+        if (sh->busy[b])
+            return;
+    struct rctx *c = calloc(1, sizeof *c);
+    c->sh = sh;
+    c->off = b0 * BS;
+    c->len = n * BS;
+    c->buf = malloc(c->len);
+    c->expect = malloc(c->len);
+    memcpy(c->expect, sh->bytes + c->off, c->len);
+    sh->inflight++;
+    ck_assert_int_eq(plx_vdi_submit_read(v, c->buf, c->off, c->len, read_done, c), 0);
+}
+
+/* A trim of a range no write covers: the shadow holds zeros there from now on. */
+static void random_trim(plx_vdi *v, struct shadow *sh)
+{
+    uint64_t b0 = tu_rand(&sh->rng) % (VDI_BYTES / BS - 8), n = 1 + tu_rand(&sh->rng) % 8;
+    for (uint64_t b = b0; b < b0 + n; b++)
+        if (sh->busy[b])
+            return;
+    struct wctx *c = calloc(1, sizeof *c);
+    c->sh = sh;
+    c->b0 = b0;
+    c->b1 = b0 + n;
+    memset(sh->bytes + b0 * BS, 0, n * BS);
+    for (uint64_t b = b0; b < b0 + n; b++)
+        sh->busy[b] = 1;
+    sh->inflight++;
+    ck_assert_int_eq(plx_vdi_submit_trim(v, b0 * BS, n * BS, write_done, c), 0);
+}
+
+static void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops,
+                       unsigned qd, unsigned unaligned_pct, unsigned flush_pct)
+{
+    for (unsigned i = 0; i < nops; i++) {
+        while (sh->inflight >= qd) {
+            int rc = plx_store_service(st);
+            ck_assert_msg(rc >= 0, "service: %d %s", rc, plx_store_errmsg(st));
+            if (sh->inflight >= qd)
+                usleep(50);
+        }
+        unsigned dice = (unsigned)(tu_rand(&sh->rng) % 100);
+        if (sh->read_pct && dice >= 100 - sh->read_pct) {
+            random_read(v, sh);
+        } else if (sh->trim_pct && dice >= 100 - sh->read_pct - sh->trim_pct) {
+            random_trim(v, sh);
+        } else if (dice < flush_pct) {
+            sh->inflight++;
+            ck_assert_int_eq(plx_vdi_submit_flush(v, flush_done, sh), 0);
+        } else {
+            random_write(v, sh, dice < flush_pct + unaligned_pct, 24);
+        }
+    }
+    wait_all(st, sh);
+}
+
+static void shadow_init(struct shadow *sh, uint64_t seed)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->bytes = calloc(1, VDI_BYTES);
+    sh->busy = calloc(1, VDI_BYTES / BS);
+    sh->rng = seed;
+}
+
+static void shadow_free(struct shadow *sh)
+{
+    free(sh->bytes);
+    free(sh->busy);
+}
+
+/* The whole VDI reads as the shadow. */
+static void verify(plx_vdi *v, const struct shadow *sh, const char *when)
+{
+    uint8_t *buf = plx_block_alloc(VDI_BYTES / BS);
+    int rc = plx_vdi_pread(v, buf, 0, VDI_BYTES);
+    ck_assert_msg(rc == 0, "%s: read: %d", when, rc);
+    for (uint64_t b = 0; b < VDI_BYTES / BS; b++)
+        ck_assert_msg(memcmp(buf + b * BS, sh->bytes + b * BS, BS) == 0,
+                      "%s: block %llu differs from what was written", when,
+                      (unsigned long long)b);
+    plx_block_free(buf);
+}
+
+static void check_clean(plx_store *st)
+{
+    struct plx_check_report rep;
+    ck_assert_int_eq(plx_check(st, &rep, NULL, NULL), 0);
+    ck_assert_msg(rep.errors == 0, "check found %llu errors", (unsigned long long)rep.errors);
+}
+
+/* ---- Tests ----------------------------------------------------------------------------------- */
+
+START_TEST(test_cached_writes_read_back_and_drain)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 42);
+    /* About 3 log sizes of data: the ring wraps while writers wait for the drain. */
+    run_writes(st, v, &sh, 600, 32, 20, 5);
+    ck_assert_uint_eq(sh.failed, 0);
+    verify(v, &sh, "through the cache");
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    ck_assert_int_eq(ws.attached, 1);
+    ck_assert_int_eq(ws.failed, 0);
+    ck_assert_uint_gt(ws.drained_bytes, (uint64_t)LOG_BLOCKS * BS);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* The store alone (no log) holds everything, and the record names no log any more. */
+    st = open_store(smem, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, &sh, "from the store after the drain");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
+/* Crash: both media as a power failure at the end would leave them (only durable writes). */
+static plx_backend *durable_image(plx_backend *fault)
+{
+    struct plx_crash_cursor *c = plx_crash_cursor_new(fault);
+    plx_crash_cursor_seek(c, plx_fault_log_position(fault));
+    plx_backend *img = plx_crash_cursor_image(c, PLX_CRASH_DROP_UNFLUSHED, 0);
+    plx_crash_cursor_free(c);
+    return img;
+}
+
+START_TEST(test_replay_after_crash)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *sfault = plx_fault_create(smem, 0);
+    plx_backend *lfault = plx_fault_create(NULL, LOG_BLOCKS);
+    smem->ops->destroy(smem);
+    plx_store *st = open_store(sfault, "host-a");
+    /* This engine plays a process that crashes: its locks name a start time no process has,
+     * so the next process on host-a finds them stale. */
+    st->epoch ^= 0x5a5a5a;
+    ck_assert_int_eq(attach(st, lfault, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 7);
+    run_writes(st, v, &sh, 150, 16, 20, 0);
+    /* The second half stays in the log: a crash leaves it only there. */
+    plx_wlog_pause_drain(st, 1);
+    run_writes(st, v, &sh, 40, 16, 20, 0);
+    ck_assert_int_eq(plx_vdi_flush(v), 0);
+    /* Everything is acknowledged and flushed: a crash now loses none of it, whatever the drain
+     * has done. Both images are taken before anything else happens. */
+    plx_backend *simg = durable_image(sfault);
+    plx_backend *limg = durable_image(lfault);
+    plx_wlog_pause_drain(st, 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* Another host cannot open the VDI for writing: the log holds writes of it. Reading is
+     * allowed (it sees an older state). */
+    st = open_store(simg, "host-b");
+    int rc = plx_vdi_open(st, "vm", 0, &v);
+    ck_assert_int_eq(rc, -EBUSY);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "cache discard") != NULL, "message: %s",
+                  plx_store_errmsg(st));
+    /* ... nor can it attach the log: it is host-a's. */
+    rc = attach(st, limg, 1);
+    ck_assert_int_eq(rc, -EPERM);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "belongs to host host-a") != NULL, "message: %s",
+                  plx_store_errmsg(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* The same process on host-a without its log: refused too. */
+    st = open_store(simg, "host-a");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), -EBUSY);
+    /* With the log: replayed at attach, then the VDI opens and reads everything. */
+    ck_assert_int_eq(attach(st, limg, 0), 0);
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    ck_assert_uint_gt(ws.replayed_records, 0);
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, &sh, "after replay");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    /* After replay the record is free: host-b opens it and sees the same. */
+    st = open_store(simg, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, &sh, "on another host after replay");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    shadow_free(&sh);
+    simg->ops->destroy(simg);
+    limg->ops->destroy(limg);
+    sfault->ops->destroy(sfault);
+    lfault->ops->destroy(lfault);
+}
+END_TEST
+
+START_TEST(test_reads_see_acknowledged_writes)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 1234);
+    sh.read_pct = 30;
+    sh.trim_pct = 3;
+    run_writes(st, v, &sh, 2000, 32, 10, 3);
+    ck_assert_uint_eq(sh.failed, 0);
+    verify(v, &sh, "after reads, writes and trims");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
+START_TEST(test_log_of_another_store_or_too_small)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *other = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    st = open_store(other, "host-a");
+    int rc = attach(st, lmem, 1);
+    ck_assert_int_eq(rc, -EXDEV);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "another blockstore") != NULL, "message: %s",
+                  plx_store_errmsg(st));
+    /* A log too small for two of its largest batches. */
+    plx_backend *tiny = plx_backend_mem_create(64);
+    rc = attach(st, tiny, 1);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "too small") != NULL, "message: %s",
+                  plx_store_errmsg(st));
+    /* Something that is not a log, and init not allowed. */
+    plx_backend *junk = plx_backend_mem_create(LOG_BLOCKS);
+    uint8_t *b = plx_block_alloc(1);
+    memset(b, 0x5a, BS);
+    plx_backend_mem_poke(junk, 0, b);
+    rc = attach(st, junk, 1);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "not a Parallax write log") != NULL,
+                  "message: %s", plx_store_errmsg(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(b);
+    tiny->ops->destroy(tiny);
+    junk->ops->destroy(junk);
+    smem->ops->destroy(smem);
+    other->ops->destroy(other);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
+START_TEST(test_snapshot_holds_acknowledged_writes)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 99);
+    run_writes(st, v, &sh, 100, 16, 10, 0);
+    uint8_t *before = malloc(VDI_BYTES);
+    memcpy(before, sh.bytes, VDI_BYTES);
+    uint64_t idx = 0;
+    ck_assert_int_eq(plx_vdi_snapshot_open(v, "snap", &idx), 0);
+    ck_assert_uint_eq(idx, 1);
+    run_writes(st, v, &sh, 100, 16, 10, 0);
+    verify(v, &sh, "VDI after the snapshot");
+    plx_vdi *s;
+    ck_assert_int_eq(plx_vdi_open(st, "vm@snap", 0, &s), 0);
+    struct shadow snap_sh = {.bytes = before};
+    verify(s, &snap_sh, "snapshot");
+    ck_assert_int_eq(plx_vdi_close(s), 0);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    free(before);
+    shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
+START_TEST(test_log_eio_falls_back_to_write_through)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lfault = plx_fault_create(NULL, LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lfault, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    struct shadow sh;
+    shadow_init(&sh, 5);
+    run_writes(st, v, &sh, 60, 16, 10, 5);
+    /* From now on every write to the log fails. */
+    plx_fault_fail_blocks(lfault, PLX_IO_WRITE, 0, LOG_BLOCKS, -EIO, -1);
+    run_writes(st, v, &sh, 200, 16, 10, 5);
+    ck_assert_uint_eq(sh.failed, 0); /* nothing failed: they went through to the store */
+    ck_assert_uint_gt(plx_fault_errors_injected(lfault), 0);
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    ck_assert_int_eq(ws.failed, 1);
+    ck_assert_msg(strstr(ws.error, "write-through") || strstr(ws.error, "go through"),
+                  "error: %s", ws.error);
+    verify(v, &sh, "after the log failed");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    /* The store alone has it all, and no record names the broken log. */
+    st = open_store(smem, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, &sh, "store after the log failed");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lfault->ops->destroy(lfault);
+}
+END_TEST
+
+static Suite *wlog_suite(void)
+{
+    Suite *s = suite_create("wlog");
+    TCase *tc = tcase_create("wlog");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cached_writes_read_back_and_drain);
+    tcase_add_test(tc, test_replay_after_crash);
+    tcase_add_test(tc, test_reads_see_acknowledged_writes);
+    tcase_add_test(tc, test_log_of_another_store_or_too_small);
+    tcase_add_test(tc, test_snapshot_holds_acknowledged_writes);
+    tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TU_MAIN(wlog_suite)
