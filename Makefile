@@ -155,7 +155,8 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit-all integration lint bench-smoke bench-suite-smoke bench-clones-smoke
+check: deps all unit-all integration lint bench-smoke bench-suite-smoke bench-clones-smoke \
+       bench-cluster-smoke
 	@echo "make check: all passed"
 
 # The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
@@ -240,8 +241,20 @@ bench-iscsi: $(B)/bench-iscsi deps
 $(B)/bench-handover: $(B)/obj/bench/handover.o
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lnbd -o $@
 
-bench-cluster: $(B)/bench-handover deps all
+# N raw writers on one LUN: the 1 MiB baseline of bench/cluster.sh.
+$(B)/bench-lun-writers: $(B)/obj/bench/lun-writers.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
+
+bench-cluster: $(B)/bench-handover $(B)/bench-lun-writers deps all
 	bench/cluster.sh --dir $(BENCH_DIR)
+
+# Smoke run for make check: 1 and 3 hosts on a tgtd LUN, 1 s per run; fails when a run, a
+# host's VDI verification or the check fails; judges no number (about 15 s).
+bench-cluster-smoke: $(B)/bench-handover $(B)/bench-lun-writers deps all
+	@mkdir -p $(B)/test-logs
+	@bench/cluster.sh --smoke --dir $(BENCH_DIR) > $(B)/test-logs/bench-cluster-smoke.log 2>&1 \
+	    || { tail -40 $(B)/test-logs/bench-cluster-smoke.log; echo "bench-cluster-smoke: FAILED"; exit 1; }
+	@echo "bench/cluster.sh --smoke: ok"
 
 # FUA writes in the engine and through NBD against a raw file (bench/README.md, "FUA writes").
 $(B)/bench-fua: $(B)/obj/bench/fua.o $(B)/libparallax.a
@@ -260,5 +273,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster FORCE \
+.PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke

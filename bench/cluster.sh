@@ -7,30 +7,40 @@
 #      its own fresh VDI; fio's nbd engine drives all of them at once, 4 KiB random writes at
 #      queue depth 32, then 1 MiB sequential writes at queue depth 8; the aggregate against
 #      one host on the same LUN in the same run (target >= 0.9x: no lock on the data path);
+#      The same 1 MiB load without Parallax is the baseline of what the target gives N
+#      sessions: build/bench-lun-writers, N processes with their own iSCSI sessions writing
+#      N sequential streams into their own regions of a second LUN of the same tgtd.
+#      Then every host writes the first 32 MiB of its VDI again with fio's crc32c verification
+#      and reads it back (each host's VDI verifies), and `parallax check` must be clean;
 #   2. VDI handover latency between two hosts (build/bench-handover: from the source's close
 #      to the destination's first completed write; target p50 < 50 ms).
 # Results: bench/results/cluster-HOST-STAMP.txt (not committed) and bench/plots/cluster.png.
+# --smoke (make check): 1 and 3 hosts, 1 s per run, 64 MiB VDIs, no handover, no plot, no
+# results file; fails when a run, a verification or the check fails, judges no number.
 #
-#   bench/cluster.sh [--dir DIR] [--seconds N] [--hops N] [--size SIZE] [--quick] [--plot FILE]
+#   bench/cluster.sh [--dir DIR] [--seconds N] [--hops N] [--size SIZE] [--hosts "1 2 4 8"]
+#                    [--quick | --smoke] [--plot FILE]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=/var/tmp seconds=10 hops=100 size=512M plot=bench/plots/cluster.png
+dir=/var/tmp seconds=10 hops=100 size=512M plot=bench/plots/cluster.png hosts="1 2 4 8" smoke=
 while [[ $# -gt 0 ]]; do
     case $1 in
+    --hosts) hosts=$2; shift 2 ;;
+    --smoke) seconds=1 size=64M hosts="1 3" smoke=1; shift ;;
     --dir) dir=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --hops) hops=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --plot) plot=$2; shift 2 ;;
     --quick) seconds=2 hops=10 size=64M; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--seconds N] [--hops N] [--size SIZE] [--quick] [--plot FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dir DIR] [--seconds N] [--hops N] [--size SIZE] [--hosts LIST] [--quick | --smoke] [--plot FILE]" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/cluster.sh: tgtd needs root" >&2; exit 1; }
 fio --enghelp 2>/dev/null | grep -qw nbd || { echo "bench/cluster.sh: fio has no nbd engine" >&2; exit 1; }
-make -s all build/bench-handover
+make -s all build/bench-handover build/bench-lun-writers
 PLX=$root/build/parallax
 
 work=$(mktemp -d "$dir/plx-bench-cluster.XXXXXX")
@@ -51,6 +61,8 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 
 vdi_bytes=$(numfmt --from=iec "$size")
 truncate -s $((vdi_bytes * 20 + (1 << 30))) "$work/lun.img"
+max_hosts=$(tr ' ' '\n' <<<"$hosts" | sort -n | tail -1)
+truncate -s $((vdi_bytes * max_hosts)) "$work/raw.img"
 for try in 1 2 3 4 5; do
     port=$(free_port)
     ctl=$((20000 + RANDOM % 12000))
@@ -68,8 +80,10 @@ iqn=iqn.2026-11.org.parallax.bench:cluster
 adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }
 adm --op new --mode target --tid 1 -T "$iqn"
 adm --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img"
+adm --op new --mode logicalunit --tid 1 --lun 2 -b "$work/raw.img"
 adm --op bind --mode target --tid 1 -I ALL
 url=iscsi://127.0.0.1:$port/$iqn/1
+raw_url=iscsi://127.0.0.1:$port/$iqn/2
 
 lport=$(free_port)
 build/parallax-lockd --listen "127.0.0.1:$lport" >"$work/lockd.log" 2>&1 &
@@ -81,8 +95,12 @@ admin() { PARALLAX_HOST_ID=admin "$PLX" -b "$url" "$@"; }
 admin format >/dev/null
 admin lockd-set "127.0.0.1:$lport"
 
-mkdir -p bench/results "$(dirname "$plot")"
-base=bench/results/cluster-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ)
+if [[ -n $smoke ]]; then
+    base=$work/cluster-smoke
+else
+    mkdir -p bench/results "$(dirname "$plot")"
+    base=bench/results/cluster-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ)
+fi
 {
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "target:  tgtd $(tgtd -V 2>/dev/null || true) on 127.0.0.1, LUN on a sparse file in $dir; $(nproc) cores"
@@ -126,21 +144,56 @@ run_fio() {
     jq -r '"\(.jobs[0].write.iops | floor) \(.jobs[0].write.bw / 1024 | floor)"' "$work/fio.clean.json"
 }
 
-printf "%-6s %12s %8s %14s %8s\n" hosts randw-4k-IOPS ratio seqw-1M-MiB/s ratio | tee -a "$base.txt"
+# verify_fio N PREFIX: every host writes the first 32 MiB (at most) of its VDI with crc32c
+# verification headers and reads it back; fails on any mismatch.
+verify_fio() {
+    local args=() i vsize=$((vdi_bytes < (32 << 20) ? vdi_bytes : (32 << 20)))
+    for ((i = 1; i <= $1; i++)); do
+        args+=(--name="h$i" --uri="nbd+unix:///$2-$i?socket=$work/h$i.sock")
+    done
+    fio --ioengine=nbd --rw=write --bs=64k --iodepth=8 --size="$vsize" --verify=crc32c \
+        --do_verify=1 --verify_fatal=1 --verify_state_save=0 --output-format=json --output="$work/verify.json" \
+        "${args[@]}" >"$work/verify.out" 2>&1 || { cat "$work/verify.out" >&2; exit 1; }
+    sed -n '/^{/,$p' "$work/verify.json" >"$work/verify.clean.json"
+    [[ $(jq '[.jobs[].error] | add' "$work/verify.clean.json") == 0 ]] || { echo "fio verify reported an error" >&2; exit 1; }
+    [[ $(jq '[.jobs[].read.io_bytes] | add' "$work/verify.clean.json") -ge $(($1 * vsize)) ]] ||
+        { echo "fio verify read back less than it wrote" >&2; exit 1; }
+}
+
+# raw_writers N: aggregate MiB/s of N raw sessions, 1 MiB sequential writes at QD 8.
+raw_writers() {
+    build/bench-lun-writers "$raw_url" "$1" "$seconds" 0 "$vdi_bytes" 1024 8 2>>"$work/raw.log" ||
+        { tail -5 "$work/raw.log" >&2; exit 1; }
+}
+
+printf "%-6s %12s %8s %14s %8s %12s %8s %10s\n" hosts randw-4k-IOPS ratio seqw-1M-MiB/s ratio \
+    raw-1M-MiB/s ratio plx/raw | tee -a "$base.txt"
 : >"$work/plot.dat"
-for n in 1 2 4 8; do
-    start_hosts $n "r$n"
-    read -r iops _ < <(run_fio $n "r$n" randwrite 4k 32)
-    read -r _ mibs < <(run_fio $n "r$n" write 1M 8)
+for n in $hosts; do
+    start_hosts "$n" "r$n"
+    read -r iops _ < <(run_fio "$n" "r$n" randwrite 4k 32)
+    read -r _ mibs < <(run_fio "$n" "r$n" write 1M 8)
+    verify_fio "$n" "r$n"
     stop_hosts
-    ((n == 1)) && { iops1=$iops; mibs1=$mibs; }
+    raw=$(raw_writers "$n")
+    [[ -z ${iops1:-} ]] && { iops1=$iops; mibs1=$mibs; raw1=$raw; }
     ri=$(awk -v a="$iops" -v b="$iops1" 'BEGIN { printf "%.2f", a / b }')
     rm=$(awk -v a="$mibs" -v b="$mibs1" 'BEGIN { printf "%.2f", a / b }')
-    printf "%-6s %12s %8s %14s %8s\n" "$n" "$iops" "${ri}x" "$mibs" "${rm}x" | tee -a "$base.txt"
-    echo "$n $iops $mibs $ri $rm" >>"$work/plot.dat"
+    rr=$(awk -v a="$raw" -v b="$raw1" 'BEGIN { printf "%.2f", a / b }')
+    pr=$(awk -v a="$mibs" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
+    printf "%-6s %12s %8s %14s %8s %12s %8s %10s\n" "$n" "$iops" "${ri}x" "$mibs" "${rm}x" \
+        "$raw" "${rr}x" "${pr}x" | tee -a "$base.txt"
+    echo "$n $iops $mibs $ri $rm $raw" >>"$work/plot.dat"
 done
+echo "verify:  every host's VDI read back what fio wrote (crc32c)" | tee -a "$base.txt"
+# Where the hosts' data went: each allocates in extents of its own, so N hosts are N
+# sequential streams into N regions, as the raw writers are.
+echo "extents: $(admin info --json | jq -c '{extent_size_mib: (.extent_size / 1048576), extents}')" | tee -a "$base.txt"
 admin check --quiet >"$work/check.out" 2>&1 || { echo "check after the cluster runs: $(cat "$work/check.out")" >&2; exit 1; }
 echo "check:   clean after the cluster runs" | tee -a "$base.txt"
+if [[ -n $smoke ]]; then
+    exit 0
+fi
 
 # Handover latency between two hosts.
 start_hosts 2 hand
@@ -167,6 +220,7 @@ plot "$work/plot.dat" using 1:2 with linespoints lw 2 pt 7 title "aggregate", \
      "" using 1:(\$2 * 0 + $iops1 * 0.9) with lines dt 2 title "0.9 x one host"
 set ylabel "1 MiB sequential writes, MiB/s (QD 8 per host)"
 plot "$work/plot.dat" using 1:3 with linespoints lw 2 pt 7 title "aggregate", \
+     "" using 1:6 with linespoints lw 2 pt 5 dt 3 title "raw sessions, no Parallax", \
      "" using 1:(\$3 * 0 + $mibs1 * 0.9) with lines dt 2 title "0.9 x one host"
 unset multiplot
 GP

@@ -24,9 +24,30 @@ void plx_backend_mem_poke(plx_backend *be, uint64_t block, const void *data);
  * "write exclusive, registrants only". From then on an I/O that the medium refuses because
  * `key` was preempted fails with -ESTALE (at submit or completion), and so does every later one.
  * preempt: remove every registration of `victim` so the medium refuses its writes (0 when it
- * has none); -ESTALE when this connection's own key was preempted. */
+ * has none); -ESTALE when this connection's own key was preempted.
+ *
+ * When the backend finds its registration in doubt (a session re-established, or a command
+ * refused with RESERVATION CONFLICT) it holds every write, flush and trim and registers again
+ * only when the layer above agrees, through these hooks (called from the backend's poll or
+ * from a blocking call, never from inside a submit): if its key is gone from the medium (a
+ * target that restarted forgets every registration; a preempt removes it too), only after the
+ * lock manager confirmed the lease, and in every case it re-reads the preempted-keys block
+ * after registering: a key listed there was preempted by a host that took over its locks, and
+ * the backend unregisters and fails everything with -ESTALE. */
+struct plx_fence_hooks {
+    void *arg;
+    /* Has the lock manager renewed our lease after since_ns (CLOCK_MONOTONIC)? 1 yes, 0 not
+     * yet (asked; the backend asks again on its next tick). Never blocks. */
+    int (*lease_confirmed)(void *arg, uint64_t since_ns);
+    /* How long to wait for that before giving up and fencing. */
+    uint64_t lease_wait_ns;
+    /* The block that lists preempted keys, and whether `key` is listed in its contents `block`
+     * (as read from the medium): 1 listed, 0 not, -EIO when the block does not verify. */
+    uint64_t preempted_block;
+    int (*key_preempted)(void *arg, const void *block, uint64_t key);
+};
 struct plx_fence_ops {
-    int (*join)(plx_backend *be, uint64_t key);
+    int (*join)(plx_backend *be, uint64_t key, const struct plx_fence_hooks *hooks);
     int (*preempt)(plx_backend *be, uint64_t victim);
 };
 /* The medium's fencing, or NULL when it has none: an iSCSI LUN opened directly (a backend

@@ -110,7 +110,12 @@ struct iscsi_backend {
     int lock_fd;                 /* flock stand-in for the admin lock (one host) */
     uint64_t pr_key;             /* our persistent reservation key; 0: not fencing */
     int fenced;                  /* our key was preempted: everything fails with -ESTALE */
-    struct req_list conflict;    /* RESERVATION CONFLICT, to be judged outside libiscsi's callbacks */
+    struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
+    int rejoin;                  /* registration in doubt: writes held until rejoin_try settles it */
+    int rejoin_checked;          /* ... and we looked whether our key is still on the LUN: */
+    int rejoin_key_gone;         /* it was gone: confirm the lease first */
+    uint64_t rejoin_since_ns;    /* when the doubt began (CLOCK_MONOTONIC) */
+    struct req_list held;        /* writes, flushes and trims waiting for the rejoin, in order */
     char lock_path[PATH_MAX];
 };
 
@@ -240,6 +245,7 @@ static void set_ticking(struct iscsi_backend *b, int on)
 /* ---- Request outcome ------------------------------------------------------------------------ */
 
 static void fail_all(struct iscsi_backend *b, const char *why);
+static void registration_in_doubt(struct iscsi_backend *b);
 
 static int retryable(int status, const struct scsi_task *task)
 {
@@ -265,8 +271,8 @@ static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status
     }
     if (retryable(status, task) && r->retries++ < MAX_RETRIES)
         return 1;
-    /* Refused by a reservation: preempted (fenced), or our registration belonged to a session
-     * that was replaced by a reconnect. pr_judge_conflict tells which. */
+    /* Refused by a reservation: preempted (fenced), our registration belonged to a session that
+     * was replaced by a reconnect, or a restarted target forgot it. rejoin_try tells which. */
     if (status == SCSI_STATUS_RESERVATION_CONFLICT && b->pr_key != 0)
         return b->fenced ? -ESTALE : 2;
     if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
@@ -304,6 +310,16 @@ static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 static int issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
     struct plx_io *io = r->io;
+    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ &&
+        (b->rejoin || !iscsi_is_logged_in(b->iscsi))) {
+        /* Our registration is in doubt, or the session is being re-established (and libiscsi
+         * would send what it queues now before we can check it): nothing that writes goes out
+         * until rejoin_try has settled it. Reads are never refused by a write-exclusive
+         * reservation. */
+        registration_in_doubt(b);
+        list_push(&b->held, r);
+        return 0;
+    }
     uint64_t lba = io->block * b->lbas_per_block;
     uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
     struct scsi_task *t = NULL;
@@ -367,11 +383,14 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         list_push(&b->retry, r);
         return;
     }
-    if (rc == 2) {
-        list_push(&b->conflict, r); /* judged by poll(), which may send commands of its own */
+    if (rc == 2 && r->retries++ < MAX_RETRIES) {
+        /* Refused by the reservation: held until poll() has settled our registration (it may
+         * send commands of its own, which it cannot do from inside libiscsi's callback). */
+        registration_in_doubt(b);
+        list_push(&b->held, r);
         return;
     }
-    finish(b, r, rc);
+    finish(b, r, rc == 2 ? -EIO : rc);
 }
 
 static void run_retries(struct iscsi_backend *b)
@@ -408,6 +427,8 @@ static void fail_all(struct iscsi_backend *b, const char *why)
     }
     while (b->retry.head != NULL)
         finish(b, list_pop(&b->retry), -EIO);
+    while (b->held.head != NULL)
+        finish(b, list_pop(&b->held), -EIO);
 }
 
 /* Say when the session drops and when it is back: libiscsi re-issues the requests in flight on
@@ -418,10 +439,13 @@ static void report_session(struct iscsi_backend *b)
     if (up == b->logged_in || b->dead)
         return;
     b->logged_in = up;
-    if (up)
+    if (up) {
         fprintf(stderr, "parallax: %s: logged in again; requests in flight re-issued\n",
                 b->base.desc);
-    else
+        /* A new session is not registered (the target ties a registration to the session),
+         * and a restarted target has forgotten every registration. */
+        registration_in_doubt(b);
+    } else
         fprintf(stderr, "parallax: %s: connection lost; logging in again\n", b->base.desc);
 }
 
@@ -447,7 +471,7 @@ static void service(struct iscsi_backend *b)
     }
     /* An idle session that lost its connection still needs the clock to log in again. */
     int backing_off = iscsi_get_fd(b->iscsi) < 0 || iscsi_which_events(b->iscsi) == 0;
-    set_ticking(b, (b->inflight > 0 || backing_off) && !b->dead);
+    set_ticking(b, (b->inflight > 0 || backing_off || b->rejoin) && !b->dead);
 }
 
 /* Wait up to ms (-1: forever) for the socket or the clock. */
@@ -545,81 +569,194 @@ static int pr_register(struct iscsi_backend *b)
     return status == SCSI_STATUS_GOOD ? 0 : -EIO;
 }
 
-/* A command of ours was refused with RESERVATION CONFLICT. Our key gone from the LUN: another
- * host preempted it (it took over our locks), and we are fenced for good: -ESTALE. Our key
- * still there: the refused command ran in a session that reconnected since we registered (the
- * target dropped the old session's registration), so register this session too: 0. */
-static int pr_judge_conflict(struct iscsi_backend *b)
+/* Make sure the LUN is reserved "write exclusive, registrants only" (by anyone registered):
+ * 0, -EBUSY (another kind of reservation: another user owns the LUN) or -EIO. */
+static int pr_reserve_if_free(struct iscsi_backend *b)
 {
-    if (b->fenced)
-        return -ESTALE;
-    int there = pr_key_registered(b, b->pr_key);
-    int rc = there < 0 ? -EIO : there == 0 ? -ESTALE : pr_register(b);
-    if (rc == 0)
-        fprintf(stderr, "parallax: %s: registered our reservation key again for this session\n",
-                b->base.desc);
-    if (rc == -ESTALE) {
-        b->fenced = 1;
-        fprintf(stderr,
-                "parallax: %s: the target refused our I/O: our reservation key %016llx was "
-                "preempted by a host that took over our locks; no further I/O\n",
-                b->base.desc, (unsigned long long)b->pr_key);
-    }
-    if (!b->blocking)
-        after_sync(b);
-    return rc;
-}
-
-/* Requests that met RESERVATION CONFLICT: sent again, or failed with -ESTALE when fenced. */
-static void resolve_conflicts(struct iscsi_backend *b)
-{
-    struct req_list l = b->conflict;
-    b->conflict.head = b->conflict.tail = NULL;
-    int rc = pr_judge_conflict(b);
-    struct iscsi_req *r;
-    while ((r = list_pop(&l)) != NULL) {
-        int st = rc;
-        if (st == 0 && r->retries++ >= MAX_RETRIES)
-            st = -EIO;
-        if (st == 0)
-            st = issue(b, r);
-        if (st < 0)
-            finish(b, r, st);
-    }
-    if (!b->blocking)
-        after_sync(b);
-}
-
-static int iscsi_fence_join(plx_backend *be, uint64_t key)
-{
-    struct iscsi_backend *b = (struct iscsi_backend *)be;
-    b->pr_key = key;
-    int rc = pr_register(b);
-    for (int i = 0; rc == 0 && i < 4; i++) {
+    for (int i = 0; i < 4; i++) {
         struct scsi_task *t;
         void *data;
-        rc = pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data);
-        if (rc < 0)
-            break;
+        if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
+            return -EIO;
         const struct scsi_persistent_reserve_in_read_reservation *rr = data;
         int reserved = rr->reserved, type = rr->pr_type;
         scsi_free_scsi_task(t);
         if (reserved && type == PR_TYPE)
-            break;
+            return 0;
         if (reserved) {
             fprintf(stderr,
                     "parallax: %s: the LUN holds a persistent reservation of type %d, not ours "
                     "(%d, write exclusive for registrants): another user owns it\n",
-                    be->desc, type, PR_TYPE);
-            rc = -EBUSY;
-            break;
+                    b->base.desc, type, PR_TYPE);
+            return -EBUSY;
         }
         /* Nobody reserved it yet: we do. Racing another host is fine: the loser reads again. */
-        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_RESERVE, key, 0, PR_TYPE);
+        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_RESERVE, b->pr_key, 0, PR_TYPE);
         if (status != SCSI_STATUS_GOOD && status != SCSI_STATUS_RESERVATION_CONFLICT)
-            rc = -EIO;
-        rc = rc ? rc : (i == 3 ? -EIO : 0);
+            return -EIO;
     }
+    return -EIO;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Our registration may be gone: hold writes until rejoin_try settles it. */
+static void registration_in_doubt(struct iscsi_backend *b)
+{
+    if (b->pr_key == 0 || b->fenced || b->rejoin)
+        return;
+    b->rejoin = 1;
+    b->rejoin_checked = 0;
+    b->rejoin_key_gone = 0;
+    b->rejoin_since_ns = mono_ns();
+}
+
+/* Fenced for good: everything held and everything later fails with -ESTALE. */
+static void fence_self(struct iscsi_backend *b, const char *why)
+{
+    if (!b->fenced)
+        fprintf(stderr, "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
+                        "no further I/O\n",
+                b->base.desc, why);
+    b->fenced = 1;
+    b->rejoin = 0;
+    while (b->held.head != NULL)
+        finish(b, list_pop(&b->held), -ESTALE);
+}
+
+/* Is our key in the medium's list of preempted keys (hooks.preempted_block, read now)? 1, 0,
+ * or -EIO (unreadable: ask again later). A taker lists a key before it preempts it. */
+static int key_listed(struct iscsi_backend *b)
+{
+    if (b->hooks.key_preempted == NULL)
+        return 0;
+    uint64_t lba = b->hooks.preempted_block * b->lbas_per_block;
+    struct scsi_task *t = iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE,
+                                            (int)b->lba_size, 0, 0, 0, 0, 0);
+    int rc = -EIO;
+    if (t != NULL && t->status == SCSI_STATUS_GOOD && t->datain.data != NULL &&
+        t->datain.size >= (int)PLX_BLOCK_SIZE) {
+        void *buf = plx_block_alloc(1);
+        memcpy(buf, t->datain.data, PLX_BLOCK_SIZE);
+        rc = b->hooks.key_preempted(b->hooks.arg, buf, b->pr_key);
+        plx_block_free(buf);
+    }
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    return rc;
+}
+
+/* Settle a registration in doubt (docs/DESIGN.md "The lock manager", Fencing: "Registering
+ * again"). Writes stay held until then. With our key still on the LUN only the session
+ * changed. With it gone, either a host that took over our locks preempted it (it listed the
+ * key first: fenced), or the target forgot every registration (a restart): then we register
+ * again only once the lock manager has answered a heartbeat sent after the doubt began, i.e.
+ * our lease is alive now. In both cases we read the list again after registering: a taker
+ * lists a key before it preempts it, so a preempt that raced our registration is either seen
+ * here (we unregister and fence ourselves) or comes after it (and removes it). Never called
+ * from inside a libiscsi callback. Returns with b->rejoin clear when settled, set when it must
+ * be tried again later (the session or the lock manager not answering yet). */
+static void rejoin_try(struct iscsi_backend *b)
+{
+    if (!b->rejoin || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+        return;
+    if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
+        int there = pr_key_registered(b, b->pr_key);
+        if (there < 0)
+            return;
+        b->rejoin_key_gone = !there;
+        b->rejoin_checked = 1;
+    }
+    int listed;
+    if (b->rejoin_key_gone) {
+        listed = key_listed(b);
+        if (listed < 0)
+            return;
+        if (listed) {
+            fence_self(b, "our reservation key was preempted by a host that took over our locks");
+            return;
+        }
+        if (b->hooks.lease_confirmed == NULL ||
+            !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
+            if (mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
+                fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
+                              "and the lock manager did not confirm our lease in time: another "
+                              "host may hold our locks");
+            return;
+        }
+    }
+    /* For tests: a window before registering (the loop goes on meanwhile), to force a preempt
+     * into it (tests/integration/fence_rejoin.sh). */
+    const char *delay = getenv("PLX_TEST_REJOIN_DELAY_MS");
+    if (delay != NULL && atoi(delay) > 0 &&
+        mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        if (b->blocking)
+            usleep(20000);
+        return;
+    }
+    int rc = pr_register(b);
+    if (rc == 0)
+        rc = pr_reserve_if_free(b);
+    if (rc == -EBUSY)
+        fence_self(b, "the LUN is reserved by another user");
+    if (rc < 0)
+        return;
+    listed = key_listed(b);
+    if (listed < 0)
+        return; /* registered but not verified: writes stay held, the next try verifies */
+    if (listed) {
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0); /* leave again */
+        fence_self(b, "our reservation key was preempted by a host that took over our locks "
+                      "while we registered again (we unregistered)");
+        return;
+    }
+    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n",
+            b->base.desc, (unsigned long long)b->pr_key,
+            b->rejoin_key_gone ? " (it was gone from the LUN, as after a target restart; the "
+                                 "lock manager confirmed our lease and no host preempted it)"
+                               : " for this session");
+    b->rejoin = 0;
+    struct req_list held = b->held; /* issue() may hold a request again */
+    b->held.head = b->held.tail = NULL;
+    struct iscsi_req *r;
+    while ((r = list_pop(&held)) != NULL) /* only ever filled in asynchronous mode */
+        if ((rc = issue(b, r)) < 0)
+            finish(b, r, rc);
+}
+
+/* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
+ * 0 when registered again, -ESTALE when fenced, -EIO when the target or the lock manager did
+ * not answer in time. */
+static int rejoin_wait(struct iscsi_backend *b)
+{
+    registration_in_doubt(b);
+    uint64_t deadline = mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
+    while (b->rejoin && !b->fenced && !b->dead && mono_ns() < deadline) {
+        rejoin_try(b);
+        if (b->rejoin && !b->fenced)
+            usleep(20000);
+    }
+    if (!b->blocking)
+        after_sync(b);
+    return b->fenced ? -ESTALE : b->rejoin || b->dead ? -EIO : 0;
+}
+
+static int iscsi_fence_join(plx_backend *be, uint64_t key, const struct plx_fence_hooks *hooks)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    b->pr_key = key;
+    if (hooks != NULL)
+        b->hooks = *hooks;
+    if (b->hooks.lease_wait_ns == 0)
+        b->hooks.lease_wait_ns = 10000000000ull;
+    int rc = pr_register(b);
+    if (rc == 0)
+        rc = pr_reserve_if_free(b);
     if (rc)
         b->pr_key = 0;
     if (!b->blocking)
@@ -649,7 +786,7 @@ static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
             break;
         }
         /* Refused: our own registration is gone (preempted, or left in a replaced session). */
-        rc = status == SCSI_STATUS_RESERVATION_CONFLICT ? pr_judge_conflict(b) : -EIO;
+        rc = status == SCSI_STATUS_RESERVATION_CONFLICT ? rejoin_wait(b) : -EIO;
         if (rc < 0)
             break;
         rc = i == 2 ? -EIO : 0;
@@ -709,8 +846,10 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             return -EIO;
         }
         int rc = task_outcome(b, r, t->status, t);
-        if (rc == 2)
-            rc = pr_judge_conflict(b) == 0 && r->retries++ < MAX_RETRIES ? 1 : -ESTALE;
+        if (rc == 2) {
+            int joined = r->retries++ < MAX_RETRIES ? rejoin_wait(b) : -EIO;
+            rc = joined == 0 ? 1 : joined;
+        }
         if (rc == 0 && io->op == PLX_IO_READ) {
             if (t->datain.data == NULL || t->datain.size < (int)len)
                 rc = -EIO;
@@ -786,8 +925,11 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
         efd_drain(b->efd);
         if (!b->blocking)
             service(b);
-        if (b->conflict.head != NULL)
-            resolve_conflicts(b);
+        if (b->rejoin) {
+            rejoin_try(b);
+            if (!b->blocking)
+                after_sync(b);
+        }
         if (b->ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
             break;
         int wait = -1;

@@ -94,6 +94,7 @@ static_assert(sizeof(struct plx_superblock) <= PLX_BLOCK_SIZE, "superblock fits"
 /* ---- System state block: the few fields of extent 0 that change after format -----------------
  * Version 2 seals it with PLX_MAGIC_STATE_V2 (a running version-1 process then fails to read it
  * instead of rewriting it without the registry roots). */
+#define PLX_PREEMPTED_KEYS 494u
 struct plx_state_block {
     struct plx_blkhdr hdr;
     uint64_t seq;                /* incremented on every write */
@@ -109,7 +110,14 @@ struct plx_state_block {
     uint32_t vdi_table_height;   /* levels of the VDI table, 0 with no root */
     uint32_t reserved0;
     uint64_t name_index_root;    /* name index root node, 0 = no name yet */
+    /* Reservation keys that hosts taking over a dead holder's locks preempted (a ring: the
+     * oldest entry is overwritten). A process whose key is listed never registers again, even
+     * at a target that forgot the preempt (DESIGN.md "The lock manager", Fencing). */
+    uint32_t preempted_count;    /* valid entries, at most PLX_PREEMPTED_KEYS */
+    uint32_t preempted_next;     /* the entry the next key goes into */
+    uint64_t preempted_keys[PLX_PREEMPTED_KEYS];
 };
+static_assert(sizeof(struct plx_state_block) == PLX_BLOCK_SIZE, "state block layout");
 
 /* ---- Extent catalogue -------------------------------------------------------------------------- */
 struct plx_extent_entry {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include "lock.h"
 #include "lockd_proto.h"
+#include "backend.h"
+#include "system.h"
 
 /* ---- Identity -------------------------------------------------------------------------------- */
 
@@ -121,6 +123,30 @@ uint64_t plx_fence_key(uint64_t host, uint32_t pid, uint64_t epoch)
     return h ? h : 1;
 }
 
+/* Hooks the backend calls when its registration is in doubt (backend.h). */
+static int hook_lease_confirmed(void *arg, uint64_t since_ns)
+{
+    return plx_lockd_lease_confirmed(arg, since_ns);
+}
+
+static bool key_in_list(const struct plx_state_block *s, uint64_t key)
+{
+    for (uint32_t i = 0; i < s->preempted_count && i < PLX_PREEMPTED_KEYS; i++)
+        if (s->preempted_keys[i] == key)
+            return true;
+    return false;
+}
+
+static int hook_key_preempted(void *arg, const void *block, uint64_t key)
+{
+    plx_store *st = arg;
+    const char *why;
+    if (plx_blkhdr_verify(block, PLX_MAGIC_STATE_V2, st->sb.state_block, &why) &&
+        plx_blkhdr_verify(block, PLX_MAGIC_STATE, st->sb.state_block, &why))
+        return -EIO;
+    return key_in_list(block, key);
+}
+
 int plx_fence_join(plx_store *st)
 {
     if (!st->fence_ops)
@@ -128,7 +154,14 @@ int plx_fence_join(plx_store *st)
     if (!st->lockd || st->read_only || !st->fence_ops)
         return 0;
     uint64_t key = plx_fence_key(st->host_hash, st->pid, st->epoch);
-    int rc = st->fence_ops->join(st->be, key);
+    struct plx_fence_hooks hooks = {
+        .arg = st,
+        .lease_confirmed = hook_lease_confirmed,
+        .lease_wait_ns = plx_lockd_lease_ns(st),
+        .preempted_block = st->sb.state_block,
+        .key_preempted = hook_key_preempted,
+    };
+    int rc = st->fence_ops->join(st->be, key, &hooks);
     if (rc)
         return plx_err(st, rc,
                        "%s: cannot register this host's reservation key %016llx on the LUN "
@@ -138,12 +171,38 @@ int plx_fence_join(plx_store *st)
     return 0;
 }
 
+/* List the victim's key among the preempted keys in the state block, durably, before it is
+ * preempted: a process whose key is listed never registers again (backend.h, rejoin), even at
+ * a target that restarted and forgot the preempt. Under the admin lock. */
+static int list_preempted(plx_store *st, uint64_t key)
+{
+    int rc = plx_state_read(st);
+    if (rc || key_in_list(&st->state, key))
+        return rc;
+    /* For tests: a window between listing and preempting, to force the interleaving with a
+     * host registering again (tests/integration/fence_rejoin.sh). */
+    const char *delay = getenv("PLX_TEST_PREEMPT_DELAY_MS");
+    struct plx_state_block *s = &st->state;
+    s->preempted_keys[s->preempted_next] = key;
+    s->preempted_next = (s->preempted_next + 1) % PLX_PREEMPTED_KEYS;
+    if (s->preempted_count < PLX_PREEMPTED_KEYS)
+        s->preempted_count++;
+    rc = plx_state_write(st);
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (!rc && delay && atoi(delay) > 0)
+        usleep((useconds_t)atoi(delay) * 1000u);
+    return rc;
+}
+
 int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     if (!st->fencing || !host || plx_holder_is_me(st, host, pid, epoch))
         return 0;
     uint64_t key = plx_fence_key(host, pid, epoch);
-    int rc = st->fence_ops->preempt(st->be, key);
+    int rc = list_preempted(st, key);
+    if (!rc)
+        rc = st->fence_ops->preempt(st->be, key);
     if (rc == -ESTALE) {
         plx_fence(st,
                   "%s: this process's own reservation key was preempted: another host declared "

@@ -38,6 +38,11 @@ void plx_lockd_detach(plx_store *st);
 /* Before a request is accepted: 0, or -ESTALE when this process has lost its lease (fenced;
  * the store's message says why). One clock read. */
 int plx_lease_check(plx_store *st);
+/* Has lockd renewed this process's lease (answered a heartbeat) after since_ns (CLOCK_MONOTONIC)?
+ * 1 yes; 0 not yet: a heartbeat is sent (or a connection started) so that a later call can say
+ * yes. Never blocks. 0 when the store has no lock manager. */
+int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns);
+uint64_t plx_lockd_lease_ns(const plx_store *st);
 /* lockd's STATUS lines, one call of `line` each. */
 int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 

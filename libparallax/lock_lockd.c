@@ -34,15 +34,31 @@
 
 #define CONNECT_TIMEOUT_MS 2000
 #define REPLY_TIMEOUT_MS 5000
+/* How often the service loop looks at a connection being set up (a non-blocking connect, then
+ * HELLO's answer): never blocks, so a lockd host that is down costs the data path nothing. */
+#define SETUP_POLL_NS 100000000ull
+
+/* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
+ * non-blocking connect and later ticks advance it (CONNECTING -> HELLO -> UP); only the
+ * blocking calls (admin lock, holder liveness, status) wait for it, bounded. */
+enum lk_state { LK_DOWN, LK_CONNECTING, LK_HELLO, LK_UP };
 
 struct plx_lockd {
     char addr[64];
-    int fd;                 /* -1: not connected */
+    int fd;                 /* -1: LK_DOWN */
+    enum lk_state state;
+    uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
+    char in[PLX_LOCKD_LINE_MAX];
+    size_t in_len;          /* buffered bytes of the next line(s) */
     int timer_fd;
+    uint64_t timer_ns;      /* the heartbeat timer's period now */
     uint64_t lease_ns;
     uint64_t next_beat_ns;
     uint64_t last_attempt_ns;  /* last heartbeat attempt (sent or not): the freeze detector */
+    uint64_t last_ping_ns;     /* last PING sent */
+    uint64_t last_pong_ns;     /* last PONG received: lockd renewed our lease then */
     char why_down[400];     /* why the last connection attempt failed */
+    char refused[400];      /* lockd refused our HELLO: why ("" = it did not) */
 };
 
 static uint64_t mono_ns(void)
@@ -52,11 +68,25 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void set_timer(struct plx_lockd *lk, uint64_t period_ns)
+{
+    if (lk->timer_fd < 0 || lk->timer_ns == period_ns)
+        return;
+    struct itimerspec its = {0};
+    its.it_interval.tv_sec = (time_t)(period_ns / 1000000000ull);
+    its.it_interval.tv_nsec = (long)(period_ns % 1000000000ull);
+    its.it_value = its.it_interval;
+    if (timerfd_settime(lk->timer_fd, 0, &its, NULL) == 0)
+        lk->timer_ns = period_ns;
+}
+
 static void lk_close(struct plx_lockd *lk)
 {
     if (lk->fd >= 0)
         close(lk->fd);
     lk->fd = -1;
+    lk->state = LK_DOWN;
+    lk->in_len = 0;
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -77,33 +107,78 @@ static int send_line(struct plx_lockd *lk, const char *line)
     return 0;
 }
 
+static int send_ping(struct plx_lockd *lk)
+{
+    lk->last_ping_ns = mono_ns();
+    return send_line(lk, "PING");
+}
+
+/* The next complete line from the buffer, without its newline: 1, or 0 when none is complete.
+ * PONG (the answer to a heartbeat) is consumed here and only noted. */
+static int take_line(struct plx_lockd *lk, char *out, size_t len)
+{
+    for (;;) {
+        char *nl = memchr(lk->in, '\n', lk->in_len);
+        if (!nl)
+            return 0;
+        size_t used = (size_t)(nl - lk->in) + 1;
+        *nl = 0;
+        bool pong = !strcmp(lk->in, "PONG");
+        if (pong)
+            lk->last_pong_ns = mono_ns();
+        else
+            snprintf(out, len, "%s", lk->in);
+        memmove(lk->in, lk->in + used, lk->in_len - used);
+        lk->in_len -= used;
+        if (!pong)
+            return 1;
+    }
+}
+
+/* Read what has arrived, without waiting: 0, or -ENOTCONN when lockd closed the connection. */
+static int fill(struct plx_lockd *lk)
+{
+    while (lk->in_len < sizeof lk->in) {
+        ssize_t r = recv(lk->fd, lk->in + lk->in_len, sizeof lk->in - lk->in_len, MSG_DONTWAIT);
+        if (r > 0) {
+            lk->in_len += (size_t)r;
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return 0;
+        snprintf(lk->why_down, sizeof lk->why_down, "it closed the connection");
+        lk_close(lk);
+        return -ENOTCONN;
+    }
+    if (!memchr(lk->in, '\n', lk->in_len)) {
+        snprintf(lk->why_down, sizeof lk->why_down, "it sent a line longer than %d bytes",
+                 PLX_LOCKD_LINE_MAX);
+        lk_close(lk);
+        return -EPROTO;
+    }
+    return 0;
+}
+
 /* Read one reply line (blocking, bounded). */
 static int read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms)
 {
-    size_t got = 0;
     uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
-    while (got + 1 < len) {
-        int left = (int)((deadline - mono_ns()) / 1000000);
+    for (;;) {
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        if (take_line(lk, out, len))
+            return 0;
+        uint64_t now = mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, left) <= 0) {
+        if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0) {
             snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
             lk_close(lk);
             return -ETIMEDOUT;
         }
-        ssize_t r = recv(lk->fd, out + got, 1, 0);
-        if (r <= 0) {
-            snprintf(lk->why_down, sizeof lk->why_down, "it closed the connection");
-            lk_close(lk);
-            return -ENOTCONN;
-        }
-        if (out[got] == '\n') {
-            out[got] = 0;
-            return 0;
-        }
-        got++;
+        int rc = fill(lk);
+        if (rc)
+            return rc;
     }
-    lk_close(lk);
-    return -EPROTO;
 }
 
 static int request(struct plx_lockd *lk, const char *line, char *reply, size_t len,
@@ -113,8 +188,10 @@ static int request(struct plx_lockd *lk, const char *line, char *reply, size_t l
     return rc ? rc : read_line(lk, reply, len, timeout_ms);
 }
 
-static int tcp_connect(struct plx_lockd *lk)
+/* Start a non-blocking connect: LK_CONNECTING (or LK_DOWN with why_down set). */
+static void start_connect(struct plx_lockd *lk)
 {
+    lk_close(lk);
     char host[64], port[16];
     snprintf(port, sizeof port, "%d", PLX_LOCKD_DEFAULT_PORT);
     const char *colon = strrchr(lk->addr, ':');
@@ -129,32 +206,24 @@ static int tcp_connect(struct plx_lockd *lk)
     int rc = getaddrinfo(host, port, &hints, &ai);
     if (rc) {
         snprintf(lk->why_down, sizeof lk->why_down, "%s", gai_strerror(rc));
-        return -EHOSTUNREACH;
+        return;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     rc = fd < 0 ? -errno : 0;
     if (!rc && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS)
         rc = -errno;
     freeaddrinfo(ai);
-    if (!rc) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int err = 0;
-        socklen_t el = sizeof err;
-        if (poll(&p, 1, CONNECT_TIMEOUT_MS) <= 0)
-            rc = -ETIMEDOUT;
-        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err)
-            rc = -err;
-    }
     if (rc) {
         snprintf(lk->why_down, sizeof lk->why_down, "%s", strerror(-rc));
         if (fd >= 0)
             close(fd);
-        return rc;
+        return;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     lk->fd = fd;
-    return 0;
+    lk->state = LK_CONNECTING;
+    lk->setup_deadline_ns = mono_ns() + CONNECT_TIMEOUT_MS * 1000000ull;
 }
 
 /* The boot id tells two machines configured with the same host id apart. */
@@ -174,35 +243,88 @@ static void host_instance(char *buf, size_t len)
     }
 }
 
-/* Connect and introduce ourselves. Returns 0, -ENOTCONN (unreachable: lk->why_down says why) or
- * -EACCES (lockd refused us: the store's message says why). */
+/* Advance a connection being set up, waiting at most wait_ms (0: not at all). */
+static void setup_step(plx_store *st, int wait_ms)
+{
+    struct plx_lockd *lk = st->lockd;
+    uint64_t until = mono_ns() + (uint64_t)wait_ms * 1000000ull;
+    while (lk->state == LK_CONNECTING || lk->state == LK_HELLO) {
+        uint64_t now = mono_ns();
+        if (now >= lk->setup_deadline_ns) {
+            snprintf(lk->why_down, sizeof lk->why_down, "%s",
+                     lk->state == LK_CONNECTING ? "connecting timed out (is its host down?)"
+                                                : "no answer to HELLO");
+            lk_close(lk);
+            return;
+        }
+        uint64_t stop = until < lk->setup_deadline_ns ? until : lk->setup_deadline_ns;
+        int ms = stop > now ? (int)((stop - now + 999999) / 1000000) : 0;
+        struct pollfd p = {.fd = lk->fd,
+                           .events = lk->state == LK_CONNECTING ? POLLOUT : POLLIN};
+        int r = poll(&p, 1, ms);
+        if (r <= 0) {
+            if (now >= until)
+                return; /* not yet: a later tick looks again */
+            continue;
+        }
+        if (lk->state == LK_CONNECTING) {
+            int err = 0;
+            socklen_t el = sizeof err;
+            if (getsockopt(lk->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+                err = errno;
+            if (err) {
+                snprintf(lk->why_down, sizeof lk->why_down, "%s", strerror(err));
+                lk_close(lk);
+                return;
+            }
+            char inst[64], line[PLX_LOCKD_LINE_MAX];
+            host_instance(inst, sizeof inst);
+            snprintf(line, sizeof line, "HELLO %s %s %u %llu", st->host, inst, st->pid,
+                     (unsigned long long)st->epoch);
+            if (send_line(lk, line))
+                return;
+            lk->state = LK_HELLO;
+            lk->setup_deadline_ns = mono_ns() + REPLY_TIMEOUT_MS * 1000000ull;
+            continue;
+        }
+        char reply[PLX_LOCKD_LINE_MAX];
+        if (fill(lk))
+            return;
+        if (!take_line(lk, reply, sizeof reply))
+            continue;
+        unsigned long long lease_ms;
+        if (sscanf(reply, "OK %llu", &lease_ms) != 1) {
+            lk_close(lk);
+            snprintf(lk->refused, sizeof lk->refused, "refused this host: %.300s",
+                     strncmp(reply, "ERR ", 4) ? reply : reply + 4);
+            snprintf(lk->why_down, sizeof lk->why_down, "%s", lk->refused);
+            return;
+        }
+        lk->lease_ns = lease_ms * 1000000ull;
+        lk->refused[0] = 0;
+        lk->state = LK_UP;
+        set_timer(lk, lk->lease_ns / 4);
+    }
+}
+
+/* Connect and introduce ourselves, waiting (bounded). Returns 0, -ENOTCONN (unreachable:
+ * lk->why_down says why) or -EACCES (lockd refused us: the store's message says why). */
 static int lk_connect(plx_store *st)
 {
     struct plx_lockd *lk = st->lockd;
-    lk_close(lk);
-    if (tcp_connect(lk))
-        return -ENOTCONN;
-    char inst[64], line[PLX_LOCKD_LINE_MAX], reply[PLX_LOCKD_LINE_MAX];
-    host_instance(inst, sizeof inst);
-    snprintf(line, sizeof line, "HELLO %s %s %u %llu", st->host, inst, st->pid,
-             (unsigned long long)st->epoch);
-    int rc = request(lk, line, reply, sizeof reply, REPLY_TIMEOUT_MS);
-    if (rc)
-        return -ENOTCONN;
-    unsigned long long lease_ms;
-    if (sscanf(reply, "OK %llu", &lease_ms) != 1) {
-        lk_close(lk);
-        snprintf(lk->why_down, sizeof lk->why_down, "refused this host: %.300s",
-                 strncmp(reply, "ERR ", 4) ? reply : reply + 4);
-        return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->why_down);
-    }
-    lk->lease_ns = lease_ms * 1000000ull;
-    return 0;
+    if (lk->state == LK_DOWN)
+        start_connect(lk);
+    setup_step(st, CONNECT_TIMEOUT_MS + REPLY_TIMEOUT_MS);
+    if (lk->state == LK_UP)
+        return 0;
+    if (lk->refused[0])
+        return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
+    return -ENOTCONN;
 }
 
 static int ensure_connected(plx_store *st)
 {
-    return st->lockd->fd >= 0 ? 0 : lk_connect(st);
+    return st->lockd->state == LK_UP ? 0 : lk_connect(st);
 }
 
 /* Wait for a line while keeping the lease: a heartbeat every quarter lease. */
@@ -211,6 +333,10 @@ static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t time
     struct plx_lockd *lk = st->lockd;
     uint64_t deadline = mono_ns() + timeout_ns;
     for (;;) {
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        if (take_line(lk, out, len))
+            return 0;
         uint64_t now = mono_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
@@ -219,10 +345,13 @@ static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t time
             slice = deadline - now;
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
         int r = poll(&p, 1, (int)(slice / 1000000) + 1);
-        if (r > 0)
-            return read_line(lk, out, len, REPLY_TIMEOUT_MS);
+        if (r > 0) {
+            if (fill(lk))
+                return -ENOTCONN;
+            continue;
+        }
         lk->last_attempt_ns = mono_ns();
-        if (send_line(lk, "PING"))
+        if (send_ping(lk))
             return -ENOTCONN;
     }
 }
@@ -308,25 +437,61 @@ int plx_lease_check(plx_store *st)
     return st->fenced ? -ESTALE : 0;
 }
 
-/* From the service loop: heartbeat, reconnect, and notice a freeze. */
+/* From the service loop: heartbeat, reconnect, and notice a freeze. Never waits: a lockd
+ * whose host is down (no answer, no reset) must not stall the requests this loop serves. */
 static void lockd_tick(plx_store *st)
 {
     struct plx_lockd *lk = st->lockd;
-    uint64_t now = mono_ns();
-    if (now < lk->next_beat_ns)
-        return;
     uint64_t junk;
     if (read(lk->timer_fd, &junk, sizeof junk) < 0) {
-        /* EAGAIN: woken by something else; the beat is due all the same. */
+        /* EAGAIN: woken by something else. */
     }
-    if (frozen(st, now))
-        return;
-    lk->last_attempt_ns = now;
-    lk->next_beat_ns = now + lk->lease_ns / 4;
-    if (lk->fd < 0)
-        lk_connect(st); /* unreachable: keep serving; the next beat tries again */
-    else
-        send_line(lk, "PING");
+    if (lk->state == LK_CONNECTING || lk->state == LK_HELLO)
+        setup_step(st, 0);
+    uint64_t now = mono_ns();
+    if (now >= lk->next_beat_ns && !frozen(st, now)) {
+        lk->last_attempt_ns = now;
+        lk->next_beat_ns = now + lk->lease_ns / 4;
+        if (lk->state == LK_UP && fill(lk) == 0) {
+            char line[PLX_LOCKD_LINE_MAX];
+            while (take_line(lk, line, sizeof line))
+                ; /* nothing but PONGs is expected between requests */
+        }
+        if (lk->state == LK_UP) {
+            send_ping(lk);
+        } else if (lk->state == LK_DOWN) {
+            start_connect(lk); /* unreachable: keep serving; later ticks go on */
+            setup_step(st, 0);
+        }
+    }
+    /* While a connection is being set up, look at it often; else once a quarter lease. */
+    bool setting_up = lk->state == LK_CONNECTING || lk->state == LK_HELLO;
+    set_timer(lk, setting_up ? SETUP_POLL_NS : lk->lease_ns / 4);
+}
+
+int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (!lk)
+        return 0;
+    if (lk->state == LK_UP && fill(lk) == 0) {
+        char line[PLX_LOCKD_LINE_MAX];
+        while (take_line(lk, line, sizeof line))
+            ;
+    }
+    if (lk->last_pong_ns > since_ns && lk->state == LK_UP)
+        return 1;
+    if (lk->state == LK_DOWN)
+        start_connect(lk);
+    setup_step(st, 0);
+    if (lk->state == LK_UP && lk->last_ping_ns <= since_ns)
+        send_ping(lk);
+    return 0;
+}
+
+uint64_t plx_lockd_lease_ns(const plx_store *st)
+{
+    return st->lockd ? st->lockd->lease_ns : 0;
 }
 
 int plx_lockd_attach(plx_store *st, const char *addr)
@@ -336,6 +501,7 @@ int plx_lockd_attach(plx_store *st, const char *addr)
         return plx_err(st, -ENOMEM, "out of memory");
     snprintf(lk->addr, sizeof lk->addr, "%s", addr);
     lk->fd = -1;
+    lk->timer_fd = -1;
     lk->lease_ns = PLX_LOCKD_DEFAULT_LEASE_MS * 1000000ull;
     st->lockd = lk;
     int rc = lk_connect(st);
@@ -344,12 +510,13 @@ int plx_lockd_attach(plx_store *st, const char *addr)
                      lk->why_down);
     if (!rc) {
         lk->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        struct itimerspec its = {0};
-        its.it_interval.tv_sec = (time_t)(lk->lease_ns / 4 / 1000000000ull);
-        its.it_interval.tv_nsec = (long)(lk->lease_ns / 4 % 1000000000ull);
-        its.it_value = its.it_interval;
-        if (lk->timer_fd < 0 || timerfd_settime(lk->timer_fd, 0, &its, NULL) != 0)
+        if (lk->timer_fd < 0)
             rc = plx_err(st, -errno, "creating the heartbeat timer: %s", strerror(errno));
+    }
+    if (!rc) {
+        set_timer(lk, lk->lease_ns / 4);
+        if (lk->timer_ns != lk->lease_ns / 4)
+            rc = plx_err(st, -errno, "setting the heartbeat timer: %s", strerror(errno));
     }
     if (!rc)
         rc = plx_engine_watch_fd(st, lk->timer_fd);
@@ -370,7 +537,7 @@ void plx_lockd_detach(plx_store *st)
     if (!lk)
         return;
     lk_close(lk);
-    if (lk->timer_fd > 0)
+    if (lk->timer_fd >= 0)
         close(lk->timer_fd);
     free(lk);
     st->lockd = NULL;

@@ -5,7 +5,9 @@
  * One TCP connection per engine process, lines of ASCII ending in '\n'. The engine sends:
  *
  *   HELLO <host-id> <instance> <pid> <epoch>   first line; -> "OK <lease-ms>" or "ERR <text>"
- *   PING                                       heartbeat, every lease/4; no reply
+ *   PING                                       heartbeat, every lease/4; -> "PONG" (the
+ *                                                 lease was renewed; may arrive before the
+ *                                                 reply to a later request, which skips it)
  *   ADMIN-LOCK                                 -> "GRANTED" once this connection holds the
  *                                                 admin lock (queued until then)
  *   ADMIN-UNLOCK                               -> "RELEASED" (also withdraws a queued request; a

@@ -107,9 +107,13 @@ int plx_state_read(plx_store *st)
         return plx_err(st, rc, "reading the system state block: %s", strerror(-rc));
     if (st->state.registry_used > st->sb.registry_slots)
         return plx_err(st, -EUCLEAN, "system state block: registry_used beyond the registry");
-    if (st->state_v1)
+    if (st->state_v1) /* the registry roots only: the preempted-key list is in both versions */
         memset(&st->state.vdi_table_root, 0,
-               sizeof st->state - offsetof(struct plx_state_block, vdi_table_root));
+               offsetof(struct plx_state_block, preempted_count) -
+                   offsetof(struct plx_state_block, vdi_table_root));
+    if (st->state.preempted_count > PLX_PREEMPTED_KEYS ||
+        st->state.preempted_next >= PLX_PREEMPTED_KEYS)
+        return plx_err(st, -EUCLEAN, "system state block: preempted-key list out of range");
     return 0;
 }
 

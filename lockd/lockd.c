@@ -199,7 +199,9 @@ static void handle_line(struct conn *c, char *line, uint64_t now)
     if (!strcmp(line, "HELLO")) {
         cmd_hello(c, args, now);
     } else if (!strcmp(line, "PING")) {
-        /* The lease was renewed by receiving the line. */
+        /* The lease was renewed by receiving the line; the answer tells the engine so (it
+         * confirms its lease before registering again at a restarted target). */
+        reply(c, "PONG");
     } else if (!strcmp(line, "ADMIN-LOCK")) {
         if (admin_holder == c) {
             reply(c, "ERR this connection holds the admin lock already");

@@ -353,8 +353,9 @@ static int fwd_submit(plx_backend *be, struct plx_io *io)
     return f->in->ops->submit(f->in, io);
 }
 
-static int fwd_fence_join(plx_backend *be, uint64_t key)
+static int fwd_fence_join(plx_backend *be, uint64_t key, const struct plx_fence_hooks *hooks)
 {
+    (void)hooks;
     ck_assert_int_lt(g_nkeys, MAX_KEYS);
     g_keys[g_nkeys++] = key;
     ((struct fwd *)be)->key = key;
@@ -2141,8 +2142,8 @@ static const struct plx_lock_ops takeover_lock_ops = {
 static void join_fencing(plx_store *st)
 {
     st->fence_ops = &fwd_fence_ops;
-    ck_assert_int_eq(st->fence_ops->join(st->be, plx_fence_key(st->host_hash, st->pid, st->epoch)),
-                     0);
+    ck_assert_int_eq(
+        st->fence_ops->join(st->be, plx_fence_key(st->host_hash, st->pid, st->epoch), NULL), 0);
     st->fencing = true;
 }
 
@@ -2177,8 +2178,15 @@ static void wl_takeover(struct wl *wl)
     ck_assert_msg(rc == 0, "opening the second engine: %d %s", rc, err);
     join_fencing(wl->st);
     wl->st->lock_ops = &takeover_lock_ops;
-    open_vdi(wl, a); /* preempts the dead holder's key, then takes the lock */
+    open_vdi(wl, a); /* lists and preempts the dead holder's key, then takes the lock */
     ck_assert_int_eq(g_nkeys, 1);
+    /* The key is listed on the medium: the first engine never registers again, even at a
+     * target that forgot the preempt. */
+    uint64_t first_key = plx_fence_key(first->host_hash, first->pid, first->epoch);
+    bool listed = false;
+    for (uint32_t i = 0; i < wl->st->state.preempted_count; i++)
+        listed |= wl->st->state.preempted_keys[i] == first_key;
+    ck_assert_msg(listed, "the preempted key is not listed in the state block");
     run_phase(wl, &mx, scale(300), 1u << a);
     /* The first engine writes again (its close writes the VDI record): the medium refuses it,
      * the store is fenced and says why, and nothing of it lands. */
