@@ -44,13 +44,22 @@ open_client() { # NAME SOCK EXPORT
     eval "$1_pid=$!"
 }
 said() { grep -c "$2" "$T/$1.log" || true; }
+# wait_said NAME PATTERN COUNT: wait up to 10 s for COUNT lines of PATTERN in NAME's output (a
+# loaded machine answers late; the assertion after it still fails if they never come).
+wait_said() {
+    local i
+    for ((i = 0; i < 100; i++)); do
+        (($(said "$1" "$2") >= $3)) && return 0
+        sleep 0.1
+    done
+}
 
 # The guest runs on the source.
 open_client guest_src "$T/src.sock" vm
 exec 3>"$T/guest_src.fifo"
 echo "write -P 0x11 0 64k" >&3
 echo "flush" >&3
-sleep 0.5
+wait_said guest_src 'wrote 65536/65536' 1
 assert_eq 1 "$(said guest_src 'wrote 65536/65536')" "the guest's first write on the source"
 
 # Migration starts: the destination attaches the disk. It gets the export at once.
@@ -66,7 +75,7 @@ grep -q "its requests wait until it lets go" "$T/dest.log" || fail "dest does no
 # The guest is still running on the source (memory copy): its writes go on.
 echo "write -P 0x22 64k 4k" >&3
 echo "flush" >&3
-sleep 0.5
+wait_said guest_src 'wrote' 2
 assert_eq 2 "$(said guest_src 'wrote')" "the source's writes during the migration"
 
 # The guest stops on the source; libxl detaches the disk there.
@@ -91,7 +100,8 @@ assert_eq 1 "$(said guest_dst 'wrote 4096/4096')" "the guest's write on the dest
 open_client hold "$T/src.sock" stuck
 exec 5>"$T/hold.fifo"
 echo "write -P 1 0 4k" >&5
-sleep 0.5
+wait_said hold 'wrote 4096/4096' 1
+assert_eq 1 "$(said hold 'wrote 4096/4096')" "the holder's write on the source"
 start=$SECONDS
 out=$(qemu-io -f raw -c "read 0 4k" "nbd+unix:///stuck?socket=$T/dst.sock" 2>&1) || true
 grep -qi 'error\|fail' <<<"$out" || fail "a request waited for a VDI that never came and succeeded: $out"
