@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make install / make uninstall into a DESTDIR, as a library user sees it:
-# - every promised file lands under PREFIX (the command, the plugin, libparallax.so.1.0.0 and its
+# - every promised file lands under PREFIX (the command, the plugin, libparallax.so.1.MINOR.PATCH and its
 #   links, the archive, the header, parallax.pc, both man pages, the Xen hotplug scripts, the
 #   systemd unit with the install paths written in, its settings);
 # - a program outside the tree builds against the installed parallax.pc (PKG_CONFIG_SYSROOT_DIR)
