@@ -344,8 +344,6 @@ void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec)
 {
     free(ls->e);
     memset(ls, 0, sizeof *ls);
-    ls->base_head = rec->snaplog_head;
-    ls->base_count = rec->snap_count;
 }
 
 void plx_labels_free(struct plx_label_set *ls)
@@ -354,10 +352,20 @@ void plx_labels_free(struct plx_label_set *ls)
     memset(ls, 0, sizeof *ls);
 }
 
-static int labels_push(struct plx_label_set *ls, uint64_t index, const char *label)
+void plx_labels_clear(struct plx_label_set *ls)
 {
+    ls->n = 0;
+}
+
+int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label)
+{
+    for (size_t i = 0; i < ls->n; i++)
+        if (ls->e[i].index == index) {
+            snprintf(ls->e[i].label, sizeof ls->e[i].label, "%s", label);
+            return 0;
+        }
     if (ls->n == ls->cap) {
-        size_t cap = ls->cap ? 2 * ls->cap : 16;
+        size_t cap = ls->cap ? 2 * ls->cap : 4;
         struct plx_label_entry *e = realloc(ls->e, cap * sizeof *e);
         if (!e)
             return -ENOMEM;
@@ -370,76 +378,11 @@ static int labels_push(struct plx_label_set *ls, uint64_t index, const char *lab
     return 0;
 }
 
-int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label)
-{
-    for (size_t i = 0; i < ls->n; i++)
-        if (ls->e[i].index == index) {
-            snprintf(ls->e[i].label, sizeof ls->e[i].label, "%s", label);
-            return 0;
-        }
-    /* Before loading, every change is kept (it overrides the log); after, only labels. */
-    if (ls->loaded && !*label)
-        return 0;
-    return labels_push(ls, index, label);
-}
-
-static int cmp_entry_index(const void *a, const void *b)
-{
-    const struct plx_label_entry *x = a, *y = b;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* Read the labels of the log as it was at open; entries made since then win. */
-static int labels_load(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls)
-{
-    struct plx_vdi_record base = *rec;
-    base.snaplog_head = ls->base_head;
-    base.snap_count = ls->base_count;
-    struct plx_snap_info *list;
-    size_t n;
-    int rc = plx_snaplog_read(st, &base, &list, &n, NULL);
-    if (rc)
-        return rc;
-    struct plx_label_entry *found = calloc(n ? n : 1, sizeof *found);
-    size_t nfound = 0;
-    for (size_t i = 0; found && i < n; i++) {
-        if (list[i].deleted || !list[i].label[0])
-            continue;
-        found[nfound].index = list[i].index;
-        memcpy(found[nfound++].label, list[i].label, sizeof found->label);
-    }
-    free(list);
-    rc = found ? plx_labels_load_base(ls, found, nfound) : -ENOMEM;
-    free(found);
-    return rc ? plx_err(st, rc, "out of memory") : 0;
-}
-
-int plx_labels_load_base(struct plx_label_set *ls, const struct plx_label_entry *base, size_t n)
-{
-    if (ls->n)
-        qsort(ls->e, ls->n, sizeof *ls->e, cmp_entry_index);
-    size_t nover = ls->n;
-    for (size_t i = 0; i < n; i++) {
-        if (nover && bsearch(&base[i], ls->e, nover, sizeof *ls->e, cmp_entry_index))
-            continue;
-        int rc = labels_push(ls, base[i].index, base[i].label);
-        if (rc)
-            return rc;
-    }
-    ls->loaded = true;
-    return 0;
-}
-
 int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
                      const char *label, uint64_t except_index)
 {
     if (!label || !*label)
         return 0;
-    if (!ls->loaded) {
-        int rc = labels_load(st, rec, ls);
-        if (rc)
-            return rc;
-    }
     for (size_t i = 0; i < ls->n; i++)
         if (ls->e[i].index != except_index && strcmp(ls->e[i].label, label) == 0)
             return 1;
