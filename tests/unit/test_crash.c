@@ -1939,7 +1939,8 @@ static void wl_snap_inflight(struct wl *wl)
 /* Labels and deletions of snapshots (requests in the stream, each one FUA rewrite of a log
  * block) among writes and snapshots: in the head block (in memory) and in older blocks (found
  * along the skip links), with snapshots waiting for edits and edits for snapshots; the VDI is
- * reopened between rounds, so the first labelled request of a round reads the log's labels. */
+ * reopened between rounds; labels are checked for uniqueness on the medium (the label index and
+ * the log's tail) by requests in the stream. */
 static void wl_snap_edit(struct wl *wl)
 {
     static const struct range r[] = {R(0, 96)};
@@ -2093,7 +2094,8 @@ static void wl_handover(struct wl *wl)
  * path from the medium and fold the log's labels into the label index); snapshots are read back
  * as VDI@N through the links and every live label as VDI@LABEL through the index. Some are
  * relabelled or deleted in the stream, among them ones the label index covers (the writer
- * lowers label_indexed in the VDI record before it writes the label). */
+ * writes a new index path and the VDI record naming it before it writes the label), and the
+ * tail is folded into the index by requests in the stream while snapshots are in flight. */
 static void wl_snap_many(struct wl *wl)
 {
     static const struct range r[] = {R(0, 64)};
