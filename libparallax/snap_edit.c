@@ -64,11 +64,12 @@ struct plx_snap_edit {
     size_t nfold, capfold, ifold;
     uint64_t fold_to;
     /* Making index changes durable, then the record naming them. */
-    void (*after_index)(struct plx_req *r);
     struct plx_ev *wev;
     size_t nwev, wpending;
     int wstatus;
-    uint64_t new_root, new_indexed;
+    /* The VDI record being written, and what comes after it. */
+    struct plx_vdi_record next;
+    void (*after_record)(struct plx_req *r);
     uint8_t *rec_buf;
 };
 
@@ -420,19 +421,18 @@ static void record_written(plx_store *st, struct plx_ev *ev)
     struct plx_vdi *v = r->v;
     struct plx_snap_edit *e = r->edit;
     if (ev->status) {
-        /* The record on the medium names the old index or the new one; both are correct for
-         * the log as it is (the log record is written only after this). */
+        /* The record on the medium is the old one or the new one; both are correct for the
+         * log as it is (the log record is written only after this). */
         finish(r, plx_err(st, ev->status, "writing the record of VDI %s: %s", v->rec.name,
                           strerror(-ev->status)));
         return;
     }
-    v->rec.label_index = e->new_root;
-    v->rec.label_indexed = e->new_indexed;
-    v->rec.seq++;
-    e->after_index(r);
+    v->rec = e->next;
+    e->after_record(r);
 }
 
-static void write_record(struct plx_req *r)
+/* Write e->next as the VDI record (FUA), then run after. */
+static void write_record(struct plx_req *r, void (*after)(struct plx_req *r))
 {
     struct plx_vdi *v = r->v;
     struct plx_snap_edit *e = r->edit;
@@ -443,11 +443,9 @@ static void write_record(struct plx_req *r)
         return;
     }
     /* No snapshot writes the record meanwhile: none is in flight while an edit is. */
-    struct plx_vdi_record next = v->rec;
-    next.label_index = e->new_root;
-    next.label_indexed = e->new_indexed;
-    next.seq++;
-    plx_registry_seal(&next, v->slot_addr, e->rec_buf);
+    e->after_record = after;
+    e->next.seq++;
+    plx_registry_seal(&e->next, v->slot_addr, e->rec_buf);
     submit(r, &e->ev, PLX_IO_WRITE, PLX_IO_FUA, v->slot_addr, e->rec_buf, record_written);
 }
 
@@ -459,7 +457,7 @@ static void index_flushed(plx_store *st, struct plx_ev *ev)
                           r->v->rec.name, strerror(-ev->status)));
         return;
     }
-    write_record(r);
+    write_record(r, r->edit->after_record);
 }
 
 static void bitmaps_written(void *arg, int status)
@@ -499,18 +497,18 @@ static void commit_index(struct plx_req *r, uint64_t indexed, void (*after)(stru
 {
     struct plx_vdi *v = r->v;
     struct plx_snap_edit *e = r->edit;
-    e->after_index = after;
-    e->new_indexed = indexed;
-    e->new_root = v->rec.label_index;
+    e->next = v->rec;
+    e->next.label_indexed = indexed;
+    e->after_record = after;
     const struct plx_lidx_write *w = NULL;
     size_t n = 0;
-    int rc = e->txn ? plx_lidx_prepare(e->txn, &e->new_root, &w, &n) : 0;
+    int rc = e->txn ? plx_lidx_prepare(e->txn, &e->next.label_index, &w, &n) : 0;
     if (rc) {
         finish(r, rc);
         return;
     }
     if (n == 0) {
-        write_record(r); /* nothing new to link: the record alone */
+        write_record(r, after); /* nothing new to link: the record alone */
         return;
     }
     e->wev = calloc(n, sizeof *e->wev);
@@ -607,6 +605,8 @@ static void log_written(plx_store *st, struct plx_ev *ev)
     }
     if (e->addr == v->rec.snaplog_head && v->log_head)
         memcpy(v->log_head, e->b, PLX_BLOCK_SIZE);
+    if (e->kind == PLX_EDIT_DELETE && v->rec.snap_deleting == e->index)
+        v->rec.snap_deleting = 0; /* the log says it now; the next record write clears it */
     finish(r, 0);
 }
 
@@ -676,6 +676,15 @@ static void change_record(struct plx_req *r)
     } else {
         /* The record stays (indexes are positions in the log); only its root stops being one. */
         rec->flags |= PLX_SNAP_DELETED;
+        if (v->rec.flags & PLX_VDI_SNAPS_COUNTED) {
+            /* The VDI record counts it first and names it (FORMAT.md §7): a crash before the
+             * log block lands leaves snap_deleting, which readers check against the log. */
+            e->next = v->rec;
+            e->next.snap_deleted++;
+            e->next.snap_deleting = e->index;
+            write_record(r, write_log_block);
+            return;
+        }
     }
     write_log_block(r);
 }

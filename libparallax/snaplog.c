@@ -526,6 +526,20 @@ int plx_snap_label(plx_store *st, const char *snap, const char *label)
     return rc;
 }
 
+/* Write rec (seq bumped) and flush. */
+static int record_write_durable(plx_store *st, uint64_t slot, struct plx_vdi_record *rec)
+{
+    int rc = plx_registry_write(st, slot, rec);
+    if (!rc) {
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "VDI %s: flushing its record: %s", rec->name, strerror(-rc));
+    }
+    if (!rc)
+        rec->seq++;
+    return rc;
+}
+
 int plx_snap_delete(plx_store *st, const char *snap)
 {
     if (st->read_only)
@@ -535,12 +549,20 @@ int plx_snap_delete(plx_store *st, const char *snap)
         return rc;
     struct plx_vdi_record rec;
     struct plx_snap_info si;
-    uint64_t log_block = 0;
-    rc = plx_snap_resolve(st, snap, &rec, NULL, &si, &log_block);
+    uint64_t log_block = 0, slot = 0;
+    rc = plx_snap_resolve(st, snap, &rec, &slot, &si, &log_block);
     if (!rc && rec.lock_host &&
         !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
         rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u); delete the snapshot there",
                      rec.name, rec.lock_pid);
+    /* The record counts the deletion first and names it (FORMAT.md §7): a crash before the log
+     * record lands leaves snap_deleting, which readers check against the log. */
+    bool counted = (rec.flags & PLX_VDI_SNAPS_COUNTED) != 0;
+    if (!rc && counted) {
+        rec.snap_deleted++;
+        rec.snap_deleting = si.index;
+        rc = record_write_durable(st, slot, &rec);
+    }
     struct plx_snaplog_block *b = plx_block_alloc(1);
     if (!rc)
         rc = plx_snaplog_read_block(st, log_block, rec.id, b);
@@ -553,6 +575,10 @@ int plx_snap_delete(plx_store *st, const char *snap)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (rc)
             plx_err(st, rc, "writing snapshot log block: %s", strerror(-rc));
+    }
+    if (!rc && counted) {
+        rec.snap_deleting = 0; /* the log says it now */
+        rc = record_write_durable(st, slot, &rec);
     }
     plx_block_free(b);
     plx_admin_unlock(st);

@@ -102,6 +102,16 @@ int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *re
 int plx_labels_fold(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
                     uint64_t min_tail);
 
+/* ---- Counting (snapiter.c) ---------------------------------------------------------------------
+ * The live snapshots of rec: snap_count - snap_deleted from the record (FORMAT.md §7), plus one
+ * when the log record of a counted deletion (snap_deleting) does not say deleted yet (the skip
+ * path to it); a record that does not count them yet (written before the count existed) has
+ * its log read whole. */
+int plx_snaplog_count_live(plx_store *st, const struct plx_vdi_record *rec, uint64_t *live);
+/* A writable open of a record that does not count its deleted snapshots yet counts them (the
+ * log read whole, once) and writes the record with the count (flushed). 0 at once otherwise. */
+int plx_snaplog_count_write(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec);
+
 /* Parse "VDI@N" or "VDI@LABEL" (O(log n) log and index reads). */
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block);

@@ -145,6 +145,9 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
          * index existed, this builds it: the one time the whole log is read). */
         if (!rc)
             rc = plx_labels_fold(st, v->slot_addr, &v->rec, 1);
+        /* Likewise the count of deleted snapshots (FORMAT.md §7), on a record without it. */
+        if (!rc)
+            rc = plx_snaplog_count_write(st, v->slot_addr, &v->rec);
         plx_labels_init(&v->labels, &v->rec);
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
