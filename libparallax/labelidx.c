@@ -324,8 +324,7 @@ static int load_path(struct plx_lidx_txn *t, const char *label)
     return rc;
 }
 
-size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx,
-                        size_t max)
+size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx, size_t max)
 {
     uint64_t h = plx_lidx_hash(label);
     const struct lnode *n = t->root;

@@ -39,8 +39,7 @@ int plx_lidx_commit(struct plx_lidx_txn *t, uint64_t *root);
 int plx_lidx_need(struct plx_lidx_txn *t, const char *label, uint64_t *addr, unsigned *level);
 int plx_lidx_supply(struct plx_lidx_txn *t, const struct plx_lidx_block *b);
 /* Up to max snapshot indexes t holds for label (its path loaded; stale ones included). */
-size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx,
-                        size_t max);
+size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx, size_t max);
 /* Give every changed node a newly allocated block and seal it: the blocks to write in *w (n of
  * them, owned by t) and the new root. The caller writes them, makes them and the allocator's
  * bitmaps durable (plx_alloc_sync, then a flush), then writes the VDI record naming the root,

@@ -41,9 +41,9 @@ struct plx_snap_edit {
     enum plx_snap_edit_kind kind;
     uint64_t index; /* LABEL, DELETE: the snapshot; CHECK_LABEL: 0 */
     char label[PLX_LABEL_MAX + 1];
-    struct plx_req *snap;        /* CHECK_LABEL: the snapshot waiting for the answer */
-    struct plx_snaplog_block *b; /* LABEL, DELETE: the block holding the record */
-    uint64_t addr;               /* b's address */
+    struct plx_req *snap;         /* CHECK_LABEL: the snapshot waiting for the answer */
+    struct plx_snaplog_block *b;  /* LABEL, DELETE: the block holding the record */
+    uint64_t addr;                /* b's address */
     struct plx_snaplog_block *lb; /* log blocks read while looking up or folding */
     struct plx_lidx_block *nb;    /* index nodes read */
     struct plx_ev ev;
@@ -159,8 +159,7 @@ static void log_read_done(plx_store *st, struct plx_ev *ev)
     struct plx_snap_edit *e = r->edit;
     if (ev->status) {
         finish(r, plx_err(st, ev->status, "reading snapshot log block %llu of VDI %s: %s",
-                          (unsigned long long)e->read_addr, r->v->rec.name,
-                          strerror(-ev->status)));
+                          (unsigned long long)e->read_addr, r->v->rec.name, strerror(-ev->status)));
         return;
     }
     int rc = plx_snaplog_check_block(st, e->read_addr, r->v->rec.id, ev->io.buf);
@@ -197,8 +196,7 @@ static void node_read_done(plx_store *st, struct plx_ev *ev)
     struct plx_snap_edit *e = r->edit;
     if (ev->status) {
         finish(r, plx_err(st, ev->status, "reading label index node %llu of VDI %s: %s",
-                          (unsigned long long)e->read_addr, r->v->rec.name,
-                          strerror(-ev->status)));
+                          (unsigned long long)e->read_addr, r->v->rec.name, strerror(-ev->status)));
         return;
     }
     int rc = plx_lidx_supply(e->txn, e->nb);
@@ -480,8 +478,8 @@ static void node_written(plx_store *st, struct plx_ev *ev)
     if (--e->wpending)
         return;
     if (e->wstatus) {
-        finish(r, plx_err(st, e->wstatus, "VDI %s: writing a label index node: %s",
-                          r->v->rec.name, strerror(-e->wstatus)));
+        finish(r, plx_err(st, e->wstatus, "VDI %s: writing a label index node: %s", r->v->rec.name,
+                          strerror(-e->wstatus)));
         return;
     }
     /* The nodes link only each other and old nodes; their claims must be durable too before
@@ -533,8 +531,8 @@ static void commit_index(struct plx_req *r, uint64_t indexed, void (*after)(stru
             e->wstatus = rc;
             e->wpending -= n - i;
             if (e->wpending == 0)
-                finish(r, plx_err(v->st, rc, "VDI %s: writing a label index node: %s",
-                                  v->rec.name, strerror(-rc)));
+                finish(r, plx_err(v->st, rc, "VDI %s: writing a label index node: %s", v->rec.name,
+                                  strerror(-rc)));
             return;
         }
     }

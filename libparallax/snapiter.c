@@ -139,7 +139,7 @@ int plx_snap_iterate(plx_store *st, const char *vdi, const struct plx_snap_iter_
     return rc == 1 && e.left == 0 ? 0 : rc;
 }
 
-/* ---- Counting live snapshots ------------------------------------------------------------------ */
+/* ---- Counting live snapshots ----------------------------------------------------------------- */
 
 /* Deleted snapshots among 1..snap_count, by reading the whole log. */
 static int count_deleted_in_log(plx_store *st, const struct plx_vdi_record *rec, uint64_t *deleted)

@@ -20,7 +20,8 @@ START_TEST(test_make_v1)
 {
     int err = 0;
     char msg[256] = "";
-    plx_backend *be = plx_backend_file_open(store_path, PLX_BACKEND_BLOCKING, &err, msg, sizeof msg);
+    plx_backend *be =
+        plx_backend_file_open(store_path, PLX_BACKEND_BLOCKING, &err, msg, sizeof msg);
     ck_assert_msg(be != NULL, "%s: %s", store_path, msg);
     tu_make_v1(be);
     be->ops->destroy(be);

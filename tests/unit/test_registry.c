@@ -243,8 +243,8 @@ START_TEST(test_registry_shrinks)
     ck_assert_int_eq(plx_gc(st, 0, &gr), 0);
     ck_assert_uint_eq(gr.vdis_purged, n - keep);
     registry_blocks(st, &table, &index);
-    printf("registry: %u VDIs: %u table and %u index blocks; %u left: %u and %u\n", n,
-           table_full, index_full, keep, table, index);
+    printf("registry: %u VDIs: %u table and %u index blocks; %u left: %u and %u\n", n, table_full,
+           index_full, keep, table, index);
     ck_assert_uint_ge(index_full, 8);
     ck_assert_uint_eq(table_full, 4); /* a root and 3 leaves of 508 ids */
     ck_assert_uint_le(index, 3);      /* the root node and a bucket or two */
