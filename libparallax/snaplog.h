@@ -112,6 +112,7 @@ int plx_snaplog_count_live(plx_store *st, const struct plx_vdi_record *rec, uint
  * log read whole, once) and writes the record with the count (flushed). 0 at once otherwise. */
 int plx_snaplog_count_write(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec);
 
+/* ---- Snapshots named by the user (snap_admin.c) ---------------------------------------------- */
 /* Parse "VDI@N" or "VDI@LABEL" (O(log n) log and index reads). */
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block);
