@@ -73,6 +73,8 @@ struct plx_snap_edit {
     uint8_t *rec_buf;
 };
 
+static void edit_start(struct plx_req *r);
+
 static struct plx_snap_edit *edit_new(struct plx_req **rp, struct plx_vdi *v,
                                       enum plx_snap_edit_kind kind, uint64_t index,
                                       const char *label, plx_done_fn cb, void *arg)
@@ -89,6 +91,7 @@ static struct plx_snap_edit *edit_new(struct plx_req **rp, struct plx_vdi *v,
     snprintf(e->label, sizeof e->label, "%s", label ? label : "");
     r->op = REQ_SNAPEDIT;
     r->edit = e;
+    r->edit_start = edit_start;
     r->cb = cb;
     r->arg = arg;
     r->v = v;
@@ -737,7 +740,9 @@ static void check_looked_up(struct plx_req *r)
     finish(r, 0);
 }
 
-void plx_snap_edit_start(struct plx_req *r)
+/* Carry out r (the pipeline calls it through r->edit_start once no snapshot or other edit is
+ * ahead of it); finishes it with plx_req_finish. */
+static void edit_start(struct plx_req *r)
 {
     struct plx_vdi *v = r->v;
     struct plx_snap_edit *e = r->edit;

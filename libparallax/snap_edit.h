@@ -1,7 +1,7 @@
 /*
  * snap_edit.h - labelling and deleting snapshots of an open VDI, checking a new snapshot's label
- * and folding the log's tail into the label index, as requests in its stream (layer 5, beside
- * pipeline.c; snap_edit.c).
+ * and folding the log's tail into the label index, as requests in its stream (layer 5, above
+ * pipeline.c, which starts an edit through the request's edit_start; snap_edit.c).
  */
 #ifndef PLX_SNAP_EDIT_H
 #define PLX_SNAP_EDIT_H
@@ -22,7 +22,4 @@ struct plx_req *plx_snap_edit_new(struct plx_vdi *v, enum plx_snap_edit_kind kin
  * it: when the label is taken (or cannot be looked up), snap gets that status and fails
  * without running (the pipeline finishes a request whose status is set). */
 struct plx_req *plx_snap_edit_check_new(struct plx_vdi *v, const char *label, struct plx_req *snap);
-/* Carry out r (called by the pipeline once no snapshot or other edit is ahead of it); finishes
- * it with plx_req_finish. */
-void plx_snap_edit_start(struct plx_req *r);
 #endif
