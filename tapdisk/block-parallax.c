@@ -125,6 +125,7 @@ struct plx_td_disk {
     struct plx_td_pool *pool;
     int read_only;
     unsigned write_flags; /* PLX_WRITE_FUA (durability=fua) or 0 (durability=ordered) */
+    int write_cache;      /* the write cache is to be on for this disk (write-cache=PATH) */
     td_sector_t sectors;
     unsigned inflight; /* busy slots: requests tapdisk is waiting for */
     int control;       /* this disk counts among the control socket's users */
@@ -563,29 +564,80 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
 }
 
 /* Leading "key=value:" options of the params. Only known keys are options, so a blockstore or
- * VDI name is never taken for one. */
-static int parse_options(const char **params, unsigned *write_flags)
+ * VDI name is never taken for one: durability=fua|ordered, and the write cache's
+ * write-cache=PATH and write-cache-size=SIZE (plx_wcache_config_set; a PATH has no colon). */
+static int parse_options(const char **params, unsigned *write_flags,
+                         struct plx_wcache_config *wc)
 {
     static const char durability[] = "durability=";
     *write_flags = PLX_WRITE_FUA;
-    while (*params && strncmp(*params, durability, sizeof durability - 1) == 0) {
-        const char *v = *params + sizeof durability - 1;
-        const char *end = strchr(v, ':');
-        size_t n = end ? (size_t)(end - v) : strlen(v);
-        if (n == 3 && strncmp(v, "fua", 3) == 0) {
-            *write_flags = PLX_WRITE_FUA;
-        } else if (n == 7 && strncmp(v, "ordered", 7) == 0) {
-            *write_flags = 0;
-        } else {
-            tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered", (int)n, v);
-            return -EINVAL;
+    memset(wc, 0, sizeof *wc);
+    int size_given = 0;
+    while (*params) {
+        const char *opt = *params;
+        const char *end = strchr(opt, ':');
+        size_t len = end ? (size_t)(end - opt) : strlen(opt);
+        char err[4200];
+        int rc;
+        if (strncmp(opt, durability, sizeof durability - 1) == 0) {
+            const char *v = opt + sizeof durability - 1;
+            size_t n = len - (sizeof durability - 1);
+            if (n == 3 && strncmp(v, "fua", 3) == 0) {
+                *write_flags = PLX_WRITE_FUA;
+            } else if (n == 7 && strncmp(v, "ordered", 7) == 0) {
+                *write_flags = 0;
+            } else {
+                tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered",
+                            (int)n, v);
+                return -EINVAL;
+            }
+        } else if ((rc = plx_wcache_config_set(wc, opt, len, err, sizeof err)) < 0) {
+            tlog_syslog(TLOG_WARN, "parallax: %s", err);
+            return rc;
+        } else if (rc == 1) {
+            break; /* not an option: the blockstore or the VDI */
+        } else if (strncmp(opt, "write-cache-size=", 17) == 0) {
+            size_given = 1;
         }
         if (!end) {
-            tlog_syslog(TLOG_WARN, "parallax: durability=%.*s names no VDI", (int)n, v);
+            tlog_syslog(TLOG_WARN, "parallax: %.*s names no VDI", (int)len, opt);
             return -EINVAL;
         }
         *params = end + 1;
     }
+    if (size_given && !wc->path[0]) {
+        tlog_syslog(TLOG_WARN, "parallax: write-cache-size needs write-cache=PATH");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Attach the write log `wc` names to the disk's store (once per store: a second disk naming the
+ * same log shares it; another log is refused), replaying what it holds for the store's VDIs.
+ * Blocking, which open() may be. */
+static int attach_write_cache(struct plx_td_store *ps, const struct plx_wcache_config *wc)
+{
+    struct plx_wcache_status ws;
+    plx_wcache_status(ps->st, &ws);
+    if (ws.attached) {
+        if (strcmp(ws.path, wc->path) == 0)
+            return 0;
+        tlog_syslog(TLOG_WARN,
+                    "parallax: write-cache=%s: blockstore %s already has the write log %s in "
+                    "this tapdisk",
+                    wc->path, ps->path, ws.path);
+        return -EBUSY;
+    }
+    int rc = plx_wcache_attach(ps->st, wc->path, wc->size);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: %s", wc->path,
+                    plx_store_errmsg(ps->st));
+        return rc;
+    }
+    plx_wcache_status(ps->st, &ws);
+    tlog_syslog(TLOG_INFO, "parallax: write cache %s on %s (%llu MiB, replayed %llu writes)",
+                wc->path, ps->path, (unsigned long long)(ws.log_bytes >> 20),
+                (unsigned long long)ws.replayed_records);
     return 0;
 }
 
@@ -751,6 +803,9 @@ static void retry_event(event_id_t id, char mode, void *private)
     d->vdi = v;
     d->control = 1;
     control_use();
+    if (d->write_cache && plx_vdi_wcache(v, 1) < 0)
+        tlog_syslog(TLOG_WARN, "parallax: %s: write cache not on (writes go to the blockstore): %s",
+                    d->vdi_spec, plx_store_errmsg(st));
     tlog_syslog(TLOG_INFO, "parallax: %s: handed over after %.1f ms; serving it", d->vdi_spec,
                 waited_ms);
     struct plx_td_slot *s = d->wait_head;
@@ -804,9 +859,19 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         return -EOPNOTSUPP;
     }
     unsigned write_flags;
-    int rc = parse_options(&params, &write_flags);
+    struct plx_wcache_config wc;
+    int rc = parse_options(&params, &write_flags, &wc);
     if (rc < 0)
         return rc;
+    if (!wc.path[0] && !(flags & TD_OPEN_RDONLY)) {
+        /* No write-cache parameter: the host's settings file may name the log. */
+        char err[4200];
+        rc = plx_wcache_config_read(&wc, err, sizeof err);
+        if (rc < 0) {
+            tlog_syslog(TLOG_WARN, "parallax: %s", err);
+            return rc;
+        }
+    }
     rc = parse_params(params, bs, sizeof bs, spec, sizeof spec);
     if (rc < 0)
         return rc;
@@ -817,6 +882,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     d->retry_event = -1;
     d->write_flags = write_flags;
     d->read_only = (flags & TD_OPEN_RDONLY) != 0;
+    d->write_cache = wc.path[0] && !d->read_only; /* a read-only disk writes nothing to cache */
     memcpy(d->vdi_spec, spec, sizeof d->vdi_spec);
     d->pool = pool_new(d);
     if (!d->pool)
@@ -826,6 +892,9 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     if (rc < 0)
         goto fail_pool;
     plx_store *st = d->store->st;
+    /* The log first: it may hold this VDI's last writes, which its replay puts in the store. */
+    if (d->write_cache && (rc = attach_write_cache(d->store, &wc)) < 0)
+        goto fail_store;
     rc = plx_vdi_open(st, spec, d->read_only ? PLX_OPEN_READONLY : 0, &d->vdi);
     struct plx_vdi_info info;
     if (rc == -EBUSY && !d->read_only && !strchr(spec, '@') &&
@@ -864,6 +933,13 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         rc = -EROFS;
         goto fail_store;
     }
+    if (d->write_cache && (rc = plx_vdi_wcache(d->vdi, 1)) < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: %s: cannot turn the write cache on: %s", spec,
+                    plx_store_errmsg(st));
+        plx_vdi_close(d->vdi);
+        d->vdi = NULL;
+        goto fail_store;
+    }
     uint64_t bytes = plx_vdi_size(d->vdi);
     d->sectors = bytes >> SECTOR_SHIFT;
     driver->info.size = d->sectors;
@@ -874,9 +950,10 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         d->control = 1;
         control_use();
     }
-    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s)", spec,
+    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s%s%s)", spec,
                 d->store->path, (unsigned long long)d->sectors, d->read_only ? "ro" : "rw",
-                d->read_only ? "" : d->write_flags ? ", durability=fua" : ", durability=ordered");
+                d->read_only ? "" : d->write_flags ? ", durability=fua" : ", durability=ordered",
+                d->write_cache ? ", write-cache=" : "", d->write_cache ? wc.path : "");
     return 0;
 
 fail_store:

@@ -438,6 +438,24 @@ struct plx_wcache_status {
     char error[256];           /* why it failed, or "" */
 };
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
+/* Where the write log is when no option names it: the settings a program starts with
+ * (`serve`, the tapdisk driver). A setting is "key=value": write-cache=PATH (the log) and
+ * write-cache-size=SIZE (bytes, or a number with K, M, G or T), the same words as the tapdisk
+ * parameters. */
+struct plx_wcache_config {
+    char path[4096]; /* "" : no write cache */
+    uint64_t size;   /* 0: PLX_WCACHE_DEFAULT_SIZE, or the existing log's size */
+};
+/* Apply one setting "key=value" (len bytes of it) to c. Returns 0, 1 when the key is not a
+ * write-cache setting (c unchanged), or -EINVAL with a message in err for a bad value. */
+int plx_wcache_config_set(struct plx_wcache_config *c, const char *setting, size_t len, char *err,
+                          size_t errlen);
+/* Read the host's write-cache settings file: $PARALLAX_WRITE_CACHE_FILE, else
+ * /etc/parallax/write-cache; one setting a line, blank lines and # comments ignored. c is
+ * cleared first. Returns 0 (an absent file is no write cache), or a negative errno with a
+ * message naming the file and line in err. */
+int plx_wcache_config_read(struct plx_wcache_config *c, char *err, size_t errlen);
+
 /* Forget the writes of VDI `vdi` (name or id) that a write log holds and nobody can replay (its
  * disk is lost): the record stops naming the log, and the VDI opens at the older point the
  * blockstore holds. The VDI must not be open for writing. Blocking. */

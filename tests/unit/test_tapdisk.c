@@ -56,6 +56,7 @@ static void setup(void)
     ck_assert_int_eq(plx_store_close(st), 0);
     unsetenv("PARALLAX_BLOCKSTORE");
     setenv("PARALLAX_BLOCKSTORE_FILE", "/nonexistent/parallax-blockstore", 1);
+    setenv("PARALLAX_WRITE_CACHE_FILE", "/nonexistent/parallax-write-cache", 1);
     /* The control socket of a writable disk goes here, never under /run. */
     snprintf(run_dir, sizeof run_dir, "%s/run", dir);
     setenv("PARALLAX_RUN_DIR", run_dir, 1);
@@ -1427,6 +1428,88 @@ START_TEST(test_durability_option_errors)
 }
 END_TEST
 
+/* write-cache=PATH (and write-cache-size=SIZE): the disk's writes go through a write log on this
+ * host's disk, as with `serve --write-cache`. With the drain held, a completed write is in the
+ * log's backlog (cache-status through the control socket) and reads back; a bad path is refused
+ * at open with a message naming it. */
+START_TEST(test_write_cache_param)
+{
+    char params[9000], logp[4300], reply[1024];
+    snprintf(logp, sizeof logp, "%s/wlog", dir);
+    setenv("PARALLAX_WCACHE_HOLD_DRAIN", "1", 1);
+    snprintf(params, sizeof params, "write-cache=%s:write-cache-size=8M:%s:web1", logp, store_path);
+    td_driver_t *drv = NULL;
+    int rc = try_open(params, 0, &drv);
+    ck_assert_msg(rc == 0, "open %s: %d (%s)", params, rc, tdd_log_last());
+    ck_assert(tdd_log_contains("write-cache="));
+    char *wbuf = malloc(8 * SEC), *rbuf = malloc(8 * SEC);
+    tu_fill(wbuf, 8 * SEC, 77);
+    ck_assert_int_eq(io_sync(drv, TD_OP_WRITE, wbuf, 16, 8), 0);
+    char line[64];
+    snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)vdi_id_of("web1"));
+    control_call(line, reply, sizeof reply);
+    ck_assert_msg(strstr(reply, "ok vdi=on attached=1") != NULL, "cache-status: %s", reply);
+    ck_assert_msg(strstr(reply, " log=8388608 ") != NULL, "cache-status: %s", reply);
+    ck_assert_msg(strstr(reply, " backlog=0 ") == NULL, "nothing in the backlog: %s", reply);
+    memset(rbuf, 0, 8 * SEC);
+    ck_assert_int_eq(io_sync(drv, TD_OP_READ, rbuf, 16, 8), 0);
+    ck_assert_mem_eq(rbuf, wbuf, 8 * SEC);
+    unsetenv("PARALLAX_WCACHE_HOLD_DRAIN");
+    close_ok(drv);
+
+    /* Reopened without the drain held: the log is replayed and the write is in the store. */
+    snprintf(params, sizeof params, "write-cache=%s:%s:web1", logp, store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), 0);
+    memset(rbuf, 0, 8 * SEC);
+    ck_assert_int_eq(io_sync(drv, TD_OP_READ, rbuf, 16, 8), 0);
+    ck_assert_mem_eq(rbuf, wbuf, 8 * SEC);
+    close_ok(drv);
+    unlink(logp);
+
+    /* Bad input: a log path in a missing directory, a bad size, an option naming no VDI. */
+    snprintf(params, sizeof params, "write-cache=%s/no/such/dir/wlog:%s:web1", dir, store_path);
+    ck_assert_int_lt(try_open(params, 0, &drv), 0);
+    ck_assert_msg(tdd_log_contains("no/such/dir/wlog"), "log: %s", tdd_log_last());
+    snprintf(params, sizeof params, "write-cache=%s:write-cache-size=lots:%s:web1", logp,
+             store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
+    ck_assert(tdd_log_contains("write-cache-size=lots"));
+    snprintf(params, sizeof params, "write-cache-size=8M:%s:web1", store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
+    ck_assert(tdd_log_contains("write-cache-size needs write-cache"));
+    ck_assert_int_eq(try_open("write-cache=/x", 0, &drv), -EINVAL);
+
+    /* No parameter: the host's settings file names the log (a read-only disk ignores it). */
+    char conf[4400];
+    snprintf(conf, sizeof conf, "%s/write-cache.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# this host's write log\n\nwrite-cache=%s\nwrite-cache-size=4M\n", logp);
+    fclose(f);
+    setenv("PARALLAX_WRITE_CACHE_FILE", conf, 1);
+    drv = open_ok("web2", 0);
+    snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)vdi_id_of("web2"));
+    control_call(line, reply, sizeof reply);
+    ck_assert_msg(strstr(reply, "ok vdi=on attached=1") != NULL, "cache-status: %s", reply);
+    ck_assert_msg(strstr(reply, " log=4194304 ") != NULL, "cache-status: %s", reply);
+    close_ok(drv);
+    unlink(logp);
+    f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "write-cache-size=4M\nlog=%s\n", logp);
+    fclose(f);
+    snprintf(params, sizeof params, "%s:web2", store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
+    ck_assert_msg(tdd_log_contains("write-cache.conf line 2"), "log: %s", tdd_log_last());
+    drv = open_ok("web2", TD_OPEN_RDONLY);
+    close_ok(drv);
+    unlink(conf);
+    setenv("PARALLAX_WRITE_CACHE_FILE", "/nonexistent/parallax-write-cache", 1);
+    free(wbuf);
+    free(rbuf);
+}
+END_TEST
+
 static Suite *tapdisk_suite(void)
 {
     Suite *s = suite_create("tapdisk");
@@ -1461,6 +1544,7 @@ static Suite *tapdisk_suite(void)
     tcase_add_test(tc, test_open_waits_for_holder);
     tcase_add_test(tc, test_open_wait_times_out);
     tcase_add_test(tc, test_durability_option_errors);
+    tcase_add_test(tc, test_write_cache_param);
     tcase_add_test(tc, test_durability_fua);
     tcase_add_test(tc, test_durability_ordered);
     suite_add_tcase(s, tc);

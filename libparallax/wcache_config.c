@@ -1,0 +1,119 @@
+/*
+ * wcache_config.c - the write-cache settings a program starts with when no option names a log:
+ * "key=value" settings (write-cache=PATH, write-cache-size=SIZE), from the tapdisk parameters
+ * or from the host's settings file /etc/parallax/write-cache ($PARALLAX_WRITE_CACHE_FILE). One
+ * parser, so that `serve` and the tapdisk driver read the same words the same way.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallax.h"
+
+#define WCACHE_CONF_DEFAULT "/etc/parallax/write-cache"
+
+/* A decimal byte count with an optional K, M, G or T suffix (powers of 1024, optionally "iB"),
+ * as the command line takes sizes (tools/size.c; the library cannot call up into tools/). */
+static int parse_size(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == 0)
+        return -1;
+    static const char units[] = "kKmMgGtT";
+    unsigned shift = 0;
+    if (i < n) {
+        const char *u = s[i] ? strchr(units, s[i]) : NULL;
+        if (!u)
+            return -1;
+        shift = 10 * (unsigned)((u - units) / 2 + 1);
+        i++;
+        if (i + 2 == n && s[i] == 'i' && (s[i + 1] == 'B' || s[i + 1] == 'b'))
+            i += 2;
+        if (i != n)
+            return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+int plx_wcache_config_set(struct plx_wcache_config *c, const char *setting, size_t len, char *err,
+                          size_t errlen)
+{
+    static const char path_key[] = "write-cache=", size_key[] = "write-cache-size=";
+    if (len >= sizeof path_key - 1 && strncmp(setting, path_key, sizeof path_key - 1) == 0) {
+        const char *v = setting + sizeof path_key - 1;
+        size_t n = len - (sizeof path_key - 1);
+        if (n == 0 || n >= sizeof c->path) {
+            snprintf(err, errlen, "write-cache=%.*s: %s", (int)n, v,
+                     n ? "the path is too long" : "names no log file");
+            return -EINVAL;
+        }
+        memcpy(c->path, v, n);
+        c->path[n] = '\0';
+        return 0;
+    }
+    if (len >= sizeof size_key - 1 && strncmp(setting, size_key, sizeof size_key - 1) == 0) {
+        const char *v = setting + sizeof size_key - 1;
+        size_t n = len - (sizeof size_key - 1);
+        if (parse_size(v, n, &c->size) < 0) {
+            snprintf(err, errlen,
+                     "write-cache-size=%.*s: expected bytes, or a number with K, M, G or T",
+                     (int)n, v);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+int plx_wcache_config_read(struct plx_wcache_config *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    const char *conf = getenv("PARALLAX_WRITE_CACHE_FILE");
+    if (!conf || !*conf)
+        conf = WCACHE_CONF_DEFAULT;
+    FILE *f = fopen(conf, "re");
+    if (!f) {
+        int e = errno;
+        if (e == ENOENT)
+            return 0;
+        snprintf(err, errlen, "%s: %s", conf, strerror(e));
+        return -e;
+    }
+    char line[4096 + 64];
+    int rc = 0;
+    for (unsigned no = 1; rc == 0 && fgets(line, sizeof line, f); no++) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strlen(p);
+        while (n > 0 && strchr("\r\n \t", p[n - 1]))
+            p[--n] = '\0';
+        if (n == 0 || p[0] == '#')
+            continue;
+        char why[4200];
+        int r = plx_wcache_config_set(c, p, n, why, sizeof why);
+        if (r == 1)
+            snprintf(why, sizeof why, "'%s': expected write-cache=PATH or write-cache-size=SIZE",
+                     p);
+        if (r != 0) {
+            snprintf(err, errlen, "%s line %u: %s", conf, no, why);
+            rc = -EINVAL;
+        }
+    }
+    fclose(f);
+    if (rc == 0 && c->size && !c->path[0]) {
+        snprintf(err, errlen, "%s: write-cache-size needs write-cache=PATH", conf);
+        rc = -EINVAL;
+    }
+    return rc;
+}
