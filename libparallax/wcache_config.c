@@ -66,8 +66,8 @@ int plx_wcache_config_set(struct plx_wcache_config *c, const char *setting, size
         size_t n = len - (sizeof size_key - 1);
         if (parse_size(v, n, &c->size) < 0) {
             snprintf(err, errlen,
-                     "write-cache-size=%.*s: expected bytes, or a number with K, M, G or T",
-                     (int)n, v);
+                     "write-cache-size=%.*s: expected bytes, or a number with K, M, G or T", (int)n,
+                     v);
             return -EINVAL;
         }
         return 0;

@@ -566,8 +566,7 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
 /* Leading "key=value:" options of the params. Only known keys are options, so a blockstore or
  * VDI name is never taken for one: durability=fua|ordered, and the write cache's
  * write-cache=PATH and write-cache-size=SIZE (plx_wcache_config_set; a PATH has no colon). */
-static int parse_options(const char **params, unsigned *write_flags,
-                         struct plx_wcache_config *wc)
+static int parse_options(const char **params, unsigned *write_flags, struct plx_wcache_config *wc)
 {
     static const char durability[] = "durability=";
     *write_flags = PLX_WRITE_FUA;
@@ -587,8 +586,8 @@ static int parse_options(const char **params, unsigned *write_flags,
             } else if (n == 7 && strncmp(v, "ordered", 7) == 0) {
                 *write_flags = 0;
             } else {
-                tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered",
-                            (int)n, v);
+                tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered", (int)n,
+                            v);
                 return -EINVAL;
             }
         } else if ((rc = plx_wcache_config_set(wc, opt, len, err, sizeof err)) < 0) {
@@ -630,8 +629,7 @@ static int attach_write_cache(struct plx_td_store *ps, const struct plx_wcache_c
     }
     int rc = plx_wcache_attach(ps->st, wc->path, wc->size);
     if (rc < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: %s", wc->path,
-                    plx_store_errmsg(ps->st));
+        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: %s", wc->path, plx_store_errmsg(ps->st));
         return rc;
     }
     plx_wcache_status(ps->st, &ws);

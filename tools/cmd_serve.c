@@ -3,7 +3,9 @@
  * [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]
  * [--write-cache PATH [--write-cache-size SIZE]]`: export every VDI (read-write) and snapshot
  * (read-only) over NBD; with --write-cache, through a write log on this host's disk (the log is
- * replayed first, and the cache is on for every VDI opened for writing).
+ * replayed first, and the cache is on for every VDI opened for writing). Without --write-cache
+ * or $PARALLAX_WRITE_CACHE, the host's settings file /etc/parallax/write-cache may name the log
+ * (plx_wcache_config_read).
  *
  * The server (server/nbd_server.c) runs in this process, on the engine thread, next to the
  * control socket, until SIGINT or SIGTERM.
@@ -204,6 +206,17 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         rc = cli_usage_error(ctx, "--write-cache-size needs --write-cache PATH");
     if (rc == EXIT_OK && wcache_size)
         rc = cli_parse_size(ctx, "--write-cache-size", wcache_size, &wsize);
+    /* Neither: the host's write-cache settings (/etc/parallax/write-cache), as tapdisk reads. */
+    static struct plx_wcache_config conf;
+    if (rc == EXIT_OK && !wcache) {
+        char err[4400];
+        if (plx_wcache_config_read(&conf, err, sizeof err) < 0)
+            rc = cli_error("%s", err);
+        else if (conf.path[0]) {
+            wcache = conf.path;
+            wsize = conf.size;
+        }
+    }
     if (rc != EXIT_OK)
         return rc;
     return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg, wcache, wsize);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The host's write-cache settings file (/etc/parallax/write-cache; $PARALLAX_WRITE_CACHE_FILE
+# here) with a real `parallax serve` and NBD client (qemu-io):
+# - serve without --write-cache attaches the log the file names, with its size; the cache is on
+#   for a VDI a client opens, and the writes read back;
+# - --write-cache on the command line wins over the file;
+# - a malformed file stops serve with a message naming the file and line; an absent file means
+#   no cache.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+require_cmd qemu-io python3 jq
+
+T=$PLX_TEST_TMP
+export PARALLAX_RUN_DIR=$T/run
+mkdir -p "$PARALLAX_RUN_DIR"
+plx format --size 256M --extent-size 16M >/dev/null
+plx vdi-create vm --size 32M >/dev/null
+
+start_server() { # SOCK LOG ARGS... -> SERVER_PID
+    local sock=$1 log=$2 i
+    shift 2
+    "$PARALLAX" -b "$T/store.img" serve --unix "$sock" "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    bg_pid "$SERVER_PID"
+    for ((i = 0; i < 100; i++)); do
+        [[ -S $sock ]] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited: $(cat "$log")"
+        sleep 0.1
+    done
+    fail "server socket $sock did not appear"
+}
+stop_server() {
+    kill "$SERVER_PID"
+    wait "$SERVER_PID" 2>/dev/null || true
+}
+uri() { echo "nbd+unix:///vm?socket=$1"; }
+
+# Hold an NBD connection open (handshake only) so that the server keeps the VDI open.
+hold_vdi() { # SOCK -> HOLDER_PID
+    python3 - "$1" >"$T/hold.out" 2>&1 <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.recv(18); s.sendall((1).to_bytes(4, "big"))
+name = b"vm"
+s.sendall(b"IHAVEOPT" + (1).to_bytes(4, "big") + len(name).to_bytes(4, "big") + name)
+s.recv(1024)
+time.sleep(30)
+PY
+    HOLDER_PID=$!
+    bg_pid "$HOLDER_PID"
+}
+wait_status() { # JQ-EXPRESSION
+    local i
+    for ((i = 0; i < 50; i++)); do
+        plx cache status --json | jq -e "$1" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    fail "cache status never matched $1: $(plx cache status --json)"
+}
+
+conf=$T/write-cache
+export PARALLAX_WRITE_CACHE_FILE=$conf
+
+echo "== no file: no cache"
+start_server "$T/a.sock" "$T/a.log"
+hold_vdi "$T/a.sock"
+wait_status '.[0].mode == "off"'
+kill "$HOLDER_PID"
+stop_server
+[[ ! -e $T/wlog ]] || fail "a log was created without any setting"
+
+echo "== the file names the log"
+cat >"$conf" <<CONF
+# this host's write log
+write-cache=$T/wlog
+
+write-cache-size=8M
+CONF
+start_server "$T/b.sock" "$T/b.log"
+grep -q "write cache $T/wlog (8 MiB)" "$T/b.log" || fail "no attach: $(cat "$T/b.log")"
+qemu-io -f raw -c "write -P 0x5a 0 2M" -c flush "$(uri "$T/b.sock")" >/dev/null
+hold_vdi "$T/b.sock"
+wait_status '.[0].mode == "on" and .[0].log_bytes == 8388608'
+kill "$HOLDER_PID"
+qemu-io -f raw -c "read -P 0x5a 0 2M" "$(uri "$T/b.sock")" | grep -q "^read 2097152/2097152" ||
+    fail "the write did not read back"
+stop_server
+plx check --quiet || fail "check after a clean stop"
+
+echo "== the option wins over the file"
+start_server "$T/c.sock" "$T/c.log" --write-cache "$T/wlog2" --write-cache-size 4M
+grep -q "write cache $T/wlog2 (4 MiB)" "$T/c.log" || fail "option: $(cat "$T/c.log")"
+stop_server
+
+echo "== a malformed file"
+printf 'write-cache=%s\nwrite-cache-sise=8M\n' "$T/wlog" >"$conf"
+expect_fail 1 plx serve --unix "$T/x.sock"
+[[ $PLX_LAST_STDERR == *"$conf line 2"* ]] || fail "malformed file: $PLX_LAST_STDERR"
+printf 'write-cache-size=lots\n' >"$conf"
+expect_fail 1 plx serve --unix "$T/x.sock"
+[[ $PLX_LAST_STDERR == *"write-cache-size=lots"* ]] || fail "bad size: $PLX_LAST_STDERR"
+[[ ! -S $T/x.sock ]] || fail "serve listened despite a malformed settings file"
+echo "wcache_config: ok"
