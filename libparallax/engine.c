@@ -20,6 +20,13 @@ uint64_t plx_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t plx_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 int plx_err(plx_store *st, int err, const char *fmt, ...)
 {
     /* A fenced store's failures all come from the fence: its message says why, keep it. */
@@ -66,6 +73,13 @@ static void ev_io_done(struct plx_io *io, int status)
     plx_store *st = io->owner;
     if (status == -ESTALE)
         fence_refused(st);
+    if (ev->write_submit_ns && status == 0) {
+        /* A latency sample of the store (st->write_lat_ns). */
+        uint64_t now = plx_mono_ns(), lat = now - ev->write_submit_ns;
+        st->write_lat_ns =
+            st->write_lat_at_ns ? st->write_lat_ns - st->write_lat_ns / 8 + lat / 8 : lat;
+        st->write_lat_at_ns = now;
+    }
     ev->status = status;
     ev->next = NULL;
     if (st->ready_tail)
@@ -81,6 +95,7 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
         return -ESTALE;
     ev->io.done = ev_io_done;
     ev->io.owner = st;
+    ev->write_submit_ns = ev->io.op == PLX_IO_WRITE ? plx_mono_ns() : 0;
     int rc = st->be->ops->submit(st->be, &ev->io);
     if (rc == 0)
         st->internal_ios++;
@@ -95,6 +110,7 @@ int plx_submit_side(plx_store *st, struct plx_ev *ev)
         return -ESTALE;
     ev->io.done = ev_io_done;
     ev->io.owner = st;
+    ev->write_submit_ns = 0; /* the log is not the store: its latency is not sampled */
     int rc = st->side_be->ops->submit(st->side_be, &ev->io);
     if (rc == 0)
         st->internal_ios++;

@@ -50,6 +50,7 @@ struct plx_ev {
     void (*handler)(struct plx_store *st, struct plx_ev *ev);
     void *ctx;
     struct plx_ev *next;
+    uint64_t write_submit_ns; /* a write to the store: when it was submitted (else 0) */
 };
 
 /* A callback to run at the end of the current service pass, never inside the call that queued
@@ -106,6 +107,10 @@ struct plx_store {
     struct plx_wlog *wlog;             /* the write cache's log, or NULL (wlog.c) */
     /* A second medium the service loop polls beside `be`: the write log's local file. */
     plx_backend *side_be;
+    /* The store's write latency as the engine sees it: an exponentially weighted mean (weight
+     * 1/8) of submit-to-completion times of its writes to `be`, and when the last one was
+     * sampled (monotonic ns; 0: none yet). The write cache's automatic mode reads it. */
+    uint64_t write_lat_ns, write_lat_at_ns;
 };
 
 /* Set the store's error message; returns err. */
@@ -114,6 +119,8 @@ int plx_err(plx_store *st, int err, const char *fmt, ...) __attribute__((format(
 void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint64_t plx_now_ns(void);
+/* A monotonic clock, for intervals. */
+uint64_t plx_mono_ns(void);
 
 /* Create and release the event descriptors (epoll set: the backend's fd and the wake fd). */
 int plx_engine_init(plx_store *st);

@@ -131,6 +131,11 @@ struct plx_vdi {
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
     struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
+    struct plx_wcache_auto_state {
+        bool on;                     /* the automatic mode decides (wcache_auto.c) */
+        uint32_t on_us, off_us, hold_ms;
+        uint64_t since_ns;           /* since when the condition to switch has held, or 0 */
+    } wauto;
 };
 
 int plx_req_submit(struct plx_vdi *v, struct plx_req *r);

@@ -100,7 +100,7 @@ int plx_wcache_config_read(struct plx_wcache_config *c, char *err, size_t errlen
             p[--n] = '\0';
         if (n == 0 || p[0] == '#')
             continue;
-        char why[4200];
+        char why[sizeof line + 128];
         int r = plx_wcache_config_set(c, p, n, why, sizeof why);
         if (r == 1)
             snprintf(why, sizeof why, "'%s': expected write-cache=PATH or write-cache-size=SIZE",

@@ -1563,6 +1563,11 @@ int plx_wlog_vdi_detach(struct plx_vdi *v)
     return rc;
 }
 
+uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v)
+{
+    return v->wc ? v->wc->records : 0;
+}
+
 int plx_wlog_vdi_disable(struct plx_vdi *v)
 {
     if (!v->wc)

@@ -31,6 +31,8 @@ int plx_wlog_vdi_disable(struct plx_vdi *v);
  * record to the caller (close writes it anyway). On failure the records stay in the log and
  * the record keeps naming it. Blocking. */
 int plx_wlog_vdi_detach(struct plx_vdi *v);
+/* Records of v (cache on) appended to the log and not yet drained; 0 with the cache off. */
+uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v);
 
 /* The VDI's entry points while its cache is on (vdi.c routes them here). */
 int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,

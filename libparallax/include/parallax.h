@@ -438,6 +438,35 @@ struct plx_wcache_status {
     char error[256];           /* why it failed, or "" */
 };
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
+/* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write
+ * latency (the engine's weighted mean of its writes' completion times) has stayed above on_ms
+ * for hold_ms, and off once the VDI's backlog is (nearly) drained and the latency has stayed
+ * below off_ms for hold_ms (turning off drains the rest). It switches with plx_vdi_wcache, as an operator does, so acknowledged writes are
+ * neither lost nor reordered. */
+#define PLX_WCACHE_OFF 0
+#define PLX_WCACHE_ON 1
+#define PLX_WCACHE_AUTO 2
+#define PLX_WCACHE_AUTO_ON_MS 20.0 /* the default threshold */
+struct plx_wcache_auto {
+    double on_ms;      /* 0: PLX_WCACHE_AUTO_ON_MS */
+    double off_ms;     /* 0: on_ms / 2 */
+    unsigned hold_ms;  /* 0: 1000 */
+};
+/* Put v (open for writing, a log attached) in the automatic mode (a = NULL: the defaults). The
+ * cache keeps its present state until plx_vdi_wcache_tick decides. */
+int plx_vdi_wcache_auto(plx_vdi *v, const struct plx_wcache_auto *a);
+/* Set the mode: PLX_WCACHE_ON or _OFF (plx_vdi_wcache; leaves the automatic mode; off returns
+ * once drained), or PLX_WCACHE_AUTO with a. Blocking. */
+int plx_vdi_wcache_set_mode(plx_vdi *v, int mode, const struct plx_wcache_auto *a);
+/* PLX_WCACHE_AUTO, _ON or _OFF; with *a (may be NULL) the automatic mode's thresholds. */
+int plx_vdi_wcache_mode(const plx_vdi *v, struct plx_wcache_auto *a);
+/* Apply the automatic mode's rule now: call it every 100 ms or so from the loop that serves
+ * the VDI, where blocking is allowed (turning the cache on writes the VDI's record). Does
+ * nothing outside the automatic mode. Returns 1 when it switched, 0, or a negative errno. */
+int plx_vdi_wcache_tick(plx_vdi *v);
+/* The store's write latency in ms as the engine sees it (0 before its first write). */
+double plx_store_write_latency_ms(const plx_store *st);
+
 /* Where the write log is when no option names it: the settings a program starts with
  * (`serve`, the tapdisk driver). A setting is "key=value": write-cache=PATH (the log) and
  * write-cache-size=SIZE (bytes, or a number with K, M, G or T), the same words as the tapdisk

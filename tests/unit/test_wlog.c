@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -523,6 +524,91 @@ START_TEST(test_log_eio_falls_back_to_write_through)
 }
 END_TEST
 
+/* Run writes for a while, applying the automatic mode's rule between them, until the cache is
+ * on (want 1) or off (want 0), or 15 s pass. Returns whether it got there. */
+static bool auto_until(plx_store *st, plx_vdi *v, struct shadow *sh, int want)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        run_writes(st, v, sh, 8, 4, 10, 10);
+        int rc = plx_vdi_wcache_tick(v);
+        ck_assert_msg(rc >= 0, "tick: %d %s", rc, plx_store_errmsg(st));
+        if (plx_vdi_wcache_on(v) == want)
+            return true;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 15)
+            return false;
+    }
+}
+
+/* The automatic mode: with the store fast the cache stays off; once the store's writes take
+ * 20 ms it turns on; once they are fast again it drains and turns off; every acknowledged write
+ * reads back, from the VDI and from the store alone afterwards. */
+START_TEST(test_auto_mode_follows_store_latency)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *sfault = plx_fault_create(smem, 0);
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(sfault, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    struct plx_wcache_auto bad = {.on_ms = 5, .off_ms = 5};
+    ck_assert_int_eq(plx_vdi_wcache_auto(v, &bad), -EINVAL);
+    ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_OFF);
+    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 100}, got;
+    ck_assert_int_eq(plx_vdi_wcache_auto(v, &a), 0);
+    ck_assert_int_eq(plx_vdi_wcache_mode(v, &got), PLX_WCACHE_AUTO);
+    ck_assert(got.on_ms == 8 && got.off_ms == 2 && got.hold_ms == 100);
+    struct shadow sh;
+    shadow_init(&sh, 99);
+
+    /* A fast store: the cache stays off. */
+    for (int i = 0; i < 30; i++) {
+        run_writes(st, v, &sh, 8, 4, 10, 10);
+        ck_assert_int_eq(plx_vdi_wcache_tick(v), 0);
+    }
+    ck_assert_int_eq(plx_vdi_wcache_on(v), 0);
+    ck_assert(plx_store_write_latency_ms(st) < 8);
+
+    /* Every store write now takes 20 ms: on. */
+    plx_fault_hold_blocks(sfault, PLX_IO_WRITE, 0, STORE_BLOCKS, 20);
+    ck_assert_msg(auto_until(st, v, &sh, 1), "the cache did not turn on; latency %.2f ms",
+                  plx_store_write_latency_ms(st));
+    ck_assert(plx_store_write_latency_ms(st) > 8);
+    ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_AUTO);
+    verify(v, &sh, "with the cache turned on automatically");
+
+    /* Fast again: the log drains and the cache turns off, still in the automatic mode. */
+    plx_fault_release(sfault);
+    ck_assert_msg(auto_until(st, v, &sh, 0), "the cache did not turn off; latency %.2f ms",
+                  plx_store_write_latency_ms(st));
+    ck_assert(plx_store_write_latency_ms(st) < 2);
+    ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_AUTO);
+    ck_assert_uint_eq(sh.failed, 0);
+    verify(v, &sh, "after the cache turned off automatically");
+
+    /* The operator's switch leaves the automatic mode. */
+    ck_assert_int_eq(plx_vdi_wcache_set_mode(v, PLX_WCACHE_ON, NULL), 0);
+    ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_ON);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    st = open_store(sfault, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, &sh, "from the store alone");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sh);
+    sfault->ops->destroy(sfault);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");
@@ -534,6 +620,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_log_of_another_store_or_too_small);
     tcase_add_test(tc, test_snapshot_holds_acknowledged_writes);
     tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
+    tcase_add_test(tc, test_auto_mode_follows_store_latency);
     suite_add_tcase(s, tc);
     return s;
 }
