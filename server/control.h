@@ -13,9 +13,12 @@
  *                                             in bytes, 0 = default; "ok" if already attached)
  *     cache-enable ID              ->  "ok"   (write cache on for VDI ID)
  *     cache-disable ID             ->  "ok"   (off: answers once ID's writes are drained)
+ *     cache-auto ID MS             ->  "ok"   (automatic mode, turning on above MS ms of
+ *                                             store write latency; 0 = the default)
  *     cache-status ID              ->  "ok vdi=on|off attached=0|1 failed=0|1 log=BYTES
  *                                       used=BYTES backlog=BYTES records=N drained=BYTES
- *                                       rate=BYTES/S cached=N path=PATH"
+ *                                       rate=BYTES/S cached=N mode=off|on|auto
+ *                                       threshold=MS latency=MS path=PATH"
  *                                      (then "error=MESSAGE" when the log failed)
  *
  * Errors come back as "err ERRNO MESSAGE". One command per connection.

@@ -92,22 +92,33 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v)
         }
         rc = ws.attached ? 0 : plx_wcache_attach(c->st, c->line + at, size);
     } else if (strcmp(cmd, "cache-enable") == 0) {
-        rc = plx_vdi_wcache(v, 1);
+        rc = plx_vdi_wcache_set_mode(v, PLX_WCACHE_ON, NULL);
     } else if (strcmp(cmd, "cache-disable") == 0) {
-        rc = plx_vdi_wcache(v, 0);
+        rc = plx_vdi_wcache_set_mode(v, PLX_WCACHE_OFF, NULL);
+    } else if (strcmp(cmd, "cache-auto") == 0) {
+        struct plx_wcache_auto a = {0};
+        if (sscanf(c->line, "%*s %*u %lf", &a.on_ms) != 1) {
+            reply_err(c, -EINVAL, "malformed command: cache-auto ID THRESHOLD_MS");
+            return;
+        }
+        rc = plx_vdi_wcache_set_mode(v, PLX_WCACHE_AUTO, &a);
     } else if (strcmp(cmd, "cache-status") == 0) {
         struct plx_wcache_status ws;
         plx_wcache_status(c->st, &ws);
+        struct plx_wcache_auto a;
+        int mode = plx_vdi_wcache_mode(v, &a);
         char buf[800];
         int n = snprintf(buf, sizeof buf,
                          "ok vdi=%s attached=%d failed=%d log=%llu used=%llu backlog=%llu "
-                         "records=%llu drained=%llu rate=%.0f cached=%u path=%s",
+                         "records=%llu drained=%llu rate=%.0f cached=%u mode=%s threshold=%.3f "
+                         "latency=%.3f path=%s",
                          plx_vdi_wcache_on(v) ? "on" : "off", ws.attached, ws.failed,
                          (unsigned long long)ws.log_bytes, (unsigned long long)ws.used_bytes,
                          (unsigned long long)ws.backlog_bytes,
                          (unsigned long long)ws.backlog_records,
                          (unsigned long long)ws.drained_bytes, ws.drain_rate, ws.vdis_cached,
-                         ws.attached ? ws.path : "-");
+                         mode == PLX_WCACHE_AUTO ? "auto" : mode == PLX_WCACHE_ON ? "on" : "off",
+                         a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? ws.path : "-");
         if (ws.error[0] && n > 0 && (size_t)n < sizeof buf)
             snprintf(buf + n, sizeof buf - (size_t)n, " error=%s", ws.error);
         strncat(buf, "\n", sizeof buf - strlen(buf) - 1);

@@ -208,6 +208,7 @@ struct nbd_server {
     int stopping;
     struct et_fd_handler retry; /* timerfd: try the waiting exports' VDIs again */
     int retry_armed;
+    struct et_fd_handler wauto; /* timerfd: the write cache's automatic mode, every 100 ms */
 };
 
 static struct nbd_server *the_server;
@@ -269,18 +270,22 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
 static int retry_arm(struct nbd_server *srv);
 
 static int cache_all;
+static double cache_all_threshold_ms;
 
-void nbd_server_cache_all(int on)
+void nbd_server_cache_all(int mode, double threshold_ms)
 {
-    cache_all = on;
+    cache_all = mode;
+    cache_all_threshold_ms = threshold_ms;
 }
 
-/* A VDI just opened for writing: the write cache on, when the server caches every VDI. */
+/* A VDI just opened for writing: the write cache on (or automatic), when the server caches
+ * every VDI. */
 static void export_opened(plx_store *st, struct export *e)
 {
     if (!cache_all || !e->v || plx_vdi_readonly(e->v))
         return;
-    int rc = plx_vdi_wcache(e->v, 1);
+    struct plx_wcache_auto a = {.on_ms = cache_all_threshold_ms};
+    int rc = plx_vdi_wcache_set_mode(e->v, cache_all, &a);
     if (rc)
         fprintf(stderr, "parallax: serve: export '%s': write cache not on: %s\n", e->name,
                 plx_store_errmsg(st));
@@ -1398,6 +1403,47 @@ static void conn_ready(struct et_fd_handler *h, plx_store *st)
     conn_update(c);
 }
 
+/* The write cache's automatic mode: its rule for every VDI open for writing (blocking while it
+ * switches, as a `parallax cache` command does; plx_vdi_wcache_tick). */
+static void wauto_ready(struct et_fd_handler *h, plx_store *st)
+{
+    struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, wauto));
+    uint64_t junk;
+    if (read(h->fd, &junk, sizeof junk) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    for (struct export *e = srv->exports; e; e = e->next) {
+        if (!e->v || plx_vdi_readonly(e->v))
+            continue;
+        int rc = plx_vdi_wcache_tick(e->v);
+        if (rc > 0)
+            fprintf(stderr,
+                    "parallax: serve: export '%s': write cache %s automatically (store write "
+                    "latency %.2f ms)\n",
+                    e->name, plx_vdi_wcache_on(e->v) ? "on" : "off",
+                    plx_store_write_latency_ms(st));
+        else if (rc < 0)
+            fprintf(stderr, "parallax: serve: export '%s': automatic write cache: %s\n", e->name,
+                    plx_store_errmsg(st));
+    }
+}
+
+static int wauto_start(struct nbd_server *srv)
+{
+    srv->wauto.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    srv->wauto.on_ready = wauto_ready;
+    struct itimerspec its = {.it_interval = {0, 100000000}, .it_value = {0, 100000000}};
+    if (srv->wauto.fd < 0 || timerfd_settime(srv->wauto.fd, 0, &its, NULL) != 0 ||
+        et_watch(srv->et, &srv->wauto) != 0) {
+        int e = -errno;
+        if (srv->wauto.fd >= 0)
+            close(srv->wauto.fd);
+        srv->wauto.fd = 0;
+        return e ? e : -EIO;
+    }
+    return 0;
+}
+
 /* The engine loop's idle hook: write replies, resume parsing, free finished connections. */
 static void server_idle(void *arg, plx_store *st)
 {
@@ -1570,6 +1616,7 @@ static void start_job(struct et_job *job, plx_store *st)
     int rc = 0;
     the_server = srv;
     et_set_idle(srv->et, server_idle, srv);
+    rc = wauto_start(srv);
     for (int i = 0; i < srv->nlis && !rc; i++) {
         srv->lis[i].on_ready = listener_ready;
         rc = et_watch(srv->et, &srv->lis[i]);
@@ -1648,6 +1695,11 @@ static void stop_job(struct et_job *job, plx_store *st)
         shutdown(c->h.fd, SHUT_RDWR);
         c->quit = c->eof = c->wr_broken = 1;
         free_out(c);
+    }
+    if (srv->wauto.fd > 0) {
+        et_unwatch(srv->et, &srv->wauto);
+        close(srv->wauto.fd);
+        srv->wauto.fd = 0;
     }
     /* Closing a VDI completes its outstanding requests (their callbacks run now). */
     if (srv->retry.fd > 0) {

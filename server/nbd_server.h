@@ -36,8 +36,10 @@ void nbd_server_stop(struct nbd_server *srv);
 /* The writable VDI with this id that the server has open, or NULL (for control_start). Engine
  * thread. */
 plx_vdi *nbd_server_find_writable(uint64_t id);
-/* With on != 0, every VDI the server opens for writing gets the write cache (the store has a
- * write log attached: `serve --write-cache`). Call before nbd_server_start. */
-void nbd_server_cache_all(int on);
+/* With mode PLX_WCACHE_ON, every VDI the server opens for writing gets the write cache (the
+ * store has a write log attached: `serve --write-cache`); with PLX_WCACHE_AUTO, the automatic
+ * mode with threshold_ms (0: the default). Call before nbd_server_start. Whatever the mode, the
+ * server applies the automatic mode's rule to its VDIs every 100 ms (plx_vdi_wcache_tick). */
+void nbd_server_cache_all(int mode, double threshold_ms);
 
 #endif

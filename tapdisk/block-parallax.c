@@ -113,6 +113,10 @@ struct plx_td_store {
     int refs;
     int failed;       /* negative errno once plx_store_service reported the store stopped */
     event_id_t event; /* -1 when not registered */
+    /* With a write log attached by a disk's parameters: a 100 ms timer applying the write
+     * cache's automatic mode to the store's writable disks (plx_vdi_wcache_tick). */
+    int tick_fd;            /* -1: none */
+    event_id_t tick_event;  /* -1 when not registered */
     struct plx_td_disk *disks;
     struct plx_td_store *next;
 };
@@ -125,7 +129,8 @@ struct plx_td_disk {
     struct plx_td_pool *pool;
     int read_only;
     unsigned write_flags; /* PLX_WRITE_FUA (durability=fua) or 0 (durability=ordered) */
-    int write_cache;      /* the write cache is to be on for this disk (write-cache=PATH) */
+    int write_cache;      /* 0, PLX_WCACHE_ON or PLX_WCACHE_AUTO (write-cache=PATH) */
+    struct plx_wcache_auto wauto; /* write-cache-threshold= */
     td_sector_t sectors;
     unsigned inflight; /* busy slots: requests tapdisk is waiting for */
     int control;       /* this disk counts among the control socket's users */
@@ -356,6 +361,8 @@ static int store_get(const char *path, int want_ro, struct plx_td_store **out)
         return -ENOMEM;
     memcpy(ps->path, real, sizeof ps->path);
     ps->event = -1;
+    ps->tick_fd = -1;
+    ps->tick_event = -1;
     char err[512] = "";
     /* The store is opened writable even for a read-only disk, so that a writable disk on the
      * same blockstore can share it later; a read-only store only when that is all we may. */
@@ -401,6 +408,10 @@ static int store_put(struct plx_td_store *ps)
     }
     if (ps->event >= 0)
         tapdisk_server_unregister_event(ps->event);
+    if (ps->tick_event >= 0)
+        tapdisk_server_unregister_event(ps->tick_event);
+    if (ps->tick_fd >= 0)
+        close(ps->tick_fd);
     int rc = plx_store_close(ps->st);
     if (rc < 0)
         tlog_syslog(TLOG_WARN, "parallax: closing blockstore %s: %s", ps->path, strerror(-rc));
@@ -565,13 +576,16 @@ static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
 
 /* Leading "key=value:" options of the params. Only known keys are options, so a blockstore or
  * VDI name is never taken for one: durability=fua|ordered, and the write cache's
- * write-cache=PATH and write-cache-size=SIZE (plx_wcache_config_set; a PATH has no colon). */
+ * write-cache=PATH, write-cache-size=SIZE, write-cache-mode=on|auto and
+ * write-cache-threshold=MS (plx_wcache_config_set; a PATH has no colon). */
 static int parse_options(const char **params, unsigned *write_flags, struct plx_wcache_config *wc)
 {
     static const char durability[] = "durability=";
     *write_flags = PLX_WRITE_FUA;
     memset(wc, 0, sizeof *wc);
-    int size_given = 0;
+    wc->mode = PLX_WCACHE_ON;
+    int size_given = 0; /* length of the first write-cache-* setting */
+    const char *given = NULL;
     while (*params) {
         const char *opt = *params;
         const char *end = strchr(opt, ':');
@@ -595,8 +609,9 @@ static int parse_options(const char **params, unsigned *write_flags, struct plx_
             return rc;
         } else if (rc == 1) {
             break; /* not an option: the blockstore or the VDI */
-        } else if (strncmp(opt, "write-cache-size=", 17) == 0) {
-            size_given = 1;
+        } else if (strncmp(opt, "write-cache-", 12) == 0 && !size_given) {
+            size_given = (int)len; /* a setting that needs write-cache=PATH: the first one */
+            given = opt;
         }
         if (!end) {
             tlog_syslog(TLOG_WARN, "parallax: %.*s names no VDI", (int)len, opt);
@@ -605,8 +620,58 @@ static int parse_options(const char **params, unsigned *write_flags, struct plx_
         *params = end + 1;
     }
     if (size_given && !wc->path[0]) {
-        tlog_syslog(TLOG_WARN, "parallax: write-cache-size needs write-cache=PATH");
+        tlog_syslog(TLOG_WARN, "parallax: %.*s needs write-cache=PATH", size_given, given);
         return -EINVAL;
+    }
+    return 0;
+}
+
+/* The write cache's automatic mode: its rule for the store's writable disks, from tapdisk's loop
+ * (blocking while it switches, as a `parallax cache` command served here does). */
+static void tick_event(event_id_t id, char mode, void *private)
+{
+    struct plx_td_store *ps = private;
+    uint64_t ticks;
+    if (read(ps->tick_fd, &ticks, sizeof ticks) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    for (struct plx_td_disk *d = ps->disks; d; d = d->next) {
+        if (!d->vdi || d->read_only || d->waiting)
+            continue;
+        int rc = plx_vdi_wcache_tick(d->vdi);
+        if (rc > 0)
+            tlog_syslog(TLOG_INFO,
+                        "parallax: %s: write cache %s automatically (store write latency "
+                        "%.2f ms)",
+                        d->vdi_spec, plx_vdi_wcache_on(d->vdi) ? "on" : "off",
+                        plx_store_write_latency_ms(ps->st));
+        else if (rc < 0)
+            tlog_syslog(TLOG_WARN, "parallax: %s: automatic write cache: %s", d->vdi_spec,
+                        plx_store_errmsg(ps->st));
+    }
+}
+
+static int tick_start(struct plx_td_store *ps)
+{
+    if (ps->tick_fd >= 0)
+        return 0;
+    ps->tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct itimerspec its = {.it_interval = {0, 100000000}, .it_value = {0, 100000000}};
+    if (ps->tick_fd < 0 || timerfd_settime(ps->tick_fd, 0, &its, NULL) != 0) {
+        int e = -errno;
+        if (ps->tick_fd >= 0)
+            close(ps->tick_fd);
+        ps->tick_fd = -1;
+        return e;
+    }
+    ps->tick_event =
+        tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, ps->tick_fd, TV_ZERO, tick_event, ps);
+    if (ps->tick_event < 0) {
+        int rc = ps->tick_event;
+        ps->tick_event = -1;
+        close(ps->tick_fd);
+        ps->tick_fd = -1;
+        return rc;
     }
     return 0;
 }
@@ -627,7 +692,13 @@ static int attach_write_cache(struct plx_td_store *ps, const struct plx_wcache_c
                     wc->path, ps->path, ws.path);
         return -EBUSY;
     }
-    int rc = plx_wcache_attach(ps->st, wc->path, wc->size);
+    int rc = tick_start(ps);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: cannot start its timer: %s", wc->path,
+                    strerror(-rc));
+        return rc;
+    }
+    rc = plx_wcache_attach(ps->st, wc->path, wc->size);
     if (rc < 0) {
         tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: %s", wc->path, plx_store_errmsg(ps->st));
         return rc;
@@ -801,7 +872,7 @@ static void retry_event(event_id_t id, char mode, void *private)
     d->vdi = v;
     d->control = 1;
     control_use();
-    if (d->write_cache && plx_vdi_wcache(v, 1) < 0)
+    if (d->write_cache && plx_vdi_wcache_set_mode(v, d->write_cache, &d->wauto) < 0)
         tlog_syslog(TLOG_WARN, "parallax: %s: write cache not on (writes go to the blockstore): %s",
                     d->vdi_spec, plx_store_errmsg(st));
     tlog_syslog(TLOG_INFO, "parallax: %s: handed over after %.1f ms; serving it", d->vdi_spec,
@@ -880,7 +951,9 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     d->retry_event = -1;
     d->write_flags = write_flags;
     d->read_only = (flags & TD_OPEN_RDONLY) != 0;
-    d->write_cache = wc.path[0] && !d->read_only; /* a read-only disk writes nothing to cache */
+    /* A read-only disk writes nothing to cache. */
+    d->write_cache = wc.path[0] && !d->read_only ? wc.mode : 0;
+    d->wauto.on_ms = wc.threshold_ms;
     memcpy(d->vdi_spec, spec, sizeof d->vdi_spec);
     d->pool = pool_new(d);
     if (!d->pool)
@@ -931,7 +1004,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         rc = -EROFS;
         goto fail_store;
     }
-    if (d->write_cache && (rc = plx_vdi_wcache(d->vdi, 1)) < 0) {
+    if (d->write_cache && (rc = plx_vdi_wcache_set_mode(d->vdi, d->write_cache, &d->wauto)) < 0) {
         tlog_syslog(TLOG_WARN, "parallax: %s: cannot turn the write cache on: %s", spec,
                     plx_store_errmsg(st));
         plx_vdi_close(d->vdi);
@@ -948,10 +1021,11 @@ static int plx_td_open(td_driver_t *driver, const char *params,
         d->control = 1;
         control_use();
     }
-    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s%s%s)", spec,
+    tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s%s%s%s)", spec,
                 d->store->path, (unsigned long long)d->sectors, d->read_only ? "ro" : "rw",
                 d->read_only ? "" : d->write_flags ? ", durability=fua" : ", durability=ordered",
-                d->write_cache ? ", write-cache=" : "", d->write_cache ? wc.path : "");
+                d->write_cache ? ", write-cache=" : "", d->write_cache ? wc.path : "",
+                d->write_cache == PLX_WCACHE_AUTO ? " (auto)" : "");
     return 0;
 
 fail_store:

@@ -1,5 +1,5 @@
 /*
- * cmd_cache.c - `parallax cache enable|disable|status|discard`: the write cache of the servers
+ * cmd_cache.c - `parallax cache enable|disable|auto|status|discard`: the write cache of the servers
  * on this host (docs/parallax.md, "cache"; docs/DESIGN.md, "The write cache").
  *
  * The cache lives in the process that serves a VDI (`parallax serve`, tapdisk); these commands
@@ -67,8 +67,9 @@ static int send(const struct plx_vdi_info *vi, const char *line, char *reply, si
     return EXIT_OK;
 }
 
-static int enable_disable(plx_store *st, const char *vdi, int on, const char *log,
-                          uint64_t size)
+/* on: 1 enable, 0 disable, 2 automatic mode with `threshold_ms` (0: the default). */
+static int enable_disable(plx_store *st, const char *vdi, int on, const char *log, uint64_t size,
+                          double threshold_ms)
 {
     struct plx_vdi_info *v;
     size_t n;
@@ -88,10 +89,17 @@ static int enable_disable(plx_store *st, const char *vdi, int on, const char *lo
             if (rc != EXIT_OK)
                 break;
         }
-        snprintf(line, sizeof line, "cache-%s %llu", on ? "enable" : "disable",
-                 (unsigned long long)v[i].id);
+        if (on == 2)
+            snprintf(line, sizeof line, "cache-auto %llu %.3f", (unsigned long long)v[i].id,
+                     threshold_ms);
+        else
+            snprintf(line, sizeof line, "cache-%s %llu", on ? "enable" : "disable",
+                     (unsigned long long)v[i].id);
         rc = send(&v[i], line, reply, sizeof reply);
-        if (rc == EXIT_OK)
+        if (rc == EXIT_OK && on == 2)
+            printf("%s: write cache automatic (on above %.3g ms of store write latency)\n",
+                   v[i].name, threshold_ms > 0 ? threshold_ms : PLX_WCACHE_AUTO_ON_MS);
+        else if (rc == EXIT_OK)
             printf("%s: write cache %s\n", v[i].name, on ? "on" : "off (drained)");
     }
     free(v);
@@ -110,9 +118,9 @@ static void field(const char *reply, const char *key, char *out, size_t len)
         return;
     p += strlen(pat);
     const char *end = strcmp(key, "error") == 0 ? p + strlen(p)
-                      : strcmp(key, "path") == 0 ? (strstr(p, " error=") ? strstr(p, " error=")
-                                                                         : p + strlen(p))
-                                                 : p + strcspn(p, " ");
+                      : strcmp(key, "path") == 0
+                          ? (strstr(p, " error=") ? strstr(p, " error=") : p + strlen(p))
+                          : p + strcspn(p, " ");
     snprintf(out, len, "%.*s", (int)(end - p), p);
 }
 
@@ -138,7 +146,7 @@ static int status(plx_store *st, int json)
         printf("no server on this host holds a VDI of this blockstore\n");
     }
     for (size_t i = 0; i < n; i++) {
-        char line[64], reply[800], path[300], error[300], mode[8], sz[4][32];
+        char line[64], reply[800], path[300], error[300], mode[8], setting[8], num[32], sz[4][32];
         snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)v[i].id);
         int err = control_request((int)v[i].lock_pid, line, reply, sizeof reply);
         if (err) {
@@ -147,6 +155,12 @@ static int status(plx_store *st, int json)
             continue;
         }
         field(reply, "vdi", mode, sizeof mode);
+        field(reply, "mode", setting, sizeof setting); /* "" from a server without auto */
+        int automatic = strcmp(setting, "auto") == 0;
+        field(reply, "threshold", num, sizeof num);
+        double threshold = strtod(num, NULL);
+        field(reply, "latency", num, sizeof num);
+        double latency = strtod(num, NULL);
         field(reply, "path", path, sizeof path);
         field(reply, "error", error, sizeof error);
         int attached = ufield(reply, "attached") != 0, failed = ufield(reply, "failed") != 0;
@@ -159,7 +173,19 @@ static int status(plx_store *st, int json)
             json_key(&w, "pid");
             json_u64(&w, v[i].lock_pid);
             json_key(&w, "mode");
-            json_string(&w, !attached ? "off" : failed ? "write-through (log failed)" : mode);
+            json_string(&w, !attached   ? "off"
+                            : failed    ? "write-through (log failed)"
+                            : automatic ? "auto"
+                                        : mode);
+            json_key(&w, "cache_on");
+            json_bool(&w, attached && !failed && strcmp(mode, "on") == 0);
+            json_key(&w, "auto_threshold_ms");
+            if (automatic)
+                json_double(&w, threshold);
+            else
+                json_null(&w);
+            json_key(&w, "store_write_latency_ms");
+            json_double(&w, latency);
             json_key(&w, "log");
             if (attached)
                 json_string(&w, path);
@@ -186,17 +212,24 @@ static int status(plx_store *st, int json)
             continue;
         }
         if (!attached) {
-            printf("%-20s pid %-7u  cache off (no write log attached)\n", v[i].name,
-                   v[i].lock_pid);
+            printf("%-20s pid %-7u  cache off (no write log attached)\n", v[i].name, v[i].lock_pid);
             continue;
         }
         size_format(logb, sz[0], sizeof sz[0]);
         size_format(used, sz[1], sizeof sz[1]);
         size_format(backlog, sz[2], sizeof sz[2]);
         size_format(rate, sz[3], sizeof sz[3]);
+        char shown[64];
+        if (failed)
+            snprintf(shown, sizeof shown, "failed, writing through");
+        else if (automatic)
+            snprintf(shown, sizeof shown, "%s (auto: on above %.3g ms, store %.3g ms)", mode,
+                     threshold, latency);
+        else
+            snprintf(shown, sizeof shown, "%s", mode);
         printf("%-20s pid %-7u  cache %-3s  log %s: %s of %s used, backlog %s, drain %s/s%s%s\n",
-               v[i].name, v[i].lock_pid, failed ? "failed, writing through" : mode, path,
-               sz[1], sz[0], sz[2], sz[3], error[0] ? "\n    " : "", error);
+               v[i].name, v[i].lock_pid, shown, path, sz[1], sz[0], sz[2], sz[3],
+               error[0] ? "\n    " : "", error);
     }
     if (json) {
         json_end_array(&w);
@@ -226,28 +259,45 @@ static int discard(const struct cli_ctx *ctx, plx_store *st, const char *vdi, in
 
 int cmd_cache(struct cli_ctx *ctx, int argc, char **argv)
 {
-    const char *log = NULL, *size_s = NULL;
+    const char *log = NULL, *size_s = NULL, *threshold_s = NULL;
     int all = 0, json = 0, force = 0;
-    const struct cli_opt opts[] = {{"log", 1, &log, NULL},   {"size", 1, &size_s, NULL},
-                                   {"all", 0, NULL, &all},   {"json", 0, NULL, &json},
-                                   {"force", 0, NULL, &force}, {0}};
+    const struct cli_opt opts[] = {{"log", 1, &log, NULL},
+                                   {"size", 1, &size_s, NULL},
+                                   {"threshold", 1, &threshold_s, NULL},
+                                   {"all", 0, NULL, &all},
+                                   {"json", 0, NULL, &json},
+                                   {"force", 0, NULL, &force},
+                                   {0}};
     const char *pos[2] = {NULL, NULL};
     int rc = cli_parse(ctx, argc, argv, opts, pos, 1, 2);
     if (rc != EXIT_OK)
         return rc;
     const char *sub = pos[0], *vdi = pos[1];
-    bool toggle = !strcmp(sub, "enable") || !strcmp(sub, "disable");
+    bool automatic = !strcmp(sub, "auto");
+    bool toggle = !strcmp(sub, "enable") || !strcmp(sub, "disable") || automatic;
     if (toggle && !!vdi == !!all)
         return cli_usage_error(ctx, "cache %s: give a VDI or --all", sub);
     if (!strcmp(sub, "status") && vdi)
         return cli_usage_error(ctx, "cache status takes no VDI");
     if (!strcmp(sub, "discard") && !vdi)
         return cli_usage_error(ctx, "cache discard: give the VDI");
-    if ((log || size_s) && strcmp(sub, "enable"))
-        return cli_usage_error(ctx, "--log and --size go with cache enable");
+    if ((log || size_s) && strcmp(sub, "enable") && !automatic)
+        return cli_usage_error(ctx, "--log and --size go with cache enable or cache auto");
+    if (threshold_s && !automatic)
+        return cli_usage_error(ctx, "--threshold goes with cache auto");
     if (!toggle && strcmp(sub, "status") && strcmp(sub, "discard"))
-        return cli_usage_error(ctx, "cache takes enable, disable, status or discard, not '%s'",
-                               sub);
+        return cli_usage_error(
+            ctx, "cache takes enable, disable, auto, status or discard, not '%s'", sub);
+    double threshold = 0;
+    if (threshold_s) {
+        char *end;
+        threshold = strtod(threshold_s, &end);
+        if (end == threshold_s || *end || !(threshold > 0 && threshold <= 60000))
+            return cli_usage_error(ctx,
+                                   "--threshold '%s': expected milliseconds, above 0 and at "
+                                   "most 60000",
+                                   threshold_s);
+    }
     uint64_t size = 0;
     if (size_s && (rc = cli_parse_size(ctx, "--size", size_s, &size)) != EXIT_OK)
         return rc;
@@ -262,7 +312,7 @@ int cmd_cache(struct cli_ctx *ctx, int argc, char **argv)
     if (rc != EXIT_OK)
         return rc;
     if (toggle)
-        rc = enable_disable(st, vdi, !strcmp(sub, "enable"), log, size);
+        rc = enable_disable(st, vdi, automatic ? 2 : !strcmp(sub, "enable"), log, size, threshold);
     else if (!strcmp(sub, "status"))
         rc = status(st, json);
     else

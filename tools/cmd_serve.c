@@ -1,9 +1,10 @@
 /*
  * cmd_serve.c - `parallax serve (--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE]
  * [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]
- * [--write-cache PATH [--write-cache-size SIZE]]`: export every VDI (read-write) and snapshot
- * (read-only) over NBD; with --write-cache, through a write log on this host's disk (the log is
- * replayed first, and the cache is on for every VDI opened for writing). Without --write-cache
+ * [--write-cache PATH [--write-cache-size SIZE] [--write-cache-mode on|auto]
+ * [--write-cache-threshold MS]]`: export every VDI (read-write) and snapshot (read-only) over
+ * NBD; with --write-cache, through a write log on this host's disk (the log is replayed first,
+ * and the cache is on, or automatic, for every VDI opened for writing). Without --write-cache
  * or $PARALLAX_WRITE_CACHE, the host's settings file /etc/parallax/write-cache may name the log
  * (plx_wcache_config_read).
  *
@@ -97,8 +98,8 @@ static void attach_run(struct et_job *job, plx_store *st)
 /* The built-in server: runs until SIGINT or SIGTERM. */
 static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
                          const char *unix_path, const char *port, const char *ipaddr,
-                         const struct nbd_tls_config *tls, const char *wcache,
-                         uint64_t wcache_size)
+                         const struct nbd_tls_config *tls, const char *wcache, uint64_t wcache_size,
+                         int wmode, double wthreshold)
 {
     /* Block the stop signals in every thread (the engine thread inherits the mask); sigwait. */
     sigset_t stop;
@@ -119,7 +120,7 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
             et_stop(et);
             return cli_error("%s", a.job.errmsg);
         }
-        nbd_server_cache_all(1);
+        nbd_server_cache_all(wmode, wthreshold);
     }
     struct nbd_server *srv = NULL;
     if (nbd_server_start(et, unix_path, port, ipaddr, tls, &srv, err, sizeof err) != 0) {
@@ -162,7 +163,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *unix_path = NULL, *port = NULL, *ipaddr = NULL, *cache = NULL;
     const char *tls = NULL, *tls_certs = NULL, *tls_psk = NULL, *placement = NULL;
-    const char *wcache = NULL, *wcache_size = NULL;
+    const char *wcache = NULL, *wcache_size = NULL, *wcache_mode = NULL, *wcache_thr = NULL;
     int tls_verify = 0;
     const struct cli_opt opts[] = {{"unix", 1, &unix_path, NULL},
                                    {"port", 1, &port, NULL},
@@ -175,6 +176,8 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
                                    {"tls-verify-peer", 0, NULL, &tls_verify},
                                    {"write-cache", 1, &wcache, NULL},
                                    {"write-cache-size", 1, &wcache_size, NULL},
+                                   {"write-cache-mode", 1, &wcache_mode, NULL},
+                                   {"write-cache-threshold", 1, &wcache_thr, NULL},
                                    {0}};
     const char *path = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, NULL, 0, 0);
@@ -202,10 +205,29 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     if (!wcache && env_wcache && *env_wcache)
         wcache = env_wcache;
     uint64_t wsize = 0;
-    if (rc == EXIT_OK && wcache_size && !wcache)
-        rc = cli_usage_error(ctx, "--write-cache-size needs --write-cache PATH");
+    if (rc == EXIT_OK && (wcache_size || wcache_mode || wcache_thr) && !wcache)
+        rc = cli_usage_error(ctx, "--write-cache-%s needs --write-cache PATH",
+                             wcache_size   ? "size"
+                             : wcache_mode ? "mode"
+                                           : "threshold");
     if (rc == EXIT_OK && wcache_size)
         rc = cli_parse_size(ctx, "--write-cache-size", wcache_size, &wsize);
+    /* Mode and threshold: the settings file's words, parsed by the same code. */
+    struct plx_wcache_config opt = {.mode = PLX_WCACHE_ON};
+    char wset[4400], werr[4400];
+    if (rc == EXIT_OK && wcache_mode) {
+        snprintf(wset, sizeof wset, "write-cache-mode=%s", wcache_mode);
+        if (plx_wcache_config_set(&opt, wset, strlen(wset), werr, sizeof werr) != 0)
+            rc = cli_usage_error(ctx, "--write-cache-mode takes on or auto, not '%s'", wcache_mode);
+    }
+    if (rc == EXIT_OK && wcache_thr) {
+        snprintf(wset, sizeof wset, "write-cache-threshold=%s", wcache_thr);
+        if (plx_wcache_config_set(&opt, wset, strlen(wset), werr, sizeof werr) != 0)
+            rc = cli_usage_error(ctx,
+                                 "--write-cache-threshold '%s': expected milliseconds, above 0 "
+                                 "and at most 60000",
+                                 wcache_thr);
+    }
     /* Neither: the host's write-cache settings (/etc/parallax/write-cache), as tapdisk reads. */
     static struct plx_wcache_config conf;
     if (rc == EXIT_OK && !wcache) {
@@ -215,9 +237,12 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         else if (conf.path[0]) {
             wcache = conf.path;
             wsize = conf.size;
+            opt.mode = conf.mode;
+            opt.threshold_ms = conf.threshold_ms;
         }
     }
     if (rc != EXIT_OK)
         return rc;
-    return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg, wcache, wsize);
+    return serve_builtin(path, cache_bytes, place, unix_path, port, ipaddr, &tcfg, wcache, wsize,
+                         opt.mode, opt.threshold_ms);
 }

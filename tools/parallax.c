@@ -40,14 +40,16 @@ static const struct command commands[] = {
     {"serve", cmd_serve,
      "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--placement arrival|leaf]\n"
      "        [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]\n"
-     "        [--write-cache PATH [--write-cache-size SIZE]]",
+     "        [--write-cache PATH [--write-cache-size SIZE] [--write-cache-mode on|auto]\n"
+     "        [--write-cache-threshold MS]]",
      "export every VDI and snapshot over NBD"},
     {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
      "name the lock manager that the hosts sharing this blockstore use"},
     {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
     {"cache", cmd_cache,
-     "enable (VDI|--all) [--log PATH] [--size SIZE] | disable (VDI|--all) | status [--json] | "
-     "discard VDI --force",
+     "enable (VDI|--all) [--log PATH] [--size SIZE] | disable (VDI|--all) |\n"
+     "        auto (VDI|--all) [--threshold MS] [--log PATH] [--size SIZE] | status [--json] |\n"
+     "        discard VDI --force",
      "the write cache of the servers on this host"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

@@ -468,12 +468,15 @@ int plx_vdi_wcache_tick(plx_vdi *v);
 double plx_store_write_latency_ms(const plx_store *st);
 
 /* Where the write log is when no option names it: the settings a program starts with
- * (`serve`, the tapdisk driver). A setting is "key=value": write-cache=PATH (the log) and
- * write-cache-size=SIZE (bytes, or a number with K, M, G or T), the same words as the tapdisk
+ * (`serve`, the tapdisk driver). A setting is "key=value": write-cache=PATH (the log),
+ * write-cache-size=SIZE (bytes, or a number with K, M, G or T), write-cache-mode=on|auto and
+ * write-cache-threshold=MS (the automatic mode's on_ms), the same words as the tapdisk
  * parameters. */
 struct plx_wcache_config {
-    char path[4096]; /* "" : no write cache */
-    uint64_t size;   /* 0: PLX_WCACHE_DEFAULT_SIZE, or the existing log's size */
+    char path[4096];     /* "" : no write cache */
+    uint64_t size;       /* 0: PLX_WCACHE_DEFAULT_SIZE, or the existing log's size */
+    int mode;            /* PLX_WCACHE_ON (the default) or PLX_WCACHE_AUTO */
+    double threshold_ms; /* 0: PLX_WCACHE_AUTO_ON_MS */
 };
 /* Apply one setting "key=value" (len bytes of it) to c. Returns 0, 1 when the key is not a
  * write-cache setting (c unchanged), or -EINVAL with a message in err for a bad value. */

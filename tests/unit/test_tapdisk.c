@@ -1466,6 +1466,27 @@ START_TEST(test_write_cache_param)
     close_ok(drv);
     unlink(logp);
 
+    /* write-cache-mode=auto: the automatic mode with its threshold, shown by cache-status. */
+    snprintf(params, sizeof params,
+             "write-cache=%s:write-cache-mode=auto:write-cache-threshold=5:%s:web1", logp,
+             store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), 0);
+    ck_assert(tdd_log_contains("(auto)"));
+    snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)vdi_id_of("web1"));
+    control_call(line, reply, sizeof reply);
+    ck_assert_msg(strstr(reply, " mode=auto threshold=5.000 ") != NULL, "cache-status: %s", reply);
+    ck_assert_msg(strstr(reply, "ok vdi=off ") != NULL, "a fast store: off: %s", reply);
+    close_ok(drv);
+    unlink(logp);
+    snprintf(params, sizeof params, "write-cache=%s:write-cache-mode=sometimes:%s:web1", logp,
+             store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
+    ck_assert(tdd_log_contains("expected on or auto"));
+    snprintf(params, sizeof params, "write-cache=%s:write-cache-threshold=0:%s:web1", logp,
+             store_path);
+    ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
+    ck_assert(tdd_log_contains("write-cache-threshold=0: expected milliseconds"));
+
     /* Bad input: a log path in a missing directory, a bad size, an option naming no VDI. */
     snprintf(params, sizeof params, "write-cache=%s/no/such/dir/wlog:%s:web1", dir, store_path);
     ck_assert_int_lt(try_open(params, 0, &drv), 0);
@@ -1476,7 +1497,7 @@ START_TEST(test_write_cache_param)
     ck_assert(tdd_log_contains("write-cache-size=lots"));
     snprintf(params, sizeof params, "write-cache-size=8M:%s:web1", store_path);
     ck_assert_int_eq(try_open(params, 0, &drv), -EINVAL);
-    ck_assert(tdd_log_contains("write-cache-size needs write-cache"));
+    ck_assert(tdd_log_contains("write-cache-size=8M needs write-cache=PATH"));
     ck_assert_int_eq(try_open("write-cache=/x", 0, &drv), -EINVAL);
 
     /* No parameter: the host's settings file names the log (a read-only disk ignores it). */
