@@ -760,6 +760,11 @@ static plx_vdi *control_find_vdi(void *host_arg, uint64_t id, plx_store **st, in
             }
             found = d->vdi;
             *st = ps->st;
+            /* A command may attach a log or start the automatic mode (cache-attach,
+             * cache-auto): from now on the store's disks get the automatic mode's tick. */
+            if (tick_start(ps) < 0)
+                tlog_syslog(TLOG_WARN, "parallax: %s: no timer for the automatic write cache",
+                            ps->path);
         }
     }
     return found;

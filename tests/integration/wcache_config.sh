@@ -4,6 +4,9 @@
 # - serve without --write-cache attaches the log the file names, with its size; the cache is on
 #   for a VDI a client opens, and the writes read back;
 # - --write-cache on the command line wins over the file;
+# - write-cache-mode=auto and write-cache-threshold=MS in the file, `parallax cache auto VDI
+#   --threshold MS` at run time, shown by `cache status` (text and JSON); `cache enable` leaves
+#   the automatic mode;
 # - a malformed file stops serve with a message naming the file and line; an absent file means
 #   no cache.
 # shellcheck source=tests/integration/lib.sh
@@ -92,6 +95,28 @@ echo "== the option wins over the file"
 start_server "$T/c.sock" "$T/c.log" --write-cache "$T/wlog2" --write-cache-size 4M
 grep -q "write cache $T/wlog2 (4 MiB)" "$T/c.log" || fail "option: $(cat "$T/c.log")"
 stop_server
+
+echo "== the automatic mode: from the file, and parallax cache auto"
+printf 'write-cache=%s\nwrite-cache-mode=auto\nwrite-cache-threshold=250\n' "$T/wlog" >"$conf"
+start_server "$T/d.sock" "$T/d.log"
+hold_vdi "$T/d.sock"
+# The local file store is fast: automatic, and off.
+wait_status '.[0].mode == "auto" and .[0].auto_threshold_ms == 250 and .[0].cache_on == false'
+plx cache status | grep -q "^vm .*cache off (auto: on above 250 ms" || fail "status: $(plx cache status)"
+plx cache auto vm --threshold 40 | grep -q "write cache automatic (on above 40 ms" ||
+    fail "cache auto"
+wait_status '.[0].mode == "auto" and .[0].auto_threshold_ms == 40'
+plx cache status --json | jq -e '.[0].store_write_latency_ms >= 0' >/dev/null ||
+    fail "no latency: $(plx cache status --json)"
+plx cache enable vm >/dev/null
+wait_status '.[0].mode == "on" and .[0].auto_threshold_ms == null and .[0].cache_on'
+expect_fail 2 plx cache auto vm --threshold 0
+expect_fail 2 plx cache enable vm --threshold 5
+expect_fail 2 plx cache auto
+kill "$HOLDER_PID"
+stop_server
+expect_fail 2 plx serve --unix "$T/x.sock" --write-cache "$T/wlog" --write-cache-mode sometimes
+expect_fail 2 plx serve --unix "$T/x.sock" --write-cache-mode auto
 
 echo "== a malformed file"
 printf 'write-cache=%s\nwrite-cache-sise=8M\n' "$T/wlog" >"$conf"
