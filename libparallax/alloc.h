@@ -16,6 +16,7 @@ struct plx_extent_state {
     struct plx_leaf_slot *slots; /* data extents: per slot, the leaf placing blocks in it */
     uint8_t *reserved;          /* data extents: set in the bitmap for an owned slot, not handed out */
     bool held;
+    bool spare;                 /* held, claimed ahead, not handed out from yet (alloc.c) */
 };
 
 /* A slot is an aligned run of PLX_RADIX_FANOUT blocks (one leaf's worth of data; less when the
@@ -42,6 +43,8 @@ struct plx_alloc_waiter {
     struct plx_alloc_waiter *next;
 };
 
+struct plx_claim;
+
 struct plx_alloc {
     bool by_leaf;                      /* data placement: leaf slots (plx_alloc_leaf_block) */
     struct plx_extent_state *ext;      /* extent_count entries */
@@ -57,6 +60,16 @@ struct plx_alloc {
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
     uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
     uint64_t reserved;                  /* blocks reserved by owned slots, all extents */
+    /* Claims ahead (alloc.c, "Claiming ahead"): per type, a held extent nothing is handed out
+     * from until the held ones run out (0: none); the asynchronous claim in progress. */
+    uint64_t spare[2];
+    struct plx_claim *claim;
+    bool claim_busy;                    /* a claim is in progress (plx_drive_handler_while) */
+    uint64_t claim_retry_ns;            /* no claim ahead before then (lock busy, none free) */
+    bool closing;
+    /* How extents were taken: a spare ready (ahead), a spare waited for (waited: the I/O path
+     * blocked until the claim in flight finished), or claimed synchronously (sync). */
+    uint64_t claims_ahead, claims_waited, claims_sync;
 };
 
 int plx_alloc_init(plx_store *st);

@@ -272,6 +272,22 @@ int plx_admin_lock(plx_store *st)
     }
 }
 
+int plx_admin_lock_try(plx_store *st)
+{
+    if (st->admin_depth) {
+        st->admin_depth++;
+        return 0;
+    }
+    /* lockd's ADMIN-LOCK is a round trip that queues behind other hosts: it cannot be tried
+     * without waiting (yet), so the caller keeps its blocking path. */
+    if (st->lock_ops != &plx_lock_local)
+        return -EOPNOTSUPP;
+    int rc = st->lock_ops->admin_try(st, 1);
+    if (rc == 0)
+        st->admin_depth = 1;
+    return rc;
+}
+
 void plx_admin_unlock(plx_store *st)
 {
     if (--st->admin_depth == 0)

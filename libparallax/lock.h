@@ -73,5 +73,9 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 int plx_admin_lock(plx_store *st);
 uint64_t plx_admin_lock_timeout_ns(void);
 void plx_admin_unlock(plx_store *st);
+/* Take the admin lock without waiting (alloc.c's claims ahead, from the service loop): 0 (held;
+ * plx_admin_unlock releases it), -EWOULDBLOCK (another process holds it: try again later),
+ * -EOPNOTSUPP (this lock implementation cannot answer without waiting: lockd), or -errno. */
+int plx_admin_lock_try(plx_store *st);
 
 #endif
