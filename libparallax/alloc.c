@@ -578,19 +578,50 @@ static uint64_t held_free(const plx_store *st, enum plx_extent_type type)
     return n;
 }
 
+static bool is_data_extent(const plx_store *st, uint64_t e);
+static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, uint64_t s);
+
+/* Empty slots nobody owns in held data extents, counting up to `enough`. */
+static uint64_t empty_slots(plx_store *st, uint64_t enough)
+{
+    uint64_t n = 0, spe = eb(st) / slot_blocks(st);
+    for (uint64_t e = 1; e < st->sb.extent_count && n < enough; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (!is_data_extent(st, e))
+            continue;
+        for (uint64_t s = 0; s < spe && n < enough; s++)
+            n += !x->slots[s].leaf && slot_empty(st, x, s);
+    }
+    return n;
+}
+
+/* Will the held extents of `type` run out soon? Less than a quarter extent free; placed by
+ * leaf, also fewer than two empty slots (a new leaf takes an empty slot whole, and a leaf and
+ * the spill slot may both want one at once: free blocks scattered in used slots do not help). */
+static bool running_low(plx_store *st, enum plx_extent_type type)
+{
+    if (held_free(st, type) < eb(st) / 4)
+        return true;
+    return type == PLX_EXTENT_DATA && st->alloc->by_leaf && empty_slots(st, 2) < 2;
+}
+
 /* After an allocation of `type`: start (or go on trying to start) a claim ahead if the held
  * extents run low. Never waits. */
 static void claim_ahead_check(plx_store *st, enum plx_extent_type type)
 {
     struct plx_alloc *a = st->alloc;
-    if (st->read_only || st->fenced || a->closing || plx_now_ns() < a->claim_retry_ns)
+    /* Not inside an admin operation (create, delete, snapshot edits under the admin lock): it
+     * drives the store only until its own I/O is done, so a claim it started would keep the
+     * admin lock until the next request. The data path's host services the store until idle. */
+    if (st->admin_depth || st->read_only || st->fenced || a->closing ||
+        plx_now_ns() < a->claim_retry_ns)
         return;
     if (a->claim) {
         if (a->claim->step == CLAIM_LOCK)
             claim_lock_step(st, a->claim);
         return;
     }
-    if (a->spare[type == PLX_EXTENT_DATA] || held_free(st, type) >= eb(st) / 4)
+    if (a->spare[type == PLX_EXTENT_DATA] || !running_low(st, type))
         return;
     if (st->lock_ops != &plx_lock_local)
         return; /* lockd: see above */
@@ -619,6 +650,16 @@ static void claim_settle(plx_store *st)
     }
     /* An error here means the medium cannot be polled: the store is failing anyway. */
     (void)plx_drive_handler_while(st, claim_io_done, &a->claim_busy);
+}
+
+bool plx_alloc_claim_io(const plx_store *st)
+{
+    return st->alloc && st->alloc->claim && st->alloc->claim->step != CLAIM_LOCK;
+}
+
+void plx_alloc_claim_finish(plx_store *st)
+{
+    claim_settle(st);
 }
 
 /* Start handing out from the spare of `type`. */
@@ -700,6 +741,8 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
     struct plx_alloc_pool *pool = &st->alloc->pool[type == PLX_EXTENT_DATA];
+    if (st->alloc->claim)
+        claim_ahead_check(st, type); /* waiting for the lock: try again */
     if (!pool->valid || pool->next == pool->end) {
         int rc = pool_refill(st, type, pool);
         if (rc)
@@ -981,6 +1024,8 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
     uint64_t n = slot_blocks(st), off = idx % n, e, s, i;
+    if (st->alloc->claim)
+        claim_ahead_check(st, PLX_EXTENT_DATA); /* waiting for the lock: try again */
     for (int attempt = 0; attempt < 2; attempt++) {
         struct plx_extent_state *x = owned_slot(st, *slot, leaf_addr, tag);
         if (x) {

@@ -108,6 +108,11 @@ int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_en
 void plx_alloc_return_pools(plx_store *st);
 /* Free blocks of extent e: from the bitmap held here, else read from the medium. */
 int plx_extent_free(plx_store *st, uint64_t e, uint64_t *free_blocks);
+/* Is a claim ahead doing I/O (and holding the admin lock) right now? */
+bool plx_alloc_claim_io(const plx_store *st);
+/* Let a claim ahead in flight finish (or drop one still waiting for the lock), so that a
+ * blocking call returns with no claim holding the admin lock. Blocking. */
+void plx_alloc_claim_finish(plx_store *st);
 /* Write every allocator change made so far and wait for it. Blocking. */
 int plx_wait_alloc_written(plx_store *st);
 

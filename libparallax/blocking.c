@@ -7,11 +7,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include "alloc.h"
 #include "pipeline.h"
 
 int plx_store_wait(plx_store *st, const int *done)
 {
-    while (!*done) {
+    /* A claim ahead (alloc.c) that the request started holds the admin lock until it ends: a
+     * blocking caller may stop servicing the store once it returns, so it waits for that too. */
+    while (!*done || plx_alloc_claim_io(st)) {
         int rc = plx_store_service(st);
         if (rc < 0)
             return rc;
