@@ -9,9 +9,10 @@
  * batch flushes, so a link never reaches the medium before the claim of the block it names.
  * A crash therefore only leaks claimed blocks (the collector takes them back).
  *
- * Taking a new extent is rare (once per extent's worth of allocation) and is done synchronously
- * under the single-host admin lock: read the catalogue block fresh, pick an extent, write the
- * entry and the fresh bitmap, flush. The lock manager will replace the flock for many hosts.
+ * Taking a new extent is rare (once per extent's worth of allocation) and done under the admin
+ * lock: read the catalogue fresh, pick an extent, write its fresh bitmap, flush, write the entry,
+ * flush. It is done ahead, asynchronously, so that the write path finds a spare extent ready
+ * ("Claiming ahead" below); the synchronous claim is the fallback.
  */
 #include <errno.h>
 #include <stdio.h>

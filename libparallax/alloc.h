@@ -77,7 +77,8 @@ int plx_alloc_init(plx_store *st);
 int plx_alloc_shutdown(plx_store *st);
 void plx_alloc_free(plx_store *st);
 /* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
- * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
+ * with the first in *first, or -ENOSPC. Does no I/O except to claim a new extent when no spare
+ * claimed ahead is ready (alloc.c, "Claiming ahead"); may start such a claim. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
 /* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag (alloc.c,
  * "Data blocks placed by leaf"): at offset idx of the leaf's slot (*slot, 0 when it has none;
