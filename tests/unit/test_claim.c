@@ -286,6 +286,40 @@ START_TEST(test_claim_waits_for_lock_without_blocking)
 }
 END_TEST
 
+/* The collector run in the writer's process gives back a spare nothing was handed out from (an
+ * extent with no live block): the writer then claims another and goes on, and the store stays
+ * clean. */
+START_TEST(test_gc_releases_unused_spare)
+{
+    plx_backend *fb = new_fault_medium(64 * MiB);
+    plx_store *st = open_on(fb, PLX_PLACEMENT_ARRIVAL);
+    plx_vdi *v = create_open(st, "gc", 8 * MiB);
+    struct seq s = {.fb = fb, .buf = plx_block_alloc(16)};
+    write_seq(st, v, &s, 0, 220, 8, 4);
+    settle(st);
+    uint64_t spare = st->alloc->spare[1];
+    ck_assert_uint_ne(spare, 0);
+    struct plx_gc_report r;
+    int rc = plx_gc(st, 0, &r);
+    ck_assert_msg(rc == 0, "gc: %d %s", rc, plx_store_errmsg(st));
+    ck_assert_uint_ge(r.extents_released, 1);
+    ck_assert_uint_eq(st->alloc->spare[1], 0);
+    ck_assert(!st->alloc->ext[spare].held);
+    ck_assert_uint_eq(st->cat[spare].type, PLX_EXTENT_UNUSED);
+    write_seq(st, v, &s, 220, 600, 8, 4);
+    settle(st);
+    verify_seq(st, v, 0, 820);
+    check_clean(st, "after gc released the spare");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    st = open_on(fb, PLX_PLACEMENT_ARRIVAL);
+    check_clean(st, "reopened");
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(s.buf);
+    fb->ops->destroy(fb);
+}
+END_TEST
+
 static Suite *claim_suite(void)
 {
     Suite *s = suite_create("claim");
@@ -295,6 +329,7 @@ static Suite *claim_suite(void)
     tcase_add_test(tc, test_steady_writer_never_claims_synchronously);
     tcase_add_test(tc, test_steady_writer_by_leaf);
     tcase_add_test(tc, test_claim_waits_for_lock_without_blocking);
+    tcase_add_test(tc, test_gc_releases_unused_spare);
     suite_add_tcase(s, tc);
     return s;
 }
