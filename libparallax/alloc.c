@@ -413,6 +413,8 @@ static void claim_end(plx_store *st, struct plx_claim *c, int status, uint64_t r
     a->claim_busy = false;
     if (status)
         a->claim_retry_ns = plx_now_ns() + retry_ns;
+    if (status && status != -ENOSPC)
+        a->claims_failed++;
 }
 
 static void claim_submit(plx_store *st, struct plx_claim *c, enum claim_step step,

@@ -70,6 +70,8 @@ struct plx_alloc {
     /* How extents were taken: a spare ready (ahead), a spare waited for (waited: the I/O path
      * blocked until the claim in flight finished), or claimed synchronously (sync). */
     uint64_t claims_ahead, claims_waited, claims_sync;
+    uint64_t claims_failed; /* claims ahead ended by an error (the next one, or the fallback, tries
+                             * again: no request sees it) */
 };
 
 int plx_alloc_init(plx_store *st);

@@ -2699,6 +2699,7 @@ START_TEST(test_eio_nth)
         wl.expect_ok = false;
         snprintf(wl.where, sizeof wl.where, "I/O #%u fails", n);
         uint64_t inj0 = plx_fault_errors_injected(wl.fb), io0 = plx_fault_io_count(wl.fb);
+        uint64_t claims_failed0 = wl.st->alloc->claims_failed;
         size_t w0 = wl.nw, f0 = wl.nf, s0 = wl.ns;
         plx_fault_fail_nth(wl.fb, n, -EIO);
         run_phase(&wl, &mixes[_i], 40, 1u << a);
@@ -2707,7 +2708,10 @@ START_TEST(test_eio_nth)
         bool injected = plx_fault_errors_injected(wl.fb) > inj0;
         unsigned nfail = count_failed(&wl, w0, f0, s0);
         hit += injected;
-        if (injected && nfail == 0 && wl.failed_reqs == 0)
+        /* An I/O of a claim ahead fails no request: the claim ends, and the next one or the
+         * synchronous fallback takes an extent when one is needed. */
+        bool claim_hit = wl.st->alloc->claims_failed > claims_failed0;
+        if (injected && nfail == 0 && wl.failed_reqs == 0 && !claim_hit)
             violation(&wl, "I/O #%u failed but every request succeeded", n);
         eio_after(&wl, a);
         eio_finish(&wl);
