@@ -25,6 +25,7 @@
 #include <netdb.h>
 #include <stddef.h>
 #include <time.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -197,6 +198,7 @@ struct nbd_server {
     struct et *et;
     struct et_fd_handler lis[NBD_MAX_LISTENERS];
     int nlis;
+    uint16_t tcp_port; /* the TCP port listened on (the kernel's pick for --port 0); 0: unix */
     char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     struct conn *conns;
     struct conn *dirty_head;
@@ -1491,6 +1493,27 @@ static int listen_unix(struct nbd_server *srv, const char *path, char *err, size
     return 0;
 }
 
+static void set_sockaddr_port(struct sockaddr *sa, uint16_t port)
+{
+    if (sa->sa_family == AF_INET)
+        ((struct sockaddr_in *)sa)->sin_port = htons(port);
+    else if (sa->sa_family == AF_INET6)
+        ((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+}
+
+static uint16_t bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}
+
 static int listen_tcp(struct nbd_server *srv, const char *port, const char *addr, char *err,
                       size_t errlen)
 {
@@ -1515,11 +1538,17 @@ static int listen_tcp(struct nbd_server *srv, const char *port, const char *addr
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (ai->ai_family == AF_INET6)
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        /* Port 0: the kernel picks a free port for the first address; every further address
+         * (IPv6 beside IPv4) takes the same one, so that one number reaches the server. */
+        if (srv->tcp_port)
+            set_sockaddr_port(ai->ai_addr, srv->tcp_port);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
             e = errno;
             close(fd);
             continue;
         }
+        if (!srv->tcp_port)
+            srv->tcp_port = bound_port(fd);
         srv->lis[srv->nlis++].fd = fd;
     }
     freeaddrinfo(res);
@@ -1558,6 +1587,11 @@ static void close_listeners(struct nbd_server *srv)
     srv->nlis = 0;
     if (srv->unix_path[0])
         unlink(srv->unix_path);
+}
+
+uint16_t nbd_server_port(const struct nbd_server *srv)
+{
+    return srv->tcp_port;
 }
 
 int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,

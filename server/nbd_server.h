@@ -21,12 +21,15 @@
 struct nbd_server;
 
 /* Listen on the unix socket unix_path (replacing a stale socket file), or else on TCP `port` of
- * ipaddr (NULL: 127.0.0.1), and serve on the engine thread of `et`. tls: NULL or mode OFF for
+ * ipaddr (NULL: 127.0.0.1; port "0": any free port, see nbd_server_port), and serve on the engine thread of `et`. tls: NULL or mode OFF for
  * plain NBD; otherwise the credentials are loaded here (an error names the file). One server
  * per process. Call from any thread but the engine thread. */
 int nbd_server_start(struct et *et, const char *unix_path, const char *port, const char *ipaddr,
                      const struct nbd_tls_config *tls, struct nbd_server **out, char *err,
                      size_t errlen);
+/* The TCP port the server listens on: the one given, or the kernel's pick for port "0"; 0 for a
+ * unix socket. */
+uint16_t nbd_server_port(const struct nbd_server *srv);
 /* Stop listening, drop every connection (their requests in flight are completed first), close
  * the VDIs and the control socket (control_stop). The engine thread keeps running. */
 void nbd_server_stop(struct nbd_server *srv);

@@ -9,6 +9,11 @@
 # /dev/null and a time limit (PLX_TEST_TIMEOUT seconds, default 600). Output goes to
 # build/test-logs/integration/NAME.log; on failure the log's tail is printed.
 #
+# Scripts run PLX_TEST_JOBS at a time (default: the number of CPUs): most of their time is spent
+# waiting on servers, targets and guests, and each picks its own ports, sockets and temp files.
+# A script whose header has the line `# plx-test: alone` runs with no other script beside it:
+# one that boots guests, or asserts how long something may take.
+#
 # Exit 0 = pass, 77 = skip (a required tool or facility is missing), anything else = fail.
 # A skip is never counted as a pass. With PLX_TEST_STRICT=1 a skip counts as a failure.
 # PLX_KEEP_TMP=1 keeps the temp dir of a failed script.
@@ -42,43 +47,42 @@ else
     done < <(find tests/integration -maxdepth 1 -name '*.sh' -type f | LC_ALL=C sort)
 fi
 
-cur_tmp=""
-cleanup_tmp() {
-    if [[ -n $cur_tmp && -d $cur_tmp ]]; then
-        # Never follow a mount a failed script left behind into another file system.
-        rm -rf --one-file-system "$cur_tmp" 2>/dev/null ||
-            echo "run-integration: could not remove $cur_tmp (a mount left behind?)" >&2
-    fi
-    cur_tmp=""
+jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || jobs=1
+
+declare -A job_name=() job_tmp=() job_start=()
+cleanup_all() {
+    local pid
+    for pid in "${!job_tmp[@]}"; do
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    for pid in "${!job_tmp[@]}"; do
+        rm -rf --one-file-system "${job_tmp[$pid]}" 2>/dev/null ||
+            echo "run-integration: could not remove ${job_tmp[$pid]} (a mount left behind?)" >&2
+    done
 }
-trap cleanup_tmp EXIT
+trap cleanup_all EXIT
 trap 'exit 130' INT TERM
 
 passed=0 failed=0 skipped=0
 failed_names=()
-n=0
-for f in ${scripts[@]+"${scripts[@]}"}; do
-    name=$(basename "$f" .sh)
-    log="$log_dir/$name.log"
-    n=$((n + 1))
-    # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
-    echo "RUN  $name ($n of ${#scripts[@]})"
-    cur_tmp=$(mktemp -d "$tmp_base/$name.XXXXXX")
-    start=$SECONDS
-    rc=0
-    (cd "$cur_tmp" && PLX_TEST_TMP="$cur_tmp" exec timeout -k 10 "$timeout_s" \
-        bash "$root/$f") </dev/null >"$log" 2>&1 || rc=$?
-    secs=$((SECONDS - start))
+
+# finish PID RC: report a finished script and remove its temp dir.
+finish() {
+    local pid=$1 rc=$2 name=${job_name[$1]} tmp=${job_tmp[$1]}
+    local log="$log_dir/$name.log" secs=$((SECONDS - job_start[$1]))
+    unset "job_name[$pid]" "job_tmp[$pid]" "job_start[$pid]"
     if [[ $rc -eq 124 ]]; then
         echo "run-integration: timed out after ${timeout_s}s" >>"$log"
     elif [[ $rc -eq 137 ]]; then
         echo "run-integration: killed (SIGKILL; timed out and ignored SIGTERM?)" >>"$log"
     fi
-
     if [[ $rc -eq 0 ]]; then
         echo "PASS $name (${secs}s)"
         passed=$((passed + 1))
     elif [[ $rc -eq 77 && ${PLX_TEST_STRICT:-0} != 1 ]]; then
+        local reason
         reason=$(grep -m1 '^SKIP' "$log" || true)
         reason=${reason#SKIP}
         reason=${reason#:}
@@ -91,12 +95,49 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
         failed=$((failed + 1))
         failed_names+=("$name")
         if [[ ${PLX_KEEP_TMP:-0} == 1 ]]; then
-            echo "    (kept $cur_tmp)"
-            cur_tmp=""
+            echo "    (kept $tmp)"
+            tmp=""
         fi
     fi
-    cleanup_tmp
+    if [[ -n $tmp && -d $tmp ]]; then
+        # Never follow a mount a failed script left behind into another file system.
+        rm -rf --one-file-system "$tmp" 2>/dev/null ||
+            echo "run-integration: could not remove $tmp (a mount left behind?)" >&2
+    fi
+}
+
+# wait_below N: wait until fewer than N scripts are running.
+wait_below() {
+    local pid rc
+    while [[ ${#job_name[@]} -ge $1 ]]; do
+        rc=0
+        wait -n -p pid "${!job_name[@]}" || rc=$?
+        [[ -n ${pid:-} && -n ${job_name[$pid]:-} ]] && finish "$pid" "$rc"
+    done
+}
+
+n=0
+for f in ${scripts[@]+"${scripts[@]}"}; do
+    name=$(basename "$f" .sh)
+    n=$((n + 1))
+    if grep -q '^# plx-test: alone' "$f"; then
+        wait_below 1
+    else
+        wait_below "$jobs"
+    fi
+    # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
+    echo "RUN  $name ($n of ${#scripts[@]})"
+    tmp=$(mktemp -d "$tmp_base/$name.XXXXXX")
+    (cd "$tmp" && PLX_TEST_TMP="$tmp" exec timeout -k 10 "$timeout_s" \
+        bash "$root/$f") </dev/null >"$log_dir/$name.log" 2>&1 &
+    job_name[$!]=$name
+    job_tmp[$!]=$tmp
+    job_start[$!]=$SECONDS
+    if grep -q '^# plx-test: alone' "$f"; then
+        wait_below 1
+    fi
 done
+wait_below 1
 
 if [[ $failed -gt 0 ]]; then
     echo "failed: ${failed_names[*]}"

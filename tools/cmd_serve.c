@@ -124,6 +124,13 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
         et_stop(et);
         return cli_error("%s", err);
     }
+    /* With --port 0 the kernel picked the port: say which, once listening, so a script (or a
+     * test beside others) can connect to this server and no other. */
+    if (port && strtol(port, NULL, 10) == 0) {
+        fprintf(stderr, "parallax: serve: listening on %s port %u\n", ipaddr ? ipaddr : "127.0.0.1",
+                (unsigned)nbd_server_port(srv));
+        fflush(stderr);
+    }
     const struct control_host ctl = {
         .watch = serve_watch, .unwatch = serve_unwatch, .find_vdi = serve_find_vdi, .host_arg = et};
     if (control_start(&ctl, err, sizeof err) != 0)
@@ -146,7 +153,7 @@ static int valid_port(const char *s)
         if (*p < '0' || *p > '9')
             return 0;
     long v = strtol(s, NULL, 10);
-    return v >= 1 && v <= 65535;
+    return v >= 0 && v <= 65535;
 }
 
 int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
@@ -172,7 +179,8 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
     if (rc == EXIT_OK && !!unix_path == !!port)
         rc = cli_usage_error(ctx, "give exactly one of --unix PATH and --port N");
     if (rc == EXIT_OK && port && !valid_port(port))
-        rc = cli_usage_error(ctx, "--port '%s': not a TCP port number (1 to 65535)", port);
+        rc = cli_usage_error(
+            ctx, "--port '%s': not a TCP port number (1 to 65535, or 0 for any free port)", port);
     if (rc == EXIT_OK)
         rc = cli_blockstore(ctx, &path);
     uint64_t cache_bytes = 0;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# plx-test: alone (asserts that no write waits 1 s: another script beside it could cause that)
 # A lockd whose host is down (no answer, no reset) does not stall the engine's service loop.
 # A host serves a VDI; lockd is killed and its port becomes a black hole: a listening socket
 # that never accepts, with its backlog full, so the kernel drops every SYN to it and a connect

@@ -43,18 +43,23 @@ if ldd "$PARALLAX" | grep -q libgnutls; then fail "parallax links GnuTLS (it mus
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create disk --size 64M >/dev/null
 
+# A port number nothing listens on, for the refusals below (nothing is ever served on it).
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-# start_server ARGS...: serve on a free TCP port of 127.0.0.1; sets PORT and SERVER_PID.
+# start_server ARGS...: serve on a TCP port of 127.0.0.1 the kernel picks (--port 0; the server
+# names it on stderr), so that no other process's listener can be mistaken for ours; sets PORT
+# and SERVER_PID.
 start_server() {
-    local i
-    PORT=$(free_port)
-    "$PARALLAX" -b "$T/store.img" serve --port "$PORT" "$@" >>"$T/serve.log" 2>&1 &
+    local i before
+    before=$(grep -c "^parallax: serve: listening on" "$T/serve.log" 2>/dev/null || true)
+    "$PARALLAX" -b "$T/store.img" serve --port 0 "$@" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
     for ((i = 0; i < 100; i++)); do
-        python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && return 0
+        PORT=$(sed -n 's/^parallax: serve: listening on 127.0.0.1 port \([0-9]*\)$/\1/p' \
+            "$T/serve.log" | sed -n "$((${before:-0} + 1))p")
+        [[ -n $PORT ]] && return 0
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$T/serve.log" >&2; fail "server exited: $*"; }
         sleep 0.1
     done
