@@ -178,6 +178,9 @@ int plx_alloc_init(plx_store *st)
     a->claim_chunk = CLAIM_CHUNK;
     if (a->claim_chunk > eb(st) / 4)
         a->claim_chunk = eb(st) / 4;
+    /* For measurements: claim synchronously only, as before claims ahead existed. */
+    const char *ahead = getenv("PARALLAX_CLAIM_AHEAD");
+    a->no_ahead = ahead && strcmp(ahead, "0") == 0;
     return 0;
 }
 
@@ -616,7 +619,7 @@ static void claim_ahead_check(plx_store *st, enum plx_extent_type type)
     /* Not inside an admin operation (create, delete, snapshot edits under the admin lock): it
      * drives the store only until its own I/O is done, so a claim it started would keep the
      * admin lock until the next request. The data path's host services the store until idle. */
-    if (st->admin_depth || st->read_only || st->fenced || a->closing ||
+    if (a->no_ahead || st->admin_depth || st->read_only || st->fenced || a->closing ||
         plx_now_ns() < a->claim_retry_ns)
         return;
     if (a->claim) {
@@ -681,20 +684,28 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
 {
     struct plx_alloc *a = st->alloc;
     int t = type == PLX_EXTENT_DATA;
-    if (!a->spare[t] && a->claim && a->claim->type == type && a->claim->step != CLAIM_LOCK) {
-        claim_settle(st);
-        if (a->spare[t])
-            a->claims_waited++;
-    } else if (a->spare[t]) {
-        a->claims_ahead++;
-    }
     if (a->spare[t]) {
+        a->claims_ahead++;
         spare_take(st, type);
         return 0;
     }
-    claim_settle(st);
-    a->claims_sync++;
-    return extent_claim_sync(st, type);
+    uint64_t t0 = plx_now_ns();
+    int rc = 0;
+    if (a->claim && a->claim->type == type && a->claim->step != CLAIM_LOCK)
+        claim_settle(st);
+    if (a->spare[t]) {
+        a->claims_waited++;
+        spare_take(st, type);
+    } else {
+        claim_settle(st);
+        a->claims_sync++;
+        rc = extent_claim_sync(st, type);
+    }
+    uint64_t waited = plx_now_ns() - t0;
+    a->stall_ns += waited;
+    if (waited > a->stall_max_ns)
+        a->stall_max_ns = waited;
+    return rc;
 }
 
 /* Claim a run of free blocks in a held extent of `type` into the pool. */
@@ -1280,9 +1291,12 @@ int plx_alloc_shutdown(plx_store *st)
     claim_settle(st);
     a->closing = true;
     if (getenv("PARALLAX_CLAIM_STATS"))
-        fprintf(stderr, "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "
-                "synchronous\n", (unsigned long long)a->claims_ahead,
-                (unsigned long long)a->claims_waited, (unsigned long long)a->claims_sync);
+        fprintf(stderr,
+                "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "
+                "synchronous; requests waited %.1f ms in claims (longest %.1f ms)\n",
+                (unsigned long long)a->claims_ahead, (unsigned long long)a->claims_waited,
+                (unsigned long long)a->claims_sync, (double)a->stall_ns / 1e6,
+                (double)a->stall_max_ns / 1e6);
     plx_alloc_return_pools(st);
     int rc = 0;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {

@@ -72,6 +72,8 @@ struct plx_alloc {
     uint64_t claims_ahead, claims_waited, claims_sync;
     uint64_t claims_failed; /* claims ahead ended by an error (the next one, or the fallback, tries
                              * again: no request sees it) */
+    uint64_t stall_ns, stall_max_ns; /* time the allocating request waited in claims (sync, waited) */
+    bool no_ahead;                   /* $PARALLAX_CLAIM_AHEAD=0: every claim synchronous */
 };
 
 int plx_alloc_init(plx_store *st);
