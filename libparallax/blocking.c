@@ -12,9 +12,7 @@
 
 int plx_store_wait(plx_store *st, const int *done)
 {
-    /* A claim ahead (alloc.c) that the request started holds the admin lock until it ends: a
-     * blocking caller may stop servicing the store once it returns, so it waits for that too. */
-    while (!*done || plx_alloc_claim_io(st)) {
+    while (!*done) {
         int rc = plx_store_service(st);
         if (rc < 0)
             return rc;
@@ -27,6 +25,9 @@ int plx_store_wait(plx_store *st, const int *done)
         if (rc < 0 && errno != EINTR)
             return plx_err(st, -errno, "epoll_wait: %s", strerror(errno));
     }
+    /* A claim ahead (alloc.c) that the request started holds the admin lock until it ends: a
+     * blocking caller may stop servicing the store once this returns, so it ends here. */
+    plx_alloc_claim_finish(st);
     return 0;
 }
 

@@ -320,6 +320,35 @@ START_TEST(test_gc_releases_unused_spare)
 }
 END_TEST
 
+/* A blocking write returns with no claim ahead doing I/O (holding the admin lock): its caller
+ * may stop servicing the store, and another process (or store) may need the lock. */
+START_TEST(test_blocking_write_leaves_no_claim_running)
+{
+    plx_backend *fb = new_fault_medium(64 * MiB);
+    plx_store *st = open_on(fb, PLX_PLACEMENT_ARRIVAL);
+    plx_vdi *v = create_open(st, "blocking", 8 * MiB);
+    uint8_t *buf = plx_block_alloc(8);
+    uint64_t spares = 0;
+    for (uint64_t b = 0; b < 1024; b += 8) {
+        for (unsigned i = 0; i < 8; i++)
+            tu_fill(buf + (size_t)i * BS, BS, 0x5eed0000 + b + i);
+        int rc = plx_vdi_pwrite(v, buf, b * BS, 8 * BS, 0);
+        ck_assert_msg(rc == 0, "write at %llu: %d (%s)", (unsigned long long)b, rc,
+                      plx_store_errmsg(st));
+        ck_assert_msg(!plx_alloc_claim_io(st), "a claim is still running after the write at %llu",
+                      (unsigned long long)b);
+        spares += st->alloc->spare[1] != 0;
+    }
+    ck_assert_uint_gt(spares, 0); /* claims ahead did run */
+    ck_assert_uint_gt(st->alloc->claims_ahead, 0);
+    verify_seq(st, v, 0, 1024);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(buf);
+    fb->ops->destroy(fb);
+}
+END_TEST
+
 static Suite *claim_suite(void)
 {
     Suite *s = suite_create("claim");
@@ -330,6 +359,7 @@ static Suite *claim_suite(void)
     tcase_add_test(tc, test_steady_writer_by_leaf);
     tcase_add_test(tc, test_claim_waits_for_lock_without_blocking);
     tcase_add_test(tc, test_gc_releases_unused_spare);
+    tcase_add_test(tc, test_blocking_write_leaves_no_claim_running);
     suite_add_tcase(s, tc);
     return s;
 }
