@@ -144,7 +144,14 @@ TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_d
 $(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
-integration: all deps $(B)/tapdisk-standin
+# Rewrites a store as format version 1, for the upgrade's integration test
+# (tests/integration/make_v1.c; the unit tests' tu_make_v1 on a file).
+MAKE_V1_SRCS := tests/integration/make_v1.c tests/unit/testutil.c tests/unit/backend_fault.c \
+                tests/unit/tgtd.c
+$(B)/make-v1: $(call obj,$(MAKE_V1_SRCS)) $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
+
+integration: all deps $(B)/tapdisk-standin $(B)/make-v1
 	@tests/run-integration.sh
 
 lint: builddeps

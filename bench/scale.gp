@@ -20,7 +20,9 @@ set title "Opening: a snapshot export (VDI@1, read-only) and the writer"
 plot csv u 1:6 every ::1 w lp lw 2.5 pt 7 t "open VDI@1 + close", \
      "" u 1:7 every ::1 w lp lw 2.5 pt 5 t "open for writing + close (2 flushes)"
 set title "Snapshot latency (blocking, one at a time)"
-plot csv u 1:2 every ::1 w lp lw 2.5 pt 7 t "snapshot"
+plot csv u 1:2 every ::1 w lp lw 2.5 pt 7 t "snapshot (every 10th labelled)", \
+     "" u 1:13 every ::1 w lp lw 2.5 pt 5 t "labelled snapshot right after a writable open", \
+     "" u 1:5 every ::1 w lp lw 2 dt 2 pt 9 t "whole log read (its label check before the index)"
 unset logscale y
 set ylabel "IOPS"
 set yrange [0:*]

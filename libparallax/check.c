@@ -859,6 +859,28 @@ static int check_label_index(struct ck *c, size_t vi)
     return 0;
 }
 
+/* The record's count of deleted snapshots (FORMAT.md §7) against the log's: a deletion named
+ * in snap_deleting is counted whether or not its log record says so yet. */
+static void check_deleted_count(struct ck *c, const struct plx_vdi_record *rec, uint64_t deleted,
+                                bool deleting_done)
+{
+    if (!(rec->flags & PLX_VDI_SNAPS_COUNTED))
+        return; /* a record from before the count: the next writable open counts */
+    if (rec->snap_deleting > rec->snap_count) {
+        problem(c, 1, "VDI %s: its record names snapshot %llu as being deleted, of %llu",
+                rec->name, (unsigned long long)rec->snap_deleting,
+                (unsigned long long)rec->snap_count);
+        return;
+    }
+    uint64_t want = deleted + (rec->snap_deleting && !deleting_done);
+    if (rec->snap_deleted != want)
+        problem(c, 1,
+                "VDI %s: its record counts %llu deleted snapshots, its log %llu%s "
+                "(vdi-list shows the wrong number of snapshots)",
+                rec->name, (unsigned long long)rec->snap_deleted, (unsigned long long)deleted,
+                rec->snap_deleting && !deleting_done ? " and one being deleted" : "");
+}
+
 /* Follow one VDI's log from its head; every complete, non-deleted snapshot becomes a tree.
  * Records beyond snap_count belong to a snapshot that never completed and are ignored. */
 static int check_log(struct ck *c, size_t vi)
@@ -867,6 +889,8 @@ static int check_log(struct ck *c, size_t vi)
     uint64_t expect = rec->snap_count, addr = rec->snaplog_head, steps = 0;
     struct plx_snaplog_block *b = (struct plx_snaplog_block *)c->blkbuf;
     char why_buf[128];
+    uint64_t deleted = 0;
+    bool deleting_done = false; /* the log record of snap_deleting says deleted */
     c->nskips = 0;
     c->log_labels.n = 0;
     if (expect == 0 && addr != 0) {
@@ -941,8 +965,11 @@ static int check_log(struct ck *c, size_t vi)
         }
         for (uint64_t idx = b->first_index; idx <= expect; idx++) {
             const struct plx_snap_record *sr = &b->records[idx - b->first_index];
-            if (sr->flags & PLX_SNAP_DELETED)
+            if (sr->flags & PLX_SNAP_DELETED) {
+                deleted++;
+                deleting_done |= idx == rec->snap_deleting;
                 continue;
+            }
             if (sr->label[0] && idx <= rec->label_indexed &&
                 label_push(c, &c->log_labels, idx, sr->label))
                 return -ENOMEM;
@@ -961,6 +988,7 @@ static int check_log(struct ck *c, size_t vi)
                 "block %llu",
                 rec->name, (unsigned long long)addr);
     check_skips(c, rec);
+    check_deleted_count(c, rec, deleted, deleting_done);
     return check_label_index(c, vi);
 stopped:
     c->incomplete = true;

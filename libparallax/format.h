@@ -197,6 +197,9 @@ static_assert(sizeof(struct plx_namebkt_block) <= PLX_BLOCK_SIZE, "name bucket f
 /* ---- VDI registry record: one block per VDI; a metadata block (version 2) or a legacy slot in
  * extent 0 (version 1, kept in place by the upgrade) ----------------------------------------- */
 #define PLX_VDI_DELETED 1u
+/* snap_deleted counts the deleted snapshots of the log (FORMAT.md §7); clear in records written
+ * before the count existed, which the first writable open counts. */
+#define PLX_VDI_SNAPS_COUNTED 2u
 struct plx_vdi_record {
     struct plx_blkhdr hdr;
     uint32_t version;       /* record layout version, 1 */
@@ -231,7 +234,12 @@ struct plx_vdi_record {
      * snapshots 1..label_indexed; a reader scans the log records after it. */
     uint64_t label_index;   /* root node of the label index, 0 = none */
     uint64_t label_indexed; /* snapshots 1..label_indexed have their labels in the index */
-    uint64_t reserved2[3];
+    /* Snapshot count (in words reserved before; valid with PLX_VDI_SNAPS_COUNTED): the live
+     * snapshots are snap_count - snap_deleted, plus one when the log record of snap_deleting
+     * (a deletion counted here first, then written to the log) is not deleted yet. */
+    uint64_t snap_deleted;
+    uint64_t snap_deleting;
+    uint64_t reserved2;
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");

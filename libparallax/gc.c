@@ -243,20 +243,6 @@ static int purge_deleted(struct gc *g)
     return rc;
 }
 
-static int unmark_registry_block(void *arg, uint64_t addr)
-{
-    struct gc *g = arg;
-    if (addr < g->st->sb.block_count)
-        g->rmap[addr >> 6] &= ~(1ull << (addr & 63));
-    return 0;
-}
-
-static int unmark_index_block(void *arg, uint64_t addr, const void *blk)
-{
-    (void)blk;
-    return unmark_registry_block(arg, addr);
-}
-
 static int skip_entry(void *arg, uint64_t id, uint64_t rec_addr)
 {
     (void)arg, (void)id, (void)rec_addr;
@@ -268,11 +254,9 @@ static int skip_entry(void *arg, uint64_t id, uint64_t rec_addr)
 static int registry_drop(struct gc *g, bool dry_run)
 {
     plx_store *st = g->st;
-    int rc = plx_vditab_walk(st, 0, unmark_registry_block, skip_entry, g);
-    if (!rc)
-        rc = plx_nameidx_walk(st, unmark_index_block, g);
-    if (rc || dry_run)
-        return rc;
+    if (dry_run)
+        return 0; /* its blocks are not marked: counted as what a collection would free */
+    int rc;
     st->state.vdi_table_root = 0;
     st->state.vdi_table_height = 0;
     st->state.name_index_root = 0;
@@ -312,14 +296,19 @@ static int checkpoint(struct gc *g, bool dry_run)
         rc = plx_state_read(st);
     g->epoch = st->state.gc_epoch;
     if (!rc)
-        rc = plx_vditab_walk(st, 0, mark_registry_block, mark_vdi, g);
-    if (!rc)
-        rc = plx_nameidx_walk(st, mark_index_block, g);
+        rc = plx_vditab_walk(st, 0, NULL, mark_vdi, g);
     if (!rc && !dry_run)
         rc = purge_deleted(g);
+    /* The registry's blocks as the purge left them: buckets it merged and table blocks it
+     * emptied are swept in this collection (FORMAT.md §7.3). */
     if (!rc && g->entries == g->nrecs &&
-        (st->state.vdi_table_root || st->state.name_index_root))
+        (st->state.vdi_table_root || st->state.name_index_root)) {
         rc = registry_drop(g, dry_run);
+    } else if (!rc) {
+        rc = plx_vditab_walk(st, 0, mark_registry_block, skip_entry, g);
+        if (!rc)
+            rc = plx_nameidx_walk(st, mark_index_block, g);
+    }
     plx_admin_unlock(st);
     return rc;
 }

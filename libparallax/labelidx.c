@@ -135,6 +135,13 @@ struct plx_lidx_txn {
     plx_store *st;
     uint64_t vdi_id, root_addr;
     struct lnode *root;
+    /* The node the last plx_lidx_need asked for: the child `want_slot` of want_parent, or the
+     * root when want_parent is NULL. */
+    struct lnode *want_parent;
+    unsigned want_slot;
+    uint64_t want_addr;
+    struct plx_lidx_write *writes; /* what plx_lidx_prepare handed out */
+    size_t nwrites, capwrites;
 };
 
 static void lnode_free(struct lnode *n)
@@ -203,7 +210,133 @@ void plx_lidx_abort(struct plx_lidx_txn *t)
     if (!t)
         return;
     lnode_free(t->root);
+    free(t->writes);
     free(t);
+}
+
+/* Is addr a block an index node may be at? The catalogue is read again once if not, since
+ * another process may have typed the extent since. */
+static int node_addr_check(plx_store *st, uint64_t vdi_id, uint64_t addr)
+{
+    if (addr && addr < st->sb.block_count && plx_block_type(st, addr) != PLX_EXTENT_METADATA)
+        plx_catalogue_read(st);
+    if (addr == 0 || addr >= st->sb.block_count || plx_block_type(st, addr) != PLX_EXTENT_METADATA)
+        return plx_err(st, -EUCLEAN,
+                       "label index of VDI %llu links to block %llu, outside the "
+                       "metadata extents",
+                       (unsigned long long)vdi_id, (unsigned long long)addr);
+    return 0;
+}
+
+int plx_lidx_need(struct plx_lidx_txn *t, const char *label, uint64_t *addr, unsigned *level)
+{
+    t->want_addr = 0;
+    if (!t->root) {
+        if (!t->root_addr)
+            return 0; /* no index yet: put makes a root, get finds nothing */
+        t->want_parent = NULL;
+        t->want_addr = t->root_addr;
+        *level = 0;
+    } else {
+        uint64_t h = plx_lidx_hash(label);
+        struct lnode *n = t->root;
+        while (n->b->kind == PLX_LIDX_INTERIOR) {
+            unsigned slot = hash_byte(h, n->b->level);
+            if (n->kids && n->kids[slot]) {
+                n = n->kids[slot];
+                continue;
+            }
+            if (!n->b->u.child[slot])
+                return 0; /* no label with this prefix */
+            t->want_parent = n;
+            t->want_slot = slot;
+            t->want_addr = n->b->u.child[slot];
+            *level = n->b->level + 1;
+            break;
+        }
+        if (!t->want_addr)
+            return 0;
+    }
+    int rc = node_addr_check(t->st, t->vdi_id, t->want_addr);
+    if (rc) {
+        t->want_addr = 0;
+        return rc;
+    }
+    *addr = t->want_addr;
+    return 1;
+}
+
+int plx_lidx_supply(struct plx_lidx_txn *t, const struct plx_lidx_block *b)
+{
+    uint64_t addr = t->want_addr;
+    unsigned level = t->want_parent ? t->want_parent->b->level + 1 : 0;
+    if (!addr)
+        return plx_err(t->st, -EINVAL, "label index: a node nobody asked for (bug)");
+    const char *why = plx_lidx_node_problem(t->st, b, addr, t->vdi_id, level);
+    if (strcmp(why, "child outside the metadata extents") == 0 && plx_catalogue_read(t->st) == 0)
+        why = plx_lidx_node_problem(t->st, b, addr, t->vdi_id, level);
+    if (*why)
+        return plx_err(t->st, -EUCLEAN, "label index node %llu of VDI %llu is corrupt: %s",
+                       (unsigned long long)addr, (unsigned long long)t->vdi_id, why);
+    struct lnode *n = calloc(1, sizeof *n);
+    if (n)
+        n->b = plx_block_alloc(1);
+    if (n && n->b && t->want_parent && !t->want_parent->kids)
+        t->want_parent->kids = calloc(PLX_LIDX_FANOUT, sizeof *t->want_parent->kids);
+    if (!n || !n->b || (t->want_parent && !t->want_parent->kids)) {
+        lnode_free(n);
+        return plx_err(t->st, -ENOMEM, "out of memory");
+    }
+    memcpy(n->b, b, PLX_BLOCK_SIZE);
+    n->addr = addr;
+    if (t->want_parent)
+        t->want_parent->kids[t->want_slot] = n;
+    else
+        t->root = n;
+    t->want_addr = 0;
+    return 0;
+}
+
+/* Load label's path synchronously (the blocking callers: the admin path, folds at open and
+ * close). */
+static int load_path(struct plx_lidx_txn *t, const char *label)
+{
+    struct plx_lidx_block *b = NULL;
+    uint64_t addr;
+    unsigned level;
+    int rc;
+    while ((rc = plx_lidx_need(t, label, &addr, &level)) == 1) {
+        if (!b)
+            b = plx_block_alloc(1);
+        if (!b)
+            return plx_err(t->st, -ENOMEM, "out of memory");
+        rc = plx_sync_io(t->st, PLX_IO_READ, addr, 1, b, 0);
+        if (rc) {
+            plx_err(t->st, rc, "reading label index node %llu: %s", (unsigned long long)addr,
+                    strerror(-rc));
+            break;
+        }
+        rc = plx_lidx_supply(t, b);
+        if (rc)
+            break;
+    }
+    plx_block_free(b);
+    return rc;
+}
+
+size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx, size_t max)
+{
+    uint64_t h = plx_lidx_hash(label);
+    const struct lnode *n = t->root;
+    while (n && n->b->kind == PLX_LIDX_INTERIOR) {
+        unsigned slot = hash_byte(h, n->b->level);
+        n = n->kids ? n->kids[slot] : NULL;
+    }
+    size_t k = 0;
+    for (uint32_t i = 0; n && i < n->b->count; i++)
+        if (label_eq(&n->b->u.entry[i], label) && k < max)
+            idx[k++] = n->b->u.entry[i].index;
+    return k;
 }
 
 /* The child of interior node n for hash byte `slot`, loaded or made (an empty leaf). */
@@ -250,12 +383,11 @@ static int split_leaf(struct plx_lidx_txn *t, struct lnode *n)
 
 int plx_lidx_put(struct plx_lidx_txn *t, const char *label, uint64_t index)
 {
+    int lrc = load_path(t, label); /* reads nothing when the path is loaded already */
+    if (lrc)
+        return lrc;
     if (!t->root) {
-        int rc = t->root_addr ? lnode_load(t, t->root_addr, 0, &t->root) : 0;
-        if (rc)
-            return rc;
-        if (!t->root)
-            t->root = lnode_new(t->vdi_id, 0, PLX_LIDX_LEAF);
+        t->root = lnode_new(t->vdi_id, 0, PLX_LIDX_LEAF);
         if (!t->root)
             return plx_err(t->st, -ENOMEM, "out of memory");
     }
@@ -295,8 +427,9 @@ int plx_lidx_put(struct plx_lidx_txn *t, const char *label, uint64_t index)
     }
 }
 
-/* Write the dirty nodes below and at n, children first, each to a new block. */
-static int write_dirty(struct plx_lidx_txn *t, struct lnode *n)
+/* Give the dirty nodes below and at n, children first, each a new block, and seal them: the
+ * list of blocks to write grows in t. */
+static int assign_dirty(struct plx_lidx_txn *t, struct lnode *n)
 {
     if (!n->dirty)
         return 0;
@@ -304,10 +437,18 @@ static int write_dirty(struct plx_lidx_txn *t, struct lnode *n)
         struct lnode *c = n->kids[i];
         if (!c)
             continue;
-        int rc = write_dirty(t, c);
+        int rc = assign_dirty(t, c);
         if (rc)
             return rc;
         n->b->u.child[i] = c->addr;
+    }
+    if (t->nwrites == t->capwrites) {
+        size_t cap = t->capwrites ? 2 * t->capwrites : 8;
+        struct plx_lidx_write *w = realloc(t->writes, cap * sizeof *w);
+        if (!w)
+            return plx_err(t->st, -ENOMEM, "out of memory");
+        t->writes = w;
+        t->capwrites = cap;
     }
     uint64_t a;
     int rc = plx_alloc_blocks(t->st, PLX_EXTENT_METADATA, 1, &a);
@@ -317,28 +458,41 @@ static int write_dirty(struct plx_lidx_txn *t, struct lnode *n)
     if (stale && !stale->pins)
         plx_cache_drop(t->st, stale); /* a block gc freed, cached as a radix node before */
     plx_blkhdr_seal(n->b, PLX_MAGIC_LABELIDX, a);
-    rc = plx_sync_io(t->st, PLX_IO_WRITE, a, 1, n->b, 0);
-    if (rc)
-        return plx_err(t->st, rc, "writing a label index node: %s", strerror(-rc));
     n->addr = a;
     n->dirty = false;
+    t->writes[t->nwrites++] = (struct plx_lidx_write){.addr = a, .block = n->b};
     return 0;
+}
+
+int plx_lidx_prepare(struct plx_lidx_txn *t, uint64_t *root, const struct plx_lidx_write **w,
+                     size_t *n)
+{
+    *root = t->root_addr;
+    t->nwrites = 0;
+    int rc = t->root && t->root->dirty ? assign_dirty(t, t->root) : 0;
+    if (!rc && t->root)
+        *root = t->root->addr;
+    *w = t->writes;
+    *n = rc ? 0 : t->nwrites;
+    return rc;
 }
 
 int plx_lidx_commit(struct plx_lidx_txn *t, uint64_t *root)
 {
-    *root = t->root_addr;
-    int rc = 0;
-    if (t->root && t->root->dirty) {
-        rc = write_dirty(t, t->root);
-        if (!rc)
-            rc = plx_wait_alloc_written(t->st);
+    const struct plx_lidx_write *w;
+    size_t n;
+    int rc = plx_lidx_prepare(t, root, &w, &n);
+    for (size_t i = 0; i < n && !rc; i++) {
+        rc = plx_sync_io(t->st, PLX_IO_WRITE, w[i].addr, 1, (void *)w[i].block, 0);
+        if (rc)
+            plx_err(t->st, rc, "writing a label index node: %s", strerror(-rc));
+    }
+    if (!rc && n) {
+        rc = plx_wait_alloc_written(t->st);
         if (!rc)
             rc = plx_sync_io(t->st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (rc)
             plx_err(t->st, rc, "making the label index durable: %s", strerror(-rc));
-        else
-            *root = t->root->addr;
     }
     plx_lidx_abort(t);
     return rc;

@@ -28,8 +28,28 @@ int plx_lidx_begin(plx_store *st, uint64_t vdi_id, uint64_t root, struct plx_lid
 int plx_lidx_put(struct plx_lidx_txn *t, const char *label, uint64_t index);
 /* Write every changed node to a newly allocated block, claims included, and flush: the new root
  * in *root (the old one if nothing changed). Nothing reachable changes until the caller writes
- * the VDI record naming the new root. Frees the txn. */
+ * the VDI record naming the new root. Frees the txn. Blocking. */
 int plx_lidx_commit(struct plx_lidx_txn *t, uint64_t *root);
+
+/* The same without blocking, for the writer's service loop (snap_edit.c). A txn reads nothing
+ * by itself there: before put or get of a label, the caller asks which node of the label's path
+ * is missing (plx_lidx_need: 1 with its address; 0 once the path is loaded, or there is none),
+ * reads it, hands it over (plx_lidx_supply checks it: -EUCLEAN with a message if it is not a
+ * sound node), and asks again. */
+int plx_lidx_need(struct plx_lidx_txn *t, const char *label, uint64_t *addr, unsigned *level);
+int plx_lidx_supply(struct plx_lidx_txn *t, const struct plx_lidx_block *b);
+/* Up to max snapshot indexes t holds for label (its path loaded; stale ones included). */
+size_t plx_lidx_txn_get(const struct plx_lidx_txn *t, const char *label, uint64_t *idx, size_t max);
+/* Give every changed node a newly allocated block and seal it: the blocks to write in *w (n of
+ * them, owned by t) and the new root. The caller writes them, makes them and the allocator's
+ * bitmaps durable (plx_alloc_sync, then a flush), then writes the VDI record naming the root,
+ * and frees t with plx_lidx_abort. */
+struct plx_lidx_write {
+    uint64_t addr;
+    const struct plx_lidx_block *block;
+};
+int plx_lidx_prepare(struct plx_lidx_txn *t, uint64_t *root, const struct plx_lidx_write **w,
+                     size_t *n);
 void plx_lidx_abort(struct plx_lidx_txn *t);
 
 /* Visit every node of the index at `root`, parents before children: cb(arg, addr, node, parent,

@@ -11,7 +11,9 @@
  *
  * Crash safety: an entry is added or removed by one in-place write of its bucket. A split writes
  * the new buckets (or node) whole and flushes them with their claims before the one write of
- * the parent node that links them; the old bucket is then garbage for the collector. The index
+ * the parent node that links them; the old bucket is then garbage for the collector. A removal
+ * that leaves a bucket and its buddy holding at most half a bucket between them merges them the
+ * same way (a new bucket, flushed, then the one write of the node). Nodes never merge. The index
  * may hold entries for no live VDI (a create that crashed before the state block counted it,
  * a delete that crashed before the entry was removed): every lookup reads the record the id
  * names and compares the name, so such an entry costs a read and is removed by the next
@@ -249,6 +251,57 @@ int plx_nameidx_insert(plx_store *st, uint64_t hash, uint64_t id)
     return rc;
 }
 
+/* Buckets whose entries together fit in half a bucket merge, so a split undone by removals does
+ * not leave two thin buckets behind (and the split at CAP and the merge at CAP / 2 cannot chase
+ * each other). */
+#define MERGE_AT (PLX_NAMEBKT_CAP / 2)
+
+/* p->bkt (depth d >= 1) and its buddy (the other half of the range of depth d - 1) merge into a
+ * new bucket of depth d - 1 while both are buckets of depth d holding at most MERGE_AT entries
+ * together. The new bucket is written and flushed with its claim before the one in-place write
+ * of the node that links it; the two old buckets are then garbage for the collector (a crash
+ * before that write leaves them linked and the new one leaked). *merged tells whether it did. */
+static int bucket_merge(plx_store *st, struct path *p, bool *merged)
+{
+    *merged = false;
+    struct plx_namebkt_block *b = p->bkt;
+    if (b->depth == 0)
+        return 0;
+    unsigned width = PLX_NAMEIDX_FANOUT >> b->depth;
+    unsigned buddy_lo = b->lo ^ width;
+    uint64_t buddy_addr = p->node->children[buddy_lo];
+    struct plx_namebkt_block *buddy = plx_block_alloc(1);
+    bool is_bucket = false;
+    int rc = child_read(st, buddy_addr, p->level, buddy, &is_bucket);
+    if (rc || !is_bucket || buddy->depth != b->depth || buddy->lo != buddy_lo ||
+        b->count + buddy->count > MERGE_AT) {
+        plx_block_free(buddy);
+        return rc;
+    }
+    unsigned lo = b->lo < buddy_lo ? b->lo : buddy_lo;
+    struct plx_namebkt_block *m = bucket_new(p->level, b->depth - 1, lo);
+    memcpy(m->entries, b->entries, b->count * sizeof b->entries[0]);
+    memcpy(m->entries + b->count, buddy->entries, buddy->count * sizeof buddy->entries[0]);
+    m->count = b->count + buddy->count;
+    uint64_t maddr = 0;
+    rc = plx_registry_new_block(st, m, PLX_MAGIC_NAMEBKT, &maddr);
+    if (!rc)
+        rc = plx_registry_durable(st);
+    if (!rc) {
+        for (unsigned i = 0; i < 2 * width; i++)
+            p->node->children[lo + i] = maddr;
+        rc = write_in_place(st, p->node, PLX_MAGIC_NAMEIDX, p->node_addr);
+    }
+    if (!rc) {
+        memcpy(p->bkt, m, PLX_BLOCK_SIZE);
+        p->bkt_addr = maddr;
+        *merged = true;
+    }
+    plx_block_free(m);
+    plx_block_free(buddy);
+    return rc;
+}
+
 int plx_nameidx_remove(plx_store *st, uint64_t hash, uint64_t id)
 {
     if (!st->state.name_index_root)
@@ -256,14 +309,19 @@ int plx_nameidx_remove(plx_store *st, uint64_t hash, uint64_t id)
     struct path p;
     path_init(&p);
     int rc = descend(st, hash, &p);
+    bool removed = false;
     for (uint32_t i = 0; !rc && i < p.bkt->count; i++) {
         if (p.bkt->entries[i].hash == hash && p.bkt->entries[i].id == id) {
             p.bkt->entries[i] = p.bkt->entries[--p.bkt->count];
             memset(&p.bkt->entries[p.bkt->count], 0, sizeof p.bkt->entries[0]);
             rc = write_in_place(st, p.bkt, PLX_MAGIC_NAMEBKT, p.bkt_addr);
+            removed = true;
             break;
         }
     }
+    /* Then merge with the buddy, and the result with its buddy, as far as they are thin. */
+    for (bool merged = removed; !rc && merged;)
+        rc = bucket_merge(st, &p, &merged);
     path_free(&p);
     return rc;
 }

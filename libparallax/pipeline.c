@@ -37,7 +37,6 @@
 #include <string.h>
 #include "pipeline.h"
 #include "registry.h"
-#include "snap_edit.h"
 #include "snaplog.h"
 
 static void batch_advance(struct plx_vdi *v, struct plx_batch *b);
@@ -1093,7 +1092,7 @@ static void do_resolve(struct plx_req *r)
         return;
     }
     if (r->op == REQ_SNAPEDIT) {
-        plx_snap_edit_start(r);
+        r->edit_start(r);
         return;
     }
     if (r->op == REQ_SNAPSHOT) {

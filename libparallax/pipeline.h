@@ -64,6 +64,9 @@ struct plx_req {
     uint64_t *run_out;           /* REQ_STATUS: bytes sharing the state of the first block */
     int *mapped_out;             /* REQ_STATUS: 1 mapped, 0 sparse */
     struct plx_snap_edit *edit;  /* REQ_SNAPEDIT: label or delete a snapshot (snap_edit.c) */
+    /* REQ_SNAPEDIT: carries the edit out once no snapshot or other edit is ahead of it, and
+     * finishes r (set by snap_edit.c, the layer-5 peer above the pipeline's stream). */
+    void (*edit_start)(struct plx_req *r);
     struct plx_req *next, *prev; /* vdi active list */
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */

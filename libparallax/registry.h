@@ -10,6 +10,7 @@
 #define PLX_REGISTRY_H
 
 #include "engine.h"
+#include "registry_block.h"
 
 /* ---- Records (registry.c) ---- */
 int plx_registry_read(plx_store *st, uint64_t rec_addr, struct plx_vdi_record *rec);
@@ -38,14 +39,6 @@ int plx_registry_purge(plx_store *st, const struct plx_vdi_record *rec);
 int plx_registry_upgrade(plx_store *st);
 /* Is rec_addr a legacy registry slot of a store upgraded from version 1? */
 bool plx_registry_legacy_slot(const plx_store *st, uint64_t rec_addr);
-/* Allocate a metadata block, seal `block` as `magic` at its address and write it (not flushed:
- * plx_registry_durable makes it and its claim durable before anything links it). */
-int plx_registry_new_block(plx_store *st, void *block, uint32_t magic, uint64_t *addr);
-int plx_registry_durable(plx_store *st);
-/* Read a registry block (table, index node or bucket) of metadata extent: `magic` expected. */
-int plx_registry_block_read(plx_store *st, uint64_t addr, uint32_t magic, void *block,
-                            const char *what);
-
 void plx_record_to_info(const plx_store *st, const struct plx_vdi_record *rec,
                         struct plx_vdi_info *out);
 unsigned plx_height_for_size(uint64_t size);

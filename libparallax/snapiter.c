@@ -138,3 +138,78 @@ int plx_snap_iterate(plx_store *st, const char *vdi, const struct plx_snap_iter_
     }
     return rc == 1 && e.left == 0 ? 0 : rc;
 }
+
+/* ---- Counting live snapshots ----------------------------------------------------------------- */
+
+/* Deleted snapshots among 1..snap_count, by reading the whole log. */
+static int count_deleted_in_log(plx_store *st, const struct plx_vdi_record *rec, uint64_t *deleted)
+{
+    struct plx_snap_info *list;
+    size_t n;
+    int rc = plx_snaplog_read(st, rec, &list, &n, NULL);
+    if (rc)
+        return rc;
+    *deleted = 0;
+    for (size_t i = 0; i < n; i++)
+        *deleted += list[i].deleted != 0;
+    free(list);
+    return 0;
+}
+
+int plx_snaplog_count_live(plx_store *st, const struct plx_vdi_record *rec, uint64_t *live)
+{
+    uint64_t deleted = 0;
+    if (!(rec->flags & PLX_VDI_SNAPS_COUNTED) || rec->snap_deleted > rec->snap_count) {
+        int rc = count_deleted_in_log(st, rec, &deleted); /* a record from before the count */
+        if (rc)
+            return rc;
+        *live = rec->snap_count - deleted;
+        return 0;
+    }
+    *live = rec->snap_count - rec->snap_deleted;
+    if (rec->snap_deleting && rec->snap_deleting <= rec->snap_count) {
+        /* A deletion counted before its log record was written: look at the record. */
+        struct plx_snaplog_block *b = plx_block_alloc(1);
+        uint64_t addr;
+        int rc = b ? plx_snaplog_find(st, rec, rec->snap_deleting, b, &addr)
+                   : plx_err(st, -ENOMEM, "out of memory");
+        if (!rc && !(b->records[rec->snap_deleting - b->first_index].flags & PLX_SNAP_DELETED))
+            (*live)++;
+        plx_block_free(b);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int plx_snaplog_count_write(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec)
+{
+    if (rec->flags & PLX_VDI_SNAPS_COUNTED)
+        return 0;
+    uint64_t deleted;
+    int rc = count_deleted_in_log(st, rec, &deleted);
+    if (rc)
+        return rc;
+    struct plx_vdi_record next = *rec;
+    next.flags |= PLX_VDI_SNAPS_COUNTED;
+    next.snap_deleted = deleted;
+    next.snap_deleting = 0;
+    rc = plx_registry_write(st, slot_addr, &next);
+    if (!rc) {
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (rc)
+            plx_err(st, rc, "VDI %s: flushing its record: %s", rec->name, strerror(-rc));
+    }
+    if (rc)
+        return rc;
+    next.seq++;
+    *rec = next;
+    return 0;
+}
+
+int plx_vdi_live_snapshots(plx_store *st, const char *vdi, uint64_t *live)
+{
+    struct plx_vdi_record rec;
+    int rc = plx_registry_find(st, vdi, &rec, NULL);
+    return rc ? rc : plx_snaplog_count_live(st, &rec, live);
+}

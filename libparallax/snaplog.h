@@ -54,8 +54,9 @@ void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_blo
 /* ---- Labels (labels.c) ----------------------------------------------------------------------
  * A label is found through the VDI's label index (labelidx.c), which covers snapshots
  * 1..label_indexed, and by reading the log records after that (the "tail"). Writers fold the
- * tail into the index at open, at close and every PLX_LABELS_FOLD_TAIL snapshots, so the tail
- * stays a few log blocks long and a lookup reads O(log n) blocks. */
+ * tail into the index at open, at close and every PLX_LABELS_FOLD_TAIL snapshots (in the
+ * request stream when snapshots are in flight, snap_edit.c), so the tail stays a few log
+ * blocks long and a lookup reads O(log n) blocks. */
 #define PLX_LABELS_FOLD_TAIL (2u * PLX_SNAPLOG_PER_BLOCK)
 
 /* 1 and *index if a live snapshot of the log rec describes is labelled `label`, 0 if none, or a
@@ -64,36 +65,35 @@ void plx_snaplog_spine_push(struct plx_snaplog_spine *sp, struct plx_snaplog_blo
 int plx_label_find(plx_store *st, const struct plx_vdi_record *rec, const char *label,
                    uint64_t *index, struct plx_snaplog_block *b, uint64_t *b_addr);
 
-/* A writer's snapshot labels, for uniqueness (snaplog.c). Only labelled snapshots take memory. The
- * log as it was at open (base_head, base_count) is read the first time a label is checked; changes
- * made since open (new snapshots, relabels, deletions) are entries kept from the start, and an
- * entry wins over the record it names ("" = no live label). */
+/* A writer's labels of snapshots taken since its last snapshot edit (snaplog.c), for uniqueness
+ * while their records are in flight. Everything older is on the medium: a labelled snapshot is
+ * preceded in the stream by an edit that looks its label up there (snap_edit.c: the label index
+ * and the log's tail, O(log n) reads), and every edit starts by emptying this set. So it holds
+ * about one entry. An entry wins over the record it names ("" = no live label). */
 struct plx_label_entry {
     uint64_t index;
     char label[PLX_LABEL_MAX + 1];
 };
 struct plx_label_set {
-    bool loaded;
-    uint64_t base_head, base_count;
+    bool fold_queued; /* an asynchronous fold of the log's tail is in the stream (vdi.c) */
     size_t n, cap;
     struct plx_label_entry *e;
 };
 void plx_labels_init(struct plx_label_set *ls, const struct plx_vdi_record *rec);
 void plx_labels_free(struct plx_label_set *ls);
+/* Forget every entry: what they said is on the medium now. */
+void plx_labels_clear(struct plx_label_set *ls);
 /* Record that snapshot `index` now has `label` ("" = none or deleted). */
 int plx_labels_set(struct plx_label_set *ls, uint64_t index, const char *label);
-/* Complete the set with the labels of the log as it was at open (live labelled snapshots of
- * 1..base_count), read by the caller; entries made since open win. Marks the set loaded. */
-int plx_labels_load_base(struct plx_label_set *ls, const struct plx_label_entry *base, size_t n);
-/* 1 if a live snapshot other than except_index has `label`, 0 if not, or an error. The first
- * call with a label reads the log synchronously unless the set is already loaded. */
+/* 1 if an entry other than except_index has `label`, else 0. No I/O: the medium is asked by the
+ * edit ahead of the snapshot (st and rec are not used). */
 int plx_labels_taken(plx_store *st, const struct plx_vdi_record *rec, struct plx_label_set *ls,
                      const char *label, uint64_t except_index);
 /* Snapshot `index` of the VDI whose record is *rec (in slot slot_addr) is about to get `label`
  * while no writer holds the VDI (the caller holds the admin lock): if the index covers that
  * snapshot, put the label into it and write the record naming the new index (durable on
- * return), before the caller writes the log record. The VDI's own writer instead lowers
- * label_indexed below the snapshot in the record first (snap_edit.c), without blocking. */
+ * return), before the caller writes the log record. The VDI's own writer does the same without
+ * blocking (snap_edit.c). */
 int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
                     uint64_t index, const char *label);
 /* Fold the tail of rec's log into its label index (building the index on a store written before
@@ -102,6 +102,17 @@ int plx_labels_note(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *re
 int plx_labels_fold(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec,
                     uint64_t min_tail);
 
+/* ---- Counting (snapiter.c) ---------------------------------------------------------------------
+ * The live snapshots of rec: snap_count - snap_deleted from the record (FORMAT.md §7), plus one
+ * when the log record of a counted deletion (snap_deleting) does not say deleted yet (the skip
+ * path to it); a record that does not count them yet (written before the count existed) has
+ * its log read whole. */
+int plx_snaplog_count_live(plx_store *st, const struct plx_vdi_record *rec, uint64_t *live);
+/* A writable open of a record that does not count its deleted snapshots yet counts them (the
+ * log read whole, once) and writes the record with the count (flushed). 0 at once otherwise. */
+int plx_snaplog_count_write(plx_store *st, uint64_t slot_addr, struct plx_vdi_record *rec);
+
+/* ---- Snapshots named by the user (snap_admin.c) ---------------------------------------------- */
 /* Parse "VDI@N" or "VDI@LABEL" (O(log n) log and index reads). */
 int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                      uint64_t *slot_addr, struct plx_snap_info *snap, uint64_t *log_block);

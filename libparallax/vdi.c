@@ -145,6 +145,9 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
          * index existed, this builds it: the one time the whole log is read). */
         if (!rc)
             rc = plx_labels_fold(st, v->slot_addr, &v->rec, 1);
+        /* Likewise the count of deleted snapshots (FORMAT.md §7), on a record without it. */
+        if (!rc)
+            rc = plx_snaplog_count_write(st, v->slot_addr, &v->rec);
         plx_labels_init(&v->labels, &v->rec);
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
@@ -490,32 +493,24 @@ static bool snapshot_pending(const plx_vdi *v)
            (v->flight_next && v->flight_next->snap);
 }
 
-/* Fold the log's tail into the label index once it is PLX_LABELS_FOLD_TAIL snapshots long, when
- * no snapshot or snapshot edit is in flight (they are what writes the VDI record and log blocks
- * in the pipeline). */
+/* Fold the log's tail into the label index once it is PLX_LABELS_FOLD_TAIL snapshots long: here
+ * and now when nothing is in flight, else as an edit in the request stream (snap_edit.c), which
+ * runs once the snapshots ahead of it have committed. So the tail stays short however the
+ * snapshots come (from completion callbacks too, where nothing may block). */
 static int labels_fold_idle(plx_vdi *v)
 {
     uint64_t tail = v->rec.snap_count - v->rec.label_indexed;
-    /* Not from inside a completion: the fold waits for its writes, which would nest the service
-     * loop. */
-    if (v->ro || v->needs_reload || v->st->in_service || tail < PLX_LABELS_FOLD_TAIL)
+    if (v->ro || v->needs_reload || tail < PLX_LABELS_FOLD_TAIL)
         return 0;
-    /* A writer whose snapshots always overlap is never idle here: past 8 times the tail, wait
-     * for its snapshots in flight to commit. */
-    if (snapshot_pending(v) && tail < 8 * PLX_LABELS_FOLD_TAIL)
+    if (!v->st->in_service && !snapshot_pending(v))
+        return plx_labels_fold(v->st, v->slot_addr, &v->rec, PLX_LABELS_FOLD_TAIL);
+    if (v->labels.fold_queued)
         return 0;
-    while (snapshot_pending(v)) {
-        int rc = plx_store_service(v->st);
-        if (rc < 0)
-            return rc;
-        if (!snapshot_pending(v))
-            break;
-        struct epoll_event e;
-        epoll_wait(v->st->epoll_fd, &e, 1, 100);
-    }
-    if (v->needs_reload)
-        return 0;
-    return plx_labels_fold(v->st, v->slot_addr, &v->rec, PLX_LABELS_FOLD_TAIL);
+    struct plx_req *f = plx_snap_edit_new(v, PLX_EDIT_FOLD, 0, NULL, NULL, NULL);
+    if (!f)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    v->labels.fold_queued = true;
+    return plx_req_submit(v, f);
 }
 
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
@@ -540,24 +535,28 @@ int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     if (rc)
         return rc;
     (void)labels_fold_idle(v); /* an error leaves the index as it was: still correct */
-    if (*label && !v->labels.loaded) {
-        /* The labels of the log are read first, asynchronously, by a request queued just
-         * ahead of the snapshot; the snapshot checks its label when it runs. */
-        struct plx_req *load = plx_snap_edit_new(v, PLX_EDIT_LOAD_LABELS, 0, NULL, NULL, NULL);
-        if (!load)
-            return plx_err(st, -ENOMEM, "out of memory");
-        plx_req_submit(v, load);
-    } else {
-        rc = plx_label_taken(v, label, 0); /* loaded (or no label): no I/O */
-        if (rc < 0)
-            return rc;
-        if (rc)
-            return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'", v->rec.name,
-                           label);
-    }
+    /* Labels of snapshots in flight are known here; the medium is asked by an edit queued just
+     * ahead of the snapshot, which fails the snapshot if the label is taken. */
+    rc = plx_label_taken(v, label, 0);
+    if (rc)
+        return rc < 0 ? rc
+                      : plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
+                                v->rec.name, label);
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
     if (!r)
         return plx_err(st, -ENOMEM, "out of memory");
+    if (*label) {
+        struct plx_req *check = plx_snap_edit_check_new(v, label, r);
+        if (!check) {
+            free(r);
+            return plx_err(st, -ENOMEM, "out of memory");
+        }
+        rc = plx_req_submit(v, check);
+        if (rc) {
+            free(r);
+            return rc;
+        }
+    }
     snprintf(r->label, sizeof r->label, "%s", label);
     r->index_out = index_out;
     return plx_req_submit(v, r);

@@ -107,6 +107,7 @@ static int vdi_create_common(plx_store *st, const char *name, uint64_t size, uns
         rec.size = size;
         rec.height = height;
         rec.created_ns = plx_now_ns();
+        rec.flags = PLX_VDI_SNAPS_COUNTED; /* no snapshots, none deleted */
         snprintf(rec.name, sizeof rec.name, "%s", name);
         if (parent) {
             rec.parent_id = parent->id;

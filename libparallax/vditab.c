@@ -6,7 +6,9 @@
  *
  * Crash safety: an entry is set by one in-place write of its level-0 block. Missing blocks on the
  * way are built whole, written and flushed (with their claims) before the one write that links
- * them; a new root is linked by the state block the caller writes. A crash therefore leaves the
+ * them; a new root is linked by the state block the caller writes. Clearing an entry (the purge)
+ * that empties blocks below the root unlinks the highest of them with one in-place write of its
+ * parent instead. A crash therefore leaves the
  * table as it was or with the entry set, and an entry whose id the state block has not issued
  * yet is ignored by every reader.
  */
@@ -94,11 +96,69 @@ static int tab_new_path(plx_store *st, unsigned level, uint64_t first, uint64_t 
     return rc;
 }
 
+static bool tab_empty(const struct plx_vditab_block *b)
+{
+    for (unsigned i = 0; i < PLX_VDITAB_FANOUT; i++)
+        if (b->entries[i])
+            return false;
+    return true;
+}
+
+/* Clear id's entry. A block below the root that the clearing empties is unlinked instead, by
+ * clearing its entry in its parent (and so on up while parents empty): one in-place write,
+ * which removes the entry and drops the empty blocks at once; they are garbage for the
+ * collector. An id of a dropped block that is issued later (its range was not used up) gets a
+ * new path like any missing block. */
+static int tab_clear(plx_store *st, uint64_t id, uint64_t *old)
+{
+    unsigned h = st->state.vdi_table_height;
+    if (!st->state.vdi_table_root || id >= entry_span(h))
+        return 0;
+    struct plx_vditab_block *b = plx_block_alloc(h);
+    uint64_t addr[PLX_VDITAB_MAX_HEIGHT], idx[PLX_VDITAB_MAX_HEIGHT];
+    uint64_t a = st->state.vdi_table_root, first = 0;
+    int rc = 0;
+    unsigned level = h - 1, top = h - 1;
+    for (;; level--) {
+        struct plx_vditab_block *cur = &b[level];
+        rc = tab_read(st, a, level, first, cur);
+        if (rc)
+            goto out;
+        addr[level] = a;
+        idx[level] = (id - first) / entry_span(level);
+        a = cur->entries[idx[level]];
+        first += idx[level] * entry_span(level);
+        if (a == 0)
+            goto out; /* not there */
+        if (level == 0)
+            break;
+    }
+    if (old)
+        *old = a;
+    /* The highest block that would be left empty (below the root) is unlinked by its parent. */
+    unsigned at = 0;
+    b[0].entries[idx[0]] = 0;
+    while (at < top && tab_empty(&b[at])) {
+        at++;
+        b[at].entries[idx[at]] = 0;
+    }
+    plx_blkhdr_seal(&b[at], PLX_MAGIC_VDITAB, addr[at]);
+    rc = plx_sync_io(st, PLX_IO_WRITE, addr[at], 1, &b[at], 0);
+    if (rc)
+        plx_err(st, rc, "writing VDI table block %llu: %s", (unsigned long long)addr[at],
+                strerror(-rc));
+out:
+    plx_block_free(b);
+    return rc;
+}
+
 int plx_vditab_set(plx_store *st, uint64_t id, uint64_t rec_addr, uint64_t *old)
 {
     int rc = 0;
     if (old)
         *old = 0;
+    if (rec_addr == 0)
+        return tab_clear(st, id, old);
     /* Grow: a new root above the old one, until the table covers id. */
     if (!st->state.vdi_table_root) {
         unsigned h = 1;

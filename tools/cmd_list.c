@@ -22,8 +22,8 @@ static int xen_known;
 
 /* ---- vdi-list -------------------------------------------------------------------------------- */
 
-/* What the registry record does not say: snapshots deleted since they were taken still count in
- * snap_count, and a clone's source snapshot may be deleted. Per VDI, from the snapshot logs. */
+/* What the VDI info does not say: the live snapshots (the record counts the deleted ones:
+ * O(1) per VDI), and whether a clone's source snapshot was deleted (its skip path). */
 struct vdi_extra {
     uint64_t live_snaps;
     int parent_deleted;
@@ -46,15 +46,12 @@ static int take_first(void *arg, const struct plx_vdi_info *info)
 
 static int vdi_extra_of(plx_store *st, const struct plx_vdi_info *v, struct vdi_extra *out)
 {
-    struct plx_snap_info *snaps;
-    size_t ns;
     *out = (struct vdi_extra){0};
-    int err = plx_snap_list(st, v->id, &snaps, &ns);
+    char id[24];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)v->id);
+    int err = plx_vdi_live_snapshots(st, id, &out->live_snaps);
     if (err < 0)
         return err;
-    for (size_t k = 0; k < ns; k++)
-        out->live_snaps += !snaps[k].deleted;
-    free(snaps);
     if (v->parent_id != 0) {
         /* By id: the parent may be deleted, its snapshot found (or not) through the skip links. */
         char spec[48];

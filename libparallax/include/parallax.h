@@ -242,6 +242,12 @@ struct plx_snap_iter_opts {
 int plx_snap_iterate(plx_store *st, const char *vdi, const struct plx_snap_iter_opts *opts,
                      int (*fn)(void *arg, const struct plx_snap_info *snap), void *arg);
 
+/* The live (not deleted) snapshots of VDI `vdi` (name or id) in *live: O(1) block reads beyond
+ * finding the record (the record counts them; FORMAT.md §7), O(log n) just after a deletion
+ * that crashed or is under way, and a read of the whole log for a VDI no writer has opened
+ * since the count existed (a store from before it). Blocking. */
+int plx_vdi_live_snapshots(plx_store *st, const char *vdi, uint64_t *live);
+
 /* ---- Administration (blocking) ---------------------------------------------------------------- */
 
 /* Create an empty VDI of `size` bytes (rounded up to 4 KiB). */

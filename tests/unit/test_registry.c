@@ -16,6 +16,8 @@
 #include "backend.h"
 #include "format.h"
 #include "parallax.h"
+#include "registry.h"
+#include "system.h"
 #include "testutil.h"
 
 #define MiB (1ull << 20)
@@ -186,6 +188,87 @@ START_TEST(test_past_the_old_cap)
     struct plx_store_info in;
     ck_assert_int_eq(plx_store_info(st, &in), 0);
     ck_assert_uint_eq(in.vdi_count, NMANY - 1000 + 1);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
+/* Blocks of the registry: VDI table blocks and name index blocks (nodes and buckets). */
+static int count_block(void *arg, uint64_t addr)
+{
+    (*(unsigned *)arg)++;
+    return 0;
+}
+
+static int count_entry(void *arg, uint64_t id, uint64_t rec_addr)
+{
+    return 0;
+}
+
+static int count_index_block(void *arg, uint64_t addr, const void *blk)
+{
+    (*(unsigned *)arg)++;
+    return 0;
+}
+
+static void registry_blocks(plx_store *st, unsigned *table, unsigned *index)
+{
+    *table = *index = 0;
+    ck_assert_int_eq(plx_state_read(st), 0);
+    ck_assert_int_eq(plx_vditab_walk(st, 0, count_block, count_entry, table), 0);
+    ck_assert_int_eq(plx_nameidx_walk(st, count_index_block, index), 0);
+}
+
+/* The registry shrinks with the VDIs: deleting (and collecting) most of them merges the name
+ * index's thin buckets and drops the VDI table blocks left empty, so the space it keeps follows
+ * the VDIs there are, not those there were. (Before: buckets never merged and table blocks
+ * stayed until the store was empty: 4 table and 9 index blocks for 10 VDIs here.) */
+START_TEST(test_registry_shrinks)
+{
+    plx_backend *mem = new_medium(512 * MiB);
+    plx_store *st = open_store(mem, 0);
+    char name[32];
+    const unsigned n = 1500, keep = 10;
+    for (unsigned i = 0; i < n; i++) {
+        name_of(i, name, sizeof name);
+        ck_assert_int_eq(plx_vdi_create(st, name, 1 * MiB, NULL), 0);
+    }
+    unsigned table_full, index_full, table, index;
+    registry_blocks(st, &table_full, &index_full);
+    for (unsigned i = 0; i < n - keep; i++) {
+        name_of(i, name, sizeof name);
+        ck_assert_int_eq(plx_vdi_delete(st, name), 0);
+    }
+    struct plx_gc_report gr;
+    ck_assert_int_eq(plx_gc(st, 0, &gr), 0);
+    ck_assert_uint_eq(gr.vdis_purged, n - keep);
+    registry_blocks(st, &table, &index);
+    printf("registry: %u VDIs: %u table and %u index blocks; %u left: %u and %u\n", n, table_full,
+           index_full, keep, table, index);
+    ck_assert_uint_ge(index_full, 8);
+    ck_assert_uint_eq(table_full, 4); /* a root and 3 leaves of 508 ids */
+    ck_assert_uint_le(index, 3);      /* the root node and a bucket or two */
+    ck_assert_uint_eq(table, 2);      /* the root and the leaf of the ids kept */
+    assert_check_clean(st, keep);
+    /* The rest is found, named and listed as before; new VDIs go where the dropped blocks were
+     * not, and old names come back. */
+    for (unsigned i = n - keep; i < n; i++) {
+        struct plx_vdi_info vi;
+        name_of(i, name, sizeof name);
+        ck_assert_int_eq(plx_vdi_lookup(st, name, &vi), 0);
+        ck_assert_uint_eq(vi.id, i + 1);
+    }
+    name_of(3, name, sizeof name);
+    ck_assert_int_eq(plx_vdi_lookup(st, name, &(struct plx_vdi_info){0}), -ENOENT);
+    uint64_t id;
+    ck_assert_int_eq(plx_vdi_create(st, name, 1 * MiB, &id), 0);
+    ck_assert_uint_eq(id, n + 1);
+    struct page p = {.want = 20};
+    ck_assert_int_eq(plx_vdi_list_each(st, 0, page_add, &p), 0);
+    ck_assert_uint_eq(p.n, keep + 1);
+    ck_assert_uint_eq(p.ids[0], n - keep + 1);
+    ck_assert_int_eq(plx_gc(st, 0, &gr), 0);
+    assert_check_clean(st, keep + 1);
     ck_assert_int_eq(plx_store_close(st), 0);
     mem->ops->destroy(mem);
 }
@@ -370,6 +453,7 @@ static Suite *registry_suite(void)
     TCase *tc = tcase_create("scale");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_past_the_old_cap);
+    tcase_add_test(tc, test_registry_shrinks);
     suite_add_tcase(s, tc);
     tc = tcase_create("upgrade");
     tcase_set_timeout(tc, 120);
