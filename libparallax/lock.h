@@ -12,8 +12,9 @@
 #include "engine.h"
 
 /* The lock seam: how a process takes the admin lock and judges holders recorded on the medium
- * (a VDI's writer lock, an extent's allocation lock). One implementation today, plx_lock_local;
- * a lock manager client (lockd/) is the next. */
+ * (a VDI's writer lock, an extent's allocation lock). Two implementations: plx_lock_local
+ * (lock_local.c) and the lock manager's client plx_lock_lockd (lock_lockd.c); lock.c is the
+ * front both sit under. */
 struct plx_lock_ops {
     const char *name;
     /* take != 0: try the admin lock once (0, -EWOULDBLOCK when another process holds it, or
