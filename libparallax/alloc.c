@@ -9,9 +9,10 @@
  * batch flushes, so a link never reaches the medium before the claim of the block it names.
  * A crash therefore only leaks claimed blocks (the collector takes them back).
  *
- * Taking a new extent is rare (once per extent's worth of allocation) and is done synchronously
- * under the single-host admin lock: read the catalogue block fresh, pick an extent, write the
- * entry and the fresh bitmap, flush. The lock manager will replace the flock for many hosts.
+ * Taking a new extent is rare (once per extent's worth of allocation) and done under the admin
+ * lock: read the catalogue fresh, pick an extent, write its fresh bitmap, flush, write the entry,
+ * flush. It is done ahead, asynchronously, so that the write path finds a spare extent ready
+ * ("Claiming ahead" below); the synchronous claim is the fallback.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -68,6 +69,29 @@ static inline void bit_set(uint8_t *bits, uint64_t i, bool v)
 
 /* ---- Catalogue ------------------------------------------------------------------------------- */
 
+/* Check catalogue block b (read from the medium into cb) and copy its entries into st->cat. */
+static int catalogue_block_take(plx_store *st, uint64_t b, const struct plx_catalog_block *cb)
+{
+    uint64_t addr = st->sb.catalogue_start + b;
+    const char *why = "";
+    int rc = plx_blkhdr_verify(cb, PLX_MAGIC_CATALOG, addr, &why);
+    if (rc || cb->first_extent != b * PLX_CATALOG_PER_BLOCK ||
+        cb->count > PLX_CATALOG_PER_BLOCK)
+        return plx_err(st, -EUCLEAN, "extent catalogue block %llu is corrupt: %s",
+                       (unsigned long long)addr, rc ? why : "wrong extent range");
+    for (uint32_t i = 0; i < cb->count; i++) {
+        uint64_t e = cb->first_extent + i;
+        if (e >= st->sb.extent_count)
+            break;
+        if (cb->entries[i].type > PLX_EXTENT_DATA ||
+            (e == 0) != (cb->entries[i].type == PLX_EXTENT_SYSTEM))
+            return plx_err(st, -EUCLEAN, "extent catalogue: extent %llu has invalid type %u",
+                           (unsigned long long)e, cb->entries[i].type);
+        st->cat[e] = cb->entries[i];
+    }
+    return 0;
+}
+
 static int catalogue_block_read(plx_store *st, uint64_t b, struct plx_catalog_block *out)
 {
     uint64_t addr = st->sb.catalogue_start + b;
@@ -84,6 +108,9 @@ static int catalogue_block_read(plx_store *st, uint64_t b, struct plx_catalog_bl
     return 0;
 }
 
+static void claim_settle(plx_store *st);
+static void claim_discard(struct plx_claim *c);
+
 int plx_catalogue_read(plx_store *st)
 {
     if (!st->cat) {
@@ -91,20 +118,18 @@ int plx_catalogue_read(plx_store *st)
         if (!st->cat)
             return plx_err(st, -ENOMEM, "out of memory for the extent catalogue");
     }
+    /* A claim ahead in flight would change the catalogue under the reader. */
+    claim_settle(st);
     struct plx_catalog_block *cb = plx_block_alloc(1);
     int rc = 0;
     for (uint64_t b = 0; b < st->sb.catalogue_blocks && !rc; b++) {
-        rc = catalogue_block_read(st, b, cb);
-        for (uint32_t i = 0; !rc && i < cb->count; i++) {
-            uint64_t e = cb->first_extent + i;
-            if (e >= st->sb.extent_count)
-                break;
-            st->cat[e] = cb->entries[i];
-            if (cb->entries[i].type > PLX_EXTENT_DATA || (e == 0) != (cb->entries[i].type ==
-                                                                       PLX_EXTENT_SYSTEM))
-                rc = plx_err(st, -EUCLEAN, "extent catalogue: extent %llu has invalid type %u",
-                             (unsigned long long)e, cb->entries[i].type);
-        }
+        uint64_t addr = st->sb.catalogue_start + b;
+        rc = plx_sync_io(st, PLX_IO_READ, addr, 1, cb, 0);
+        if (rc)
+            rc = plx_err(st, rc, "reading extent catalogue block %llu: %s",
+                         (unsigned long long)addr, strerror(-rc));
+        else
+            rc = catalogue_block_take(st, b, cb);
     }
     plx_block_free(cb);
     return rc;
@@ -113,6 +138,7 @@ int plx_catalogue_read(plx_store *st)
 /* Write one catalogue entry: read-modify-write of its block, under the admin lock. */
 static int catalogue_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
 {
+    claim_settle(st); /* a claim ahead writes catalogue blocks too */
     struct plx_catalog_block *cb = plx_block_alloc(1);
     uint64_t b = e / PLX_CATALOG_PER_BLOCK;
     int rc = catalogue_block_read(st, b, cb);
@@ -152,6 +178,9 @@ int plx_alloc_init(plx_store *st)
     a->claim_chunk = CLAIM_CHUNK;
     if (a->claim_chunk > eb(st) / 4)
         a->claim_chunk = eb(st) / 4;
+    /* For measurements: claim synchronously only, as before claims ahead existed. */
+    const char *ahead = getenv("PARALLAX_CLAIM_AHEAD");
+    a->no_ahead = ahead && strcmp(ahead, "0") == 0;
     return 0;
 }
 
@@ -167,6 +196,7 @@ void plx_alloc_free(plx_store *st)
         free(a->ext[e].reserved);
     }
     free(a->ext);
+    claim_discard(a->claim);
     while (a->waiters) {
         struct plx_alloc_waiter *w = a->waiters;
         a->waiters = w->next;
@@ -184,7 +214,9 @@ static uint64_t count_free(const plx_store *st, const uint8_t *bits)
     return eb(st) - used;
 }
 
-static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
+/* Hold extent e (its catalogue entry names us) with bitmap bits. A spare is held but hidden
+ * from allocation until spare_take. */
+static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits, bool spare)
 {
     struct plx_extent_state *x = &st->alloc->ext[e];
     x->bitmap = bits;
@@ -199,7 +231,9 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits)
     }
     x->free = count_free(st, bits);
     x->held = true;
-    st->alloc->empty_cursor = 0;
+    x->spare = spare;
+    if (!spare)
+        st->alloc->empty_cursor = 0;
     return 0;
 }
 
@@ -239,8 +273,8 @@ static int no_extent_error(plx_store *st, enum plx_extent_type type)
 }
 
 /* Take an extent of `type` for this process: one whose holder is gone and has room, else an
- * unused one. Blocking, under the admin lock. */
-static int extent_claim(plx_store *st, enum plx_extent_type type)
+ * unused one. Blocking, under the admin lock: the fallback when no spare is ready. */
+static int extent_claim_sync(plx_store *st, enum plx_extent_type type)
 {
     int rc = plx_admin_lock(st);
     if (rc)
@@ -292,7 +326,7 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (!rc)
-            rc = extent_hold(st, chosen, bits);
+            rc = extent_hold(st, chosen, bits, false);
         else
             plx_err(st, rc, "claiming extent %llu: %s", (unsigned long long)chosen,
                     strerror(-rc));
@@ -304,6 +338,376 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     return rc;
 }
 
+/* ---- Claiming ahead -------------------------------------------------------------------------- */
+
+/*
+ * Taking an extent synchronously stalls the engine's loop for a lock, a catalogue read, a bitmap
+ * write, two flushes and an entry write. So a spare extent of each type is claimed ahead, while
+ * the held ones still have room, by a claim that runs from the service loop like any engine
+ * I/O: the admin lock tried without waiting (retried on later allocations while another
+ * process holds it), then catalogue read, bitmap read or initialisation, flush, entry write,
+ * flush, each submitted from the completion of the one before. The spare is held (its entry
+ * names us, so close releases it and gc sees it) but nothing is handed out from it until an
+ * allocation finds the held extents full: then taking it is a few assignments.
+ *
+ * When: once the held extents of a type have less than a quarter of an extent free. A claim is
+ * five dependent I/Os (two of them flushes): a quarter extent (64 MiB extents: 16 MiB) outlasts
+ * them at any write rate the medium can sustain, and starting earlier would only hold the spare
+ * longer. Only one spare per type, and only while at least CLAIM_RESERVE extents stay unused
+ * after it: a nearly full store (or one shared by many writers) claims synchronously, as
+ * before, so a spare never makes another process's claim fail.
+ *
+ * What stays synchronous: the fallback (no spare ready when the held extents are full: counted
+ * in claims_sync; waiting for a claim in flight counts in claims_waited), and taking over an
+ * extent whose holder must be judged dead by the lock manager or evicted at the medium: the
+ * claim ahead takes only extents with no holder, or whose holder is a dead process of this host
+ * on a medium without fencing, and leaves the rest to the synchronous path. With lockd the
+ * admin lock is a round trip that may queue, so no claim runs ahead there yet.
+ *
+ * Crash safety is the synchronous claim's: the bitmap is durable before the entry that makes the
+ * extent ours, and a crash in between leaves an unused extent or one we hold unused (its holder
+ * is dead after the crash: the next claim or gc takes it back). In-process writers of the
+ * catalogue (the synchronous claim, close, gc) first let a claim in flight finish.
+ */
+#define CLAIM_RESERVE 2
+#define CLAIM_RETRY_BUSY_NS 1000000ull    /* lock held elsewhere: try again after 1 ms */
+#define CLAIM_RETRY_NONE_NS 1000000000ull /* nothing to claim or an error: after 1 s */
+
+enum claim_step {
+    CLAIM_LOCK,         /* waiting for the admin lock (no I/O in flight) */
+    CLAIM_CAT_READ,     /* the whole catalogue */
+    CLAIM_BITMAP_READ,  /* a released extent's bitmap: has it room? */
+    CLAIM_BITMAP_WRITE, /* an unused extent's fresh bitmap */
+    CLAIM_FLUSH_BITMAP, /* the bitmap is durable before the entry */
+    CLAIM_ENTRY_WRITE,
+    CLAIM_FLUSH_ENTRY,
+};
+
+struct plx_claim {
+    struct plx_ev ev; /* one I/O in flight at a time */
+    enum claim_step step;
+    enum plx_extent_type type;
+    bool locked;
+    int pass;       /* 0: released extents of the type, 1: unused ones */
+    uint64_t next;  /* next extent to look at in this pass */
+    uint64_t chosen;
+    struct plx_catalog_block *cat; /* catalogue_blocks blocks, as read under the lock */
+    uint8_t *bits;
+};
+
+static void claim_io_done(plx_store *st, struct plx_ev *ev);
+
+static void claim_discard(struct plx_claim *c)
+{
+    if (!c)
+        return;
+    plx_block_free(c->cat);
+    plx_block_free(c->bits);
+    free(c);
+}
+
+static void claim_end(plx_store *st, struct plx_claim *c, int status, uint64_t retry_ns)
+{
+    struct plx_alloc *a = st->alloc;
+    if (c->locked)
+        plx_admin_unlock(st);
+    claim_discard(c);
+    a->claim = NULL;
+    a->claim_busy = false;
+    if (status)
+        a->claim_retry_ns = plx_now_ns() + retry_ns;
+    if (status && status != -ENOSPC)
+        a->claims_failed++;
+}
+
+static void claim_submit(plx_store *st, struct plx_claim *c, enum claim_step step,
+                         enum plx_io_op op, uint64_t block, uint32_t n, void *buf)
+{
+    c->step = step;
+    memset(&c->ev, 0, sizeof c->ev);
+    c->ev.io.op = op;
+    c->ev.io.block = block;
+    c->ev.io.nblocks = n;
+    c->ev.io.buf = buf;
+    c->ev.handler = claim_io_done;
+    int rc = plx_submit(st, &c->ev);
+    if (rc)
+        claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+}
+
+/* Can the claim ahead take extent e's holder's place without asking anyone? */
+static bool claim_holder_free(const plx_store *st, const struct plx_extent_entry *c)
+{
+    if (c->holder_host == 0)
+        return true;
+    return !st->fencing && c->holder_host == st->host_hash &&
+           plx_holder_stale(st, c->holder_host, c->holder_pid, c->holder_epoch);
+}
+
+/* Look for the next candidate from c->next and start its I/O; end the claim if none. */
+static void claim_choose(plx_store *st, struct plx_claim *c)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t unused = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++)
+        unused += !a->ext[e].held && st->cat[e].type == PLX_EXTENT_UNUSED;
+    for (; c->pass < 2; c->pass++, c->next = 1) {
+        for (; c->next < st->sb.extent_count; c->next++) {
+            uint64_t e = c->next;
+            const struct plx_extent_entry *ce = &st->cat[e];
+            if (a->ext[e].held)
+                continue;
+            bool fits = c->pass == 0 ? ce->type == c->type && !(ce->flags & PLX_EXTENT_FULL) &&
+                                           claim_holder_free(st, ce)
+                                     : ce->type == PLX_EXTENT_UNUSED;
+            if (!fits)
+                continue;
+            if (unused - (c->pass == 1) < CLAIM_RESERVE)
+                break; /* nearly full: leave the rest to claims that are needed now */
+            c->next = e + 1;
+            c->chosen = e;
+            if (c->pass == 0) {
+                claim_submit(st, c, CLAIM_BITMAP_READ, PLX_IO_READ, e * eb(st),
+                             (uint32_t)bitmap_blocks(st), c->bits);
+                return;
+            }
+            memset(c->bits, 0, bitmap_blocks(st) * PLX_BLOCK_SIZE);
+            for (uint64_t i = 0; i < bitmap_blocks(st); i++)
+                bit_set(c->bits, i, true);
+            claim_submit(st, c, CLAIM_BITMAP_WRITE, PLX_IO_WRITE, e * eb(st),
+                         (uint32_t)bitmap_blocks(st), c->bits);
+            return;
+        }
+    }
+    claim_end(st, c, -ENOSPC, CLAIM_RETRY_NONE_NS);
+}
+
+/* The bitmap is durable: write the entry that makes the extent ours, in the catalogue block as
+ * read under the lock (in-process writers wait for this claim, other processes for the lock). */
+static void claim_entry_write(plx_store *st, struct plx_claim *c)
+{
+    uint64_t e = c->chosen, b = e / PLX_CATALOG_PER_BLOCK;
+    struct plx_catalog_block *cb =
+        (struct plx_catalog_block *)((uint8_t *)c->cat + b * PLX_BLOCK_SIZE);
+    struct plx_extent_entry *ent = &cb->entries[e % PLX_CATALOG_PER_BLOCK];
+    ent->type = (uint8_t)c->type;
+    plx_holder_set_me(st, &ent->holder_host, &ent->holder_pid, &ent->holder_epoch);
+    plx_blkhdr_seal(cb, PLX_MAGIC_CATALOG, st->sb.catalogue_start + b);
+    claim_submit(st, c, CLAIM_ENTRY_WRITE, PLX_IO_WRITE, st->sb.catalogue_start + b, 1, cb);
+}
+
+static void claim_io_done(plx_store *st, struct plx_ev *ev)
+{
+    struct plx_claim *c = (struct plx_claim *)ev;
+    struct plx_alloc *a = st->alloc;
+    if (ev->status) {
+        claim_end(st, c, ev->status, CLAIM_RETRY_NONE_NS);
+        return;
+    }
+    switch (c->step) {
+    case CLAIM_CAT_READ:
+        for (uint64_t b = 0; b < st->sb.catalogue_blocks; b++) {
+            int rc = catalogue_block_take(
+                st, b, (struct plx_catalog_block *)((uint8_t *)c->cat + b * PLX_BLOCK_SIZE));
+            if (rc) {
+                claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+                return;
+            }
+        }
+        c->next = 1;
+        claim_choose(st, c);
+        return;
+    case CLAIM_BITMAP_READ:
+        if (count_free(st, c->bits) == 0) {
+            claim_choose(st, c);
+            return;
+        }
+        claim_submit(st, c, CLAIM_FLUSH_BITMAP, PLX_IO_FLUSH, 0, 0, NULL);
+        return;
+    case CLAIM_BITMAP_WRITE:
+        claim_submit(st, c, CLAIM_FLUSH_BITMAP, PLX_IO_FLUSH, 0, 0, NULL);
+        return;
+    case CLAIM_FLUSH_BITMAP:
+        claim_entry_write(st, c);
+        return;
+    case CLAIM_ENTRY_WRITE:
+        claim_submit(st, c, CLAIM_FLUSH_ENTRY, PLX_IO_FLUSH, 0, 0, NULL);
+        return;
+    case CLAIM_FLUSH_ENTRY: {
+        uint64_t e = c->chosen, b = e / PLX_CATALOG_PER_BLOCK;
+        const struct plx_catalog_block *cb =
+            (const struct plx_catalog_block *)((uint8_t *)c->cat + b * PLX_BLOCK_SIZE);
+        st->cat[e] = cb->entries[e % PLX_CATALOG_PER_BLOCK];
+        int rc = extent_hold(st, e, c->bits, true);
+        if (rc) {
+            /* Ours on the medium but not held here: a leak until this process exits. */
+            a->ext[e].bitmap = NULL;
+            claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+            return;
+        }
+        c->bits = NULL;
+        a->spare[c->type == PLX_EXTENT_DATA] = e;
+        claim_end(st, c, 0, 0);
+        return;
+    }
+    case CLAIM_LOCK:
+        break;
+    }
+    claim_end(st, c, -EINVAL, CLAIM_RETRY_NONE_NS);
+}
+
+/* Try the admin lock; once held, read the catalogue. */
+static void claim_lock_step(plx_store *st, struct plx_claim *c)
+{
+    int rc = plx_admin_lock_try(st);
+    if (rc == -EWOULDBLOCK) {
+        st->alloc->claim_retry_ns = plx_now_ns() + CLAIM_RETRY_BUSY_NS;
+        return; /* the next allocation tries again */
+    }
+    if (rc) {
+        claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+        return;
+    }
+    c->locked = true;
+    claim_submit(st, c, CLAIM_CAT_READ, PLX_IO_READ, st->sb.catalogue_start,
+                 (uint32_t)st->sb.catalogue_blocks, c->cat);
+}
+
+static uint64_t held_free(const plx_store *st, enum plx_extent_type type)
+{
+    uint64_t n = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (x->held && !x->spare && st->cat[e].type == type)
+            n += x->free;
+    }
+    return n;
+}
+
+static bool is_data_extent(const plx_store *st, uint64_t e);
+static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, uint64_t s);
+
+/* Empty slots nobody owns in held data extents, counting up to `enough`. */
+static uint64_t empty_slots(plx_store *st, uint64_t enough)
+{
+    uint64_t n = 0, spe = eb(st) / slot_blocks(st);
+    for (uint64_t e = 1; e < st->sb.extent_count && n < enough; e++) {
+        const struct plx_extent_state *x = &st->alloc->ext[e];
+        if (!is_data_extent(st, e))
+            continue;
+        for (uint64_t s = 0; s < spe && n < enough; s++)
+            n += !x->slots[s].leaf && slot_empty(st, x, s);
+    }
+    return n;
+}
+
+/* Will the held extents of `type` run out soon? Less than a quarter extent free; placed by
+ * leaf, also fewer than two empty slots (a new leaf takes an empty slot whole, and a leaf and
+ * the spill slot may both want one at once: free blocks scattered in used slots do not help). */
+static bool running_low(plx_store *st, enum plx_extent_type type)
+{
+    if (held_free(st, type) < eb(st) / 4)
+        return true;
+    return type == PLX_EXTENT_DATA && st->alloc->by_leaf && empty_slots(st, 2) < 2;
+}
+
+/* After an allocation of `type`: start (or go on trying to start) a claim ahead if the held
+ * extents run low. Never waits. */
+static void claim_ahead_check(plx_store *st, enum plx_extent_type type)
+{
+    struct plx_alloc *a = st->alloc;
+    /* Not inside an admin operation (create, delete, snapshot edits under the admin lock): it
+     * drives the store only until its own I/O is done, so a claim it started would keep the
+     * admin lock until the next request. The data path's host services the store until idle. */
+    if (a->no_ahead || st->admin_depth || st->read_only || st->fenced || a->closing ||
+        plx_now_ns() < a->claim_retry_ns)
+        return;
+    if (a->claim) {
+        if (a->claim->step == CLAIM_LOCK)
+            claim_lock_step(st, a->claim);
+        return;
+    }
+    if (a->spare[type == PLX_EXTENT_DATA] || !running_low(st, type))
+        return;
+    if (st->lock_ops != &plx_lock_local)
+        return; /* lockd: see above */
+    struct plx_claim *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->type = type;
+    c->step = CLAIM_LOCK;
+    c->cat = plx_block_alloc(st->sb.catalogue_blocks);
+    c->bits = plx_block_alloc(bitmap_blocks(st));
+    a->claim = c;
+    a->claim_busy = true;
+    claim_lock_step(st, c);
+}
+
+/* Let a claim in progress finish (I/O in flight: wait for it, running only its handlers) or
+ * drop it (still waiting for the lock: it holds nothing). Blocking. */
+static void claim_settle(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    if (!a || !a->claim)
+        return;
+    if (a->claim->step == CLAIM_LOCK) {
+        claim_end(st, a->claim, 0, 0);
+        return;
+    }
+    /* An error here means the medium cannot be polled: the store is failing anyway. */
+    (void)plx_drive_handler_while(st, claim_io_done, &a->claim_busy);
+}
+
+bool plx_alloc_claim_io(const plx_store *st)
+{
+    return st->alloc && st->alloc->claim && st->alloc->claim->step != CLAIM_LOCK;
+}
+
+void plx_alloc_claim_finish(plx_store *st)
+{
+    claim_settle(st);
+}
+
+/* Start handing out from the spare of `type`. */
+static void spare_take(plx_store *st, enum plx_extent_type type)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t e = a->spare[type == PLX_EXTENT_DATA];
+    a->spare[type == PLX_EXTENT_DATA] = 0;
+    a->ext[e].spare = false;
+    a->empty_cursor = 0;
+}
+
+/* A new extent of `type` for allocation: the spare if one is ready, else the one being claimed
+ * (waiting for it), else a synchronous claim. */
+static int extent_claim(plx_store *st, enum plx_extent_type type)
+{
+    struct plx_alloc *a = st->alloc;
+    int t = type == PLX_EXTENT_DATA;
+    if (a->spare[t]) {
+        a->claims_ahead++;
+        spare_take(st, type);
+        return 0;
+    }
+    uint64_t t0 = plx_now_ns();
+    int rc = 0;
+    if (a->claim && a->claim->type == type && a->claim->step != CLAIM_LOCK)
+        claim_settle(st);
+    if (a->spare[t]) {
+        a->claims_waited++;
+        spare_take(st, type);
+    } else {
+        claim_settle(st);
+        a->claims_sync++;
+        rc = extent_claim_sync(st, type);
+    }
+    uint64_t waited = plx_now_ns() - t0;
+    a->stall_ns += waited;
+    if (waited > a->stall_max_ns)
+        a->stall_max_ns = waited;
+    return rc;
+}
+
 /* Claim a run of free blocks in a held extent of `type` into the pool. */
 static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_alloc_pool *pool)
 {
@@ -311,7 +715,7 @@ static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_allo
     for (int attempt = 0; attempt < 2; attempt++) {
         for (uint64_t e = 1; e < st->sb.extent_count; e++) {
             struct plx_extent_state *x = &a->ext[e];
-            if (!x->held || st->cat[e].type != type || x->free == 0)
+            if (!x->held || x->spare || st->cat[e].type != type || x->free == 0)
                 continue;
             /* First fit from the start keeps a writer's blocks close together. */
             uint64_t i = bitmap_blocks(st);
@@ -334,6 +738,7 @@ static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_allo
             pool->end = e * eb(st) + j;
             pool->extent = e;
             pool->valid = true;
+            claim_ahead_check(st, type);
             return 0;
         }
         if (attempt == 0) {
@@ -350,6 +755,8 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
     struct plx_alloc_pool *pool = &st->alloc->pool[type == PLX_EXTENT_DATA];
+    if (st->alloc->claim)
+        claim_ahead_check(st, type); /* waiting for the lock: try again */
     if (!pool->valid || pool->next == pool->end) {
         int rc = pool_refill(st, type, pool);
         if (rc)
@@ -424,7 +831,8 @@ static bool slot_nearest_free(const plx_store *st, const struct plx_extent_state
 static bool is_data_extent(const plx_store *st, uint64_t e)
 {
     const struct plx_extent_state *x = &st->alloc->ext[e];
-    return x->held && x->slots && st->cat[e].type == PLX_EXTENT_DATA && x->free > 0;
+    return x->held && !x->spare && x->slots && st->cat[e].type == PLX_EXTENT_DATA &&
+           x->free > 0;
 }
 
 static bool slot_empty(const plx_store *st, const struct plx_extent_state *x, uint64_t s)
@@ -510,7 +918,7 @@ static bool data_mostly_used(const plx_store *st)
     uint64_t held = 0, free_blocks = 0;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {
         const struct plx_extent_state *x = &st->alloc->ext[e];
-        if (x->held && x->slots) {
+        if (x->held && !x->spare && x->slots) {
             held += eb(st);
             free_blocks += x->free;
         }
@@ -549,6 +957,7 @@ static void slot_take(plx_store *st, uint64_t e, uint64_t s, uint64_t leaf, uint
         x->free--;
         a->reserved++;
     }
+    claim_ahead_check(st, PLX_EXTENT_DATA);
 }
 
 /* Give back what slot s of extent e still has reserved (nothing links those blocks). */
@@ -629,6 +1038,8 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
     uint64_t n = slot_blocks(st), off = idx % n, e, s, i;
+    if (st->alloc->claim)
+        claim_ahead_check(st, PLX_EXTENT_DATA); /* waiting for the lock: try again */
     for (int attempt = 0; attempt < 2; attempt++) {
         struct plx_extent_state *x = owned_slot(st, *slot, leaf_addr, tag);
         if (x) {
@@ -696,6 +1107,9 @@ void plx_alloc_release_slots(plx_store *st, uint64_t tag)
 void plx_alloc_extent_released(plx_store *st, uint64_t e)
 {
     struct plx_extent_state *x = &st->alloc->ext[e];
+    for (int t = 0; t < 2; t++)
+        if (st->alloc->spare[t] == e)
+            st->alloc->spare[t] = 0;
     for (uint64_t s = 0; x->slots && s < eb(st) / slot_blocks(st); s++)
         if (x->slots[s].leaf)
             slot_release(st, e, s);
@@ -874,6 +1288,15 @@ int plx_alloc_shutdown(plx_store *st)
     struct plx_alloc *a = st->alloc;
     if (!a->ext)
         return 0;
+    claim_settle(st);
+    a->closing = true;
+    if (getenv("PARALLAX_CLAIM_STATS"))
+        fprintf(stderr,
+                "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "
+                "synchronous; requests waited %.1f ms in claims (longest %.1f ms)\n",
+                (unsigned long long)a->claims_ahead, (unsigned long long)a->claims_waited,
+                (unsigned long long)a->claims_sync, (double)a->stall_ns / 1e6,
+                (double)a->stall_max_ns / 1e6);
     plx_alloc_return_pools(st);
     int rc = 0;
     for (uint64_t e = 1; e < st->sb.extent_count; e++) {

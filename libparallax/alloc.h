@@ -16,6 +16,7 @@ struct plx_extent_state {
     struct plx_leaf_slot *slots; /* data extents: per slot, the leaf placing blocks in it */
     uint8_t *reserved;          /* data extents: set in the bitmap for an owned slot, not handed out */
     bool held;
+    bool spare;                 /* held, claimed ahead, not handed out from yet (alloc.c) */
 };
 
 /* A slot is an aligned run of PLX_RADIX_FANOUT blocks (one leaf's worth of data; less when the
@@ -42,6 +43,8 @@ struct plx_alloc_waiter {
     struct plx_alloc_waiter *next;
 };
 
+struct plx_claim;
+
 struct plx_alloc {
     bool by_leaf;                      /* data placement: leaf slots (plx_alloc_leaf_block) */
     struct plx_extent_state *ext;      /* extent_count entries */
@@ -57,6 +60,20 @@ struct plx_alloc {
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
     uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
     uint64_t reserved;                  /* blocks reserved by owned slots, all extents */
+    /* Claims ahead (alloc.c, "Claiming ahead"): per type, a held extent nothing is handed out
+     * from until the held ones run out (0: none); the asynchronous claim in progress. */
+    uint64_t spare[2];
+    struct plx_claim *claim;
+    bool claim_busy;                    /* a claim is in progress (plx_drive_handler_while) */
+    uint64_t claim_retry_ns;            /* no claim ahead before then (lock busy, none free) */
+    bool closing;
+    /* How extents were taken: a spare ready (ahead), a spare waited for (waited: the I/O path
+     * blocked until the claim in flight finished), or claimed synchronously (sync). */
+    uint64_t claims_ahead, claims_waited, claims_sync;
+    uint64_t claims_failed; /* claims ahead ended by an error (the next one, or the fallback, tries
+                             * again: no request sees it) */
+    uint64_t stall_ns, stall_max_ns; /* time the allocating request waited in claims (sync, waited) */
+    bool no_ahead;                   /* $PARALLAX_CLAIM_AHEAD=0: every claim synchronous */
 };
 
 int plx_alloc_init(plx_store *st);
@@ -64,7 +81,8 @@ int plx_alloc_init(plx_store *st);
 int plx_alloc_shutdown(plx_store *st);
 void plx_alloc_free(plx_store *st);
 /* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
- * with the first in *first, or -ENOSPC. Never does I/O except for claiming a new extent. */
+ * with the first in *first, or -ENOSPC. Does no I/O except to claim a new extent when no spare
+ * claimed ahead is ready (alloc.c, "Claiming ahead"); may start such a claim. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
 /* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag (alloc.c,
  * "Data blocks placed by leaf"): at offset idx of the leaf's slot (*slot, 0 when it has none;
@@ -95,6 +113,11 @@ int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_en
 void plx_alloc_return_pools(plx_store *st);
 /* Free blocks of extent e: from the bitmap held here, else read from the medium. */
 int plx_extent_free(plx_store *st, uint64_t e, uint64_t *free_blocks);
+/* Is a claim ahead doing I/O (and holding the admin lock) right now? */
+bool plx_alloc_claim_io(const plx_store *st);
+/* Let a claim ahead in flight finish (or drop one still waiting for the lock), so that a
+ * blocking call returns with no claim holding the admin lock. Blocking. */
+void plx_alloc_claim_finish(plx_store *st);
 /* Write every allocator change made so far and wait for it. Blocking. */
 int plx_wait_alloc_written(plx_store *st);
 

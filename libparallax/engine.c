@@ -270,6 +270,42 @@ int plx_drive_until(plx_store *st, const int *flag)
     return 0;
 }
 
+/* Blocking: run only the handlers `handler` of completed engine I/O until *busy is false; every
+ * other completion stays queued, in order, for the service loop. For an admin step that must
+ * wait for one asynchronous job of its own layer (alloc.c: a claim ahead in flight) from inside
+ * the I/O path, where running other handlers would re-enter the caller. */
+int plx_drive_handler_while(plx_store *st, void (*handler)(plx_store *st, struct plx_ev *ev),
+                            const bool *busy)
+{
+    for (;;) {
+        struct plx_ev *prev = NULL, *ev = st->ready_head;
+        while (ev) {
+            if (ev->handler != handler) {
+                prev = ev;
+                ev = ev->next;
+                continue;
+            }
+            if (prev)
+                prev->next = ev->next;
+            else
+                st->ready_head = ev->next;
+            if (st->ready_tail == ev)
+                st->ready_tail = prev;
+            st->internal_ios--;
+            handler(st, ev);
+            prev = NULL; /* the handler may have queued or reaped more: look again */
+            ev = st->ready_head;
+        }
+        if (!*busy)
+            return 0;
+        if (st->be->ops->inflight(st->be) == 0)
+            return plx_err(st, -EDEADLK, "internal wait with nothing in flight");
+        int rc = st->be->ops->poll(st->be, -1);
+        if (rc < 0 && rc != -EINTR)
+            return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
+    }
+}
+
 int plx_engine_init(plx_store *st)
 {
     st->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

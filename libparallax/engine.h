@@ -142,6 +142,11 @@ void plx_run_ready(plx_store *st);
 /* Blocking internal wait: poll and run I/O handlers until *flag is set. Deferred callbacks are
  * not run (they stay queued for the next plx_store_service), so admin paths may use this. */
 int plx_drive_until(plx_store *st, const int *flag);
+/* Blocking: poll the medium and run only the handlers `handler` of completed I/O until *busy
+ * is false; other completions stay queued for the service loop (alloc.c: waiting for a claim
+ * ahead from inside the I/O path without re-entering it). */
+int plx_drive_handler_while(plx_store *st, void (*handler)(plx_store *st, struct plx_ev *ev),
+                            const bool *busy);
 /* Add fd to the set behind plx_store_fd(), so that its readiness wakes the host loop (which
  * then calls plx_store_service). */
 int plx_engine_watch_fd(plx_store *st, int fd);

@@ -12,8 +12,9 @@
 #include "engine.h"
 
 /* The lock seam: how a process takes the admin lock and judges holders recorded on the medium
- * (a VDI's writer lock, an extent's allocation lock). One implementation today, plx_lock_local;
- * a lock manager client (lockd/) is the next. */
+ * (a VDI's writer lock, an extent's allocation lock). Two implementations: plx_lock_local
+ * (lock_local.c) and the lock manager's client plx_lock_lockd (lock_lockd.c); lock.c is the
+ * front both sit under. */
 struct plx_lock_ops {
     const char *name;
     /* take != 0: try the admin lock once (0, -EWOULDBLOCK when another process holds it, or
@@ -73,5 +74,9 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 int plx_admin_lock(plx_store *st);
 uint64_t plx_admin_lock_timeout_ns(void);
 void plx_admin_unlock(plx_store *st);
+/* Take the admin lock without waiting (alloc.c's claims ahead, from the service loop): 0 (held;
+ * plx_admin_unlock releases it), -EWOULDBLOCK (another process holds it: try again later),
+ * -EOPNOTSUPP (this lock implementation cannot answer without waiting: lockd), or -errno. */
+int plx_admin_lock_try(plx_store *st);
 
 #endif

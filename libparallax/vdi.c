@@ -193,6 +193,7 @@ int plx_vdi_close(plx_vdi *v)
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
     rc = rc < 0 ? rc : 0;
+    plx_alloc_claim_finish(st); /* a claim the VDI's writes started holds the admin lock */
     if (!v->ro && st->fenced && !rc)
         rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
     /* Leave the log's tail short for readers. A failure only leaves the index as it was. */

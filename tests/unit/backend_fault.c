@@ -718,3 +718,42 @@ uint64_t plx_fault_crash_points(const plx_backend *be, uint64_t *out, uint64_t m
         out[i] = i + 1;
     return f->log_len;
 }
+
+uint64_t plx_fault_points_near_writes(const plx_backend *be, uint64_t first, uint64_t count,
+                                      uint64_t *out, uint64_t max)
+{
+    const struct fault_backend *f = fault_of(be);
+    uint64_t n = 0;
+#define ADD_POINT(p)                                                                               \
+    do {                                                                                           \
+        if (n < max)                                                                               \
+            out[n] = (p);                                                                          \
+        n++;                                                                                       \
+    } while (0)
+    for (uint64_t i = 0; i < f->log_len; i++) {
+        const struct fault_event *ev = &f->log[i];
+        if (ev->type != EV_WRITE_SUBMIT || ev->block >= first + count ||
+            ev->block + ev->nblocks <= first)
+            continue;
+        ADD_POINT(i); /* just before the submission */
+        ADD_POINT(i + 1);
+        bool done = false, flush_submitted = false;
+        uint64_t flush_id = 0;
+        for (uint64_t j = i + 1; j < f->log_len; j++) {
+            const struct fault_event *e2 = &f->log[j];
+            if (!done && e2->type == EV_WRITE_DONE && e2->id == ev->id) {
+                done = true;
+                ADD_POINT(j + 1);
+            } else if (done && !flush_submitted && e2->type == EV_FLUSH_SUBMIT) {
+                flush_submitted = true;
+                flush_id = e2->id;
+                ADD_POINT(j + 1);
+            } else if (flush_submitted && e2->type == EV_FLUSH_DONE && e2->id == flush_id) {
+                ADD_POINT(j + 1);
+                break;
+            }
+        }
+    }
+#undef ADD_POINT
+    return n;
+}

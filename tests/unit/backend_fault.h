@@ -83,4 +83,11 @@ plx_backend *plx_crash_cursor_image(struct plx_crash_cursor *c, enum plx_crash_m
  * submitted or completed. Fills at most max entries; returns the total count. */
 uint64_t plx_fault_crash_points(const plx_backend *be, uint64_t *out, uint64_t max);
 
+/* Crash points around every write touching [first, first + count): just before and just after
+ * its submission, after its completion, and after the submission and the completion of the
+ * first flush submitted after it completed (the steps of an ordered update such as an extent
+ * claim's catalogue entry). Fills at most max entries; returns the total count. */
+uint64_t plx_fault_points_near_writes(const plx_backend *be, uint64_t first, uint64_t count,
+                                      uint64_t *out, uint64_t max);
+
 #endif
