@@ -88,6 +88,13 @@ int plx_vdi_wcache_tick(plx_vdi *v)
         return 0;
     uint64_t lat_us = st->write_lat_ns / 1000;
     bool cached = plx_vdi_wcache_on(v);
+    if (!cached) {
+        /* A failed log takes no writes: nothing to turn on (the status says why). */
+        struct plx_wcache_status ws;
+        plx_wcache_status(st, &ws);
+        if (ws.failed)
+            return 0;
+    }
     /* The condition for the other state: slow store (to turn on), or fast store and (almost)
      * nothing of this VDI left in the log (to turn off). */
     bool want_switch =
