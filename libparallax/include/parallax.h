@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 1
+#define PLX_API_VERSION_MINOR 2
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
