@@ -86,7 +86,15 @@ struct file_backend {
     pthread_cond_t cv;
     struct slot_list thr_jobs, thr_done;
     unsigned thr_busy; /* handed to the thread and not yet reaped */
+    int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void list_push(struct slot_list *l, struct file_slot *s)
 {
@@ -281,6 +289,17 @@ static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
     }
 }
 
+/* $PARALLAX_SNAP_TRACE: an io_submit that held the engine's thread for 5 ms or more (the kernel
+ * may block in it, e.g. allocating blocks of a sparse file). */
+static void trace_submit(const struct file_slot *s, uint64_t ns)
+{
+    if (ns < 5000000)
+        return;
+    const char *what = s->stage == ST_SYNC ? "flush" : s->io->op == PLX_IO_READ ? "read" : "write";
+    fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu took %.3f ms\n", what,
+            (unsigned long long)s->io->block, (double)ns / 1e6);
+}
+
 /* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
  * way, 1 when io_submit said EAGAIN (nothing started), or a negative errno. In blocking mode
  * the I/O is over when this returns 0: it waits in the ready list, and the eventfd says so. */
@@ -302,7 +321,10 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         }
         slot_prep(f, s);
         struct iocb *p = &s->cb;
+        uint64_t t0 = f->trace ? mono_ns() : 0;
         int rc = io_submit(f->ctx, 1, &p);
+        if (f->trace)
+            trace_submit(s, mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
             return 0;
@@ -685,6 +707,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     unsigned nslots = FILE_MAX_SLOTS;
     int rc = 0;
     f->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
+    const char *trace = getenv("PARALLAX_SNAP_TRACE");
+    f->trace = trace && *trace && strcmp(trace, "0") != 0;
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)

@@ -111,6 +111,8 @@ struct plx_store {
      * 1/8) of submit-to-completion times of its writes to `be`, and when the last one was
      * sampled (monotonic ns; 0: none yet). The write cache's automatic mode reads it. */
     uint64_t write_lat_ns, write_lat_at_ns;
+    /* $PARALLAX_SNAP_TRACE set: each snapshot prints where its time went (pipeline.c). */
+    bool snap_trace;
 };
 
 /* Set the store's error message; returns err. */

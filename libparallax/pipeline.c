@@ -51,6 +51,13 @@ struct node_image {
     uint8_t *buf;
 };
 
+/* $PARALLAX_SNAP_TRACE: when the batch reached a phase (struct plx_snap_trace). */
+static void btrace(struct plx_batch *b, enum plx_batch_trace at)
+{
+    if (b->v->st->snap_trace)
+        b->trace[at] = plx_mono_ns();
+}
+
 static struct node_image *images_of(struct plx_batch *b)
 {
     return (struct node_image *)b->images;
@@ -201,6 +208,7 @@ static int batch_add_node(struct plx_batch *b, struct plx_node *n)
 /* Requests that complete with the batch wait on its list; others only count their data. */
 static void batch_wait(struct plx_batch *b, struct plx_req *r)
 {
+    b->nreqs++;
     r->state = RQ_WAIT_BATCH;
     r->batch = b;
     r->batch_next = b->reqs;
@@ -264,6 +272,7 @@ static void alloc_synced(void *arg, int status)
     if (status && !b->status)
         b->status = status;
     b->io_pending--;
+    btrace(b, BT_ALLOC);
     struct plx_vdi *v = b->v;
     batch_advance(v, b);
     batch_maybe_start(v);
@@ -347,10 +356,15 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
         for (size_t i = 0; i < b->nnodes; i++)
             b->nodes[i]->stale = true;
     }
+    btrace(b, BT_DONE);
     struct plx_req *r = b->reqs;
     b->reqs = NULL;
     while (r) {
         struct plx_req *next = r->batch_next;
+        if (r->trace) {
+            memcpy(r->trace->batch, b->trace, sizeof b->trace);
+            r->trace->members = b->nreqs;
+        }
         if (status && !r->status)
             r->status = status;
         req_finish(r);
@@ -418,6 +432,7 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
             }
             if (batch_rewrite_patched(b))
                 continue;
+            btrace(b, BT_STAGE_A);
             b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_WAIT_PREV;
             if (b->state == B_FLUSH_A)
                 batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
@@ -427,6 +442,7 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
+            btrace(b, BT_FLUSH_A);
             b->state = B_WAIT_PREV;
             break;
         case B_WAIT_PREV:
@@ -438,6 +454,7 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
+            btrace(b, BT_PREV);
             b->state = B_STAGE_B;
             batch_write_stage(b, false);
             break;
@@ -446,6 +463,7 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                 b->state = B_DONE;
                 break;
             }
+            btrace(b, BT_STAGE_B);
             if (b->snap) {
                 /* The record makes the snapshot count: it goes last, after the commit nodes
                  * of the requests before it are durable, so a snapshot that exists after a
@@ -469,6 +487,7 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
             /* Everything else of the batch is durable: a FUA write of the record makes the
              * snapshot durable without another full flush (a device with FUA writes just that
              * block through its cache). */
+            btrace(b, BT_FLUSH_REC);
             b->state = B_DONE;
             batch_submit_flags(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf,
                                PLX_IO_FUA);
@@ -503,6 +522,9 @@ static void batch_maybe_start(struct plx_vdi *v)
     else
         v->flight = b;
     b->state = B_STAGE_A;
+    btrace(b, BT_FLY);
+    if (b->snap && b->snap->trace)
+        b->snap->trace->data_at_fly = b->data_pending;
     b->alloc_gen = plx_alloc_gen(v->st);
     if (!b->status)
         batch_capture(b);
@@ -1042,6 +1064,10 @@ static void do_snapshot(struct plx_req *r)
         v->root = nr;
         v->root_addr = new_addr;
     }
+    if (r->trace) {
+        r->trace->swap_ns = plx_mono_ns();
+        r->trace->batches_ahead = (v->flight != NULL) + (v->flight_next != NULL);
+    }
     batch_wait(b, r);
     if (err)
         b->status = err;
@@ -1181,8 +1207,8 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
     }
     if (ev->status && write)
         fail_snapshots_after(r, ev->status);
-    if (b)
-        b->data_pending--;
+    if (b && --b->data_pending == 0)
+        btrace(b, BT_DATA);
     if (r->ios_waiting)
         return;
     if (r->state == RQ_RESOLVE) {
@@ -1236,6 +1262,45 @@ void plx_pipeline_kick(struct plx_vdi *v)
     v->kicking = false;
 }
 
+/* Milliseconds from *prev to t, and t becomes *prev (a phase that did not happen: 0). */
+static double phase_ms(uint64_t *prev, uint64_t t)
+{
+    if (!t || t < *prev)
+        return 0;
+    double ms = (double)(t - *prev) / 1e6;
+    *prev = t;
+    return ms;
+}
+
+/* $PARALLAX_SNAP_TRACE: one line per snapshot, where its time went, phase by phase. */
+static void snap_trace_print(const struct plx_req *r)
+{
+    const struct plx_snap_trace *t = r->trace;
+    uint64_t now = plx_mono_ns(), p = t->submit_ns;
+    const uint64_t *b = t->batch;
+    double fold = (double)t->fold_ns / 1e6;
+    double queue = phase_ms(&p, t->queued_ns);
+    double apply = phase_ms(&p, t->swap_ns);
+    double fly = phase_ms(&p, b[BT_FLY]);
+    double data = b[BT_DATA] > b[BT_FLY] ? (double)(b[BT_DATA] - b[BT_FLY]) / 1e6 : 0;
+    double alloc = b[BT_ALLOC] > b[BT_FLY] ? (double)(b[BT_ALLOC] - b[BT_FLY]) / 1e6 : 0;
+    double stage_a = phase_ms(&p, b[BT_STAGE_A]);
+    double flush_a = phase_ms(&p, b[BT_FLUSH_A]);
+    double prev = phase_ms(&p, b[BT_PREV]);
+    double stage_b = phase_ms(&p, b[BT_STAGE_B]);
+    double flush_rec = phase_ms(&p, b[BT_FLUSH_REC]);
+    double rec = phase_ms(&p, b[BT_DONE]);
+    double deliver = phase_ms(&p, now);
+    fprintf(stderr,
+            "parallax: snapshot trace: VDI %s status %d total %.3f ms: submit %.3f (fold %.3f) "
+            "apply %.3f (ahead %u, writes %u) fly %.3f (batches ahead %u) stage-a %.3f (data "
+            "%.3f, alloc %.3f; members %u, data writes %u) flush-a %.3f wait-prev %.3f stage-b "
+            "%.3f flush-rec %.3f record %.3f deliver %.3f\n",
+            r->v->rec.name, r->status, (double)(now - t->submit_ns) / 1e6, queue, fold, apply,
+            t->ahead, t->writes_ahead, fly, t->batches_ahead, stage_a, data, alloc, t->members,
+            t->data_at_fly, flush_a, prev, stage_b, flush_rec, rec, deliver);
+}
+
 /* The request's callback, from the service loop (struct plx_deferred). */
 static void req_deliver(struct plx_deferred *d)
 {
@@ -1243,6 +1308,10 @@ static void req_deliver(struct plx_deferred *d)
     plx_done_fn cb = r->cb;
     void *arg = r->arg;
     int status = r->status;
+    if (r->trace) {
+        snap_trace_print(r);
+        free(r->trace);
+    }
     free(r);
     if (cb)
         cb(arg, status);
@@ -1262,6 +1331,13 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->v = v;
     r->seq = v->next_seq++;
     r->state = RQ_WAIT_RANGE;
+    if (r->trace) {
+        r->trace->queued_ns = plx_mono_ns();
+        for (const struct plx_req *e = v->active_head; e; e = e->next) {
+            r->trace->ahead++;
+            r->trace->writes_ahead += is_write(e) && !mutated(e);
+        }
+    }
     r->prev = v->active_tail;
     r->next = NULL;
     if (v->active_tail)

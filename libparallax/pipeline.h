@@ -36,6 +36,35 @@ struct plx_relink {
     uint64_t old_link;
 };
 
+/* Where one snapshot's time went ($PARALLAX_SNAP_TRACE, printed when it completes): monotonic
+ * times, 0 where a phase did not happen. Batch phases are copied from the batch that carried the
+ * snapshot (enum plx_batch_trace). */
+enum plx_batch_trace {
+    BT_FLY,       /* the batch started flying */
+    BT_ALLOC,     /* the allocator's bitmaps it needed were written */
+    BT_DATA,      /* the last data write of its members completed */
+    BT_STAGE_A,   /* new nodes, bitmaps and log block written, data on the medium */
+    BT_FLUSH_A,   /* the stage-A flush completed */
+    BT_PREV,      /* the older batch in flight finished */
+    BT_STAGE_B,   /* commit nodes written */
+    BT_FLUSH_REC, /* the flush before the record completed */
+    BT_DONE,      /* the record (FUA) written: the batch finishes */
+    BT_N
+};
+
+struct plx_snap_trace {
+    uint64_t submit_ns;     /* plx_vdi_submit_snapshot entered */
+    uint64_t fold_ns;       /* of which folding the label index inline (synchronous I/O) */
+    uint64_t queued_ns;     /* the request entered the stream */
+    uint64_t swap_ns;       /* roots swapped in memory (do_snapshot) */
+    unsigned ahead;         /* requests ahead of it in the stream when queued */
+    unsigned writes_ahead;  /* of which writes not yet applied to the tree */
+    unsigned batches_ahead; /* batches in flight when it swapped */
+    unsigned members;       /* requests in its batch */
+    unsigned data_at_fly;   /* their data writes in flight when the batch started flying */
+    uint64_t batch[BT_N];
+};
+
 struct plx_req {
     struct plx_vdi *v;
     enum plx_req_op op;
@@ -70,6 +99,7 @@ struct plx_req {
     struct plx_req *next, *prev; /* vdi active list */
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */
+    struct plx_snap_trace *trace; /* REQ_SNAPSHOT with $PARALLAX_SNAP_TRACE, else NULL */
 };
 
 enum plx_batch_state {
@@ -105,6 +135,8 @@ struct plx_batch {
     uint8_t *rec_buf;            /* VDI record image */
     uint8_t *log_buf;            /* snapshot log block image */
     uint64_t log_addr;
+    uint64_t trace[BT_N];        /* with $PARALLAX_SNAP_TRACE (struct plx_snap_trace) */
+    unsigned nreqs;              /* requests waiting on reqs (for the trace) */
 };
 
 struct plx_vdi {

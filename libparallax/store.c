@@ -69,6 +69,8 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool up
     st->upgrading = upgrading;
     plx_identity_init(st, opts ? opts->host : NULL);
     uint64_t cache = opts && opts->cache_bytes ? opts->cache_bytes : DEFAULT_CACHE_BYTES;
+    const char *trace = getenv("PARALLAX_SNAP_TRACE");
+    st->snap_trace = trace && *trace && strcmp(trace, "0") != 0;
     int rc = plx_engine_init(st);
     if (!rc)
         rc = plx_superblock_load(st);

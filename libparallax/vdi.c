@@ -534,7 +534,9 @@ int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     int rc = plx_label_check(st, label);
     if (rc)
         return rc;
+    uint64_t t0 = st->snap_trace ? plx_mono_ns() : 0;
     (void)labels_fold_idle(v); /* an error leaves the index as it was: still correct */
+    uint64_t t1 = st->snap_trace ? plx_mono_ns() : 0;
     /* Labels of snapshots in flight are known here; the medium is asked by an edit queued just
      * ahead of the snapshot, which fails the snapshot if the label is taken. */
     rc = plx_label_taken(v, label, 0);
@@ -545,14 +547,20 @@ int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
     if (!r)
         return plx_err(st, -ENOMEM, "out of memory");
+    if (st->snap_trace && (r->trace = calloc(1, sizeof *r->trace)) != NULL) {
+        r->trace->submit_ns = t0;
+        r->trace->fold_ns = t1 - t0;
+    }
     if (*label) {
         struct plx_req *check = plx_snap_edit_check_new(v, label, r);
         if (!check) {
+            free(r->trace);
             free(r);
             return plx_err(st, -ENOMEM, "out of memory");
         }
         rc = plx_req_submit(v, check);
         if (rc) {
+            free(r->trace);
             free(r);
             return rc;
         }

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "control.h"
@@ -22,15 +23,30 @@ struct ctl_client {
     size_t got;
     uint64_t index; /* snapshot result */
     plx_store *st;
+    uint64_t accept_ns, command_ns; /* $PARALLAX_SNAP_TRACE: when accepted, when read whole */
 };
 
 static struct control_host host;
 static int listen_fd = -1;
 static void *listen_watch;
 static char sock_path[108];
+static bool trace; /* $PARALLAX_SNAP_TRACE: print each command's times on stderr */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void reply_close(struct ctl_client *c, const char *text)
 {
+    if (trace && c->command_ns)
+        fprintf(stderr,
+                "parallax: control trace: accepted to command read %.3f ms, command to reply "
+                "%.3f ms: %.40s -> %.40s",
+                (double)(c->command_ns - c->accept_ns) / 1e6,
+                (double)(mono_ns() - c->command_ns) / 1e6, c->line, text);
     size_t n = strlen(text);
     if (write(c->fd, text, n) != (ssize_t)n) {
         /* The client went away; nothing to tell it. */
@@ -199,6 +215,8 @@ static void client_ready(void *arg)
     if (nl)
         *nl = 0;
     /* One command per connection: stop watching; the reply closes it. */
+    if (trace)
+        c->command_ns = mono_ns();
     host.unwatch(host.host_arg, c->watch);
     c->watch = NULL;
     run_command(c);
@@ -215,6 +233,8 @@ static void listener_ready(void *arg)
         return;
     }
     c->fd = fd;
+    if (trace)
+        c->accept_ns = mono_ns();
     c->watch = host.watch(host.host_arg, fd, client_ready, c);
     if (!c->watch) {
         close(fd);
@@ -241,6 +261,8 @@ int control_start(const struct control_host *h, char *err, size_t errlen)
     }
     host = *h;
     listen_fd = fd;
+    const char *t = getenv("PARALLAX_SNAP_TRACE");
+    trace = t && *t && strcmp(t, "0") != 0;
     listen_watch = host.watch(host.host_arg, fd, listener_ready, NULL);
     if (!listen_watch) {
         snprintf(err, errlen, "control socket %s: cannot watch it", sock_path);

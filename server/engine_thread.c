@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 struct et {
@@ -22,7 +23,30 @@ struct et {
     int stopping;
     void (*idle)(void *arg, plx_store *st); /* engine thread only */
     void *idle_arg;
+    int trace; /* $PARALLAX_SNAP_TRACE: report loop turns that held the thread >= 10 ms */
 };
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* $PARALLAX_SNAP_TRACE: a turn of the loop that kept it from epoll for 10 ms or more, split
+ * into its parts, with the thread's CPU time (wall >> CPU: it waited in a system call or for
+ * a CPU). */
+static void trace_turn(const uint64_t t[5], uint64_t cpu0, int nev)
+{
+    if (t[4] - t[0] < 10000000)
+        return;
+    uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    fprintf(stderr,
+            "parallax: loop trace: turn %.3f ms (cpu %.3f): %d events %.3f, jobs %.3f, "
+            "service %.3f, idle %.3f\n",
+            (double)(t[4] - t[0]) / 1e6, (double)cpu / 1e6, nev, (double)(t[1] - t[0]) / 1e6,
+            (double)(t[2] - t[1]) / 1e6, (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6);
+}
 
 plx_store *et_store(struct et *et)
 {
@@ -87,6 +111,11 @@ static void *engine_main(void *arg)
         struct epoll_event ev[16];
         int n = epoll_wait(et->epoll_fd, ev, 16, 1000);
         int stopping = 0;
+        uint64_t t[5] = {0}, cpu0 = 0;
+        if (et->trace) {
+            t[0] = clock_ns(CLOCK_MONOTONIC);
+            cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        }
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr && ev[i].data.ptr != &et->job_fd) {
                 struct et_fd_handler *h = ev[i].data.ptr;
@@ -94,15 +123,25 @@ static void *engine_main(void *arg)
                 h->on_ready(h, et->st);
             }
         }
+        if (et->trace)
+            t[1] = clock_ns(CLOCK_MONOTONIC);
         struct et_job *jobs = take_jobs(et, &stopping);
         while (jobs) {
             struct et_job *j = jobs;
             jobs = j->next;
             j->fn(j, et->st);
         }
+        if (et->trace)
+            t[2] = clock_ns(CLOCK_MONOTONIC);
         plx_store_service(et->st);
+        if (et->trace)
+            t[3] = clock_ns(CLOCK_MONOTONIC);
         if (et->idle)
             et->idle(et->idle_arg, et->st);
+        if (et->trace) {
+            t[4] = clock_ns(CLOCK_MONOTONIC);
+            trace_turn(t, cpu0, n);
+        }
         if (stopping && !plx_store_busy(et->st))
             break;
     }
@@ -124,6 +163,8 @@ int et_start(const char *blockstore, uint64_t cache_bytes, int placement, struct
         free(et);
         return rc;
     }
+    const char *trace = getenv("PARALLAX_SNAP_TRACE");
+    et->trace = trace && *trace && strcmp(trace, "0") != 0;
     pthread_mutex_init(&et->lock, NULL);
     et->job_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     et->epoll_fd = epoll_create1(EPOLL_CLOEXEC);

@@ -259,6 +259,10 @@ sys_stop() {
     local name=$1 pid=${1}_pid hold=${1}_hold
     [[ -n ${!hold:-} ]] && stop_pid "${!hold}"
     stop_pid "${!pid}"
+    # With PARALLAX_SNAP_TRACE=1 the server's log holds each snapshot's phases: keep it.
+    if [[ -n ${PARALLAX_SNAP_TRACE:-} && -s $DATA/$name/serve.log ]]; then
+        cp "$DATA/$name/serve.log" "$RAW/serve-$name-$(date -u +%H%M%S).log"
+    fi
     printf -v "${name}_hold" %s ""
     rm -rf "${DATA:?}/$name"
 }
