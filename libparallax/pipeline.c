@@ -1278,7 +1278,6 @@ static void snap_trace_print(const struct plx_req *r)
     const struct plx_snap_trace *t = r->trace;
     uint64_t now = plx_mono_ns(), p = t->submit_ns;
     const uint64_t *b = t->batch;
-    double fold = (double)t->fold_ns / 1e6;
     double queue = phase_ms(&p, t->queued_ns);
     double apply = phase_ms(&p, t->swap_ns);
     double fly = phase_ms(&p, b[BT_FLY]);
@@ -1292,12 +1291,12 @@ static void snap_trace_print(const struct plx_req *r)
     double rec = phase_ms(&p, b[BT_DONE]);
     double deliver = phase_ms(&p, now);
     fprintf(stderr,
-            "parallax: snapshot trace: VDI %s status %d total %.3f ms: submit %.3f (fold %.3f) "
+            "parallax: snapshot trace: VDI %s status %d total %.3f ms: submit %.3f "
             "apply %.3f (ahead %u, writes %u) fly %.3f (batches ahead %u) stage-a %.3f (data "
             "%.3f, alloc %.3f; members %u, data writes %u) flush-a %.3f wait-prev %.3f stage-b "
             "%.3f flush-rec %.3f record %.3f deliver %.3f\n",
-            r->v->rec.name, r->status, (double)(now - t->submit_ns) / 1e6, queue, fold, apply,
-            t->ahead, t->writes_ahead, fly, t->batches_ahead, stage_a, data, alloc, t->members,
+            r->v->rec.name, r->status, (double)(now - t->submit_ns) / 1e6, queue, apply, t->ahead,
+            t->writes_ahead, fly, t->batches_ahead, stage_a, data, alloc, t->members,
             t->data_at_fly, flush_a, prev, stage_b, flush_rec, rec, deliver);
 }
 

@@ -54,7 +54,6 @@ enum plx_batch_trace {
 
 struct plx_snap_trace {
     uint64_t submit_ns;     /* plx_vdi_submit_snapshot entered */
-    uint64_t fold_ns;       /* of which folding the label index inline (synchronous I/O) */
     uint64_t queued_ns;     /* the request entered the stream */
     uint64_t swap_ns;       /* roots swapped in memory (do_snapshot) */
     unsigned ahead;         /* requests ahead of it in the stream when queued */

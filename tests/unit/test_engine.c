@@ -7,12 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "backend_fault.h"
 #include "format.h"
 #include "parallax.h"
+#include "snaplog.h" /* PLX_LABELS_FOLD_TAIL */
 #include "testutil.h"
 
 #define BS PLX_BLOCK_SIZE
@@ -1498,6 +1500,66 @@ START_TEST(test_snapshot_does_not_drain)
 }
 END_TEST
 
+/* The snapshot that brings the log's tail to PLX_LABELS_FOLD_TAIL records starts a fold of the
+ * tail into the label index; submitting it must not wait for the medium. It used to fold right
+ * there, with blocking I/O (read the tail, write the VDI record, flush) inside the submit call:
+ * inside `parallax serve`'s loop, every request of every VDI of the process stood still for that
+ * long, one snapshot in 126 (issue 16's busy-disk outliers). Writes are held by the medium for
+ * a second: a submit that waits for one takes that second. */
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+START_TEST(test_snapshot_fold_does_not_block)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_backend *fault = plx_fault_create(mem, 0);
+    mem->ops->destroy(mem);
+    plx_store *st = open_kept(fault);
+    create_vdi(st, "f", 2 * MiB);
+    plx_vdi *v = open_vdi(st, "f", 0);
+    unsigned char *buf = plx_block_alloc(1);
+    uint64_t idx = 0;
+    for (unsigned i = 1; i <= PLX_LABELS_FOLD_TAIL; i++) {
+        pattern(buf, BS, i, 0);
+        pwrite_ok(st, v, buf, (i % 16) * BS, BS);
+        OK(st, plx_vdi_snapshot_open(v, i % 2 ? "" : NULL, &idx));
+        ck_assert_uint_eq(idx, i);
+    }
+    int in_submit = 0;
+    struct cb_rec rec = {.in_submit = &in_submit};
+    plx_fault_hold_blocks(fault, PLX_IO_WRITE, 0, fault->nblocks, 1000);
+    uint64_t t0 = mono_ms();
+    in_submit = 1;
+    OK(st, plx_vdi_submit_snapshot(v, "", &idx, rec_cb, &rec));
+    in_submit = 0;
+    uint64_t took = mono_ms() - t0;
+    ck_assert_msg(took < 500,
+                  "submitting the snapshot that starts a fold took %llu ms with the medium "
+                  "holding writes: it waited for I/O",
+                  (unsigned long long)took);
+    ck_assert_int_eq(rec.fired, 0);
+    plx_fault_release(fault);
+    drain_all(st, &rec, 1);
+    ck_assert_msg(rec.status == 0, "snapshot: %d (%s)", rec.status, plx_store_errmsg(st));
+    ck_assert_int_eq(rec.bad_context, 0);
+    ck_assert_uint_eq(idx, PLX_LABELS_FOLD_TAIL + 1);
+    /* The next one queues behind the fold and works as usual. */
+    OK(st, plx_vdi_snapshot_open(v, "after", &idx));
+    ck_assert_uint_eq(idx, PLX_LABELS_FOLD_TAIL + 2);
+    close_vdi(st, v);
+    v = open_vdi(st, "f@after", 0);
+    close_vdi(st, v);
+    check_clean(st, "snapshot starting a fold");
+    close_ok(st);
+    plx_block_free(buf);
+    fault->ops->destroy(fault);
+}
+END_TEST
+
 /* Two snapshots submitted back to back, the second labelled: both succeed, in order, and the
  * second label is unique. */
 START_TEST(test_async_two_snapshots)
@@ -2153,6 +2215,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_same_block_order);
     tcase_add_test(tc, test_async_snapshot_between_batches);
     tcase_add_test(tc, test_snapshot_does_not_drain);
+    tcase_add_test(tc, test_snapshot_fold_does_not_block);
     tcase_add_test(tc, test_async_two_snapshots);
     tcase_add_test(tc, test_async_snapshot_burst);
     tcase_add_test(tc, test_async_duplicate_label_in_flight);
