@@ -18,7 +18,8 @@
  * allocated are invisible until a node that existed before the batch links them: the "commit
  * nodes". So a batch commits as:
  *   stage A: write the new nodes, the claimed bitmap blocks and (for a snapshot) the snapshot
- *            log block while the members' data writes are in flight; wait for both; FLUSH;
+ *            log block while the members' data writes are in flight; wait for both; FLUSH if
+ *            there are commit nodes;
  *   stage B: write the commit nodes; for a snapshot, FLUSH and write the VDI record with FUA;
  *            otherwise FLUSH if a member asked for durability.
  * Dependency chains are therefore never longer than two, as with commit-node inheritance, and a
@@ -312,11 +313,6 @@ static bool batch_has_commit_nodes(const struct plx_batch *b)
     return false;
 }
 
-static bool batch_has_stage_b(const struct plx_batch *b)
-{
-    return b->snap || batch_has_commit_nodes(b);
-}
-
 static void batch_free(struct plx_vdi *v, struct plx_batch *b)
 {
     struct node_image *img = images_of(b);
@@ -433,7 +429,11 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
             if (batch_rewrite_patched(b))
                 continue;
             btrace(b, BT_STAGE_A);
-            b->state = batch_has_stage_b(b) ? B_FLUSH_A : B_WAIT_PREV;
+            /* The stage-A flush orders the new nodes and the members' data before the commit
+             * nodes that link them. Without commit nodes nothing is linked before the record
+             * (a snapshot's, after its own flush in B_STAGE_B) or ever (a batch of in-place
+             * overwrites): on a busy medium a snapshot then waits for one flush less. */
+            b->state = batch_has_commit_nodes(b) ? B_FLUSH_A : B_WAIT_PREV;
             if (b->state == B_FLUSH_A)
                 batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
             break;
@@ -469,10 +469,10 @@ static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
                  * of the requests before it are durable, so a snapshot that exists after a
                  * crash holds every one of them. */
                 b->state = B_FLUSH_REC;
-                /* A batch that flew beside an older one flushed its stage A before the older
-                 * batch wrote its commit nodes: those need this flush too. */
-                if (batch_has_commit_nodes(b) || b->overlapped)
-                    batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
+                /* Always a flush: the commit nodes just written, or else the stage-A writes
+                 * (not flushed: see B_STAGE_A); and a batch that flew beside an older one needs
+                 * the older batch's commit nodes durable too. */
+                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
                 break;
             }
             b->state = B_FLUSH_B;

@@ -1601,6 +1601,56 @@ START_TEST(test_async_two_snapshots)
 }
 END_TEST
 
+/* A snapshot whose batch has no commit nodes flies beside an older batch: one flush before its
+ * record makes the older batch's commit nodes and its own stage-A writes (the root copy, the log
+ * block) durable at once. It used to flush after its stage A too, one more flush on the path of
+ * every such snapshot on a busy disk (issue 16): 3 flushes here where 2 do. */
+START_TEST(test_snapshot_beside_batch_one_flush)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_store *st = open_kept(mem);
+    create_vdi(st, "o", 4 * MiB);
+    plx_vdi *v = open_vdi(st, "o", 0);
+    unsigned char *a = plx_block_alloc(1), *b = plx_block_alloc(1);
+    pattern(a, BS, 1, 0);
+    pwrite_ok(st, v, a, 0, BS); /* the leaf exists: the next write makes it a commit node */
+    OK(st, plx_vdi_flush(v));
+    int in_submit = 0;
+    struct cb_rec recs[2];
+    for (int i = 0; i < 2; i++)
+        recs[i] = (struct cb_rec){.in_submit = &in_submit};
+    uint64_t idx = 0;
+    pattern(b, BS, 2, 1);
+    unsigned long flushes0 = tu_flushes;
+    tu_hold_next_write();
+    OK(st, plx_vdi_submit_write(v, b, BS, BS, 0, rec_cb, &recs[0])); /* batch 1, flying */
+    ck_assert_uint_eq(tu_held(), 1);
+    OK(st, plx_vdi_submit_snapshot(v, NULL, &idx, rec_cb, &recs[1])); /* batch 2: the snapshot */
+    for (int i = 0; i < 20; i++)
+        ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(recs[1].fired, 0);
+    tu_release_held();
+    drain_all(st, recs, 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(recs[i].status == 0, "request %d: %d (%s)", i, recs[i].status,
+                      plx_store_errmsg(st));
+    unsigned long flushes = tu_flushes - flushes0;
+    ck_assert_msg(flushes == 2,
+                  "a write's batch and a snapshot's beside it took %lu flushes (1 + 1 expected)",
+                  flushes);
+    close_vdi(st, v);
+    v = open_vdi(st, "o@1", 0);
+    expect_bytes(st, v, a, 0, BS, "snapshot block 0");
+    expect_bytes(st, v, b, BS, BS, "snapshot block 1 (written just before it)");
+    close_vdi(st, v);
+    check_clean(st, "snapshot beside a batch");
+    close_ok(st);
+    plx_block_free(a);
+    plx_block_free(b);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 /* A burst of snapshots with writes between them, submitted while a batch is in flight: they share
  * batches (and their flushes) instead of taking one batch each, cross a snapshot-log block, and
  * each holds exactly the writes submitted before it. */
@@ -2216,6 +2266,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_snapshot_between_batches);
     tcase_add_test(tc, test_snapshot_does_not_drain);
     tcase_add_test(tc, test_snapshot_fold_does_not_block);
+    tcase_add_test(tc, test_snapshot_beside_batch_one_flush);
     tcase_add_test(tc, test_async_two_snapshots);
     tcase_add_test(tc, test_async_snapshot_burst);
     tcase_add_test(tc, test_async_duplicate_label_in_flight);
