@@ -4,6 +4,7 @@
 #include "engine_thread.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ struct et {
     void (*idle)(void *arg, plx_store *st); /* engine thread only */
     void *idle_arg;
     int trace; /* $PARALLAX_SNAP_TRACE: report loop turns that held the thread >= 10 ms */
+    int schedstat_fd; /* with trace: /proc/thread-self/schedstat of the engine thread, or -1 */
 };
 
 static uint64_t clock_ns(clockid_t id)
@@ -33,19 +35,34 @@ static uint64_t clock_ns(clockid_t id)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The engine thread's time spent runnable but waiting for a CPU (ns, /proc schedstat), or 0. */
+static uint64_t runq_ns(int fd)
+{
+    char buf[96];
+    ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, 0);
+    unsigned long long run = 0, wait = 0;
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
+}
+
 /* $PARALLAX_SNAP_TRACE: a turn of the loop that kept it from epoll for 10 ms or more, split
- * into its parts, with the thread's CPU time (wall >> CPU: it waited in a system call or for
- * a CPU). */
-static void trace_turn(const uint64_t t[5], uint64_t cpu0, int nev)
+ * into its parts, with the thread's CPU time and its time waiting for a CPU (wall >> CPU +
+ * run queue: it waited in a system call). */
+static void trace_turn(const struct et *et, const uint64_t t[5], uint64_t cpu0, uint64_t rq0,
+                       int nev)
 {
     if (t[4] - t[0] < 10000000)
         return;
     uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    uint64_t rq = runq_ns(et->schedstat_fd) - rq0;
     fprintf(stderr,
-            "parallax: loop trace: turn %.3f ms (cpu %.3f): %d events %.3f, jobs %.3f, "
-            "service %.3f, idle %.3f\n",
-            (double)(t[4] - t[0]) / 1e6, (double)cpu / 1e6, nev, (double)(t[1] - t[0]) / 1e6,
-            (double)(t[2] - t[1]) / 1e6, (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6);
+            "parallax: loop trace: turn %.3f ms (cpu %.3f, run queue %.3f): %d events %.3f, "
+            "jobs %.3f, service %.3f, idle %.3f\n",
+            (double)(t[4] - t[0]) / 1e6, (double)cpu / 1e6, (double)rq / 1e6, nev,
+            (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6, (double)(t[3] - t[2]) / 1e6,
+            (double)(t[4] - t[3]) / 1e6);
 }
 
 plx_store *et_store(struct et *et)
@@ -106,15 +123,17 @@ static struct et_job *take_jobs(struct et *et, int *stopping)
 static void *engine_main(void *arg)
 {
     struct et *et = arg;
+    et->schedstat_fd = et->trace ? open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC) : -1;
     /* Data pointers in epoll events: NULL = store, &job_fd = jobs, else a handler. */
     for (;;) {
         struct epoll_event ev[16];
         int n = epoll_wait(et->epoll_fd, ev, 16, 1000);
         int stopping = 0;
-        uint64_t t[5] = {0}, cpu0 = 0;
+        uint64_t t[5] = {0}, cpu0 = 0, rq0 = 0;
         if (et->trace) {
             t[0] = clock_ns(CLOCK_MONOTONIC);
             cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+            rq0 = runq_ns(et->schedstat_fd);
         }
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr && ev[i].data.ptr != &et->job_fd) {
@@ -140,11 +159,13 @@ static void *engine_main(void *arg)
             et->idle(et->idle_arg, et->st);
         if (et->trace) {
             t[4] = clock_ns(CLOCK_MONOTONIC);
-            trace_turn(t, cpu0, n);
+            trace_turn(et, t, cpu0, rq0, n);
         }
         if (stopping && !plx_store_busy(et->st))
             break;
     }
+    if (et->schedstat_fd >= 0)
+        close(et->schedstat_fd);
     return NULL;
 }
 
