@@ -61,67 +61,18 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 
-#include <iscsi/iscsi.h>
-#include <iscsi/scsi-lowlevel.h>
-
 #include "backend.h"
+#include "backend_iscsi_internal.h"
 #include "backend_mem_internal.h"
 
 #define ISCSI_PREFIX "iscsi://"
 #define MAX_RETRIES 8        /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 #define TICK_MS 250          /* libiscsi's clock while I/O is in flight or a reconnect waits */
-#define DEFAULT_RECONNECTS 8 /* failed reconnect attempts before I/O fails with -EIO */
-
-struct iscsi_req {
-    struct plx_io *io;
-    struct iscsi_backend *b;
-    struct scsi_task *task;
-    int status;
-    int retries;
-    uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
-    struct unmap_list unmap;
-    int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
-    struct iscsi_req *next; /* ready or retry list */
-    struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
-};
-
-struct req_list {
-    struct iscsi_req *head, *tail;
-};
-
-struct iscsi_backend {
-    plx_backend base;
-    struct iscsi_context *iscsi;
-    int lun;
-    uint32_t lba_size;       /* the LUN's logical block size */
-    uint32_t lbas_per_block; /* PLX_BLOCK_SIZE / lba_size */
-    int rdonly, blocking;
-    uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
-    int dead;           /* reconnecting gave up: everything fails with -EIO */
-    int epfd, efd, tfd; /* the backend's fd; ready-list signal; libiscsi's clock */
-    int sock_fd;        /* socket as registered in epfd, -1 when not */
-    int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
-    int ticking;
-    int logged_in;     /* as last seen: a change is reported on stderr */
-    unsigned inflight; /* accepted and done not yet called */
-    struct req_list ready, retry;
-    struct iscsi_req *all;       /* requests whose task libiscsi holds */
-    struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
-    int lock_fd;                 /* flock stand-in for the admin lock (one host) */
-    uint64_t pr_key;             /* our persistent reservation key; 0: not fencing */
-    int fenced;                  /* our key was preempted: everything fails with -ESTALE */
-    struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
-    int rejoin;                  /* registration in doubt: writes held until rejoin_try settles it */
-    int rejoin_checked;          /* ... and we looked whether our key is still on the LUN: */
-    int rejoin_key_gone;         /* it was gone: confirm the lease first */
-    uint64_t rejoin_since_ns;    /* when the doubt began (CLOCK_MONOTONIC) */
-    struct req_list held;        /* writes, flushes and trims waiting for the rejoin, in order */
-    char lock_path[PATH_MAX];
-};
+#define DEFAULT_RECONNECTS 8 /* failed login attempts before I/O fails with -EIO */
 
 /* ---- Lists and signals ---------------------------------------------------------------------- */
 
-static void list_push(struct req_list *l, struct iscsi_req *r)
+void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r)
 {
     r->next = NULL;
     if (l->tail != NULL)
@@ -131,7 +82,7 @@ static void list_push(struct req_list *l, struct iscsi_req *r)
     l->tail = r;
 }
 
-static struct iscsi_req *list_pop(struct req_list *l)
+struct iscsi_req * plx_iscsi_list_pop(struct req_list *l)
 {
     struct iscsi_req *r = l->head;
     if (r != NULL) {
@@ -177,12 +128,12 @@ static void efd_drain(int efd)
         ;
 }
 
-static void finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
+void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
 {
     r->status = status;
     if (b->ready.head == NULL)
         efd_signal(b->efd);
-    list_push(&b->ready, r);
+    plx_iscsi_list_push(&b->ready, r);
 }
 
 /* ---- The event set -------------------------------------------------------------------------- */
@@ -190,7 +141,7 @@ static void finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
 /* Register libiscsi's socket for what it wants now. Called after anything that may change the
  * answer: a submit (PDUs to send), a service call (a reconnect replaces the socket behind the same
  * number, so that path re-registers unconditionally: force). */
-static void sync_socket(struct iscsi_backend *b, int force)
+void plx_iscsi_sync_socket(struct iscsi_backend *b, int force)
 {
     if (b->blocking)
         return;
@@ -243,9 +194,6 @@ static void set_ticking(struct iscsi_backend *b, int on)
 }
 
 /* ---- Request outcome ------------------------------------------------------------------------ */
-
-static void fail_all(struct iscsi_backend *b, const char *why);
-static void registration_in_doubt(struct iscsi_backend *b);
 
 static int retryable(int status, const struct scsi_task *task)
 {
@@ -310,14 +258,17 @@ static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 static int issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
     struct plx_io *io = r->io;
-    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ &&
-        (b->rejoin || !iscsi_is_logged_in(b->iscsi))) {
-        /* Our registration is in doubt, or the session is being re-established (and libiscsi
-         * would send what it queues now before we can check it): nothing that writes goes out
-         * until rejoin_try has settled it. Reads are never refused by a write-exclusive
-         * reservation. */
-        registration_in_doubt(b);
-        list_push(&b->held, r);
+    if (!b->blocking && b->conn != CONN_UP) {
+        /* The session is being re-established (backend_iscsi_session.c): sent after the login
+         * (and, for a write, the registration check). */
+        plx_iscsi_list_push(&b->held, r);
+        return 0;
+    }
+    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ && b->rejoin) {
+        /* Our registration is in doubt: nothing that writes goes out until rejoin_try has
+         * settled it. Reads are never refused by a write-exclusive reservation. */
+        plx_iscsi_registration_in_doubt(b);
+        plx_iscsi_list_push(&b->held, r);
         return 0;
     }
     uint64_t lba = io->block * b->lbas_per_block;
@@ -332,6 +283,7 @@ static int issue(struct iscsi_backend *b, struct iscsi_req *r)
         if (t != NULL && scsi_task_add_data_in_buffer(t, (int)len, io->buf) != 0) {
             /* The cancelled task's callback completes the request with -EIO. */
             r->task = t;
+            r->cancelling = 1;
             all_add(b, r);
             iscsi_scsi_cancel_task(b->iscsi, t);
             return 0;
@@ -372,6 +324,17 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         return;
     }
     all_remove(b, r);
+    if (status == SCSI_STATUS_CANCELLED && !r->cancelling && !b->blocking) {
+        /* libiscsi cancels what it holds when the connection drops (its own reconnect is off)
+         * and when we destroy the context: the request is held, unsent, until a new session is
+         * logged in and our registration is settled (backend_iscsi_session.c). */
+        if (task != NULL)
+            scsi_free_scsi_task(task);
+        r->task = NULL;
+        b->dropped = 1;
+        plx_iscsi_list_push(&b->held, r);
+        return;
+    }
     int rc = task_outcome(b, r, status, task);
     if (task != NULL)
         scsi_free_scsi_task(task);
@@ -380,32 +343,32 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         rc = 1;
     if (rc == 1) {
         /* Not from inside libiscsi's callback: poll() issues it again after the service call. */
-        list_push(&b->retry, r);
+        plx_iscsi_list_push(&b->retry, r);
         return;
     }
     if (rc == 2 && r->retries++ < MAX_RETRIES) {
         /* Refused by the reservation: held until poll() has settled our registration (it may
          * send commands of its own, which it cannot do from inside libiscsi's callback). */
-        registration_in_doubt(b);
-        list_push(&b->held, r);
+        plx_iscsi_registration_in_doubt(b);
+        plx_iscsi_list_push(&b->held, r);
         return;
     }
-    finish(b, r, rc == 2 ? -EIO : rc);
+    plx_iscsi_finish(b, r, rc == 2 ? -EIO : rc);
 }
 
 static void run_retries(struct iscsi_backend *b)
 {
     struct iscsi_req *r;
-    while ((r = list_pop(&b->retry)) != NULL) {
+    while ((r = plx_iscsi_list_pop(&b->retry)) != NULL) {
         int rc = b->dead ? -EIO : issue(b, r);
         if (rc < 0)
-            finish(b, r, rc);
+            plx_iscsi_finish(b, r, rc);
     }
 }
 
 /* Everything libiscsi holds fails with -EIO now; libiscsi may still call back for those tasks
  * (at destroy), which then only frees them. */
-static void fail_all(struct iscsi_backend *b, const char *why)
+void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why)
 {
     if (!b->dead)
         fprintf(stderr, "parallax: %s: %s; failing I/O with EIO\n", b->base.desc, why);
@@ -420,33 +383,15 @@ static void fail_all(struct iscsi_backend *b, const char *why)
             abort();
         *d = *r;
         d->task = NULL;
-        finish(b, d, -EIO);
+        plx_iscsi_finish(b, d, -EIO);
         r->abandoned = 1;
         r->next = b->abandoned;
         b->abandoned = r;
     }
     while (b->retry.head != NULL)
-        finish(b, list_pop(&b->retry), -EIO);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->retry), -EIO);
     while (b->held.head != NULL)
-        finish(b, list_pop(&b->held), -EIO);
-}
-
-/* Say when the session drops and when it is back: libiscsi re-issues the requests in flight on
- * its own, and an operator should know it happened. */
-static void report_session(struct iscsi_backend *b)
-{
-    int up = iscsi_is_logged_in(b->iscsi) != 0;
-    if (up == b->logged_in || b->dead)
-        return;
-    b->logged_in = up;
-    if (up) {
-        fprintf(stderr, "parallax: %s: logged in again; requests in flight re-issued\n",
-                b->base.desc);
-        /* A new session is not registered (the target ties a registration to the session),
-         * and a restarted target has forgotten every registration. */
-        registration_in_doubt(b);
-    } else
-        fprintf(stderr, "parallax: %s: connection lost; logging in again\n", b->base.desc);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -EIO);
 }
 
 /* One round of libiscsi's event processing, without waiting. */
@@ -458,20 +403,26 @@ static void service(struct iscsi_backend *b)
     int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
     short revents = 0;
     if (fd >= 0 && want != 0) {
-        struct pollfd p = {.fd = fd, .events = (short)want};
+        /* POLLRDHUP: a target that closed its side is gone, even while it has data for us. */
+        struct pollfd p = {.fd = fd, .events = (short)(want | POLLRDHUP)};
         if (poll(&p, 1, 0) > 0)
             revents = p.revents;
     }
     if (revents != 0 || tick || want == 0) {
-        if (iscsi_service(b->iscsi, revents) < 0)
-            fail_all(b, iscsi_get_error(b->iscsi));
+        if (b->conn == CONN_UP && !b->dead) {
+            /* Responses that arrived before a hangup are processed first; with its reconnect
+             * off, libiscsi then cancels what it still holds (held by task_cb). */
+            int rc = iscsi_service(b->iscsi, revents & ~POLLRDHUP);
+            if (rc < 0 || b->dropped || (revents & (POLLHUP | POLLERR | POLLRDHUP)))
+                plx_iscsi_session_lost(b, rc < 0 ? iscsi_get_error(b->iscsi)
+                                                 : "the connection was closed");
+        }
+        if (b->conn != CONN_UP)
+            plx_iscsi_session_step(b, revents & ~POLLRDHUP);
         run_retries(b);
-        sync_socket(b, 1);
-        report_session(b);
+        plx_iscsi_sync_socket(b, 1);
     }
-    /* An idle session that lost its connection still needs the clock to log in again. */
-    int backing_off = iscsi_get_fd(b->iscsi) < 0 || iscsi_which_events(b->iscsi) == 0;
-    set_ticking(b, (b->inflight > 0 || backing_off || b->rejoin) && !b->dead);
+    set_ticking(b, (b->inflight > 0 || b->conn != CONN_UP || b->rejoin) && !b->dead);
 }
 
 /* Wait up to ms (-1: forever) for the socket or the clock. */
@@ -499,7 +450,7 @@ static int wait_events(struct iscsi_backend *b, int ms)
  * callbacks of our own requests may have run inside it. */
 static void after_sync(struct iscsi_backend *b)
 {
-    sync_socket(b, 1);
+    plx_iscsi_sync_socket(b, 1);
     if (b->ready.head != NULL)
         efd_signal(b->efd);
 }
@@ -598,7 +549,7 @@ static int pr_reserve_if_free(struct iscsi_backend *b)
     return -EIO;
 }
 
-static uint64_t mono_ns(void)
+uint64_t plx_iscsi_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -606,14 +557,14 @@ static uint64_t mono_ns(void)
 }
 
 /* Our registration may be gone: hold writes until rejoin_try settles it. */
-static void registration_in_doubt(struct iscsi_backend *b)
+void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
 {
     if (b->pr_key == 0 || b->fenced || b->rejoin)
         return;
     b->rejoin = 1;
     b->rejoin_checked = 0;
     b->rejoin_key_gone = 0;
-    b->rejoin_since_ns = mono_ns();
+    b->rejoin_since_ns = plx_iscsi_mono_ns();
 }
 
 /* Fenced for good: everything held and everything later fails with -ESTALE. */
@@ -626,7 +577,7 @@ static void fence_self(struct iscsi_backend *b, const char *why)
     b->fenced = 1;
     b->rejoin = 0;
     while (b->held.head != NULL)
-        finish(b, list_pop(&b->held), -ESTALE);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -ESTALE);
 }
 
 /* Is our key in the medium's list of preempted keys (hooks.preempted_block, read now)? 1, 0,
@@ -663,7 +614,7 @@ static int key_listed(struct iscsi_backend *b)
  * be tried again later (the session or the lock manager not answering yet). */
 static void rejoin_try(struct iscsi_backend *b)
 {
-    if (!b->rejoin || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+    if (!b->rejoin || b->fenced || b->dead || b->conn != CONN_UP)
         return;
     if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
         int there = pr_key_registered(b, b->pr_key);
@@ -683,7 +634,7 @@ static void rejoin_try(struct iscsi_backend *b)
         }
         if (b->hooks.lease_confirmed == NULL ||
             !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
-            if (mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
+            if (plx_iscsi_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
                 fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
                               "and the lock manager did not confirm our lease in time: another "
                               "host may hold our locks");
@@ -694,7 +645,7 @@ static void rejoin_try(struct iscsi_backend *b)
      * into it (tests/integration/fence_rejoin.sh). */
     const char *delay = getenv("PLX_TEST_REJOIN_DELAY_MS");
     if (delay != NULL && atoi(delay) > 0 &&
-        mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
         if (b->blocking)
             usleep(20000);
         return;
@@ -721,12 +672,20 @@ static void rejoin_try(struct iscsi_backend *b)
                                  "lock manager confirmed our lease and no host preempted it)"
                                : " for this session");
     b->rejoin = 0;
+    plx_iscsi_release_held(b);
+}
+
+/* The held requests go out, in order (only ever filled in asynchronous mode). */
+void plx_iscsi_release_held(struct iscsi_backend *b)
+{
     struct req_list held = b->held; /* issue() may hold a request again */
     b->held.head = b->held.tail = NULL;
     struct iscsi_req *r;
-    while ((r = list_pop(&held)) != NULL) /* only ever filled in asynchronous mode */
-        if ((rc = issue(b, r)) < 0)
-            finish(b, r, rc);
+    while ((r = plx_iscsi_list_pop(&held)) != NULL) {
+        int rc = b->dead ? -EIO : issue(b, r);
+        if (rc < 0)
+            plx_iscsi_finish(b, r, rc);
+    }
 }
 
 /* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
@@ -734,9 +693,9 @@ static void rejoin_try(struct iscsi_backend *b)
  * not answer in time. */
 static int rejoin_wait(struct iscsi_backend *b)
 {
-    registration_in_doubt(b);
-    uint64_t deadline = mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
-    while (b->rejoin && !b->fenced && !b->dead && mono_ns() < deadline) {
+    plx_iscsi_registration_in_doubt(b);
+    uint64_t deadline = plx_iscsi_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
+    while (b->rejoin && !b->fenced && !b->dead && plx_iscsi_mono_ns() < deadline) {
         rejoin_try(b);
         if (b->rejoin && !b->fenced)
             usleep(20000);
@@ -802,7 +761,8 @@ static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
  * most one key outlives its process; the next preempt of a dead holder's key removes it. */
 static void pr_leave(struct iscsi_backend *b)
 {
-    if (b->pr_key == 0 || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+    if (b->pr_key == 0 || b->fenced || b->dead || b->conn != CONN_UP ||
+        !iscsi_is_logged_in(b->iscsi))
         return;
     struct scsi_task *t;
     void *data;
@@ -841,9 +801,19 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
             break;
         }
-        if (t == NULL) {
-            fail_all(b, iscsi_get_error(b->iscsi));
-            return -EIO;
+        if (t == NULL || t->status == SCSI_STATUS_CANCELLED) {
+            /* The session is gone (libiscsi's reconnect is off: it sent nothing again). Log in
+             * again, settle the registration, then send the command again. */
+            if (t != NULL)
+                scsi_free_scsi_task(t);
+            if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b) < 0)
+                return -EIO;
+            if (b->pr_key != 0) {
+                int joined = rejoin_wait(b);
+                if (joined < 0)
+                    return joined;
+            }
+            continue;
         }
         int rc = task_outcome(b, r, t->status, t);
         if (rc == 2) {
@@ -893,7 +863,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     r->io = io;
     r->b = b;
     if (b->blocking) {
-        finish(b, r, run_blocking(b, r));
+        plx_iscsi_finish(b, r, run_blocking(b, r));
         b->inflight++;
         return 0;
     }
@@ -904,7 +874,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     }
     b->inflight++;
     /* The PDU waits in libiscsi's queue: ask for POLLOUT now, so the host wakes to send it. */
-    sync_socket(b, 0);
+    plx_iscsi_sync_socket(b, 0);
     set_ticking(b, 1);
     return 0;
 }
@@ -948,7 +918,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
     b->ready.head = b->ready.tail = NULL;
     int n = 0;
     struct iscsi_req *r;
-    while ((r = list_pop(&ready)) != NULL) {
+    while ((r = plx_iscsi_list_pop(&ready)) != NULL) {
         struct plx_io *io = r->io;
         int status = r->status;
         free(r);
@@ -978,13 +948,21 @@ static void iscsi_destroy(plx_backend *be)
         return;
     if (b->iscsi != NULL) {
         /* Log out only from a working session, and give a silent target 2 s, not forever. */
-        if (!b->dead && iscsi_is_logged_in(b->iscsi)) {
+        if (!b->dead && b->conn == CONN_UP && iscsi_is_logged_in(b->iscsi)) {
             iscsi_set_timeout(b->iscsi, 2);
             pr_leave(b);
             iscsi_logout_sync(b->iscsi);
         }
-        iscsi_destroy_context(b->iscsi);
+        iscsi_destroy_context(b->iscsi); /* requests it still held come back to the held list */
     }
+    /* Requests not delivered (a destroy with I/O in flight) are freed; done is not called. */
+    struct req_list *lists[] = {&b->held, &b->retry, &b->ready};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        struct iscsi_req *r;
+        while ((r = plx_iscsi_list_pop(lists[i])) != NULL)
+            free(r);
+    }
+    free(b->url);
     while (b->abandoned != NULL) {
         struct iscsi_req *r = b->abandoned;
         b->abandoned = r->next;
@@ -1106,7 +1084,7 @@ static int check_url(const char *url, char *desc, size_t desclen, char *msg, siz
 static __thread int log_opening;
 static __thread char log_first[256];
 
-static void log_fn(int level, const char *message)
+void plx_iscsi_log_fn(int level, const char *message)
 {
     (void)level;
     if (log_opening) {
@@ -1302,36 +1280,23 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     b->base.ops = &iscsi_ops;
     lock_path_for(b, desc);
 
-    char initiator[300];
-    initiator_name(initiator, sizeof(initiator));
-    b->iscsi = iscsi_create_context(initiator);
+    initiator_name(b->initiator, sizeof(b->initiator));
+    b->url = strdup(url);
+    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
+    b->max_attempts = retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS;
+    struct iscsi_url *u = NULL;
+    if (b->url != NULL)
+        b->iscsi = plx_iscsi_new_context(b, &u);
     if (b->iscsi == NULL) {
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
     }
-    struct iscsi_url *u = iscsi_parse_full_url(b->iscsi, url);
     if (u == NULL) {
         snprintf(msg, sizeof(msg), "%s: %s (the form is " URL_FORM ")", desc,
                  iscsi_get_error(b->iscsi));
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
     }
-    b->lun = u->lun;
-    iscsi_set_targetname(b->iscsi, u->target);
-    iscsi_set_session_type(b->iscsi, ISCSI_SESSION_NORMAL);
-    iscsi_set_header_digest(b->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
-    if (u->user[0] != '\0')
-        iscsi_set_initiator_username_pwd(b->iscsi, u->user, u->passwd);
-    /* A restarted target answers its first commands with UNIT ATTENTION: libiscsi clears those
-     * after a reconnect, before it re-issues our commands. */
-    iscsi_set_no_ua_on_reconnect(b->iscsi, 1);
-    /* A portal that drops SYNs fails in about 15 s (3 retries), not the kernel's 2 minutes. */
-    iscsi_set_tcp_syncnt(b->iscsi, 3);
-    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
-    iscsi_set_reconnect_max_retries(
-        b->iscsi, retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS);
-    iscsi_set_log_level(b->iscsi, 1);
-    iscsi_set_log_fn(b->iscsi, log_fn);
     log_opening = 1;
     log_first[0] = '\0';
 
@@ -1364,7 +1329,6 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
     }
-    sync_socket(b, 1);
-    b->logged_in = 1;
+    plx_iscsi_sync_socket(b, 1);
     return &b->base;
 }
