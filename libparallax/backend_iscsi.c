@@ -10,33 +10,37 @@
  *
  * The event model. The seam asks for one descriptor that stays the same for the backend's life
  * and is readable whenever poll() has work. libiscsi's socket is not that descriptor: it wants
- * POLLOUT while PDUs wait to be sent, it is replaced (dup2 onto the same number, a new open file
- * description that no epoll set knows) when the connection is re-established, and while a
- * reconnect backs off it wants no events at all and needs iscsi_service() called on a clock. So
- * the backend's descriptor is an epoll set of its own holding: the socket, registered for exactly
- * what iscsi_which_events() says and re-registered after every service call (an EPOLLOUT wish of
- * libiscsi thus makes the backend's fd readable); a timerfd that ticks while I/O is in flight or a
- * reconnect is pending (libiscsi's timeouts and reconnect back-off run from iscsi_service); and an
- * eventfd that says completions wait in the ready list. The host's epoll set watches that one fd
- * for POLLIN, as for every other backend.
+ * POLLOUT while PDUs wait to be sent, it is a new socket (a new context's) after the session is
+ * re-established, and while logging in again backs off there is no socket at all and the next
+ * attempt is due on a clock. So the backend's descriptor is an epoll set of its own holding: the
+ * socket, registered for exactly what iscsi_which_events() says and re-registered after every
+ * service call (an EPOLLOUT wish of libiscsi thus makes the backend's fd readable); a timerfd that
+ * ticks while I/O is in flight, the session is being re-established or the registration is in
+ * doubt; and an eventfd that says completions wait in the ready list. The host's epoll set watches
+ * that one fd for POLLIN, as for every other backend.
  *
  * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
  * never call io->done: they move the request to the ready list, and poll() delivers the list, so
  * done never runs inside submit() and a callback may submit more.
  *
- * A dropped connection. libiscsi notices it (POLLHUP, POLLERR, a failed read or write), logs in
- * again with the same session parameters and re-issues every SCSI command that had not completed
- * (each is whole: a WRITE carries all its data again, and the engine never has two overlapping
- * writes in flight, so a re-issued write cannot undo a later one). A request completes only when
- * the target has answered it GOOD. A UNIT ATTENTION (what a restarted target answers first) or
- * BUSY/TASK SET FULL is retried a few times. When reconnecting fails $PARALLAX_ISCSI_RETRIES times
- * (default 8, about 40 s of back-off) every request in flight fails with -EIO, later ones too, and
- * the backend says so on stderr: a write is never reported done when the target did not confirm
- * it.
+ * A dropped connection (backend_iscsi_session.c). libiscsi's automatic reconnect is off: it would
+ * re-send the commands in flight at login, before our registration check, and a write of a host
+ * that was fenced meanwhile could land. When the connection drops (POLLHUP, POLLERR, the target
+ * closing its side, a failed read or write) every request libiscsi held comes back cancelled and
+ * waits, unsent, in the held list, with the ones submitted meanwhile. A fresh context logs in
+ * asynchronously; then the held requests go out, writes only once rejoin_try has settled our
+ * registration (reads too wait for that, being in the same list). Each is whole (a WRITE carries
+ * all its data again, and the engine never has two overlapping writes in flight, so a re-issued
+ * write cannot undo a later one). A request completes only when the target has answered it GOOD.
+ * A UNIT ATTENTION (what a restarted target answers first) or BUSY/TASK SET FULL is retried a few
+ * times. When logging in fails $PARALLAX_ISCSI_RETRIES times in a row (default 8, about 30 s of
+ * back-off) every held request fails with -EIO, later ones too, and the backend says so on
+ * stderr: a write is never reported done when the target did not confirm it.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
  * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
- * and is delivered by the next poll(), as in the file backend.
+ * and is delivered by the next poll(), as in the file backend. A command that meets a dropped
+ * connection is sent again after a synchronous login and, when fencing, rejoin_wait.
  *
  * Fencing (plx_backend_fence_ops; docs/DESIGN.md "The lock manager"): SCSI-3 persistent
  * reservations. A writing engine of a store with a lock manager registers its key, the LUN is
@@ -82,7 +86,7 @@ void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r)
     l->tail = r;
 }
 
-struct iscsi_req * plx_iscsi_list_pop(struct req_list *l)
+struct iscsi_req *plx_iscsi_list_pop(struct req_list *l)
 {
     struct iscsi_req *r = l->head;
     if (r != NULL) {
@@ -446,6 +450,13 @@ static int wait_events(struct iscsi_backend *b, int ms)
 #define PR_TYPE SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
 #define PR_KEYS_BYTES 16384 /* READ KEYS allocation: some 2000 keys */
 
+/* A synchronous call needs a logged-in session: while ours is being re-established the context
+ * has no connection (backend_iscsi_session.c), and the call fails at once instead. */
+static int session_up(const struct iscsi_backend *b)
+{
+    return b->blocking || (b->conn == CONN_UP && !b->dead);
+}
+
 /* After a synchronous call in asynchronous mode: the socket may want other events now, and
  * callbacks of our own requests may have run inside it. */
 static void after_sync(struct iscsi_backend *b)
@@ -459,6 +470,8 @@ static void after_sync(struct iscsi_backend *b)
  * reconnect, "reservations preempted" for others) is answered by sending the command again. */
 static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key, int type)
 {
+    if (!session_up(b))
+        return -1;
     for (int i = 0;; i++) {
         struct scsi_persistent_reserve_out_basic p = {.reservation_key = key,
                                                       .service_action_reservation_key = sa_key};
@@ -476,9 +489,10 @@ static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key
 /* PERSISTENT RESERVE IN, unmarshalled into *out (the task, to free); -EIO on failure. */
 static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void **out)
 {
+    if (!session_up(b))
+        return -EIO;
     for (int i = 0;; i++) {
-        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa,
-                                                               PR_KEYS_BYTES);
+        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa, PR_KEYS_BYTES);
         if (t != NULL && t->status == SCSI_STATUS_GOOD) {
             *out = scsi_datain_unmarshall(t);
             if (*out == NULL) {
@@ -515,8 +529,8 @@ static int pr_key_registered(struct iscsi_backend *b, uint64_t key)
  * the target ties a registration to the session, not to the key). */
 static int pr_register(struct iscsi_backend *b)
 {
-    int status = pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key,
-                        0);
+    int status =
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key, 0);
     return status == SCSI_STATUS_GOOD ? 0 : -EIO;
 }
 
@@ -571,8 +585,9 @@ void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
 static void fence_self(struct iscsi_backend *b, const char *why)
 {
     if (!b->fenced)
-        fprintf(stderr, "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
-                        "no further I/O\n",
+        fprintf(stderr,
+                "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
+                "no further I/O\n",
                 b->base.desc, why);
     b->fenced = 1;
     b->rejoin = 0;
@@ -586,9 +601,11 @@ static int key_listed(struct iscsi_backend *b)
 {
     if (b->hooks.key_preempted == NULL)
         return 0;
+    if (!session_up(b))
+        return -EIO;
     uint64_t lba = b->hooks.preempted_block * b->lbas_per_block;
-    struct scsi_task *t = iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE,
-                                            (int)b->lba_size, 0, 0, 0, 0, 0);
+    struct scsi_task *t =
+        iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE, (int)b->lba_size, 0, 0, 0, 0, 0);
     int rc = -EIO;
     if (t != NULL && t->status == SCSI_STATUS_GOOD && t->datain.data != NULL &&
         t->datain.size >= (int)PLX_BLOCK_SIZE) {
@@ -666,8 +683,8 @@ static void rejoin_try(struct iscsi_backend *b)
                       "while we registered again (we unregistered)");
         return;
     }
-    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n",
-            b->base.desc, (unsigned long long)b->pr_key,
+    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n", b->base.desc,
+            (unsigned long long)b->pr_key,
             b->rejoin_key_gone ? " (it was gone from the LUN, as after a target restart; the "
                                  "lock manager confirmed our lease and no host preempted it)"
                                : " for this session");
@@ -739,8 +756,9 @@ static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
         }
         int status = pr_out(b, SCSI_PERSISTENT_RESERVE_PREEMPT, b->pr_key, victim, PR_TYPE);
         if (status == SCSI_STATUS_GOOD) {
-            fprintf(stderr, "parallax: %s: preempted the reservation key %016llx of a dead "
-                            "holder: the target refuses its writes from now on\n",
+            fprintf(stderr,
+                    "parallax: %s: preempted the reservation key %016llx of a dead "
+                    "holder: the target refuses its writes from now on\n",
                     be->desc, (unsigned long long)victim);
             break;
         }

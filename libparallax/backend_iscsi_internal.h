@@ -57,17 +57,17 @@ struct iscsi_backend {
     int ticking;
     unsigned inflight; /* accepted and done not yet called */
     struct req_list ready, retry;
-    struct iscsi_req *all;       /* requests whose task libiscsi holds */
-    struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
-    int lock_fd;                 /* flock stand-in for the admin lock (one host) */
-    uint64_t pr_key;             /* our persistent reservation key; 0: not fencing */
-    int fenced;                  /* our key was preempted: everything fails with -ESTALE */
+    struct iscsi_req *all;        /* requests whose task libiscsi holds */
+    struct iscsi_req *abandoned;  /* failed by fail_all, freed at destroy */
+    int lock_fd;                  /* flock stand-in for the admin lock (one host) */
+    uint64_t pr_key;              /* our persistent reservation key; 0: not fencing */
+    int fenced;                   /* our key was preempted: everything fails with -ESTALE */
     struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
-    int rejoin;                  /* registration in doubt: writes held until rejoin_try settles it */
-    int rejoin_checked;          /* ... and we looked whether our key is still on the LUN: */
-    int rejoin_key_gone;         /* it was gone: confirm the lease first */
-    uint64_t rejoin_since_ns;    /* when the doubt began (CLOCK_MONOTONIC) */
-    struct req_list held;        /* waiting for a login or a rejoin, in order */
+    int rejoin;               /* registration in doubt: writes held until rejoin_try settles it */
+    int rejoin_checked;       /* ... and we looked whether our key is still on the LUN: */
+    int rejoin_key_gone;      /* it was gone: confirm the lease first */
+    uint64_t rejoin_since_ns; /* when the doubt began (CLOCK_MONOTONIC) */
+    struct req_list held;     /* waiting for a login or a rejoin, in order */
     /* The session (backend_iscsi_session.c). */
     enum iscsi_conn conn;
     int dropped;              /* a callback saw the session's commands cancelled under it */
