@@ -822,9 +822,12 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
         if (t == NULL || t->status == SCSI_STATUS_CANCELLED) {
             /* The session is gone (libiscsi's reconnect is off: it sent nothing again). Log in
              * again, settle the registration, then send the command again. */
+            const char *why = t != NULL ? "the connection was closed" : iscsi_get_error(b->iscsi);
+            char whybuf[256];
+            snprintf(whybuf, sizeof(whybuf), "%s", why);
             if (t != NULL)
                 scsi_free_scsi_task(t);
-            if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b) < 0)
+            if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b, whybuf) < 0)
                 return -EIO;
             if (b->pr_key != 0) {
                 int joined = rejoin_wait(b);

@@ -94,6 +94,6 @@ uint64_t plx_iscsi_mono_ns(void);
 struct iscsi_context *plx_iscsi_new_context(struct iscsi_backend *b, struct iscsi_url **url);
 void plx_iscsi_session_lost(struct iscsi_backend *b, const char *why);
 void plx_iscsi_session_step(struct iscsi_backend *b, short revents);
-int plx_iscsi_reconnect_blocking(struct iscsi_backend *b);
+int plx_iscsi_reconnect_blocking(struct iscsi_backend *b, const char *why);
 
 #endif

@@ -209,12 +209,11 @@ void plx_iscsi_session_step(struct iscsi_backend *b, short revents)
 /* Blocking mode: a command failed because the session is gone. Log in again with a fresh
  * context (waiting between attempts as above); 0 when logged in, -EIO when we gave up. The
  * caller settles the registration (rejoin_wait) before it sends anything that writes. */
-int plx_iscsi_reconnect_blocking(struct iscsi_backend *b)
+int plx_iscsi_reconnect_blocking(struct iscsi_backend *b, const char *why)
 {
     if (b->dead)
         return -EIO;
-    fprintf(stderr, "parallax: %s: connection lost (%s); logging in again\n", b->base.desc,
-            iscsi_get_error(b->iscsi));
+    fprintf(stderr, "parallax: %s: connection lost (%s); logging in again\n", b->base.desc, why);
     plx_iscsi_registration_in_doubt(b);
     for (int attempt = 1;; attempt++) {
         if (replace_context(b) < 0)
@@ -224,9 +223,9 @@ int plx_iscsi_reconnect_blocking(struct iscsi_backend *b)
             return 0;
         }
         if (b->max_attempts >= 0 && attempt >= b->max_attempts) {
-            char why[200];
-            snprintf(why, sizeof(why), "could not log in again (%d attempts)", attempt);
-            plx_iscsi_fail_all(b, why);
+            char msg[200];
+            snprintf(msg, sizeof(msg), "could not log in again (%d attempts)", attempt);
+            plx_iscsi_fail_all(b, msg);
             return -EIO;
         }
         unsigned wait = attempt < MAX_BACKOFF_S ? (unsigned)attempt : MAX_BACKOFF_S;
