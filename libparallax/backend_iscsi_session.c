@@ -74,6 +74,17 @@ static int replace_context(struct iscsi_backend *b)
         b->sock_events = 0;
     }
     iscsi_destroy_context(b->iscsi);
+    /* libiscsi calls back only for a context it counts as logged in: anything it did not
+     * return is held here all the same (its task is ours to free). */
+    while (b->all != NULL) {
+        struct iscsi_req *r = b->all;
+        b->all = r->all_next;
+        r->all_prev = r->all_next = NULL;
+        if (r->task != NULL)
+            scsi_free_scsi_task(r->task);
+        r->task = NULL;
+        plx_iscsi_list_push(&b->held, r);
+    }
     struct iscsi_url *u;
     b->iscsi = plx_iscsi_new_context(b, &u);
     if (u != NULL)
