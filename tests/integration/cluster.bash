@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Helpers for the scripts that run several hosts (engine processes with their own host ids,
-# initiator names and reservation keys) on one tgtd LUN with parallax-lockd: fence_rejoin.sh,
-# fence_inflight.sh. Source it after lib.sh; it needs qemu-io, nbdcopy and python3, and it
+# initiator names and reservation keys) on one tgtd LUN with parallax-lockd: fence_iscsi.sh,
+# fence_rejoin.sh, fence_inflight.sh. Source it after lib.sh; it needs qemu-io, nbdcopy and python3, and it
 # starts tgtd (tgt_start) with LUN 1 of 256 MiB.
 #
 #   URL                              the LUN; lun ARGS... runs parallax on it as host "admin"
@@ -40,7 +40,7 @@ export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
 export PARALLAX_LOCK_TIMEOUT=4
 URL=$(tgt_add_lun 1 256M)
-lun() { PARALLAX_HOST_ID=admin "$PARALLAX" -b "$URL" "$@"; }
+lun() { PARALLAX_HOST_ID="admin" "$PARALLAX" -b "$URL" "$@"; }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 initiator() { echo "iqn.2026-11.org.parallax:$1"; }
@@ -129,8 +129,9 @@ write() {
 }
 verify() {
     rm -f "$T/read.img"
-    nbdcopy "$(uri "$1" "$2")" "$T/read.img" || fail "$3: reading $2 through $1"
-    cmp -s "$T/model-$2.img" "$T/read.img" || fail "$3: $2 read through $1 differs from what was flushed"
+    nbdcopy "$(uri "$1" "$2")" "$T/read.img" || fail "$3: reading $2 through $1: $(tail -5 "$T/$1.log")"
+    cmp -s "$T/model-$2.img" "$T/read.img" ||
+        fail "$3: $2 read through $1 differs from what was flushed: $(tail -5 "$T/$1.log")"
 }
 
 declare -A QFD QPID

@@ -16,7 +16,7 @@
 . "$(dirname "$0")/cluster.bash"
 
 size=$((8 << 20))
-lease=3
+lease=5 # long enough that a loaded machine does not stop a live host for a lease (frozen())
 lockd_start $lease
 lun format --extent-size 8M >/dev/null
 lun lockd-set "127.0.0.1:$LOCKD_PORT"
