@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Registering again at the target (docs/DESIGN.md "The lock manager", Fencing). tgt keeps
 # persistent reservations in memory only, and a re-established session is not registered.
-# 1. tgtd is killed and started again while three hosts (h1, h2, h3) keep a VDI each open with
-#    a client writing, and a fourth process (h4) opens the LUN first after the restart, so it
+# 1. tgtd is killed and started again while five hosts (h1, h2, h3, h6, h7) keep a VDI each open
+#    with a client writing, and another process (h4) opens the LUN first after the restart, so it
 #    reserves the LUN for itself: the hosts find their keys gone, have lockd confirm their
-#    leases, register again and go on serving; every flushed byte is there.
+#    leases, register again at once and go on serving; every flushed byte is there.
 # 2. The expired-lease variant: h1 is cut off from lockd (its connection runs through a relay
 #    that is frozen) past its lease, h2 takes h1's VDI (listing and preempting h1's key), then
 #    the target restarts and forgets the preempt, and h1 can reach lockd again: h1 finds its key
@@ -30,18 +30,19 @@ relay_start "$rport:$port"
 
 lun format --extent-size 8M >/dev/null
 lun lockd-set "127.0.0.1:$port"
-for v in a b c; do lun vdi-create $v --size $size >/dev/null; truncate -s $size "$T/model-$v.img"; done
+for v in a b c e f; do lun vdi-create $v --size $size >/dev/null; truncate -s $size "$T/model-$v.img"; done
 
-# 1. The target restarts under three writing hosts.
-for h in h1 h2 h3; do start_host $h; done
-declare -A VDI_OF=([h1]=a [h2]=b [h3]=c)
-for h in h1 h2 h3; do
+# 1. The target restarts under five writing hosts: all of them register again at once.
+HOSTS=(h1 h2 h3 h6 h7)
+for h in "${HOSTS[@]}"; do start_host $h; done
+declare -A VDI_OF=([h1]=a [h2]=b [h3]=c [h6]=e [h7]=f)
+for h in "${HOSTS[@]}"; do
     session_open $h $h "${VDI_OF[$h]}"
     session_cmd $h "write -P 11 0 65536"
     session_cmd $h "flush"
 done
 sleep 1
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do
     [[ $(session_errors $h) == 0 ]] || fail "$h refused a write before the restart: $(cat "$T/qio-$h.log")"
     model "${VDI_OF[$h]}" 11 0 65536
 done
@@ -50,12 +51,12 @@ tgt_restart 1
 # now on the target refuses every session whose key is not registered.
 PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$URL" vdi-create d --size $size >/dev/null ||
     fail "h4 could not open the LUN after the restart"
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do
     session_cmd $h "write -P 22 131072 65536"
     session_cmd $h "flush"
 done
-for h in h1 h2 h3; do session_close $h; done
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do session_close $h; done
+for h in "${HOSTS[@]}"; do
     [[ $(session_errors $h) == 0 ]] || fail "$h failed a write after the target restart: $(cat "$T/qio-$h.log") $(tail -5 "$T/$h.log")"
     grep -q "registered our reservation key .* again (it was gone from the LUN" "$T/$h.log" ||
         fail "$h does not say it registered again: $(cat "$T/$h.log")"
@@ -63,8 +64,9 @@ for h in h1 h2 h3; do
     write $h "${VDI_OF[$h]}" 33 262144 4096 || fail "$h: a new client after the restart: $(tail -5 "$T/$h.log")"
 done
 verify h2 a "after the target restart"; verify h3 b "after the target restart"; verify h1 c "after the target restart"
-echo "three hosts kept serving through a target restart; nothing flushed was lost"
-for h in h1 h2 h3; do stop_host $h; done
+verify h7 e "after the target restart"; verify h6 f "after the target restart"
+echo "five hosts kept serving through a target restart; nothing flushed was lost"
+for h in "${HOSTS[@]}"; do stop_host $h; done
 
 # 2. A host whose lease expired and whose VDI was taken stays fenced across a target restart.
 start_host h1 "127.0.0.1:$rport"
@@ -130,7 +132,7 @@ echo "a preempt racing a re-registration was not undone; none of the fenced host
 # The end: parallax check clean, every flushed byte there.
 for h in h5 h2; do stop_host $h; done
 lun check >"$T/check.out" 2>&1 || fail "check: $(cat "$T/check.out")"
-for v in a b c; do
+for v in a b c e f; do
     lun vdi-export $v "$T/final.img"
     cmp -s "$T/model-$v.img" "$T/final.img" || fail "$v: the final image differs from the model"
 done
