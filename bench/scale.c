@@ -32,8 +32,9 @@
  * (default 63); each clone takes one 4 KiB write per 2 MiB leaf span, in ascending order, so it
  * holds its own copy of every leaf (512 links each, 511 shared with the golden image) and its
  * leaves follow each other in the metadata extents (a parent node every 512 leaves). Then
- * `gc --dry-run` runs 3 times: nodes read, mark seconds and MiB/s of nodes read, as CSV. The
- * script (scale.sh) measures fio's sequential 1 MiB reads on the same disk as the baseline.
+ * `gc --dry-run` runs 3 times: nodes read, mark seconds, MiB/s of nodes read and the CPU time
+ * of the whole collection (user + system), as CSV. The script (scale.sh) measures fio's
+ * sequential 1 MiB reads on the same disk as the baseline.
  *
  * --vdis 1,100,...: costs against the number of VDIs in the store instead. VDIs of 1 GiB are
  * created up to each count, and at each count, in the same run:
@@ -50,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "parallax.h"
@@ -59,6 +61,15 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* This process's CPU time, user + system. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void die(plx_store *st, int rc, const char *what)
@@ -314,19 +325,22 @@ static int gc_seq_bench(plx_store *st, uint64_t leaves, uint64_t clones)
         plx_vdi_close(v);
     }
     free(buf);
-    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,mark_mib_per_s\n");
+    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,mark_mib_per_s,"
+           "gc_cpu_seconds\n");
     for (int run = 0; run < 3; run++) {
         struct plx_gc_report r;
         struct gc_times t = {0, 0};
         struct plx_gc_opts o = {
             .struct_size = sizeof o, .dry_run = 1, .progress = gc_progress, .progress_arg = &t};
+        double cpu0 = cpu_seconds();
         rc = plx_gc_ex(st, &o, &r);
         if (rc)
             die(st, rc, "gc");
+        double cpu = cpu_seconds() - cpu0;
         double mark_s = (t.mark_end - t.mark_start) / 1000;
-        printf("%d,%llu,%.3f,%.3f,%.0f,%.1f\n", run, (unsigned long long)r.metadata_read, r.seconds,
-               mark_s, (double)r.metadata_read / mark_s,
-               (double)r.metadata_read * 4096 / (1 << 20) / mark_s);
+        printf("%d,%llu,%.3f,%.3f,%.0f,%.1f,%.3f\n", run, (unsigned long long)r.metadata_read,
+               r.seconds, mark_s, (double)r.metadata_read / mark_s,
+               (double)r.metadata_read * 4096 / (1 << 20) / mark_s, cpu);
         fflush(stdout);
     }
     plx_store_close(st);
