@@ -310,6 +310,29 @@ START_TEST(test_open_bad_checksum)
 }
 END_TEST
 
+/* CRC-32C: the check value of "123456789", and the hardware form (crc32 instruction, where the
+ * CPU has it) against the table on every length up to a few blocks, at every alignment and with
+ * any seed: a difference would make every checksum written before an upgrade look corrupt. */
+START_TEST(test_crc32c)
+{
+    ck_assert_uint_eq(plx_crc32c(0, "123456789", 9), 0xe3069283u);
+    ck_assert_uint_eq(plx_crc32c_table(0, "123456789", 9), 0xe3069283u);
+    ck_assert_uint_eq(plx_crc32c(0, "", 0), 0);
+    enum { N = 3 * 4096 + 64 };
+    uint8_t *buf = malloc(N);
+    uint64_t rng = 11;
+    tu_fill(buf, N, 5);
+    for (int i = 0; i < 3000; i++) {
+        size_t off = (size_t)(tu_rand(&rng) % 8);
+        size_t len = i < 300 ? (size_t)i : (size_t)(tu_rand(&rng) % (N - 8));
+        uint32_t seed = (uint32_t)tu_rand(&rng);
+        ck_assert_msg(plx_crc32c(seed, buf + off, len) == plx_crc32c_table(seed, buf + off, len),
+                      "length %zu at offset %zu, seed %08x", len, off, seed);
+    }
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_open_wrong_version)
 {
     plx_backend *mem = new_medium(8 * MiB);
@@ -2114,6 +2137,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_format_refuses);
     tcase_add_test(tc, test_open_bad_magic);
     tcase_add_test(tc, test_open_bad_checksum);
+    tcase_add_test(tc, test_crc32c);
     tcase_add_test(tc, test_open_wrong_version);
     tcase_add_test(tc, test_open_truncated);
     tcase_add_test(tc, test_reopen_file);
