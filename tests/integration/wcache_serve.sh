@@ -59,10 +59,18 @@ s.recv(18); s.sendall((1).to_bytes(4, "big"))
 name = b"vm"
 s.sendall(b"IHAVEOPT" + (1).to_bytes(4, "big") + len(name).to_bytes(4, "big") + name)
 s.recv(1024)
+print("connected", flush=True)
 time.sleep(30)
 PY
 holder=$!
 bg_pid $holder
+# (The VDI stays open after qemu-io left until the log has drained it: status alone does not
+# say the holder has it.)
+for ((i = 0; i < 100; i++)); do
+    grep -q connected "$T/hold.out" && break
+    sleep 0.1
+done
+grep -q connected "$T/hold.out" || fail "the holder did not connect: $(cat "$T/hold.out")"
 for ((i = 0; i < 50; i++)); do
     plx cache status | grep -q "^vm .*cache on" && break
     sleep 0.1
