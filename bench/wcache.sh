@@ -45,10 +45,12 @@ P=$root/build/parallax
 work=$(mktemp -d "$dir/plx-bench-wcache.XXXXXX")
 cg=/sys/fs/cgroup/blkio/plx-wcache-$$
 tgtd_pid="" srv_pid=""
+# (set -e holds in the trap too: a killed process's wait status must not end it early, which
+# left the work directory and the cgroup behind.)
 cleanup() {
-    [[ -n $srv_pid ]] && kill -9 "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null
-    [[ -n $tgtd_pid ]] && kill -9 "$tgtd_pid" 2>/dev/null && wait "$tgtd_pid" 2>/dev/null
-    [[ -d $cg ]] && rmdir "$cg" 2>/dev/null
+    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null || true; fi
+    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null; wait "$tgtd_pid" 2>/dev/null || true; fi
+    if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
