@@ -374,7 +374,7 @@ static void export_put(struct nbd_server *srv, struct export *e)
 }
 
 /* Close the exports whose drain has finished (from the idle hook, after every service pass:
- * the pass that completed a drain round is followed by this at once). */
+ * the pass that completed the last drain round is followed by this at once). */
 static void export_reap(struct nbd_server *srv)
 {
     for (struct export *e = srv->exports, *next; e; e = next) {
@@ -1560,6 +1560,9 @@ static int wauto_start(struct nbd_server *srv)
 static void server_idle(void *arg, plx_store *st)
 {
     struct nbd_server *srv = arg;
+    /* First: a close runs other requests' callbacks, and the connections they kick are served
+     * by the loop below rather than at the next wake-up. */
+    export_reap(srv);
     while (srv->dirty_head) {
         struct conn *c = srv->dirty_head;
         srv->dirty_head = c->dirty_next;
@@ -1573,7 +1576,6 @@ static void server_idle(void *arg, plx_store *st)
         else
             conn_update(c);
     }
-    export_reap(srv);
 }
 
 static void listener_ready(struct et_fd_handler *h, plx_store *st)
