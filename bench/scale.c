@@ -27,6 +27,15 @@
  * default) and with one at a time (read_depth 1: the walk before it kept reads in flight, the
  * baseline of the same run), as CSV.
  *
+ * --gc-seq LEAVES [--clones N]: the mark phase where the nodes are contiguous. A golden VDI of
+ * LEAVES * 2 MiB is written whole (1 MiB writes, ascending), snapshotted, and cloned N times
+ * (default 63); each clone takes one 4 KiB write per 2 MiB leaf span, in ascending order, so it
+ * holds its own copy of every leaf (512 links each, 511 shared with the golden image) and its
+ * leaves follow each other in the metadata extents (a parent node every 512 leaves). Then
+ * `gc --dry-run` runs 3 times: nodes read, mark seconds, MiB/s of nodes read and the CPU time
+ * of the whole collection (user + system), as CSV. The script (scale.sh) measures fio's
+ * sequential 1 MiB reads on the same disk as the baseline.
+ *
  * --vdis 1,100,...: costs against the number of VDIs in the store instead. VDIs of 1 GiB are
  * created up to each count, and at each count, in the same run:
  *   create_ms     plx_vdi_create of one more VDI (mean of 20; they add to the count)
@@ -42,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "parallax.h"
@@ -51,6 +61,15 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* This process's CPU time, user + system. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void die(plx_store *st, int rc, const char *what)
@@ -255,6 +274,79 @@ static int gc_bench(plx_store *st, uint64_t nodes)
     return 0;
 }
 
+/* Write `count` blocks of `len` bytes `step` apart from offset 0, in ascending order, `depth` in
+ * flight: the leaf nodes are allocated in this order, so they follow each other on the store. */
+static void write_ascending(plx_store *st, plx_vdi *v, const char *buf, uint64_t len, uint64_t step,
+                            uint64_t count, uint64_t depth)
+{
+    struct counter c = {0, 0};
+    uint64_t sent = 0;
+    while (c.done < count) {
+        while (sent < count && sent - c.done < depth) {
+            int rc = plx_vdi_submit_write(v, buf, sent * step, len, 0, write_done, &c);
+            if (rc)
+                die(st, rc, "write");
+            sent++;
+        }
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            die(st, rc, "service");
+    }
+    if (c.failed)
+        die(st, -EIO, "a write failed");
+}
+
+static int gc_seq_bench(plx_store *st, uint64_t leaves, uint64_t clones)
+{
+    char *buf = aligned_alloc(4096, 1 << 20);
+    memset(buf, 0x44, 1 << 20);
+    plx_vdi *v;
+    int rc = plx_vdi_create(st, "gold", leaves * (2ull << 20), NULL);
+    if (!rc)
+        rc = plx_vdi_open(st, "gold", 0, &v);
+    if (rc)
+        die(st, rc, "create");
+    write_ascending(st, v, buf, 1 << 20, 1 << 20, leaves * 2, 8);
+    plx_vdi_close(v);
+    uint64_t idx = 0;
+    if ((rc = plx_vdi_snapshot(st, "gold", NULL, &idx)))
+        die(st, rc, "snapshot");
+    char snap[32], name[32];
+    snprintf(snap, sizeof snap, "gold@%llu", (unsigned long long)idx);
+    for (uint64_t i = 0; i < clones; i++) {
+        snprintf(name, sizeof name, "c%llu", (unsigned long long)i);
+        rc = plx_vdi_clone(st, name, snap, NULL);
+        if (!rc)
+            rc = plx_vdi_open(st, name, 0, &v);
+        if (rc)
+            die(st, rc, "clone");
+        /* one 4 KiB write per leaf span: the clone's own copy of every leaf (512 links) */
+        write_ascending(st, v, buf, 4096, 2u << 20, leaves, 64);
+        plx_vdi_close(v);
+    }
+    free(buf);
+    printf("run,metadata_read,gc_seconds,mark_seconds,mark_nodes_per_s,mark_mib_per_s,"
+           "gc_cpu_seconds\n");
+    for (int run = 0; run < 3; run++) {
+        struct plx_gc_report r;
+        struct gc_times t = {0, 0};
+        struct plx_gc_opts o = {
+            .struct_size = sizeof o, .dry_run = 1, .progress = gc_progress, .progress_arg = &t};
+        double cpu0 = cpu_seconds();
+        rc = plx_gc_ex(st, &o, &r);
+        if (rc)
+            die(st, rc, "gc");
+        double cpu = cpu_seconds() - cpu0;
+        double mark_s = (t.mark_end - t.mark_start) / 1000;
+        printf("%d,%llu,%.3f,%.3f,%.0f,%.1f,%.3f\n", run, (unsigned long long)r.metadata_read,
+               r.seconds, mark_s, (double)r.metadata_read / mark_s,
+               (double)r.metadata_read * 4096 / (1 << 20) / mark_s, cpu);
+        fflush(stdout);
+    }
+    plx_store_close(st);
+    return 0;
+}
+
 static void vdi_name(uint64_t i, char *buf, size_t len)
 {
     snprintf(buf, len, "vm-%07llu", (unsigned long long)i);
@@ -343,7 +435,7 @@ static int vdis_bench(plx_store *st, const char *counts)
 
 int main(int argc, char **argv)
 {
-    uint64_t gc_nodes = 0;
+    uint64_t gc_nodes = 0, gc_seq = 0, clones = 63;
     const char *vdi_counts = NULL;
     const char *path = NULL;
     const char *counts = "1,10,100,1000,10000,100000";
@@ -354,11 +446,15 @@ int main(int argc, char **argv)
             counts = argv[++i];
         else if (strcmp(argv[i], "--gc") == 0 && i + 1 < argc)
             gc_nodes = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--gc-seq") == 0 && i + 1 < argc)
+            gc_seq = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--clones") == 0 && i + 1 < argc)
+            clones = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--vdis") == 0 && i + 1 < argc)
             vdi_counts = argv[++i];
         else {
             fprintf(stderr, "usage: bench-scale --store FILE [--counts 1,10,... | --gc NODES | "
-                            "--vdis 1,100,...]\n");
+                            "--gc-seq LEAVES [--clones N] | --vdis 1,100,...]\n");
             return 2;
         }
     }
@@ -367,7 +463,11 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
-    int rc = plx_format(path, 8ull << 30, 0, 1, err, sizeof err);
+    /* 8 GiB, or room for --gc-seq's data and nodes with a quarter to spare */
+    uint64_t size = 8ull << 30, need = gc_seq * ((2ull << 20) + 4096 + clones * 8192);
+    if (need + need / 4 > size)
+        size = (need + need / 4 + (1ull << 30) - 1) & ~((1ull << 30) - 1);
+    int rc = plx_format(path, size, 0, 1, err, sizeof err);
     if (rc) {
         fprintf(stderr, "bench-scale: format %s: %s\n", path, err);
         return 1;
@@ -381,6 +481,8 @@ int main(int argc, char **argv)
     }
     if (gc_nodes)
         return gc_bench(st, gc_nodes);
+    if (gc_seq)
+        return gc_seq_bench(st, gc_seq, clones);
     if (vdi_counts)
         return vdis_bench(st, vdi_counts);
     rc = plx_vdi_create(st, "v", 16ull << 30, NULL);

@@ -43,34 +43,34 @@
 #define GC_RUN 64u /* blocks per read at most (a run of consecutive marked nodes) */
 #define GC_QD 32u  /* reads in flight while marking: scattered nodes need the device's queue */
 
-
 struct gc {
     plx_store *st;
-    uint64_t eb, bmb;         /* blocks per extent, bitmap blocks per extent */
-    uint64_t *rmap;           /* reachable, one bit per block */
-    uint64_t *scanned;        /* radix node already read, one bit per block */
-    uint8_t **ckpt;           /* per extent: checkpointed bitmap, NULL = not swept */
+    uint64_t eb, bmb;  /* blocks per extent, bitmap blocks per extent */
+    unsigned eshift;   /* log2(eb) */
+    uint64_t *rmap;    /* reachable, one bit per block */
+    uint64_t *scanned; /* radix node already read, one bit per block */
+    uint8_t **ckpt;    /* per extent: checkpointed bitmap, NULL = not swept */
     struct plx_vdi_record *recs;
     uint64_t *slots;
-    size_t nrecs;             /* deleted VDIs found in the VDI table */
-    size_t entries;           /* VDIs found in the VDI table, deleted or not */
+    size_t nrecs;   /* deleted VDIs found in the VDI table */
+    size_t entries; /* VDIs found in the VDI table, deleted or not */
     struct plx_gc_report *out;
-    uint64_t epoch;           /* state.gc_epoch this collection expects (it bumps it once) */
+    uint64_t epoch; /* state.gc_epoch this collection expects (it bumps it once) */
     bool bumped;
     plx_progress_fn progress; /* may be NULL */
     void *progress_arg;
-    unsigned pass;            /* marking pass, from 1 */
+    unsigned pass; /* marking pass, from 1 */
     /* Marking reads in flight (mark_pass): each slot reads one run into its buffer. */
     struct gc_read {
         struct plx_ev ev;
         struct gc *g;
-        uint64_t *buf;            /* GC_RUN blocks */
+        uint64_t *buf; /* GC_RUN blocks */
         bool busy;
     } reads[GC_QD];
     unsigned inflight;
-    int completed;            /* set by a read's handler: plx_drive_until returns */
-    int mark_err;             /* first error of a read or of a node it read */
-    long read_now;            /* nodes read in this pass */
+    int completed; /* set by a read's handler: plx_drive_until returns */
+    int mark_err;  /* first error of a read or of a node it read */
+    long read_now; /* nodes read in this pass */
 };
 
 static void progress(const struct gc *g, const char *step, uint64_t done, uint64_t total)
@@ -96,7 +96,7 @@ static inline bool bm_get(const uint8_t *bits, uint64_t i)
 
 static inline void bm_clear(uint8_t *bits, uint64_t i)
 {
-    bits[i >> 3] &= (uint8_t)~(1u << (i & 7));
+    bits[i >> 3] &= (uint8_t) ~(1u << (i & 7));
 }
 
 static bool is_candidate_holder(plx_store *st, const struct plx_extent_entry *c)
@@ -154,8 +154,9 @@ static int mark_label_index(void *arg, uint64_t addr, const struct plx_lidx_bloc
 {
     struct gc *g = arg;
     if (!node)
-        return plx_err(g->st, -EUCLEAN, "gc: nothing freed: label index node %llu is corrupt: "
-                                        "%s (parallax check reports it)",
+        return plx_err(g->st, -EUCLEAN,
+                       "gc: nothing freed: label index node %llu is corrupt: "
+                       "%s (parallax check reports it)",
                        (unsigned long long)addr, why);
     mark_nonnode(g, addr);
     return 0;
@@ -301,8 +302,7 @@ static int checkpoint(struct gc *g, bool dry_run)
         rc = purge_deleted(g);
     /* The registry's blocks as the purge left them: buckets it merged and table blocks it
      * emptied are swept in this collection (FORMAT.md §7.3). */
-    if (!rc && g->entries == g->nrecs &&
-        (st->state.vdi_table_root || st->state.name_index_root)) {
+    if (!rc && g->entries == g->nrecs && (st->state.vdi_table_root || st->state.name_index_root)) {
         rc = registry_drop(g, dry_run);
     } else if (!rc) {
         rc = plx_vditab_walk(st, 0, mark_registry_block, skip_entry, g);
@@ -313,14 +313,16 @@ static int checkpoint(struct gc *g, bool dry_run)
     return rc;
 }
 
-static bool link_target_ok(const plx_store *st, uint64_t link)
+/* plx_block_type without its division (extent_blocks is a power of two, FORMAT.md): this runs
+ * for every link of every node read, and the division was half of the mark's CPU time. */
+static inline bool link_target_ok(const struct gc *g, uint64_t link)
 {
     if (link & PLX_LINK_RESERVED_MASK)
         return false;
     uint64_t a = plx_link_addr(link);
-    if (a >= st->sb.block_count)
+    if (a >= g->st->sb.block_count)
         return false;
-    enum plx_extent_type t = plx_block_type(st, a);
+    uint8_t t = g->st->cat[a >> g->eshift].type;
     return t == PLX_EXTENT_METADATA || t == PLX_EXTENT_DATA;
 }
 
@@ -348,7 +350,7 @@ static void mark_read_done(plx_store *st, struct plx_ev *ev)
                 continue;
             /* What a corrupt node really linked is unknown: freeing anything could free blocks
              * it still reaches. */
-            if (!link_target_ok(st, links[k])) {
+            if (!link_target_ok(g, links[k])) {
                 g->mark_err = plx_err(st, -EUCLEAN,
                                       "gc: nothing freed: radix node %llu is corrupt: entry %u "
                                       "= 0x%016llx is not a valid link (parallax check reports "
@@ -409,8 +411,8 @@ static long mark_pass(struct gc *g)
             r->g = g;
             rc = plx_submit(st, &r->ev);
             if (rc) {
-                plx_err(st, rc, "gc: reading radix nodes at block %llu: %s",
-                        (unsigned long long)i, strerror(-rc));
+                plx_err(st, rc, "gc: reading radix nodes at block %llu: %s", (unsigned long long)i,
+                        strerror(-rc));
                 break;
             }
             r->busy = true;
@@ -585,6 +587,7 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
                    .progress = o.progress,
                    .progress_arg = o.progress_arg};
     g.bmb = plx_bitmap_blocks(g.eb);
+    g.eshift = (unsigned)__builtin_ctzll(g.eb);
     uint64_t words = (st->sb.block_count + 63) / 64;
     g.rmap = calloc(words, sizeof *g.rmap);
     g.scanned = calloc(words, sizeof *g.scanned);

@@ -37,4 +37,22 @@ assert_eq "$before" "$(used)" "blocks in use after the refused gc"
 expect_fail 1 plx gc --dry-run
 plx info --json | jq -e ".blocks_leaked.data == null" >/dev/null || fail "info should say leaked blocks are unknown"
 plx info | grep -q "leaked: unknown" || fail "info text should say leaked is unknown"
+
+# Links without reserved bits that still name no metadata or data block: a block of the system
+# extent, one of an extent nobody uses (the last), the first block past the medium, and one far
+# past it. gc checks each link's extent type itself (a shift, not plx_block_type's division).
+blocks=$(plx info --json | jq .block_count)
+for link in 1 $((blocks - eb + 5)) "$blocks" $((1 << 47)); do
+    python3 - "$T/store.img" $(((eb + 1) * 4096)) "$link" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]))
+    f.write(struct.pack("<Q", int(sys.argv[3])))
+PY
+    expect_fail 1 plx gc --dry-run
+    [[ $PLX_LAST_STDERR == *"radix node $((eb + 1)) is corrupt: entry 0"* ]] ||
+        fail "gc message for link $link: $PLX_LAST_STDERR"
+    expect_fail 1 plx gc
+    assert_eq "$before" "$(used)" "blocks in use after the refused gc (link $link)"
+done
 echo ok
