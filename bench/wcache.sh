@@ -13,18 +13,23 @@
 #      departed client's VDI once drained; `cache status` lists it until then);
 #   4. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
 #      PAIRS runs interleaved with fio on the local disk (local, cache on, local, ...), since the
-#      local disk's QD1 latency moves from run to run.
+#      local disk's QD1 latency moves from run to run;
+#   5. the burst and the QD1 run again with the cache in its automatic mode
+#      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
+#      once the store's write latency has stayed above the threshold for a second.
 # The load average is recorded at the start and the end. Results:
-# bench/results/wcache-HOST-STAMP.txt (not committed).
+# bench/results/wcache-HOST-STAMP.txt and .dat (not committed); the figure (thesis figures
+# 5.10/5.11: burst time with its drain, and QD1 latency, for the local disk, serve over a local
+# file, and the cache off, on and automatic) goes to bench/plots/wcache.png (bench/wcache.gp).
 #
 #   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
-#                   [--pairs N] [--quick]
+#                   [--pairs N] [--auto-ms MS] [--quick]
 # (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs="" pairs=3
+dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs="" pairs=3 auto_ms=20
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -33,8 +38,9 @@ while [[ $# -gt 0 ]]; do
     --burst) burst=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
+    --auto-ms) auto_ms=$2; shift 2 ;;
     --quick) writers=2 burst=16M seconds=3 pairs=1; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--quick]" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
@@ -183,12 +189,21 @@ for ((i = 0; i < pairs; i++)); do
     on_lats+=("$m") on_p50s+=("$p")
 done
 stop_server
+# The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
+rm -f "$work/wlog"
+start_server --write-cache "$work/wlog" --write-cache-size 1G --write-cache-mode auto \
+    --write-cache-threshold "$auto_ms"
+read -r auto_s auto_bw auto_d <<<"$(burst_run)"
+read -r auto_lat auto_p50 <<<"$(lat_run)"
+stop_server
 rm -f "$work/local.bin"
 load_end=$(load)
 
 mb() { echo "scale=1; $1 / 1048576" | bc; }
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
+lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
+lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
 {
     printf 'burst (fio aggregate; wall time with fio starting):\n'
     printf '  parallax over a local file (no iSCSI, no cache): %s MiB/s (%.2f s)\n' \
@@ -196,8 +211,13 @@ ratio() { echo "scale=2; $1 / $2" | bc; }
     printf '  cache off: %s MiB/s (%.2f s)\n' "$(mb "$off_bw")" "$off_s"
     printf '  cache on:  %s MiB/s (%.2f s), drained and closed %.2f s later\n' "$(mb "$on_bw")" \
         "$on_s" "$on_d"
+    printf '  cache auto (on above %s ms): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
+        "$auto_ms" "$(mb "$auto_bw")" "$auto_s" "$auto_d"
     printf 'burst speed with the cache / local disk: %s (target >= 0.8); / parallax over a local file: %s; / cache off: %s\n' \
         "$(ratio "$on_bw" "$local_bw")" "$(ratio "$on_bw" "$file_bw")" "$(ratio "$on_bw" "$off_bw")"
+    printf 'burst speed in the automatic mode / local disk: %s; / cache off: %s\n' \
+        "$(ratio "$auto_bw" "$local_bw")" "$(ratio "$auto_bw" "$off_bw")"
+    printf '4 KiB QD1 write, mean (median), automatic mode: %.0f us (%.0f)\n' "$auto_lat" "$auto_p50"
     printf '4 KiB QD1 write, mean (median): cache off %.0f us (%.0f), parallax over a local file %.0f us (%.0f)\n' \
         "$off_lat" "$off_p50" "$file_lat" "$file_p50"
     for ((i = 0; i < pairs; i++)); do
@@ -205,11 +225,27 @@ ratio() { echo "scale=2; $1 / $2" | bc; }
             $((i + 1)) "${local_lats[i]}" "${local_p50s[i]}" "${on_lats[i]}" "${on_p50s[i]}" \
             "$(ratio "${on_lats[i]}" "${local_lats[i]}")" "$(ratio "${on_p50s[i]}" "${local_p50s[i]}")"
     done
-    lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
-    lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
     printf '4 KiB QD1 write, over %d pairs: local disk %s us (median %s), cache on %s us (median %s); on / local: %s, of the medians %s (target <= 1.2)\n' \
         "$pairs" "$lm" "$lp" "$om" "$op" "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")"
     echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
     echo "the write log and tgtd's LUN file are on the same disk ($majmin)"
 } | tee -a "$base.txt"
+# The figure's data: one row per configuration: burst seconds (the whole burst at fio's
+# aggregate bandwidth), drain seconds after it, QD1 mean and median (us).
+total=$((writers * $(numfmt --from=iec "$burst")))
+secs() { echo "scale=3; $total / $1" | bc; }
+{
+    echo "# index name burst_s drain_s qd1_mean_us qd1_median_us"
+    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$local_bw")" "$lm" "$lp"
+    printf '1 "serve, local file" %s 0 %s %s\n' "$(secs "$file_bw")" "$file_lat" "$file_p50"
+    printf '2 "cache off" %s 0 %s %s\n' "$(secs "$off_bw")" "$off_lat" "$off_p50"
+    printf '3 "cache on" %s %s %s %s\n' "$(secs "$on_bw")" "$on_d" "$om" "$op"
+    printf '4 "cache auto" %s %s %s %s\n' "$(secs "$auto_bw")" "$auto_d" "$auto_lat" "$auto_p50"
+} >"$base.dat"
+if command -v gnuplot >/dev/null; then
+    mkdir -p bench/plots
+    gnuplot -e "dataf='$base.dat'; outf='bench/plots/wcache.png'; \
+        ttl='$writers writers x $burst against a store throttled to $((slow >> 20)) MiB/s'" \
+        bench/wcache.gp && echo "plot: bench/plots/wcache.png" >&2
+fi
 echo "saved: $base.txt" >&2
