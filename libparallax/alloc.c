@@ -219,16 +219,23 @@ static uint64_t count_free(const plx_store *st, const uint8_t *bits)
 static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits, bool spare)
 {
     struct plx_extent_state *x = &st->alloc->ext[e];
-    x->bitmap = bits;
     x->dirty_blocks = calloc(bitmap_blocks(st), sizeof *x->dirty_blocks);
-    if (!x->dirty_blocks)
-        return plx_err(st, -ENOMEM, "out of memory");
-    if (st->cat[e].type == PLX_EXTENT_DATA) {
+    if (x->dirty_blocks && st->cat[e].type == PLX_EXTENT_DATA) {
         x->slots = calloc(eb(st) / slot_blocks(st), sizeof *x->slots);
         x->reserved = calloc(eb(st) / 8, 1);
-        if (!x->slots || !x->reserved)
-            return plx_err(st, -ENOMEM, "out of memory");
     }
+    if (!x->dirty_blocks ||
+        (st->cat[e].type == PLX_EXTENT_DATA && (!x->slots || !x->reserved))) {
+        /* Not held: the caller keeps (and frees) bits. */
+        free(x->dirty_blocks);
+        free(x->slots);
+        free(x->reserved);
+        x->dirty_blocks = NULL;
+        x->slots = NULL;
+        x->reserved = NULL;
+        return plx_err(st, -ENOMEM, "out of memory");
+    }
+    x->bitmap = bits;
     x->free = count_free(st, bits);
     x->held = true;
     x->spare = spare;
@@ -369,7 +376,9 @@ static int extent_claim_sync(plx_store *st, enum plx_extent_type type)
  * extent whose holder must be judged dead by the lock manager or evicted at the medium: the
  * claim ahead takes only extents with no holder, or whose holder is a dead process of this host
  * on a medium without fencing, and leaves the rest to the synchronous path. With lockd the
- * admin lock is a round trip that may queue, so no claim runs ahead there yet.
+ * admin lock is tried with ADMIN-TRY, which lockd answers at once and never queues (a round
+ * trip; the loop waits for it 50 ms at most, lock_lockd.c): so an engine whose lock manager is
+ * down keeps a spare to allocate from, and only a second extent would wait for lockd.
  *
  * Crash safety is the synchronous claim's: the bitmap is durable before the entry that makes the
  * extent ours, and a crash in between leaves an unused extent or one we hold unused (its holder
@@ -548,7 +557,6 @@ static void claim_io_done(plx_store *st, struct plx_ev *ev)
         int rc = extent_hold(st, e, c->bits, true);
         if (rc) {
             /* Ours on the medium but not held here: a leak until this process exits. */
-            a->ext[e].bitmap = NULL;
             claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
             return;
         }
@@ -636,8 +644,6 @@ static void claim_ahead_check(plx_store *st, enum plx_extent_type type)
     }
     if (a->spare[type == PLX_EXTENT_DATA] || !running_low(st, type))
         return;
-    if (st->lock_ops != &plx_lock_local)
-        return; /* lockd: see above */
     struct plx_claim *c = calloc(1, sizeof *c);
     if (!c)
         return;

@@ -10,33 +10,37 @@
  *
  * The event model. The seam asks for one descriptor that stays the same for the backend's life
  * and is readable whenever poll() has work. libiscsi's socket is not that descriptor: it wants
- * POLLOUT while PDUs wait to be sent, it is replaced (dup2 onto the same number, a new open file
- * description that no epoll set knows) when the connection is re-established, and while a
- * reconnect backs off it wants no events at all and needs iscsi_service() called on a clock. So
- * the backend's descriptor is an epoll set of its own holding: the socket, registered for exactly
- * what iscsi_which_events() says and re-registered after every service call (an EPOLLOUT wish of
- * libiscsi thus makes the backend's fd readable); a timerfd that ticks while I/O is in flight or a
- * reconnect is pending (libiscsi's timeouts and reconnect back-off run from iscsi_service); and an
- * eventfd that says completions wait in the ready list. The host's epoll set watches that one fd
- * for POLLIN, as for every other backend.
+ * POLLOUT while PDUs wait to be sent, it is a new socket (a new context's) after the session is
+ * re-established, and while logging in again backs off there is no socket at all and the next
+ * attempt is due on a clock. So the backend's descriptor is an epoll set of its own holding: the
+ * socket, registered for exactly what iscsi_which_events() says and re-registered after every
+ * service call (an EPOLLOUT wish of libiscsi thus makes the backend's fd readable); a timerfd that
+ * ticks while I/O is in flight, the session is being re-established or the registration is in
+ * doubt; and an eventfd that says completions wait in the ready list. The host's epoll set watches
+ * that one fd for POLLIN, as for every other backend.
  *
  * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
  * never call io->done: they move the request to the ready list, and poll() delivers the list, so
  * done never runs inside submit() and a callback may submit more.
  *
- * A dropped connection. libiscsi notices it (POLLHUP, POLLERR, a failed read or write), logs in
- * again with the same session parameters and re-issues every SCSI command that had not completed
- * (each is whole: a WRITE carries all its data again, and the engine never has two overlapping
- * writes in flight, so a re-issued write cannot undo a later one). A request completes only when
- * the target has answered it GOOD. A UNIT ATTENTION (what a restarted target answers first) or
- * BUSY/TASK SET FULL is retried a few times. When reconnecting fails $PARALLAX_ISCSI_RETRIES times
- * (default 8, about 40 s of back-off) every request in flight fails with -EIO, later ones too, and
- * the backend says so on stderr: a write is never reported done when the target did not confirm
- * it.
+ * A dropped connection (backend_iscsi_session.c). libiscsi's automatic reconnect is off: it would
+ * re-send the commands in flight at login, before our registration check, and a write of a host
+ * that was fenced meanwhile could land. When the connection drops (POLLHUP, POLLERR, the target
+ * closing its side, a failed read or write) every request libiscsi held comes back cancelled and
+ * waits, unsent, in the held list, with the ones submitted meanwhile. A fresh context logs in
+ * asynchronously; then the held requests go out, writes only once rejoin_try has settled our
+ * registration (reads too wait for that, being in the same list). Each is whole (a WRITE carries
+ * all its data again, and the engine never has two overlapping writes in flight, so a re-issued
+ * write cannot undo a later one). A request completes only when the target has answered it GOOD.
+ * A UNIT ATTENTION (what a restarted target answers first) or BUSY/TASK SET FULL is retried a few
+ * times. When logging in fails $PARALLAX_ISCSI_RETRIES times in a row (default 8, about 30 s of
+ * back-off) every held request fails with -EIO, later ones too, and the backend says so on
+ * stderr: a write is never reported done when the target did not confirm it.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
  * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
- * and is delivered by the next poll(), as in the file backend.
+ * and is delivered by the next poll(), as in the file backend. A command that meets a dropped
+ * connection is sent again after a synchronous login and, when fencing, rejoin_wait.
  *
  * Fencing (plx_backend_fence_ops; docs/DESIGN.md "The lock manager"): SCSI-3 persistent
  * reservations. A writing engine of a store with a lock manager registers its key, the LUN is
@@ -61,67 +65,18 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 
-#include <iscsi/iscsi.h>
-#include <iscsi/scsi-lowlevel.h>
-
 #include "backend.h"
+#include "backend_iscsi_internal.h"
 #include "backend_mem_internal.h"
 
 #define ISCSI_PREFIX "iscsi://"
 #define MAX_RETRIES 8        /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 #define TICK_MS 250          /* libiscsi's clock while I/O is in flight or a reconnect waits */
-#define DEFAULT_RECONNECTS 8 /* failed reconnect attempts before I/O fails with -EIO */
-
-struct iscsi_req {
-    struct plx_io *io;
-    struct iscsi_backend *b;
-    struct scsi_task *task;
-    int status;
-    int retries;
-    uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
-    struct unmap_list unmap;
-    int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
-    struct iscsi_req *next; /* ready or retry list */
-    struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
-};
-
-struct req_list {
-    struct iscsi_req *head, *tail;
-};
-
-struct iscsi_backend {
-    plx_backend base;
-    struct iscsi_context *iscsi;
-    int lun;
-    uint32_t lba_size;       /* the LUN's logical block size */
-    uint32_t lbas_per_block; /* PLX_BLOCK_SIZE / lba_size */
-    int rdonly, blocking;
-    uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
-    int dead;           /* reconnecting gave up: everything fails with -EIO */
-    int epfd, efd, tfd; /* the backend's fd; ready-list signal; libiscsi's clock */
-    int sock_fd;        /* socket as registered in epfd, -1 when not */
-    int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
-    int ticking;
-    int logged_in;     /* as last seen: a change is reported on stderr */
-    unsigned inflight; /* accepted and done not yet called */
-    struct req_list ready, retry;
-    struct iscsi_req *all;       /* requests whose task libiscsi holds */
-    struct iscsi_req *abandoned; /* failed by fail_all, freed at destroy */
-    int lock_fd;                 /* flock stand-in for the admin lock (one host) */
-    uint64_t pr_key;             /* our persistent reservation key; 0: not fencing */
-    int fenced;                  /* our key was preempted: everything fails with -ESTALE */
-    struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
-    int rejoin;                  /* registration in doubt: writes held until rejoin_try settles it */
-    int rejoin_checked;          /* ... and we looked whether our key is still on the LUN: */
-    int rejoin_key_gone;         /* it was gone: confirm the lease first */
-    uint64_t rejoin_since_ns;    /* when the doubt began (CLOCK_MONOTONIC) */
-    struct req_list held;        /* writes, flushes and trims waiting for the rejoin, in order */
-    char lock_path[PATH_MAX];
-};
+#define DEFAULT_RECONNECTS 8 /* failed login attempts before I/O fails with -EIO */
 
 /* ---- Lists and signals ---------------------------------------------------------------------- */
 
-static void list_push(struct req_list *l, struct iscsi_req *r)
+void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r)
 {
     r->next = NULL;
     if (l->tail != NULL)
@@ -131,7 +86,7 @@ static void list_push(struct req_list *l, struct iscsi_req *r)
     l->tail = r;
 }
 
-static struct iscsi_req *list_pop(struct req_list *l)
+struct iscsi_req *plx_iscsi_list_pop(struct req_list *l)
 {
     struct iscsi_req *r = l->head;
     if (r != NULL) {
@@ -177,12 +132,12 @@ static void efd_drain(int efd)
         ;
 }
 
-static void finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
+void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
 {
     r->status = status;
     if (b->ready.head == NULL)
         efd_signal(b->efd);
-    list_push(&b->ready, r);
+    plx_iscsi_list_push(&b->ready, r);
 }
 
 /* ---- The event set -------------------------------------------------------------------------- */
@@ -190,7 +145,7 @@ static void finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
 /* Register libiscsi's socket for what it wants now. Called after anything that may change the
  * answer: a submit (PDUs to send), a service call (a reconnect replaces the socket behind the same
  * number, so that path re-registers unconditionally: force). */
-static void sync_socket(struct iscsi_backend *b, int force)
+void plx_iscsi_sync_socket(struct iscsi_backend *b, int force)
 {
     if (b->blocking)
         return;
@@ -243,9 +198,6 @@ static void set_ticking(struct iscsi_backend *b, int on)
 }
 
 /* ---- Request outcome ------------------------------------------------------------------------ */
-
-static void fail_all(struct iscsi_backend *b, const char *why);
-static void registration_in_doubt(struct iscsi_backend *b);
 
 static int retryable(int status, const struct scsi_task *task)
 {
@@ -310,14 +262,17 @@ static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 static int issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
     struct plx_io *io = r->io;
-    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ &&
-        (b->rejoin || !iscsi_is_logged_in(b->iscsi))) {
-        /* Our registration is in doubt, or the session is being re-established (and libiscsi
-         * would send what it queues now before we can check it): nothing that writes goes out
-         * until rejoin_try has settled it. Reads are never refused by a write-exclusive
-         * reservation. */
-        registration_in_doubt(b);
-        list_push(&b->held, r);
+    if (!b->blocking && b->conn != CONN_UP) {
+        /* The session is being re-established (backend_iscsi_session.c): sent after the login
+         * (and, for a write, the registration check). */
+        plx_iscsi_list_push(&b->held, r);
+        return 0;
+    }
+    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ && b->rejoin) {
+        /* Our registration is in doubt: nothing that writes goes out until rejoin_try has
+         * settled it. Reads are never refused by a write-exclusive reservation. */
+        plx_iscsi_registration_in_doubt(b);
+        plx_iscsi_list_push(&b->held, r);
         return 0;
     }
     uint64_t lba = io->block * b->lbas_per_block;
@@ -332,6 +287,7 @@ static int issue(struct iscsi_backend *b, struct iscsi_req *r)
         if (t != NULL && scsi_task_add_data_in_buffer(t, (int)len, io->buf) != 0) {
             /* The cancelled task's callback completes the request with -EIO. */
             r->task = t;
+            r->cancelling = 1;
             all_add(b, r);
             iscsi_scsi_cancel_task(b->iscsi, t);
             return 0;
@@ -372,6 +328,17 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         return;
     }
     all_remove(b, r);
+    if (status == SCSI_STATUS_CANCELLED && !r->cancelling && !b->blocking) {
+        /* libiscsi cancels what it holds when the connection drops (its own reconnect is off)
+         * and when we destroy the context: the request is held, unsent, until a new session is
+         * logged in and our registration is settled (backend_iscsi_session.c). */
+        if (task != NULL)
+            scsi_free_scsi_task(task);
+        r->task = NULL;
+        b->dropped = 1;
+        plx_iscsi_list_push(&b->held, r);
+        return;
+    }
     int rc = task_outcome(b, r, status, task);
     if (task != NULL)
         scsi_free_scsi_task(task);
@@ -380,32 +347,32 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
         rc = 1;
     if (rc == 1) {
         /* Not from inside libiscsi's callback: poll() issues it again after the service call. */
-        list_push(&b->retry, r);
+        plx_iscsi_list_push(&b->retry, r);
         return;
     }
     if (rc == 2 && r->retries++ < MAX_RETRIES) {
         /* Refused by the reservation: held until poll() has settled our registration (it may
          * send commands of its own, which it cannot do from inside libiscsi's callback). */
-        registration_in_doubt(b);
-        list_push(&b->held, r);
+        plx_iscsi_registration_in_doubt(b);
+        plx_iscsi_list_push(&b->held, r);
         return;
     }
-    finish(b, r, rc == 2 ? -EIO : rc);
+    plx_iscsi_finish(b, r, rc == 2 ? -EIO : rc);
 }
 
 static void run_retries(struct iscsi_backend *b)
 {
     struct iscsi_req *r;
-    while ((r = list_pop(&b->retry)) != NULL) {
+    while ((r = plx_iscsi_list_pop(&b->retry)) != NULL) {
         int rc = b->dead ? -EIO : issue(b, r);
         if (rc < 0)
-            finish(b, r, rc);
+            plx_iscsi_finish(b, r, rc);
     }
 }
 
 /* Everything libiscsi holds fails with -EIO now; libiscsi may still call back for those tasks
  * (at destroy), which then only frees them. */
-static void fail_all(struct iscsi_backend *b, const char *why)
+void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why)
 {
     if (!b->dead)
         fprintf(stderr, "parallax: %s: %s; failing I/O with EIO\n", b->base.desc, why);
@@ -420,33 +387,15 @@ static void fail_all(struct iscsi_backend *b, const char *why)
             abort();
         *d = *r;
         d->task = NULL;
-        finish(b, d, -EIO);
+        plx_iscsi_finish(b, d, -EIO);
         r->abandoned = 1;
         r->next = b->abandoned;
         b->abandoned = r;
     }
     while (b->retry.head != NULL)
-        finish(b, list_pop(&b->retry), -EIO);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->retry), -EIO);
     while (b->held.head != NULL)
-        finish(b, list_pop(&b->held), -EIO);
-}
-
-/* Say when the session drops and when it is back: libiscsi re-issues the requests in flight on
- * its own, and an operator should know it happened. */
-static void report_session(struct iscsi_backend *b)
-{
-    int up = iscsi_is_logged_in(b->iscsi) != 0;
-    if (up == b->logged_in || b->dead)
-        return;
-    b->logged_in = up;
-    if (up) {
-        fprintf(stderr, "parallax: %s: logged in again; requests in flight re-issued\n",
-                b->base.desc);
-        /* A new session is not registered (the target ties a registration to the session),
-         * and a restarted target has forgotten every registration. */
-        registration_in_doubt(b);
-    } else
-        fprintf(stderr, "parallax: %s: connection lost; logging in again\n", b->base.desc);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -EIO);
 }
 
 /* One round of libiscsi's event processing, without waiting. */
@@ -458,20 +407,26 @@ static void service(struct iscsi_backend *b)
     int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
     short revents = 0;
     if (fd >= 0 && want != 0) {
-        struct pollfd p = {.fd = fd, .events = (short)want};
+        /* POLLRDHUP: a target that closed its side is gone, even while it has data for us. */
+        struct pollfd p = {.fd = fd, .events = (short)(want | POLLRDHUP)};
         if (poll(&p, 1, 0) > 0)
             revents = p.revents;
     }
     if (revents != 0 || tick || want == 0) {
-        if (iscsi_service(b->iscsi, revents) < 0)
-            fail_all(b, iscsi_get_error(b->iscsi));
+        if (b->conn == CONN_UP && !b->dead) {
+            /* Responses that arrived before a hangup are processed first; with its reconnect
+             * off, libiscsi then cancels what it still holds (held by task_cb). */
+            int rc = iscsi_service(b->iscsi, revents & ~POLLRDHUP);
+            if (rc < 0 || b->dropped || (revents & (POLLHUP | POLLERR | POLLRDHUP)))
+                plx_iscsi_session_lost(b, rc < 0 ? iscsi_get_error(b->iscsi)
+                                                 : "the connection was closed");
+        }
+        if (b->conn != CONN_UP)
+            plx_iscsi_session_step(b, revents & ~POLLRDHUP);
         run_retries(b);
-        sync_socket(b, 1);
-        report_session(b);
+        plx_iscsi_sync_socket(b, 1);
     }
-    /* An idle session that lost its connection still needs the clock to log in again. */
-    int backing_off = iscsi_get_fd(b->iscsi) < 0 || iscsi_which_events(b->iscsi) == 0;
-    set_ticking(b, (b->inflight > 0 || backing_off || b->rejoin) && !b->dead);
+    set_ticking(b, (b->inflight > 0 || b->conn != CONN_UP || b->rejoin) && !b->dead);
 }
 
 /* Wait up to ms (-1: forever) for the socket or the clock. */
@@ -495,11 +450,18 @@ static int wait_events(struct iscsi_backend *b, int ms)
 #define PR_TYPE SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
 #define PR_KEYS_BYTES 16384 /* READ KEYS allocation: some 2000 keys */
 
+/* A synchronous call needs a logged-in session: while ours is being re-established the context
+ * has no connection (backend_iscsi_session.c), and the call fails at once instead. */
+static int session_up(const struct iscsi_backend *b)
+{
+    return b->blocking || (b->conn == CONN_UP && !b->dead);
+}
+
 /* After a synchronous call in asynchronous mode: the socket may want other events now, and
  * callbacks of our own requests may have run inside it. */
 static void after_sync(struct iscsi_backend *b)
 {
-    sync_socket(b, 1);
+    plx_iscsi_sync_socket(b, 1);
     if (b->ready.head != NULL)
         efd_signal(b->efd);
 }
@@ -508,6 +470,8 @@ static void after_sync(struct iscsi_backend *b)
  * reconnect, "reservations preempted" for others) is answered by sending the command again. */
 static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key, int type)
 {
+    if (!session_up(b))
+        return -1;
     for (int i = 0;; i++) {
         struct scsi_persistent_reserve_out_basic p = {.reservation_key = key,
                                                       .service_action_reservation_key = sa_key};
@@ -525,9 +489,10 @@ static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key
 /* PERSISTENT RESERVE IN, unmarshalled into *out (the task, to free); -EIO on failure. */
 static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void **out)
 {
+    if (!session_up(b))
+        return -EIO;
     for (int i = 0;; i++) {
-        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa,
-                                                               PR_KEYS_BYTES);
+        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa, PR_KEYS_BYTES);
         if (t != NULL && t->status == SCSI_STATUS_GOOD) {
             *out = scsi_datain_unmarshall(t);
             if (*out == NULL) {
@@ -564,8 +529,8 @@ static int pr_key_registered(struct iscsi_backend *b, uint64_t key)
  * the target ties a registration to the session, not to the key). */
 static int pr_register(struct iscsi_backend *b)
 {
-    int status = pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key,
-                        0);
+    int status =
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key, 0);
     return status == SCSI_STATUS_GOOD ? 0 : -EIO;
 }
 
@@ -598,7 +563,7 @@ static int pr_reserve_if_free(struct iscsi_backend *b)
     return -EIO;
 }
 
-static uint64_t mono_ns(void)
+uint64_t plx_iscsi_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -606,27 +571,28 @@ static uint64_t mono_ns(void)
 }
 
 /* Our registration may be gone: hold writes until rejoin_try settles it. */
-static void registration_in_doubt(struct iscsi_backend *b)
+void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
 {
     if (b->pr_key == 0 || b->fenced || b->rejoin)
         return;
     b->rejoin = 1;
     b->rejoin_checked = 0;
     b->rejoin_key_gone = 0;
-    b->rejoin_since_ns = mono_ns();
+    b->rejoin_since_ns = plx_iscsi_mono_ns();
 }
 
 /* Fenced for good: everything held and everything later fails with -ESTALE. */
 static void fence_self(struct iscsi_backend *b, const char *why)
 {
     if (!b->fenced)
-        fprintf(stderr, "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
-                        "no further I/O\n",
+        fprintf(stderr,
+                "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
+                "no further I/O\n",
                 b->base.desc, why);
     b->fenced = 1;
     b->rejoin = 0;
     while (b->held.head != NULL)
-        finish(b, list_pop(&b->held), -ESTALE);
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -ESTALE);
 }
 
 /* Is our key in the medium's list of preempted keys (hooks.preempted_block, read now)? 1, 0,
@@ -635,9 +601,11 @@ static int key_listed(struct iscsi_backend *b)
 {
     if (b->hooks.key_preempted == NULL)
         return 0;
+    if (!session_up(b))
+        return -EIO;
     uint64_t lba = b->hooks.preempted_block * b->lbas_per_block;
-    struct scsi_task *t = iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE,
-                                            (int)b->lba_size, 0, 0, 0, 0, 0);
+    struct scsi_task *t =
+        iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE, (int)b->lba_size, 0, 0, 0, 0, 0);
     int rc = -EIO;
     if (t != NULL && t->status == SCSI_STATUS_GOOD && t->datain.data != NULL &&
         t->datain.size >= (int)PLX_BLOCK_SIZE) {
@@ -663,7 +631,7 @@ static int key_listed(struct iscsi_backend *b)
  * be tried again later (the session or the lock manager not answering yet). */
 static void rejoin_try(struct iscsi_backend *b)
 {
-    if (!b->rejoin || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+    if (!b->rejoin || b->fenced || b->dead || b->conn != CONN_UP)
         return;
     if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
         int there = pr_key_registered(b, b->pr_key);
@@ -683,7 +651,7 @@ static void rejoin_try(struct iscsi_backend *b)
         }
         if (b->hooks.lease_confirmed == NULL ||
             !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
-            if (mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
+            if (plx_iscsi_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
                 fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
                               "and the lock manager did not confirm our lease in time: another "
                               "host may hold our locks");
@@ -694,7 +662,7 @@ static void rejoin_try(struct iscsi_backend *b)
      * into it (tests/integration/fence_rejoin.sh). */
     const char *delay = getenv("PLX_TEST_REJOIN_DELAY_MS");
     if (delay != NULL && atoi(delay) > 0 &&
-        mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
         if (b->blocking)
             usleep(20000);
         return;
@@ -715,18 +683,26 @@ static void rejoin_try(struct iscsi_backend *b)
                       "while we registered again (we unregistered)");
         return;
     }
-    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n",
-            b->base.desc, (unsigned long long)b->pr_key,
+    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n", b->base.desc,
+            (unsigned long long)b->pr_key,
             b->rejoin_key_gone ? " (it was gone from the LUN, as after a target restart; the "
                                  "lock manager confirmed our lease and no host preempted it)"
                                : " for this session");
     b->rejoin = 0;
+    plx_iscsi_release_held(b);
+}
+
+/* The held requests go out, in order (only ever filled in asynchronous mode). */
+void plx_iscsi_release_held(struct iscsi_backend *b)
+{
     struct req_list held = b->held; /* issue() may hold a request again */
     b->held.head = b->held.tail = NULL;
     struct iscsi_req *r;
-    while ((r = list_pop(&held)) != NULL) /* only ever filled in asynchronous mode */
-        if ((rc = issue(b, r)) < 0)
-            finish(b, r, rc);
+    while ((r = plx_iscsi_list_pop(&held)) != NULL) {
+        int rc = b->dead ? -EIO : issue(b, r);
+        if (rc < 0)
+            plx_iscsi_finish(b, r, rc);
+    }
 }
 
 /* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
@@ -734,9 +710,9 @@ static void rejoin_try(struct iscsi_backend *b)
  * not answer in time. */
 static int rejoin_wait(struct iscsi_backend *b)
 {
-    registration_in_doubt(b);
-    uint64_t deadline = mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
-    while (b->rejoin && !b->fenced && !b->dead && mono_ns() < deadline) {
+    plx_iscsi_registration_in_doubt(b);
+    uint64_t deadline = plx_iscsi_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
+    while (b->rejoin && !b->fenced && !b->dead && plx_iscsi_mono_ns() < deadline) {
         rejoin_try(b);
         if (b->rejoin && !b->fenced)
             usleep(20000);
@@ -780,8 +756,9 @@ static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
         }
         int status = pr_out(b, SCSI_PERSISTENT_RESERVE_PREEMPT, b->pr_key, victim, PR_TYPE);
         if (status == SCSI_STATUS_GOOD) {
-            fprintf(stderr, "parallax: %s: preempted the reservation key %016llx of a dead "
-                            "holder: the target refuses its writes from now on\n",
+            fprintf(stderr,
+                    "parallax: %s: preempted the reservation key %016llx of a dead "
+                    "holder: the target refuses its writes from now on\n",
                     be->desc, (unsigned long long)victim);
             break;
         }
@@ -802,7 +779,8 @@ static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
  * most one key outlives its process; the next preempt of a dead holder's key removes it. */
 static void pr_leave(struct iscsi_backend *b)
 {
-    if (b->pr_key == 0 || b->fenced || b->dead || !iscsi_is_logged_in(b->iscsi))
+    if (b->pr_key == 0 || b->fenced || b->dead || b->conn != CONN_UP ||
+        !iscsi_is_logged_in(b->iscsi))
         return;
     struct scsi_task *t;
     void *data;
@@ -841,9 +819,22 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
             break;
         }
-        if (t == NULL) {
-            fail_all(b, iscsi_get_error(b->iscsi));
-            return -EIO;
+        if (t == NULL || t->status == SCSI_STATUS_CANCELLED) {
+            /* The session is gone (libiscsi's reconnect is off: it sent nothing again). Log in
+             * again, settle the registration, then send the command again. */
+            const char *why = t != NULL ? "the connection was closed" : iscsi_get_error(b->iscsi);
+            char whybuf[256];
+            snprintf(whybuf, sizeof(whybuf), "%s", why);
+            if (t != NULL)
+                scsi_free_scsi_task(t);
+            if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b, whybuf) < 0)
+                return -EIO;
+            if (b->pr_key != 0) {
+                int joined = rejoin_wait(b);
+                if (joined < 0)
+                    return joined;
+            }
+            continue;
         }
         int rc = task_outcome(b, r, t->status, t);
         if (rc == 2) {
@@ -893,7 +884,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     r->io = io;
     r->b = b;
     if (b->blocking) {
-        finish(b, r, run_blocking(b, r));
+        plx_iscsi_finish(b, r, run_blocking(b, r));
         b->inflight++;
         return 0;
     }
@@ -904,7 +895,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     }
     b->inflight++;
     /* The PDU waits in libiscsi's queue: ask for POLLOUT now, so the host wakes to send it. */
-    sync_socket(b, 0);
+    plx_iscsi_sync_socket(b, 0);
     set_ticking(b, 1);
     return 0;
 }
@@ -948,7 +939,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
     b->ready.head = b->ready.tail = NULL;
     int n = 0;
     struct iscsi_req *r;
-    while ((r = list_pop(&ready)) != NULL) {
+    while ((r = plx_iscsi_list_pop(&ready)) != NULL) {
         struct plx_io *io = r->io;
         int status = r->status;
         free(r);
@@ -978,13 +969,21 @@ static void iscsi_destroy(plx_backend *be)
         return;
     if (b->iscsi != NULL) {
         /* Log out only from a working session, and give a silent target 2 s, not forever. */
-        if (!b->dead && iscsi_is_logged_in(b->iscsi)) {
+        if (!b->dead && b->conn == CONN_UP && iscsi_is_logged_in(b->iscsi)) {
             iscsi_set_timeout(b->iscsi, 2);
             pr_leave(b);
             iscsi_logout_sync(b->iscsi);
         }
-        iscsi_destroy_context(b->iscsi);
+        iscsi_destroy_context(b->iscsi); /* requests it still held come back to the held list */
     }
+    /* Requests not delivered (a destroy with I/O in flight) are freed; done is not called. */
+    struct req_list *lists[] = {&b->held, &b->retry, &b->ready};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        struct iscsi_req *r;
+        while ((r = plx_iscsi_list_pop(lists[i])) != NULL)
+            free(r);
+    }
+    free(b->url);
     while (b->abandoned != NULL) {
         struct iscsi_req *r = b->abandoned;
         b->abandoned = r->next;
@@ -1106,7 +1105,7 @@ static int check_url(const char *url, char *desc, size_t desclen, char *msg, siz
 static __thread int log_opening;
 static __thread char log_first[256];
 
-static void log_fn(int level, const char *message)
+void plx_iscsi_log_fn(int level, const char *message)
 {
     (void)level;
     if (log_opening) {
@@ -1302,36 +1301,23 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     b->base.ops = &iscsi_ops;
     lock_path_for(b, desc);
 
-    char initiator[300];
-    initiator_name(initiator, sizeof(initiator));
-    b->iscsi = iscsi_create_context(initiator);
+    initiator_name(b->initiator, sizeof(b->initiator));
+    b->url = strdup(url);
+    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
+    b->max_attempts = retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS;
+    struct iscsi_url *u = NULL;
+    if (b->url != NULL)
+        b->iscsi = plx_iscsi_new_context(b, &u);
     if (b->iscsi == NULL) {
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
     }
-    struct iscsi_url *u = iscsi_parse_full_url(b->iscsi, url);
     if (u == NULL) {
         snprintf(msg, sizeof(msg), "%s: %s (the form is " URL_FORM ")", desc,
                  iscsi_get_error(b->iscsi));
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
     }
-    b->lun = u->lun;
-    iscsi_set_targetname(b->iscsi, u->target);
-    iscsi_set_session_type(b->iscsi, ISCSI_SESSION_NORMAL);
-    iscsi_set_header_digest(b->iscsi, ISCSI_HEADER_DIGEST_NONE_CRC32C);
-    if (u->user[0] != '\0')
-        iscsi_set_initiator_username_pwd(b->iscsi, u->user, u->passwd);
-    /* A restarted target answers its first commands with UNIT ATTENTION: libiscsi clears those
-     * after a reconnect, before it re-issues our commands. */
-    iscsi_set_no_ua_on_reconnect(b->iscsi, 1);
-    /* A portal that drops SYNs fails in about 15 s (3 retries), not the kernel's 2 minutes. */
-    iscsi_set_tcp_syncnt(b->iscsi, 3);
-    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
-    iscsi_set_reconnect_max_retries(
-        b->iscsi, retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS);
-    iscsi_set_log_level(b->iscsi, 1);
-    iscsi_set_log_fn(b->iscsi, log_fn);
     log_opening = 1;
     log_first[0] = '\0';
 
@@ -1364,7 +1350,6 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
     }
-    sync_socket(b, 1);
-    b->logged_in = 1;
+    plx_iscsi_sync_socket(b, 1);
     return &b->base;
 }

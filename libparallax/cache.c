@@ -17,7 +17,6 @@
 #include "alloc.h"
 #include "cache.h"
 
-
 static size_t hash_of(const struct plx_cache *c, uint64_t addr)
 {
     return (size_t)((addr * 0x9e3779b97f4a7c15ull) >> 20) & (c->hash_size - 1);
@@ -212,8 +211,7 @@ static int validate_links(plx_store *st, const struct plx_node *n)
         return plx_err(st, -EUCLEAN,
                        "radix node %llu (level %u) is corrupt: entry %u = 0x%016llx is not a "
                        "valid link",
-                       (unsigned long long)n->addr, n->level, i,
-                       (unsigned long long)n->links[i]);
+                       (unsigned long long)n->addr, n->level, i, (unsigned long long)n->links[i]);
     }
     return -EUCLEAN;
 }
@@ -309,8 +307,8 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
     int rc = plx_submit(st, &n->load_ev);
     if (rc) {
         plx_cache_drop(st, n);
-        *err = plx_err(st, rc, "reading radix node %llu: %s", (unsigned long long)addr,
-                       strerror(-rc));
+        *err =
+            plx_err(st, rc, "reading radix node %llu: %s", (unsigned long long)addr, strerror(-rc));
         return NULL;
     }
     *err = add_waiter(n, w);
@@ -336,7 +334,7 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
 {
     struct plx_node *n;
     while ((n = plx_cache_lookup(st, addr)) && n->state == NODE_LOADING) {
-        int rc = st->be->ops->poll(st->be, -1);
+        int rc = plx_poll_medium(st);
         if (rc < 0 && rc != -EINTR)
             return rc;
         plx_run_ready(st);
@@ -368,7 +366,8 @@ int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_
     return 0;
 }
 
-/* ---- Owners of writable nodes (struct plx_owner) ------------------------------------------------ */
+/* ---- Owners of writable nodes (struct plx_owner) ------------------------------------------------
+ */
 
 /* Forget what the cache holds of o's nodes: drop them, or, where they cannot be dropped (pinned
  * snapshot roots that were current when pinned), keep them as immutable. */

@@ -54,7 +54,8 @@ void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- I/O plumbing ------------------------------------------------------------------------------ */
+/* ---- I/O plumbing ------------------------------------------------------------------------------
+ */
 
 /* The medium refused our I/O because another host preempted our reservation key (backend.h,
  * plx_fence_ops): it declared us dead and took over our locks. Nothing more may be written. */
@@ -135,6 +136,15 @@ static void sync_done(struct plx_io *io, int status)
     result[1] = 1;
 }
 
+int plx_poll_medium(plx_store *st)
+{
+    if (!st->service_tick)
+        return st->be->ops->poll(st->be, -1);
+    int rc = st->be->ops->poll(st->be, 250);
+    st->service_tick(st);
+    return rc;
+}
+
 int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
                 unsigned flags)
 {
@@ -152,7 +162,7 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
     if (rc)
         return rc;
     while (!result[1]) {
-        rc = st->be->ops->poll(st->be, -1);
+        rc = plx_poll_medium(st);
         if (rc < 0 && rc != -EINTR)
             return rc;
     }
@@ -259,7 +269,7 @@ int plx_drive_until(plx_store *st, const int *flag)
             return plx_err(st, -EDEADLK, "internal wait with nothing in flight");
         /* Wait on the medium that has I/O in flight (the side medium: only the write log). */
         bool main_busy = st->be->ops->inflight(st->be) > 0 || !st->side_be;
-        int rc = main_busy ? st->be->ops->poll(st->be, st->side_be ? 10 : -1) : 0;
+        int rc = !main_busy ? 0 : st->side_be ? st->be->ops->poll(st->be, 10) : plx_poll_medium(st);
         if (rc < 0 && rc != -EINTR)
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
         rc = poll_side(st, main_busy ? 0 : -1);
@@ -300,7 +310,7 @@ int plx_drive_handler_while(plx_store *st, void (*handler)(plx_store *st, struct
             return 0;
         if (st->be->ops->inflight(st->be) == 0)
             return plx_err(st, -EDEADLK, "internal wait with nothing in flight");
-        int rc = st->be->ops->poll(st->be, -1);
+        int rc = plx_poll_medium(st);
         if (rc < 0 && rc != -EINTR)
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));
     }

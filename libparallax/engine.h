@@ -65,13 +65,13 @@ struct plx_store {
     plx_backend *be;
     struct plx_superblock sb;
     struct plx_state_block state;
-    struct plx_extent_entry *cat;      /* extent catalogue, extent_count entries (alloc.c) */
+    struct plx_extent_entry *cat; /* extent catalogue, extent_count entries (alloc.c) */
     int read_only;
     /* Opened by plx_store_upgrade: a version-1 superblock is accepted, and the state block is
      * read whatever its version (state_v1 says which it was). */
     bool upgrading;
     bool state_v1;
-    uint64_t seen_gc_epoch;            /* state.gc_epoch when the cache was last known good */
+    uint64_t seen_gc_epoch; /* state.gc_epoch when the cache was last known good */
     /* Called when a read of the state block finds that a collection freed blocks since (the
      * node cache registers it: cached nodes may describe blocks that were reused). */
     void (*gc_epoch_moved)(struct plx_store *st);
@@ -82,29 +82,29 @@ struct plx_store {
     uint64_t epoch;
     char host[64];
     const struct plx_lock_ops *lock_ops; /* lock.h */
-    struct plx_lockd *lockd;           /* the lock manager's client, when the store has one */
+    struct plx_lockd *lockd;             /* the lock manager's client, when the store has one */
     /* Called at the start of every service pass (the lock manager's heartbeat). */
     void (*service_tick)(struct plx_store *st);
-    unsigned admin_depth;              /* nested plx_admin_lock calls: only the outermost locks */
+    unsigned admin_depth; /* nested plx_admin_lock calls: only the outermost locks */
     const struct plx_fence_ops *fence_ops; /* the medium's fencing (backend.h), or NULL */
-    bool fencing;                      /* our key is registered at the medium (plx_fence_join) */
+    bool fencing; /* our key is registered at the medium (plx_fence_join) */
 
     /* The event loop (engine.c). */
-    int epoll_fd;                      /* plx_store_fd(): backend fd + wake_fd */
-    int wake_fd;                       /* eventfd: callbacks are ready to run */
-    struct plx_ev *ready_head, *ready_tail;          /* I/O completed, handler not yet run */
+    int epoll_fd;                                       /* plx_store_fd(): backend fd + wake_fd */
+    int wake_fd;                                        /* eventfd: callbacks are ready to run */
+    struct plx_ev *ready_head, *ready_tail;             /* I/O completed, handler not yet run */
     struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */
-    unsigned internal_ios;             /* engine I/O in flight */
-    bool in_service;                   /* inside plx_store_service: completions need no wake */
-    int fatal;                         /* nonzero: the store stopped (negative errno) */
-    bool fenced;                       /* lease lost: no I/O may reach the medium any more */
+    unsigned internal_ios;                              /* engine I/O in flight */
+    bool in_service; /* inside plx_store_service: completions need no wake */
+    int fatal;       /* nonzero: the store stopped (negative errno) */
+    bool fenced;     /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
 
     /* The layers above, each owning its state. */
-    struct plx_alloc *alloc;           /* alloc.c */
-    struct plx_cache *cache;           /* cache.c */
-    struct plx_vdi *vdis;              /* open VDI handles (vdi.c) */
-    struct plx_wlog *wlog;             /* the write cache's log, or NULL (wlog.c) */
+    struct plx_alloc *alloc; /* alloc.c */
+    struct plx_cache *cache; /* cache.c */
+    struct plx_vdi *vdis;    /* open VDI handles (vdi.c) */
+    struct plx_wlog *wlog;   /* the write cache's log, or NULL (wlog.c) */
     /* A second medium the service loop polls beside `be`: the write log's local file. */
     plx_backend *side_be;
     /* The store's write latency as the engine sees it: an exponentially weighted mean (weight
@@ -131,6 +131,11 @@ void plx_engine_free(plx_store *st);
 int plx_submit(plx_store *st, struct plx_ev *ev);
 /* The same on the side medium (st->side_be, the write log): completions run as above. */
 int plx_submit_side(plx_store *st, struct plx_ev *ev);
+/* Blocking wait for completions on the main medium: poll it, at most a quarter second at a time
+ * when the store has a lock manager, and run the heartbeat between (a stalled target must not
+ * cost the lease: lockd would give our VDIs away, and we would judge ourselves frozen). Returns
+ * what the backend's poll returns. */
+int plx_poll_medium(plx_store *st);
 /* Blocking single I/O for admin paths: submit, then poll the backend until it completes. */
 int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,
                 unsigned flags);

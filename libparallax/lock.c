@@ -36,7 +36,8 @@ bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t
     return host == st->host_hash && pid == st->pid && epoch == st->epoch;
 }
 
-/* ---- Fencing at the medium --------------------------------------------------------------------- */
+/* ---- Fencing at the medium ---------------------------------------------------------------------
+ */
 
 /* A key names one engine process, like a holder record (host, pid, start time): a dead holder's
  * key is computed from its record, and preempting it cuts off that process and nothing else
@@ -149,7 +150,8 @@ int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
     return 0;
 }
 
-/* ---- The admin lock ---------------------------------------------------------------------------- */
+/* ---- The admin lock ----------------------------------------------------------------------------
+ */
 
 int plx_admin_lock(plx_store *st)
 {
@@ -193,11 +195,9 @@ int plx_admin_lock_try(plx_store *st)
         st->admin_depth++;
         return 0;
     }
-    /* lockd's ADMIN-LOCK is a round trip that queues behind other hosts: it cannot be tried
-     * without waiting (yet), so the caller keeps its blocking path. */
-    if (st->lock_ops != &plx_lock_local)
-        return -EOPNOTSUPP;
-    int rc = st->lock_ops->admin_try(st, 1);
+    /* lockd's ADMIN-LOCK queues behind other hosts; its ADMIN-TRY does not. */
+    int rc = st->lock_ops->admin_try_now ? st->lock_ops->admin_try_now(st)
+                                         : st->lock_ops->admin_try(st, 1);
     if (rc == 0)
         st->admin_depth = 1;
     return rc;

@@ -20,6 +20,10 @@ struct plx_lock_ops {
     /* take != 0: try the admin lock once (0, -EWOULDBLOCK when another process holds it, or
      * -errno); take == 0: release it. Never called nested (plx_admin_lock counts). */
     int (*admin_try)(plx_store *st, int take);
+    /* Optional: try the admin lock without waiting more than a moment, from the event loop (a
+     * claim made ahead): 0, -EWOULDBLOCK (held elsewhere, or the answer is not in yet: try
+     * again later), -ENOTCONN, -EOPNOTSUPP. NULL: admin_try(st, 1) never waits. */
+    int (*admin_try_now)(plx_store *st);
     /* Is this holder, never this process and never host 0, alive? */
     bool (*holder_alive)(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
     /* Optional: why admin_try answered -ENOTCONN (the lock manager cannot be reached). */

@@ -37,28 +37,38 @@
 /* How often the service loop looks at a connection being set up (a non-blocking connect, then
  * HELLO's answer): never blocks, so a lockd host that is down costs the data path nothing. */
 #define SETUP_POLL_NS 100000000ull
+/* How long a claim made ahead waits for ADMIN-TRY's answer inside the event loop. lockd answers
+ * at once (a round trip); a slower answer is taken by a later try or released by the tick. */
+#define TRY_WAIT_MS 50
 
 /* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
  * non-blocking connect and later ticks advance it (CONNECTING -> HELLO -> UP); only the
  * blocking calls (admin lock, holder liveness, status) wait for it, bounded. */
 enum lk_state { LK_DOWN, LK_CONNECTING, LK_HELLO, LK_UP };
 
+/* An ADMIN-TRY: none outstanding; sent, no answer yet; answered, the answer not yet taken. */
+enum lk_try { TRY_NONE, TRY_ASKED, TRY_GRANTED, TRY_BUSY };
+
 struct plx_lockd {
     char addr[64];
-    int fd;                 /* -1: LK_DOWN */
+    int fd; /* -1: LK_DOWN */
     enum lk_state state;
     uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
     char in[PLX_LOCKD_LINE_MAX];
-    size_t in_len;          /* buffered bytes of the next line(s) */
+    size_t in_len; /* buffered bytes of the next line(s) */
     int timer_fd;
-    uint64_t timer_ns;      /* the heartbeat timer's period now */
+    uint64_t timer_ns; /* the heartbeat timer's period now */
     uint64_t lease_ns;
     uint64_t next_beat_ns;
-    uint64_t last_attempt_ns;  /* last heartbeat attempt (sent or not): the freeze detector */
-    uint64_t last_ping_ns;     /* last PING sent */
-    uint64_t last_pong_ns;     /* last PONG received: lockd renewed our lease then */
-    char why_down[400];     /* why the last connection attempt failed */
-    char refused[400];      /* lockd refused our HELLO: why ("" = it did not) */
+    uint64_t last_attempt_ns; /* last heartbeat attempt (sent or not): the freeze detector */
+    uint64_t last_ping_ns;    /* last PING sent */
+    uint64_t last_pong_ns;    /* last PONG received: lockd renewed our lease then */
+    char why_down[400];       /* why the last connection attempt failed */
+    char refused[400];        /* lockd refused our HELLO: why ("" = it did not) */
+    enum lk_try try_state;
+    uint64_t try_sent_ns;
+    bool try_unsupported;     /* an older lockd: no ADMIN-TRY, claims wait for the admin lock */
+    unsigned releases_unread; /* ADMIN-UNLOCKs of unclaimed TRY grants whose RELEASED is due */
 };
 
 static uint64_t mono_ns(void)
@@ -87,6 +97,8 @@ static void lk_close(struct plx_lockd *lk)
     lk->fd = -1;
     lk->state = LK_DOWN;
     lk->in_len = 0;
+    lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
+    lk->releases_unread = 0;
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -113,8 +125,36 @@ static int send_ping(struct plx_lockd *lk)
     return send_line(lk, "PING");
 }
 
+/* A line that answers something other than the request being waited for (a heartbeat, an
+ * ADMIN-TRY, the release of an unclaimed TRY grant): note it and say 1 (consumed). */
+static bool take_aside(struct plx_lockd *lk, const char *line)
+{
+    if (!strcmp(line, "PONG")) {
+        lk->last_pong_ns = mono_ns();
+        return true;
+    }
+    if (lk->try_state == TRY_ASKED) {
+        if (!strcmp(line, "TRY-GRANTED") || !strcmp(line, "TRY-BUSY")) {
+            lk->try_state = line[4] == 'G' ? TRY_GRANTED : TRY_BUSY;
+            return true;
+        }
+        if (!strcmp(line, "ERR unknown command 'ADMIN-TRY'")) {
+            lk->try_state = TRY_NONE;
+            lk->try_unsupported = true;
+            return true;
+        }
+    }
+    if (lk->releases_unread && !strcmp(line, "RELEASED")) {
+        /* lockd answers in order: if a blocking ADMIN-UNLOCK's RELEASED is taken here, ours
+         * comes after it and answers that request the same way. */
+        lk->releases_unread--;
+        return true;
+    }
+    return false;
+}
+
 /* The next complete line from the buffer, without its newline: 1, or 0 when none is complete.
- * PONG (the answer to a heartbeat) is consumed here and only noted. */
+ * Answers to other things than the request waited for are consumed here (take_aside). */
 static int take_line(struct plx_lockd *lk, char *out, size_t len)
 {
     for (;;) {
@@ -123,14 +163,12 @@ static int take_line(struct plx_lockd *lk, char *out, size_t len)
             return 0;
         size_t used = (size_t)(nl - lk->in) + 1;
         *nl = 0;
-        bool pong = !strcmp(lk->in, "PONG");
-        if (pong)
-            lk->last_pong_ns = mono_ns();
-        else
+        bool aside = take_aside(lk, lk->in);
+        if (!aside)
             snprintf(out, len, "%s", lk->in);
         memmove(lk->in, lk->in + used, lk->in_len - used);
         lk->in_len -= used;
-        if (!pong)
+        if (!aside)
             return 1;
     }
 }
@@ -181,8 +219,7 @@ static int read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms
     }
 }
 
-static int request(struct plx_lockd *lk, const char *line, char *reply, size_t len,
-                   int timeout_ms)
+static int request(struct plx_lockd *lk, const char *line, char *reply, size_t len, int timeout_ms)
 {
     int rc = send_line(lk, line);
     return rc ? rc : read_line(lk, reply, len, timeout_ms);
@@ -259,8 +296,7 @@ static void setup_step(plx_store *st, int wait_ms)
         }
         uint64_t stop = until < lk->setup_deadline_ns ? until : lk->setup_deadline_ns;
         int ms = stop > now ? (int)((stop - now + 999999) / 1000000) : 0;
-        struct pollfd p = {.fd = lk->fd,
-                           .events = lk->state == LK_CONNECTING ? POLLOUT : POLLIN};
+        struct pollfd p = {.fd = lk->fd, .events = lk->state == LK_CONNECTING ? POLLOUT : POLLIN};
         int r = poll(&p, 1, ms);
         if (r <= 0) {
             if (now >= until)
@@ -356,6 +392,30 @@ static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t time
     }
 }
 
+/* Wait (bounded) for an outstanding ADMIN-TRY's answer: 0, or -errno with the connection closed. */
+static int try_settle(struct plx_lockd *lk, int timeout_ms)
+{
+    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    while (lk->try_state == TRY_ASKED) {
+        char line[PLX_LOCKD_LINE_MAX];
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        if (take_line(lk, line, sizeof line))
+            continue;
+        uint64_t now = mono_ns();
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0) {
+            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
+            lk_close(lk);
+            return -ETIMEDOUT;
+        }
+        int rc = fill(lk);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int lockd_admin_try(plx_store *st, int take)
 {
     struct plx_lockd *lk = st->lockd;
@@ -363,6 +423,16 @@ static int lockd_admin_try(plx_store *st, int take)
     int rc = ensure_connected(st);
     if (rc)
         return rc;
+    if (take && lk->try_state != TRY_NONE) {
+        /* A claim made ahead asked with ADMIN-TRY: its answer first (a grant is ours now). */
+        rc = try_settle(lk, REPLY_TIMEOUT_MS);
+        if (rc)
+            return -ENOTCONN;
+        bool granted = lk->try_state == TRY_GRANTED;
+        lk->try_state = TRY_NONE;
+        if (granted)
+            return 0;
+    }
     if (!take) {
         rc = request(lk, "ADMIN-UNLOCK", reply, sizeof reply, REPLY_TIMEOUT_MS);
         while (!rc && !strcmp(reply, "GRANTED"))
@@ -388,6 +458,45 @@ static int lockd_admin_try(plx_store *st, int take)
     return 0;
 }
 
+/* From the event loop, for a claim made ahead: ADMIN-TRY, waiting for its answer TRY_WAIT_MS at
+ * most. Never connects (the tick does) and never blocks longer. */
+static int lockd_admin_try_now(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (lk->try_unsupported)
+        return -EOPNOTSUPP;
+    if (lk->state != LK_UP)
+        return -ENOTCONN;
+    if (lk->try_state == TRY_NONE) {
+        if (send_line(lk, "ADMIN-TRY"))
+            return -ENOTCONN;
+        lk->try_state = TRY_ASKED;
+        lk->try_sent_ns = mono_ns();
+    }
+    uint64_t until = lk->try_sent_ns + TRY_WAIT_MS * 1000000ull;
+    while (lk->try_state == TRY_ASKED) {
+        char line[PLX_LOCKD_LINE_MAX];
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        if (take_line(lk, line, sizeof line))
+            continue; /* nothing but answers taken aside is expected between requests */
+        uint64_t now = mono_ns();
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        int ms = now < until ? (int)((until - now + 999999) / 1000000) : 0;
+        if (poll(&p, 1, ms) <= 0)
+            break;
+        if (fill(lk))
+            return -ENOTCONN;
+    }
+    if (lk->try_unsupported)
+        return -EOPNOTSUPP;
+    enum lk_try answer = lk->try_state;
+    if (answer == TRY_ASKED)
+        return -EWOULDBLOCK; /* not in yet: the next try looks again, without asking again */
+    lk->try_state = TRY_NONE;
+    return answer == TRY_GRANTED ? 0 : -EWOULDBLOCK;
+}
+
 static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     if (host == st->host_hash)
@@ -411,6 +520,7 @@ static const char *lockd_unreachable(const plx_store *st)
 const struct plx_lock_ops plx_lock_lockd = {
     .name = "lockd",
     .admin_try = lockd_admin_try,
+    .admin_try_now = lockd_admin_try_now,
     .holder_alive = lockd_holder_alive,
     .unreachable = lockd_unreachable,
 };
@@ -425,8 +535,7 @@ static bool frozen(plx_store *st, uint64_t now)
                   "this process was stopped for %.1f s, longer than it may go without renewing "
                   "its lease of %.1f s from the lock manager at %s: another host may hold its "
                   "VDIs now, so it writes nothing more (reopen the VDIs)",
-                  (double)(now - lk->last_attempt_ns) / 1e9, (double)lk->lease_ns / 1e9,
-                  lk->addr);
+                  (double)(now - lk->last_attempt_ns) / 1e9, (double)lk->lease_ns / 1e9, lk->addr);
     return st->fenced;
 }
 
@@ -455,7 +564,15 @@ static void lockd_tick(plx_store *st)
         if (lk->state == LK_UP && fill(lk) == 0) {
             char line[PLX_LOCKD_LINE_MAX];
             while (take_line(lk, line, sizeof line))
-                ; /* nothing but PONGs is expected between requests */
+                ; /* nothing but answers taken aside is expected between requests */
+        }
+        /* A TRY grant that came in after its claim stopped waiting, and nobody took since:
+         * give the admin lock back rather than hold it while idle. */
+        if (lk->state == LK_UP && lk->try_state == TRY_GRANTED && !send_line(lk, "ADMIN-UNLOCK")) {
+            lk->try_state = TRY_NONE;
+            lk->releases_unread++;
+        } else if (lk->try_state == TRY_BUSY) {
+            lk->try_state = TRY_NONE;
         }
         if (lk->state == LK_UP) {
             send_ping(lk);

@@ -10,6 +10,9 @@
  *                                                 reply to a later request, which skips it)
  *   ADMIN-LOCK                                 -> "GRANTED" once this connection holds the
  *                                                 admin lock (queued until then)
+ *   ADMIN-TRY                                  -> "TRY-GRANTED" (this connection holds the
+ *                                                 admin lock now) or "TRY-BUSY" (held, or
+ *                                                 others are queued), at once; never queued
  *   ADMIN-UNLOCK                               -> "RELEASED" (also withdraws a queued request; a
  *                                                 "GRANTED" may come first)
  *   ALIVE <host-hash> <pid> <epoch>            -> "YES" or "NO": is that holder alive?
@@ -18,8 +21,9 @@
  * host-id is the configured, stable name of the host; instance tells two machines that were
  * given the same id apart (the boot id); host-hash is plx_host_hash(host-id) as recorded in the
  * VDI and extent holder fields (FORMAT.md). A connection's lease lasts lease-ms after its last
- * line. Everything a connection holds (the admin lock, its place in the queue) goes when it
- * closes.
+ * line. The answers to PING and ADMIN-TRY have names of their own, so the engine can take them
+ * whenever they arrive, in between other replies. Everything a connection holds (the admin
+ * lock, its place in the queue) goes when it closes.
  */
 #ifndef PLX_LOCKD_PROTO_H
 #define PLX_LOCKD_PROTO_H

@@ -35,14 +35,14 @@
 
 struct conn {
     int fd;
-    bool hello;             /* HELLO accepted */
+    bool hello; /* HELLO accepted */
     char host_id[64];
     char instance[64];
     uint64_t host_hash, epoch;
     uint32_t pid;
-    uint64_t last_ns;       /* last line received: the lease runs from here */
-    bool waiting_admin;     /* queued for the admin lock */
-    uint64_t wait_seq;      /* queue order */
+    uint64_t last_ns;   /* last line received: the lease runs from here */
+    bool waiting_admin; /* queued for the admin lock */
+    uint64_t wait_seq;  /* queue order */
     char in[PLX_LOCKD_LINE_MAX];
     size_t in_len;
 };
@@ -162,8 +162,7 @@ static bool holder_alive(uint64_t hash, uint32_t pid, uint64_t epoch, uint64_t n
 {
     for (int i = 0; i < MAX_CONNS; i++) {
         const struct conn *o = conns[i];
-        if (o && lease_live(o, now) && o->host_hash == hash && o->pid == pid &&
-            o->epoch == epoch)
+        if (o && lease_live(o, now) && o->host_hash == hash && o->pid == pid && o->epoch == epoch)
             return true;
     }
     return now < grace_until_ns;
@@ -210,6 +209,15 @@ static void handle_line(struct conn *c, char *line, uint64_t now)
         c->waiting_admin = true;
         c->wait_seq = ++admin_seq;
         admin_grant();
+    } else if (!strcmp(line, "ADMIN-TRY")) {
+        /* For a claim made ahead from an engine's event loop: answered at once, never queued,
+         * and not ahead of anyone queued. */
+        bool idle = admin_holder == NULL;
+        for (int i = 0; idle && i < MAX_CONNS; i++)
+            idle = !(conns[i] && conns[i]->waiting_admin);
+        if (idle)
+            admin_holder = c;
+        reply(c, idle ? "TRY-GRANTED" : "TRY-BUSY");
     } else if (!strcmp(line, "ADMIN-UNLOCK")) {
         if (admin_holder == c) {
             admin_holder = NULL;
@@ -279,7 +287,8 @@ static int listen_on(const char *addr, char *err, size_t errlen)
     } else if (*addr) {
         snprintf(host, sizeof host, "%s", addr);
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai;
     int rc = getaddrinfo(host, port, &hints, &ai);
@@ -309,13 +318,14 @@ static void on_signal(int sig)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: parallax-lockd [--listen [ADDR]:PORT] [--lease SECONDS] "
-                    "[--grace SECONDS]\n"
-                    "  --listen  address to listen on (default 0.0.0.0:%d)\n"
-                    "  --lease   how long a holder stays alive after its last heartbeat "
-                    "(default %u)\n"
-                    "  --grace   after a start, how long every holder counts as alive "
-                    "(default: the lease plus 2 s)\n",
+    fprintf(stderr,
+            "usage: parallax-lockd [--listen [ADDR]:PORT] [--lease SECONDS] "
+            "[--grace SECONDS]\n"
+            "  --listen  address to listen on (default 0.0.0.0:%d)\n"
+            "  --lease   how long a holder stays alive after its last heartbeat "
+            "(default %u)\n"
+            "  --grace   after a start, how long every holder counts as alive "
+            "(default: the lease plus 2 s)\n",
             PLX_LOCKD_DEFAULT_PORT, PLX_LOCKD_DEFAULT_LEASE_MS / 1000);
 }
 

@@ -9,90 +9,20 @@
 # Afterwards parallax check is clean and every flushed byte is there (byte model).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
-
-require_cmd qemu-io nbdcopy python3
-LOCKD=$(dirname "$PARALLAX")/parallax-lockd
-[[ -x $LOCKD ]] || fail "parallax-lockd not built"
-tgt_start
-T=$PLX_TEST_TMP
-export PARALLAX_RUN_DIR=$T/run
-mkdir -p "$PARALLAX_RUN_DIR"
-export PARALLAX_LOCK_TIMEOUT=4
-URL=$(tgt_add_lun 1 256M)
-lun() { PARALLAX_HOST_ID=admin "$PARALLAX" -b "$URL" "$@"; }
+# shellcheck source=tests/integration/cluster.bash
+. "$(dirname "$0")/cluster.bash"
 size=$((8 << 20))
 lease=3
-
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-port=$(free_port)
-"$LOCKD" --listen "127.0.0.1:$port" --lease $lease >"$T/lockd.log" 2>&1 &
-LOCKD_PID=$!
-bg_pid $LOCKD_PID
-sleep 0.3
-kill -0 $LOCKD_PID || fail "lockd did not start: $(cat "$T/lockd.log")"
-
+lockd_start $lease
+port=$LOCKD_PORT
 # A TCP relay to lockd: freezing it (SIGSTOP) partitions a host from lockd, not from the LUN.
 rport=$(free_port)
-python3 - "$rport" "$port" >"$T/relay.log" 2>&1 <<'PY' &
-import socket, sys, threading
-ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[1]))); ls.listen(8)
-def pipe(a, b):
-    try:
-        while True:
-            d = a.recv(65536)
-            if not d: break
-            b.sendall(d)
-    except OSError: pass
-    for s in (a, b):
-        try: s.shutdown(socket.SHUT_RDWR)
-        except OSError: pass
-while True:
-    c, _ = ls.accept()
-    u = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
-    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-PY
-RELAY=$!
-bg_pid $RELAY
-sleep 0.3
+relay_start "$rport:$port"
 
 lun format --extent-size 8M >/dev/null
 lun lockd-set "127.0.0.1:$port"
 for v in a b; do lun vdi-create $v --size $size >/dev/null; truncate -s $size "$T/model-$v.img"; done
 
-declare -A SRV
-start_host() { # HOST-ID [LOCKD-ADDRESS]
-    local i
-    rm -f "$T/$1.sock"
-    PARALLAX_HOST_ID=$1 PARALLAX_LOCKD=${2:-} "$PARALLAX" -b "$URL" serve --unix "$T/$1.sock" \
-        >>"$T/$1.log" 2>&1 &
-    SRV[$1]=$!
-    bg_pid "${SRV[$1]}"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $T/$1.sock ]] && return 0
-        kill -0 "${SRV[$1]}" 2>/dev/null || fail "host $1 exited: $(cat "$T/$1.log")"
-        sleep 0.1
-    done
-    fail "host $1 did not start"
-}
-uri() { echo "nbd+unix:///$2?socket=$T/$1.sock"; }
-# model VDI PATTERN OFFSET LENGTH: a flushed write the VDI must hold.
-model() {
-    python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[3])); f.write(bytes([int(sys.argv[2])]) * int(sys.argv[4]))' \
-        "$T/model-$1.img" "$2" "$3" "$4"
-}
-write() { # HOST VDI PATTERN OFFSET LENGTH: write and flush through HOST; the model follows.
-    local out
-    out=$(qemu-io -f raw -c "write -P $3 $4 $5" -c flush "$(uri "$1" "$2")" 2>&1) || return 1
-    grep -qi 'error\|fail' <<<"$out" && return 1
-    model "$2" "$3" "$4" "$5"
-}
-verify() { # HOST VDI WHAT
-    rm -f "$T/read.img"
-    nbdcopy "$(uri "$1" "$2")" "$T/read.img" || fail "$3: reading $2 through $1"
-    cmp -s "$T/model-$2.img" "$T/read.img" || fail "$3: $2 read through $1 differs from what was flushed"
-}
 # A client session kept open on HOST VDI: commands go in on fd 3.
 open_session() {
     rm -f "$T/qio.fifo"

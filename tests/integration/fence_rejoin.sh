@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Registering again at the target (docs/DESIGN.md "The lock manager", Fencing). tgt keeps
 # persistent reservations in memory only, and a re-established session is not registered.
-# 1. tgtd is killed and started again while three hosts (h1, h2, h3) keep a VDI each open with
-#    a client writing, and a fourth process (h4) opens the LUN first after the restart, so it
+# 1. tgtd is killed and started again while five hosts (h1, h2, h3, h6, h7) keep a VDI each open
+#    with a client writing, and another process (h4) opens the LUN first after the restart, so it
 #    reserves the LUN for itself: the hosts find their keys gone, have lockd confirm their
-#    leases, register again and go on serving; every flushed byte is there.
+#    leases, register again at once and go on serving; every flushed byte is there.
 # 2. The expired-lease variant: h1 is cut off from lockd (its connection runs through a relay
 #    that is frozen) past its lease, h2 takes h1's VDI (listing and preempting h1's key), then
 #    the target restarts and forgets the preempt, and h1 can reach lockd again: h1 finds its key
@@ -18,153 +18,31 @@
 # Afterwards parallax check is clean and every flushed byte is there (byte model).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
-
-require_cmd qemu-io nbdcopy python3
-LOCKD=$(dirname "$PARALLAX")/parallax-lockd
-[[ -x $LOCKD ]] || fail "parallax-lockd not built"
-tgt_start
-T=$PLX_TEST_TMP
-export PARALLAX_RUN_DIR=$T/run
-mkdir -p "$PARALLAX_RUN_DIR"
-export PARALLAX_LOCK_TIMEOUT=4
-URL=$(tgt_add_lun 1 256M)
-lun() { PARALLAX_HOST_ID=admin "$PARALLAX" -b "$URL" "$@"; }
+# shellcheck source=tests/integration/cluster.bash
+. "$(dirname "$0")/cluster.bash"
 size=$((8 << 20))
 lease=3
-
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-port=$(free_port)
-"$LOCKD" --listen "127.0.0.1:$port" --lease $lease >"$T/lockd.log" 2>&1 &
-LOCKD_PID=$!
-bg_pid $LOCKD_PID
-sleep 0.3
-kill -0 $LOCKD_PID || fail "lockd did not start: $(cat "$T/lockd.log")"
-
+lockd_start $lease
+port=$LOCKD_PORT
 # A TCP relay to lockd: freezing it (SIGSTOP) partitions a host from lockd, not from the LUN.
 rport=$(free_port)
-python3 - "$rport" "$port" >"$T/relay.log" 2>&1 <<'PY' &
-import socket, sys, threading
-ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[1]))); ls.listen(8)
-def pipe(a, b):
-    try:
-        while True:
-            d = a.recv(65536)
-            if not d: break
-            b.sendall(d)
-    except OSError: pass
-    for s in (a, b):
-        try: s.shutdown(socket.SHUT_RDWR)
-        except OSError: pass
-while True:
-    c, _ = ls.accept()
-    u = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
-    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-PY
-RELAY=$!
-bg_pid $RELAY
-sleep 0.3
+relay_start "$rport:$port"
 
 lun format --extent-size 8M >/dev/null
 lun lockd-set "127.0.0.1:$port"
-for v in a b c; do lun vdi-create $v --size $size >/dev/null; truncate -s $size "$T/model-$v.img"; done
+for v in a b c e f; do lun vdi-create $v --size $size >/dev/null; truncate -s $size "$T/model-$v.img"; done
 
-declare -A SRV
-start_host() { # HOST-ID [LOCKD-ADDRESS [ENV=VALUE...]]
-    local h=$1 addr=${2:-} i
-    shift $(($# < 2 ? $# : 2))
-    rm -f "$T/$h.sock"
-    env PARALLAX_HOST_ID="$h" PARALLAX_LOCKD="$addr" "$@" "$PARALLAX" -b "$URL" serve \
-        --unix "$T/$h.sock" >>"$T/$h.log" 2>&1 &
-    SRV[$h]=$!
-    bg_pid "${SRV[$h]}"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $T/$h.sock ]] && return 0
-        kill -0 "${SRV[$h]}" 2>/dev/null || fail "host $h exited: $(cat "$T/$h.log")"
-        sleep 0.1
-    done
-    fail "host $h did not start"
-}
-stop_host() { kill "${SRV[$1]}" 2>/dev/null; wait "${SRV[$1]}" 2>/dev/null || true; }
-uri() { echo "nbd+unix:///$2?socket=$T/$1.sock"; }
-# model VDI PATTERN OFFSET LENGTH: a flushed write the VDI must hold.
-model() {
-    python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[3])); f.write(bytes([int(sys.argv[2])]) * int(sys.argv[4]))' \
-        "$T/model-$1.img" "$2" "$3" "$4"
-}
-write() { # HOST VDI PATTERN OFFSET LENGTH: write and flush through HOST; the model follows.
-    local out
-    out=$(qemu-io -f raw -c "write -P $3 $4 $5" -c flush "$(uri "$1" "$2")" 2>&1) || return 1
-    grep -qi 'error\|fail' <<<"$out" && return 1
-    model "$2" "$3" "$4" "$5"
-}
-verify() { # HOST VDI WHAT
-    rm -f "$T/read.img"
-    nbdcopy "$(uri "$1" "$2")" "$T/read.img" || fail "$3: reading $2 through $1"
-    cmp -s "$T/model-$2.img" "$T/read.img" || fail "$3: $2 read through $1 differs from what was flushed"
-}
-# Client sessions kept open: session_open NAME HOST VDI; session_cmd NAME CMD; session_close NAME
-declare -A QFD QPID
-session_open() {
-    rm -f "$T/qio-$1.fifo"
-    mkfifo "$T/qio-$1.fifo"
-    qemu-io -f raw "$(uri "$2" "$3")" <"$T/qio-$1.fifo" >"$T/qio-$1.log" 2>&1 &
-    QPID[$1]=$!
-    bg_pid "${QPID[$1]}"
-    local fd i
-    exec {fd}>"$T/qio-$1.fifo"
-    QFD[$1]=$fd
-    for ((i = 0; i < 100; i++)); do
-        (($(prompts "$1") > 0)) && return 0
-        sleep 0.1
-    done
-    fail "qemu-io did not start on $2: $(cat "$T/qio-$1.log")"
-}
-# qemu-io reading a pipe handles one line per wakeup, so one command at a time: each waits
-# for the prompt that follows it.
-prompts() { grep -o 'qemu-io> ' "$T/qio-$1.log" | wc -l; }
-session_cmd() {
-    local n i
-    n=$(prompts "$1")
-    echo "$2" >&"${QFD[$1]}"
-    for ((i = 0; i < 300; i++)); do
-        (($(prompts "$1") > n)) && return 0
-        sleep 0.1
-    done
-    fail "qemu-io did not finish '$2' on $1: $(cat "$T/qio-$1.log")"
-}
-session_close() { # quit, rather than EOF: later children inherit the fifo's write end
-    local fd=${QFD[$1]}
-    echo quit >&"$fd"
-    exec {fd}>&-
-    wait "${QPID[$1]}" 2>/dev/null || true
-}
-session_errors() { grep -ci 'error\|fail' "$T/qio-$1.log" || true; }
-# The I_T nexus (session id) of an initiator, from the target's view.
-nexus_of() {
-    tgt_adm --op show --mode target |
-        awk -v ini="iqn.2026-11.org.parallax:$1" '/I_T nexus:/ { n = $3 } $1 == "Initiator:" && $2 == ini { print n }'
-}
-wait_log() { # FILE PATTERN WHAT
-    local i
-    for ((i = 0; i < 100; i++)); do
-        grep -q "$2" "$1" && return 0
-        sleep 0.1
-    done
-    fail "$3: $(tail -5 "$1")"
-}
-
-# 1. The target restarts under three writing hosts.
-for h in h1 h2 h3; do start_host $h; done
-declare -A VDI_OF=([h1]=a [h2]=b [h3]=c)
-for h in h1 h2 h3; do
+# 1. The target restarts under five writing hosts: all of them register again at once.
+HOSTS=(h1 h2 h3 h6 h7)
+for h in "${HOSTS[@]}"; do start_host $h; done
+declare -A VDI_OF=([h1]=a [h2]=b [h3]=c [h6]=e [h7]=f)
+for h in "${HOSTS[@]}"; do
     session_open $h $h "${VDI_OF[$h]}"
     session_cmd $h "write -P 11 0 65536"
     session_cmd $h "flush"
 done
 sleep 1
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do
     [[ $(session_errors $h) == 0 ]] || fail "$h refused a write before the restart: $(cat "$T/qio-$h.log")"
     model "${VDI_OF[$h]}" 11 0 65536
 done
@@ -173,12 +51,12 @@ tgt_restart 1
 # now on the target refuses every session whose key is not registered.
 PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$URL" vdi-create d --size $size >/dev/null ||
     fail "h4 could not open the LUN after the restart"
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do
     session_cmd $h "write -P 22 131072 65536"
     session_cmd $h "flush"
 done
-for h in h1 h2 h3; do session_close $h; done
-for h in h1 h2 h3; do
+for h in "${HOSTS[@]}"; do session_close $h; done
+for h in "${HOSTS[@]}"; do
     [[ $(session_errors $h) == 0 ]] || fail "$h failed a write after the target restart: $(cat "$T/qio-$h.log") $(tail -5 "$T/$h.log")"
     grep -q "registered our reservation key .* again (it was gone from the LUN" "$T/$h.log" ||
         fail "$h does not say it registered again: $(cat "$T/$h.log")"
@@ -186,8 +64,9 @@ for h in h1 h2 h3; do
     write $h "${VDI_OF[$h]}" 33 262144 4096 || fail "$h: a new client after the restart: $(tail -5 "$T/$h.log")"
 done
 verify h2 a "after the target restart"; verify h3 b "after the target restart"; verify h1 c "after the target restart"
-echo "three hosts kept serving through a target restart; nothing flushed was lost"
-for h in h1 h2 h3; do stop_host $h; done
+verify h7 e "after the target restart"; verify h6 f "after the target restart"
+echo "five hosts kept serving through a target restart; nothing flushed was lost"
+for h in "${HOSTS[@]}"; do stop_host $h; done
 
 # 2. A host whose lease expired and whose VDI was taken stays fenced across a target restart.
 start_host h1 "127.0.0.1:$rport"
@@ -253,7 +132,7 @@ echo "a preempt racing a re-registration was not undone; none of the fenced host
 # The end: parallax check clean, every flushed byte there.
 for h in h5 h2; do stop_host $h; done
 lun check >"$T/check.out" 2>&1 || fail "check: $(cat "$T/check.out")"
-for v in a b c; do
+for v in a b c e f; do
     lun vdi-export $v "$T/final.img"
     cmp -s "$T/model-$v.img" "$T/final.img" || fail "$v: the final image differs from the model"
 done

@@ -30,6 +30,9 @@
 #   tgt_drop_connections             close every iSCSI connection from the target's side
 #   tgt_restart [PAUSE]              kill -9 tgtd, wait PAUSE seconds (default 0), start it again
 #                                    on the same ports with the same LUNs and accounts
+#   tgt_restart_only PAUSE NAME...   tgt_restart, but target 1 admits only the initiators NAME...
+#                                    (tgt's initiator-name ACL) until tgt_admit_all
+#   tgt_admit_all                    target 1 admits every initiator again
 #   tgt_chap USER PASSWORD           require CHAP login with USER/PASSWORD on target 1
 #
 # Do not set your own EXIT trap: use on_exit. Note that `fail` inside $(...) or ( ... ) only
@@ -155,9 +158,18 @@ _tgt_launch() {
     return 1
 }
 
+# _tgt_configure [INITIATOR-NAME...]: target 1 with its LUNs and account, admitting every
+# initiator, or only the named ones.
 _tgt_configure() {
     tgt_adm --op new --mode target --tid 1 -T "$TGT_IQN"
-    tgt_adm --op bind --mode target --tid 1 -I ALL
+    if [[ $# -eq 0 ]]; then
+        tgt_adm --op bind --mode target --tid 1 -I ALL
+    else
+        local name
+        for name in "$@"; do
+            tgt_adm --op bind --mode target --tid 1 --initiator-name "$name"
+        done
+    fi
     local n file user pass
     if [[ -e $PLX_TEST_TMP/tgt.luns ]]; then
         while read -r n file; do
@@ -222,12 +234,30 @@ tgt_drop_connections() {
 tgt_restart() {
     tgt_stop
     sleep "${1:-0}"
+    shift $(($# > 0 ? 1 : 0))
     local i
     for ((i = 0; i < 20; i++)); do
-        _tgt_launch && { _tgt_configure; return 0; }
+        _tgt_launch && { _tgt_configure "$@"; return 0; }
         kill -9 "$TGT_PID" 2>/dev/null || true
         wait "$TGT_PID" 2>/dev/null || true
         sleep 0.5 # the port may linger for a moment
     done
     fail "tgtd did not restart on port $TGT_PORT: $(tail -5 "$PLX_TEST_TMP/tgtd.log")"
+}
+
+tgt_restart_only() {
+    [[ $# -ge 2 ]] || fail "usage: tgt_restart_only PAUSE INITIATOR-NAME..."
+    tgt_restart "$@"
+    printf '%s\n' "${@:2}" >"$PLX_TEST_TMP/tgt.only"
+}
+
+tgt_admit_all() {
+    local name
+    tgt_adm --op bind --mode target --tid 1 -I ALL
+    if [[ -e $PLX_TEST_TMP/tgt.only ]]; then
+        while read -r name; do
+            tgt_adm --op unbind --mode target --tid 1 --initiator-name "$name"
+        done <"$PLX_TEST_TMP/tgt.only"
+        rm -f "$PLX_TEST_TMP/tgt.only"
+    fi
 }

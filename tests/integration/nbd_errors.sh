@@ -128,6 +128,8 @@ if qemu-io -f raw -c "write -P 1 0 4k" "$(uri disk@1)" >/dev/null 2>&1; then
     fail "qemu-io wrote to a snapshot"
 fi
 assert_eq "error 1" "$(raw disk@1 write 0 4096)" "write to a snapshot: EPERM"
+# A large payload is received into a buffer of its own (not the input buffer): refused all the same.
+assert_eq "error 1" "$(raw disk@1 write 0 1048576)" "1 MiB write to a snapshot: EPERM"
 assert_eq "error 1" "$(raw disk@empty trim 0 4096)" "trim of a snapshot: EPERM"
 assert_eq "error 1" "$(raw disk@1 zero 0 4096)" "write-zeroes to a snapshot: EPERM"
 assert_eq "error 0" "$(raw disk@1 read 0 4096)" "read of a snapshot"
@@ -139,7 +141,7 @@ if qemu-io -f raw -c "write -P 1 $((size - 4096)) 8k" "$(uri disk)" >/dev/null 2
     fail "qemu-io wrote beyond the end"
 fi
 for req in "write $((size - 4096)) 8192" "write $size 4096" "write 18446744073709547520 4096" \
-    "read $size 4096" "trim $((size - 512)) 4096" "zero $size 1"; do
+    "write $((size - 4096)) 1048576" "read $size 4096" "trim $((size - 512)) 4096" "zero $size 1"; do
     read -ra args <<<"$req"
     out=$(raw disk "${args[@]}") || fail "raw $req: the server dropped the connection"
     [[ $out == "error 22" || $out == "error 28" ]] || fail "raw $req: want EINVAL or ENOSPC, got [$out]"

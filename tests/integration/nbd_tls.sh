@@ -52,6 +52,7 @@ free_port() {
 # and SERVER_PID.
 start_server() {
     local i before
+    : >>"$T/serve.log" # exists before the loop reads it (the server opens it when it has forked)
     before=$(grep -c "^parallax: serve: listening on" "$T/serve.log" 2>/dev/null || true)
     "$PARALLAX" -b "$T/store.img" serve --port 0 "$@" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!

@@ -1489,8 +1489,8 @@ START_TEST(test_iscsi_open_errors)
     expect_iscsi_open_error(url, -EINVAL, "no target");
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/", port);
     expect_iscsi_open_error(url, -EINVAL, "no target IQN");
-    /* An IQN without such a LUN: LUN 0 is tgt's controller; tu_tgtd_new_lun never makes 255 (LUN 300
-     * was once found present under tgt, so a number past 255 is no safe "missing" LUN). */
+    /* An IQN without such a LUN: LUN 0 is tgt's controller; tu_tgtd_new_lun never makes 255 (LUN
+     * 300 was once found present under tgt, so a number past 255 is no safe "missing" LUN). */
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/%s/255", port, iqn);
     expect_iscsi_open_error(url, -ENOENT, "has no LUN 255");
     snprintf(url, sizeof(url), "iscsi://127.0.0.1:%d/iqn.2026-11.org.parallax.test:nosuch/1", port);
@@ -1632,6 +1632,31 @@ START_TEST(test_iscsi_reconnect)
 }
 END_TEST
 
+/* The connection drops while the backend is idle: the next I/O (asynchronous: woken through the
+ * backend's fd, as the engine waits; blocking: libiscsi's synchronous calls) logs in again with a
+ * fresh session and succeeds, and what was written before is there. */
+START_TEST(test_iscsi_reconnect_idle)
+{
+    plx_backend *be = make_backend(_i ? K_ISCSI_BLOCK : K_ISCSI, 16);
+    write_pattern(be, 0, 4, 11, 0);
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_ge(drop_connections(), 1);
+        usleep(100000);
+        void *buf = plx_block_alloc(4);
+        tu_fill(buf, 4 * BS, 12 + (uint64_t)round);
+        struct rec r = {0};
+        ck_assert_int_eq(rec_submit(be, &r, PLX_IO_WRITE, 4, 4, buf, PLX_IO_FUA), 0);
+        drain_via_fd(be);
+        ck_assert_int_eq(r.calls, 1);
+        ck_assert_int_eq(r.status, 0);
+        plx_block_free(buf);
+        ck_assert(has_pattern(be, 0, 4, 11));
+        ck_assert(has_pattern(be, 4, 4, 12 + (uint64_t)round));
+    }
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* When logging in again keeps failing, I/O fails with -EIO (never reported done), and so does
  * later I/O; nothing hangs. */
 START_TEST(test_iscsi_gives_up)
@@ -1730,6 +1755,7 @@ static Suite *backend_suite(void)
         tcase_add_test(tc, test_iscsi_chap);
         tcase_add_loop_test(tc, test_iscsi_unmap, 0, 2);
         tcase_add_test(tc, test_iscsi_reconnect);
+        tcase_add_loop_test(tc, test_iscsi_reconnect_idle, 0, 2);
         tcase_add_test(tc, test_iscsi_gives_up);
         suite_add_tcase(s, tc);
     }

@@ -1,0 +1,99 @@
+/*
+ * backend_iscsi_internal.h - what backend_iscsi.c (requests, fencing, the seam) and
+ * backend_iscsi_session.c (the session: its context, losing it, logging in again) share.
+ * Nothing outside these two files includes it.
+ */
+#ifndef PLX_BACKEND_ISCSI_INTERNAL_H
+#define PLX_BACKEND_ISCSI_INTERNAL_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+
+#include "backend.h"
+
+struct iscsi_req {
+    struct plx_io *io;
+    struct iscsi_backend *b;
+    struct scsi_task *task;
+    int status;
+    int retries;
+    uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
+    struct unmap_list unmap;
+    int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
+    int cancelling;         /* we cancelled its task ourselves: it fails, it is not held */
+    struct iscsi_req *next; /* ready, retry or held list */
+    struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
+};
+
+struct req_list {
+    struct iscsi_req *head, *tail;
+};
+
+/* The session, in asynchronous mode (backend_iscsi_session.c). */
+enum iscsi_conn {
+    CONN_UP,         /* logged in: requests go out */
+    CONN_DOWN,       /* lost: a fresh context waits for the next attempt (next_attempt_ns) */
+    CONN_CONNECTING, /* a fresh context connects and logs in (iscsi_full_connect_async) */
+};
+
+struct iscsi_backend {
+    plx_backend base;
+    struct iscsi_context *iscsi; /* never NULL once open; replaced when the session is lost */
+    char *url;                   /* as given, credentials included: every new context parses it */
+    char initiator[300];
+    char portal[MAX_STRING_SIZE + 1]; /* from the URL */
+    int lun;
+    uint32_t lba_size;       /* the LUN's logical block size */
+    uint32_t lbas_per_block; /* PLX_BLOCK_SIZE / lba_size */
+    int rdonly, blocking;
+    uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
+    int dead;           /* reconnecting gave up: everything fails with -EIO */
+    int epfd, efd, tfd; /* the backend's fd; ready-list signal; the clock */
+    int sock_fd;        /* socket as registered in epfd, -1 when not */
+    int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
+    int ticking;
+    unsigned inflight; /* accepted and done not yet called */
+    struct req_list ready, retry;
+    struct iscsi_req *all;        /* requests whose task libiscsi holds */
+    struct iscsi_req *abandoned;  /* failed by fail_all, freed at destroy */
+    int lock_fd;                  /* flock stand-in for the admin lock (one host) */
+    uint64_t pr_key;              /* our persistent reservation key; 0: not fencing */
+    int fenced;                   /* our key was preempted: everything fails with -ESTALE */
+    struct plx_fence_hooks hooks; /* the layer above's word on registering again (backend.h) */
+    int rejoin;               /* registration in doubt: writes held until rejoin_try settles it */
+    int rejoin_checked;       /* ... and we looked whether our key is still on the LUN: */
+    int rejoin_key_gone;      /* it was gone: confirm the lease first */
+    uint64_t rejoin_since_ns; /* when the doubt began (CLOCK_MONOTONIC) */
+    struct req_list held;     /* waiting for a login or a rejoin, in order */
+    /* The session (backend_iscsi_session.c). */
+    enum iscsi_conn conn;
+    int dropped;              /* a callback saw the session's commands cancelled under it */
+    int connect_result;       /* CONNECTING: 0 pending, 1 logged in, -1 failed */
+    int attempts;             /* failed login attempts since the session was lost */
+    int max_attempts;         /* $PARALLAX_ISCSI_RETRIES; < 0: no limit */
+    uint64_t next_attempt_ns; /* DOWN: when to try again */
+    uint64_t attempt_end_ns;  /* CONNECTING: when this attempt counts as failed */
+    char lock_path[PATH_MAX];
+};
+
+/* backend_iscsi.c */
+void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r);
+struct iscsi_req *plx_iscsi_list_pop(struct req_list *l);
+void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status);
+void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why);
+void plx_iscsi_sync_socket(struct iscsi_backend *b, int force);
+void plx_iscsi_registration_in_doubt(struct iscsi_backend *b);
+void plx_iscsi_release_held(struct iscsi_backend *b);
+void plx_iscsi_log_fn(int level, const char *message);
+uint64_t plx_iscsi_mono_ns(void);
+
+/* backend_iscsi_session.c */
+struct iscsi_context *plx_iscsi_new_context(struct iscsi_backend *b, struct iscsi_url **url);
+void plx_iscsi_session_lost(struct iscsi_backend *b, const char *why);
+void plx_iscsi_session_step(struct iscsi_backend *b, short revents);
+int plx_iscsi_reconnect_blocking(struct iscsi_backend *b, const char *why);
+
+#endif
