@@ -83,16 +83,16 @@ struct plx_open_opts {
      * single-threaded tools. Saves the ~30 ms the kernel takes to tear an aio context down at
      * close or exit; costs all overlap between I/Os. Never for servers. */
     int blocking_io;
-    /* Where new data blocks go (docs/DESIGN.md, "Placement"): PLX_PLACEMENT_ARRIVAL (0, the
-     * default) hands them out in the order writes arrive, fastest for random writes;
-     * PLX_PLACEMENT_LEAF puts each leaf's blocks in one slot in virtual order, so a disk
-     * written in random order (or rewritten after a snapshot) reads back sequentially at
-     * sequential speed, at some cost to random writes after a snapshot. Per process; the
-     * format is the same either way. */
+    /* Where new data blocks go (docs/DESIGN.md, "Placement"): PLX_PLACEMENT_LEAF (0, the
+     * default) puts each leaf's blocks in one slot in virtual order, so a disk written in random
+     * order (or rewritten after a snapshot) reads back sequentially at sequential speed;
+     * PLX_PLACEMENT_ARRIVAL hands them out in the order writes arrive (the default before API
+     * 1.3; 1, the old PLX_PLACEMENT_LEAF, still means leaf). Per process; the format is the
+     * same either way. */
     int placement;
 };
-#define PLX_PLACEMENT_ARRIVAL 0
-#define PLX_PLACEMENT_LEAF 1
+#define PLX_PLACEMENT_LEAF 0
+#define PLX_PLACEMENT_ARRIVAL 2
 
 /* A blockstore is named by a path (file or block device) or by a URL:
  * iscsi://[user%password@]host[:port]/target-iqn/lun names a LUN reached with libiscsi. Nonzero

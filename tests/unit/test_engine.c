@@ -2077,6 +2077,63 @@ START_TEST(test_placement_by_leaf)
 }
 END_TEST
 
+/* Backend reads for a 2 MiB read of one leaf written in random 4 KiB writes, on a store opened
+ * with opts (NULL: none). */
+static unsigned long random_leaf_read_reqs(const struct plx_open_opts *opts)
+{
+    enum { N = PLX_RADIX_FANOUT };
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(64 * MiB / BS);
+    ck_assert_ptr_nonnull(mem);
+    ck_assert_int_eq(plx_format_backend(mem, 8 * MiB, err, sizeof err), 0);
+    plx_store *st = NULL;
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), opts, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    create_vdi(st, "p", 16 * MiB);
+    plx_vdi *v = open_vdi(st, "p", 0);
+    unsigned perm[N];
+    uint64_t rng = 17;
+    for (unsigned i = 0; i < N; i++)
+        perm[i] = i;
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)(tu_rand(&rng) % (i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    unsigned char *bufs = plx_block_alloc(N);
+    write_blocks_async(st, v, N, perm, N, 43, bufs);
+    unsigned long reqs = read_requests(st, v, N, N, bufs);
+    close_vdi(st, v);
+    check_clean(st, "after the random leaf");
+    plx_block_free(bufs);
+    close_ok(st);
+    mem->ops->destroy(mem);
+    return reqs;
+}
+
+/* Placement by leaf is the default (issue 16): a store opened without options, with zeroed
+ * options or with 1 (PLX_PLACEMENT_LEAF before API 1.3) reads a leaf written in random order
+ * back in one backend read; only PLX_PLACEMENT_ARRIVAL places blocks in arrival order. */
+START_TEST(test_placement_default_is_leaf)
+{
+    struct plx_open_opts zero = {.struct_size = sizeof zero};
+    struct plx_open_opts old_leaf = {.struct_size = sizeof old_leaf, .placement = 1};
+    struct plx_open_opts arrival = {.struct_size = sizeof arrival,
+                                    .placement = PLX_PLACEMENT_ARRIVAL};
+    unsigned long none = random_leaf_read_reqs(NULL), z = random_leaf_read_reqs(&zero),
+                  one = random_leaf_read_reqs(&old_leaf), arr = random_leaf_read_reqs(&arrival);
+    fprintf(stderr,
+            "engine: placement: backend reads for a leaf written in random order: no options "
+            "%lu, zeroed %lu, 1 %lu, arrival %lu\n",
+            none, z, one, arr);
+    ck_assert_uint_eq(PLX_PLACEMENT_LEAF, 0);
+    ck_assert_uint_eq(none, 1);
+    ck_assert_uint_eq(z, 1);
+    ck_assert_uint_eq(one, 1);
+    ck_assert_msg(arr > 100, "arrival order: %lu backend reads (blocks in write order)", arr);
+}
+END_TEST
+
 /* The depth benchmark's history on a small scale: a disk written sequentially, a snapshot, then
  * every block rewritten in random order (each write copies on write). The held extents fill up
  * on the way; the leaves' copies still get slots of their own (a new extent) instead of blocks
@@ -2169,6 +2226,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_write_after_gc);
     tcase_add_test(tc, test_placement_by_leaf);
     tcase_add_test(tc, test_placement_after_snapshot_rewrite);
+    tcase_add_test(tc, test_placement_default_is_leaf);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("async");
