@@ -206,10 +206,14 @@ bench: deps all $(B)/bench-handover $(B)/bench-scale
 	bench/cluster.sh --dir $(BENCH_DIR)
 	bench/scale.sh --dir $(BENCH_DIR)
 	bench/clones.sh --dir $(BENCH_DIR)
+	bench/wcache.sh --dir $(BENCH_DIR)
 
 # Clones of the golden image (bench/README.md, "Clones"): space and boot time of 1, 10 and 30
 # booted clones, Parallax vs qcow2 overlays vs raw copies, under QEMU TCG (about 12 minutes on
 # 2 cores). Results in bench/results/clones-HOST-STAMP/, the figure in bench/plots/clones.png.
+bench-wcache: deps all
+	bench/wcache.sh --dir $(BENCH_DIR)
+
 bench-clones: deps all
 	bench/clones.sh --dir $(BENCH_DIR)
 
@@ -281,4 +285,4 @@ include mk/install.mk
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
 .PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke FORCE \
-        bench-suite-smoke bench-clones bench-clones-smoke
+        bench-suite-smoke bench-clones bench-clones-smoke bench-wcache

@@ -5,19 +5,31 @@
 # iSCSI, and its write log is a file on the (unthrottled) local disk. In one run:
 #   1. the local disk alone (fio, O_DIRECT): 1 MiB sequential writes at QD 8, 4 KiB random writes
 #      at QD 1: the reference;
-#   2. a burst: WRITERS fio clients (NBD) each write BURST to their own VDI, 1 MiB at QD 8, and
+#   2. the second reference, what the serving path carries: `parallax serve` over a blockstore
+#      that is a plain file on the local disk (no iSCSI, no cache), the same burst and QD1 runs;
+#   3. a burst: WRITERS fio clients (NBD) each write BURST to their own VDI, 1 MiB at QD 8, and
 #      fsync at the end, with the cache off and on; the burst's completion time, and with the
-#      cache on the time until the log has drained (the server closes the VDIs, which drains);
-#   3. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency.
-# Results: bench/results/wcache-HOST-STAMP.txt (not committed).
+#      cache on the time until the log has drained and the VDIs are closed (the server closes a
+#      departed client's VDI once drained; `cache status` lists it until then);
+#   4. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
+#      PAIRS runs interleaved with fio on the local disk (local, cache on, local, ...), since the
+#      local disk's QD1 latency moves from run to run;
+#   5. the burst and the QD1 run again with the cache in its automatic mode
+#      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
+#      once the store's write latency has stayed above the threshold for a second.
+# The load average is recorded at the start and the end. Results:
+# bench/results/wcache-HOST-STAMP.txt and .dat (not committed); the figure (thesis figures
+# 5.10/5.11: burst time with its drain, and QD1 latency, for the local disk, serve over a local
+# file, and the cache off, on and automatic) goes to bench/plots/wcache.png (bench/wcache.gp).
 #
-#   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--quick]
+#   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
+#                   [--pairs N] [--auto-ms MS] [--quick]
 # (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs=""
+dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs="" pairs=3 auto_ms=20
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -25,8 +37,10 @@ while [[ $# -gt 0 ]]; do
     --writers) writers=$2; shift 2 ;;
     --burst) burst=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
-    --quick) writers=2 burst=16M seconds=3; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--quick]" >&2; exit 2 ;;
+    --pairs) pairs=$2; shift 2 ;;
+    --auto-ms) auto_ms=$2; shift 2 ;;
+    --quick) writers=2 burst=16M seconds=3 pairs=1; shift ;;
+    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--quick]" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
@@ -37,10 +51,12 @@ P=$root/build/parallax
 work=$(mktemp -d "$dir/plx-bench-wcache.XXXXXX")
 cg=/sys/fs/cgroup/blkio/plx-wcache-$$
 tgtd_pid="" srv_pid=""
+# (set -e holds in the trap too: a killed process's wait status must not end it early, which
+# left the work directory and the cgroup behind.)
 cleanup() {
-    [[ -n $srv_pid ]] && kill -9 "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null
-    [[ -n $tgtd_pid ]] && kill -9 "$tgtd_pid" 2>/dev/null && wait "$tgtd_pid" 2>/dev/null
-    [[ -d $cg ]] && rmdir "$cg" 2>/dev/null
+    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null || true; fi
+    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null; wait "$tgtd_pid" 2>/dev/null || true; fi
+    if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -48,13 +64,16 @@ export PARALLAX_RUN_DIR=$work/run
 mkdir -p "$PARALLAX_RUN_DIR"
 
 fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (the nbd engine says hello first)
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+load_start=$(load)
 # ---- 1. the local disk ---------------------------------------------------------------------------
 local_bw=$(fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
     --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes')
-local_lat=$(fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \
-    --iodepth=1 --ioengine=libaio --direct=1 --runtime="$seconds" --time_based |
-    jq '.jobs[0].write.lat_ns.mean / 1000')
-rm -f "$work/local.bin"
+local_qd1() {
+    fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \
+        --iodepth=1 --ioengine=libaio --direct=1 --runtime="$seconds" --time_based |
+        jq -r "$qd1_us"
+}
 slow=$((local_bw / 5))
 [[ -n $slow_mibs ]] && slow=$((slow_mibs << 20))
 
@@ -88,9 +107,15 @@ url=iscsi://127.0.0.1:$port/$iqn/1
 "$P" -b "$url" format --size 2G >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$url" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$url" vdi-create lat --size 256M >/dev/null
+# The second reference: the same VDIs in a blockstore that is a plain file on the local disk.
+"$P" -b "$work/file-store.img" format --size 2G >/dev/null
+for ((w = 1; w <= writers; w++)); do "$P" -b "$work/file-store.img" vdi-create "w$w" --size "$burst" >/dev/null; done
+"$P" -b "$work/file-store.img" vdi-create lat --size 256M >/dev/null
 
+store=$url
 start_server() { # [serve args...]
-    "$P" -b "$url" serve --unix "$work/nbd.sock" "$@" >"$work/serve.log" 2>&1 &
+    rm -f "$work/nbd.sock"
+    "$P" -b "$store" serve --unix "$work/nbd.sock" "$@" >"$work/serve.log" 2>&1 &
     srv_pid=$!
     for ((i = 0; i < 100; i++)); do [[ -S $work/nbd.sock ]] && return 0; sleep 0.1; done
     echo "server did not start: $(cat "$work/serve.log")" >&2
@@ -103,59 +128,124 @@ stop_server() {
 }
 now() { date +%s.%N; }
 
-burst_run() { # MODE -> "SECONDS DRAIN_SECONDS"
-    local t0 t1 t2 pids=() w
-    t0=$(now)
+# One fio process, a job per writer: its aggregate bandwidth (bytes over the longest job's run)
+# compares with the local disk's, measured by fio the same way; the wall time also counts fio
+# starting and connecting.
+burst_run() { # -> "WALL_SECONDS FIO_BYTES_PER_S DRAIN_SECONDS"
+    local t0 t1 t2 w i bw jobs=()
     for ((w = 1; w <= writers; w++)); do
-        fio --name="w$w" --ioengine=nbd --uri="nbd+unix:///w$w?socket=$work/nbd.sock" \
-            --rw=write --bs=1M --iodepth=8 --size="$burst" --end_fsync=1 >/dev/null 2>&1 &
-        pids+=($!)
+        jobs+=(--name="w$w" --uri="nbd+unix:///w$w?socket=$work/nbd.sock")
     done
-    sleep 2
-    "$P" -b "$url" cache status --json >"$work/mid-status.json" 2>&1 || true
-    for p in "${pids[@]}"; do wait "$p"; done
+    t0=$(now)
+    bw=$(fio_json --ioengine=nbd --rw=write --bs=1M --iodepth=8 --size="$burst" --end_fsync=1 \
+        --group_reporting "${jobs[@]}" | jq '.jobs[0].write.bw_bytes')
     t1=$(now)
-    # The clients have left: the server closes the VDIs, which drains them; a read answers once
-    # it is done (one engine thread).
-    qemu-io -f raw -c "read 0 4k" "nbd+unix:///w1?socket=$work/nbd.sock" >/dev/null
+    # The clients have left: the server closes each VDI once the log has drained it; until then
+    # `cache status` lists it.
+    for ((i = 0; i < 3000; i++)); do
+        [[ $("$P" -b "$store" cache status --json 2>/dev/null | jq length) == 0 ]] && break
+        sleep 0.1
+    done
     t2=$(now)
-    echo "$(echo "$t1 - $t0" | bc) $(echo "$t2 - $t1" | bc)"
+    echo "$(echo "$t1 - $t0" | bc) $bw $(echo "$t2 - $t1" | bc)"
 }
 
+# QD1 runs print "MEAN_US MEDIAN_US" (the median: completion latency, clat).
+qd1_us='.jobs[0].write | "\(.lat_ns.mean / 1000) \(.clat_ns.percentile["50.000000"] / 1000)"'
 lat_run() {
     fio_json --name=lat --ioengine=nbd --uri="nbd+unix:///lat?socket=$work/nbd.sock" \
         --rw=randwrite --bs=4k --iodepth=1 --size=256M --runtime="$seconds" --time_based |
-        jq '.jobs[0].write.lat_ns.mean / 1000'
+        jq -r "$qd1_us"
 }
 
 mkdir -p bench/results
 base=bench/results/wcache-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ)
-total=$(($(numfmt --from=iec "$burst") * writers))
 {
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "local disk: $((local_bw >> 20)) MiB/s sequential (1 MiB, QD 8), 4 KiB QD1 write $(printf %.0f "$local_lat") us"
+    echo "local disk: $((local_bw >> 20)) MiB/s sequential (1 MiB, QD 8)"
     echo "shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s of writes (cgroup v1 blkio, $majmin)"
     echo "burst: $writers writers x $burst (1 MiB, QD 8, fsync at the end); QD1: $seconds s"
 } | tee "$base.txt"
 
+# The second reference: the serving path over a plain file, no iSCSI, no cache.
+store=$work/file-store.img
 start_server
-read -r off_s off_d <<<"$(burst_run)"
-off_lat=$(lat_run)
+read -r file_s file_bw _ <<<"$(burst_run)"
+read -r file_lat file_p50 <<<"$(lat_run)"
+stop_server
+store=$url
+start_server
+read -r off_s off_bw _ <<<"$(burst_run)"
+read -r off_lat off_p50 <<<"$(lat_run)"
 stop_server
 start_server --write-cache "$work/wlog" --write-cache-size 1G
-read -r on_s on_d <<<"$(burst_run)"
-echo "status 2 s into the burst: $(jq -c '[.[] | {vdi, mode, used_bytes, backlog_bytes}]' "$work/mid-status.json" 2>/dev/null || cat "$work/mid-status.json")" | tee -a "$base.txt"
-on_lat=$(lat_run)
+read -r on_s on_bw on_d <<<"$(burst_run)"
+# QD1 with the cache on, interleaved with the local disk's: local, on, local, on, ...
+on_lats=() local_lats=() on_p50s=() local_p50s=()
+for ((i = 0; i < pairs; i++)); do
+    read -r m p <<<"$(local_qd1)"
+    local_lats+=("$m") local_p50s+=("$p")
+    read -r m p <<<"$(lat_run)"
+    on_lats+=("$m") on_p50s+=("$p")
+done
 stop_server
+# The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
+rm -f "$work/wlog"
+start_server --write-cache "$work/wlog" --write-cache-size 1G --write-cache-mode auto \
+    --write-cache-threshold "$auto_ms"
+read -r auto_s auto_bw auto_d <<<"$(burst_run)"
+read -r auto_lat auto_p50 <<<"$(lat_run)"
+stop_server
+rm -f "$work/local.bin"
+load_end=$(load)
 
-mb() { echo "scale=1; $total / $1 / 1048576" | bc; }
+mb() { echo "scale=1; $1 / 1048576" | bc; }
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
+ratio() { echo "scale=2; $1 / $2" | bc; }
+lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
+lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
 {
-    printf 'burst, cache off: %6.2f s (%s MiB/s)\n' "$off_s" "$(mb "$off_s")"
-    printf 'burst, cache on:  %6.2f s (%s MiB/s), drained %.2f s later\n' "$on_s" "$(mb "$on_s")" "$on_d"
-    printf 'burst speed with the cache / local disk: %s (target >= 0.8)\n' \
-        "$(echo "scale=2; $total / $on_s / $local_bw" | bc)"
-    printf 'burst time, cache off / cache on: %s\n' "$(echo "scale=2; $off_s / $on_s" | bc)"
-    printf '4 KiB QD1 write: cache off %.0f us, cache on %.0f us, local disk %.0f us; on / local: %s (target <= 1.2)\n' \
-        "$off_lat" "$on_lat" "$local_lat" "$(echo "scale=2; $on_lat / $local_lat" | bc)"
+    printf 'burst (fio aggregate; wall time with fio starting):\n'
+    printf '  parallax over a local file (no iSCSI, no cache): %s MiB/s (%.2f s)\n' \
+        "$(mb "$file_bw")" "$file_s"
+    printf '  cache off: %s MiB/s (%.2f s)\n' "$(mb "$off_bw")" "$off_s"
+    printf '  cache on:  %s MiB/s (%.2f s), drained and closed %.2f s later\n' "$(mb "$on_bw")" \
+        "$on_s" "$on_d"
+    printf '  cache auto (on above %s ms): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
+        "$auto_ms" "$(mb "$auto_bw")" "$auto_s" "$auto_d"
+    printf 'burst speed with the cache / local disk: %s (target >= 0.8); / parallax over a local file: %s; / cache off: %s\n' \
+        "$(ratio "$on_bw" "$local_bw")" "$(ratio "$on_bw" "$file_bw")" "$(ratio "$on_bw" "$off_bw")"
+    printf 'burst speed in the automatic mode / local disk: %s; / cache off: %s\n' \
+        "$(ratio "$auto_bw" "$local_bw")" "$(ratio "$auto_bw" "$off_bw")"
+    printf '4 KiB QD1 write, mean (median), automatic mode: %.0f us (%.0f)\n' "$auto_lat" "$auto_p50"
+    printf '4 KiB QD1 write, mean (median): cache off %.0f us (%.0f), parallax over a local file %.0f us (%.0f)\n' \
+        "$off_lat" "$off_p50" "$file_lat" "$file_p50"
+    for ((i = 0; i < pairs; i++)); do
+        printf '4 KiB QD1 write, pair %d, mean (median): local disk %.0f us (%.0f), cache on %.0f us (%.0f); on / local: %s (%s)\n' \
+            $((i + 1)) "${local_lats[i]}" "${local_p50s[i]}" "${on_lats[i]}" "${on_p50s[i]}" \
+            "$(ratio "${on_lats[i]}" "${local_lats[i]}")" "$(ratio "${on_p50s[i]}" "${local_p50s[i]}")"
+    done
+    printf '4 KiB QD1 write, over %d pairs: local disk %s us (median %s), cache on %s us (median %s); on / local: %s, of the medians %s (target <= 1.2)\n' \
+        "$pairs" "$lm" "$lp" "$om" "$op" "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")"
+    echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
+    echo "the write log and tgtd's LUN file are on the same disk ($majmin)"
 } | tee -a "$base.txt"
+# The figure's data: one row per configuration: burst seconds (the whole burst at fio's
+# aggregate bandwidth), drain seconds after it, QD1 mean and median (us).
+total=$((writers * $(numfmt --from=iec "$burst")))
+secs() { echo "scale=3; $total / $1" | bc; }
+{
+    echo "# index name burst_s drain_s qd1_mean_us qd1_median_us"
+    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$local_bw")" "$lm" "$lp"
+    printf '1 "serve, local file" %s 0 %s %s\n' "$(secs "$file_bw")" "$file_lat" "$file_p50"
+    printf '2 "cache off" %s 0 %s %s\n' "$(secs "$off_bw")" "$off_lat" "$off_p50"
+    printf '3 "cache on" %s %s %s %s\n' "$(secs "$on_bw")" "$on_d" "$om" "$op"
+    printf '4 "cache auto" %s %s %s %s\n' "$(secs "$auto_bw")" "$auto_d" "$auto_lat" "$auto_p50"
+} >"$base.dat"
+if command -v gnuplot >/dev/null; then
+    mkdir -p bench/plots
+    gnuplot -e "dataf='$base.dat'; outf='bench/plots/wcache.png'; \
+        ttl='$writers writers x $burst against a store throttled to $((slow >> 20)) MiB/s'" \
+        bench/wcache.gp && echo "plot: bench/plots/wcache.png" >&2
+fi
 echo "saved: $base.txt" >&2

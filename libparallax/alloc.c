@@ -181,6 +181,9 @@ int plx_alloc_init(plx_store *st)
     /* For measurements: claim synchronously only, as before claims ahead existed. */
     const char *ahead = getenv("PARALLAX_CLAIM_AHEAD");
     a->no_ahead = ahead && strcmp(ahead, "0") == 0;
+    /* For measurements (and stores that must stay thin): data extents are not zeroed ahead. */
+    const char *zero = getenv("PARALLAX_ZERO_AHEAD");
+    a->no_zero_ahead = zero && strcmp(zero, "0") == 0;
     return 0;
 }
 
@@ -241,6 +244,14 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits, bool spare)
     x->spare = spare;
     if (!spare)
         st->alloc->empty_cursor = 0;
+    /* Placing by leaf writes the extent in random order: have the medium zero its holes ahead
+     * (backend.h, plx_backend_prepare; DESIGN.md "Zeroing ahead"). Only blocks nobody else
+     * writes: the extent is ours, its bitmap blocks are left out, and a block handed out later
+     * is written through the backend, which holds the write until its chunk is done. */
+    if (st->cat[e].type == PLX_EXTENT_DATA && st->alloc->by_leaf && !st->alloc->no_zero_ahead &&
+        !st->read_only)
+        (void)plx_backend_prepare(st->be, e * eb(st) + bitmap_blocks(st),
+                                  eb(st) - bitmap_blocks(st));
     return 0;
 }
 
@@ -1296,6 +1307,9 @@ int plx_alloc_shutdown(plx_store *st)
         return 0;
     claim_settle(st);
     a->closing = true;
+    /* The extents are given back below: no zeroing may run in them once another process can
+     * take them. */
+    plx_backend_prepare_stop(st->be, 0, st->be->nblocks);
     if (getenv("PARALLAX_CLAIM_STATS"))
         fprintf(stderr,
                 "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "

@@ -537,6 +537,9 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
         /* Nothing left in it: give the extent back to the unused pool, untyped. */
         struct plx_extent_entry empty;
         memset(&empty, 0, sizeof empty);
+        /* Once released, another process may write in it: no zeroing ahead there any more. */
+        if (x->held)
+            plx_backend_prepare_stop(st->be, e * g->eb, g->eb);
         rc = plx_extent_entry_write(st, e, &empty);
         if (!rc)
             rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);

@@ -84,8 +84,12 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool up
         rc = plx_catalogue_read(st);
     if (!rc)
         rc = plx_alloc_init(st);
-    if (!rc && opts && opts->struct_size >= offsetof(struct plx_open_opts, placement) + sizeof(int))
-        st->alloc->by_leaf = opts->placement == PLX_PLACEMENT_LEAF;
+    /* Leaf placement unless asked for arrival order (an older caller's struct without the field,
+     * or its 0, gets the default). */
+    if (!rc)
+        st->alloc->by_leaf = !(
+            opts && opts->struct_size >= offsetof(struct plx_open_opts, placement) + sizeof(int) &&
+            opts->placement == PLX_PLACEMENT_ARRIVAL);
     if (!rc)
         rc = plx_cache_init(st, cache);
     if (rc) {

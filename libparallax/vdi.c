@@ -172,6 +172,15 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     return 0;
 }
 
+int plx_vdi_try_close(plx_vdi *v)
+{
+    /* Only the wait for the write cache's drain is left out: the rest of a close is the VDI's
+     * own writes (its log tail, its record and lock), as short as any admin step. */
+    if (v->wc && plx_wlog_vdi_draining(v))
+        return -EAGAIN;
+    return plx_vdi_close(v);
+}
+
 int plx_vdi_close(plx_vdi *v)
 {
     plx_store *st = v->st;

@@ -1500,6 +1500,27 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
     return 0;
 }
 
+bool plx_wlog_vdi_draining(struct plx_vdi *v)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w || (!w->q_head && !w->records) || wl->drain_error)
+        return false; /* (a drain error: detach reports it at once) */
+    if (wl->drain_paused) {
+        wl->drain_paused = false; /* closing drains, whatever held it */
+        drain_kick(wl);
+    }
+    /* The gathering batch is sealed at the end of a pass anyway unless every write slot is
+     * busy; sealing it early only for v's sake would shrink other VDIs' group commits. */
+    struct wbatch *g = wl->gather;
+    for (uint32_t i = 0; g && i < g->nent; i++)
+        if (g->ent[i].vdi_id == v->rec.id) {
+            seal(wl, g);
+            break;
+        }
+    return true;
+}
+
 int plx_wlog_vdi_detach(struct plx_vdi *v)
 {
     plx_store *st = v->st;

@@ -31,6 +31,10 @@ int plx_wlog_vdi_disable(struct plx_vdi *v);
  * record to the caller (close writes it anyway). On failure the records stay in the log and
  * the record keeps naming it. Blocking. */
 int plx_wlog_vdi_detach(struct plx_vdi *v);
+/* The first step of detach without its wait: start draining v's records (the drain runs even if
+ * held, and a gathering batch holding a record of v is sealed). True while records of v, or
+ * requests queued behind them, are left: detach would wait. Never blocks. */
+bool plx_wlog_vdi_draining(struct plx_vdi *v);
 /* Records of v (cache on) appended to the log and not yet drained; 0 with the cache off. */
 uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v);
 

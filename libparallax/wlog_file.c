@@ -45,8 +45,37 @@ static bool on_store(const char *store_desc, const char *log)
                                                             l.st_rdev == s.st_rdev));
 }
 
+/* Write zeros over the whole file, O_DIRECT (not through the page cache). 0 or an errno. */
+static int write_through(const char *path, uint64_t size)
+{
+    enum { CHUNK = 1 << 20 };
+    int fd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0)
+        return errno == EINVAL ? 0 : errno; /* no O_DIRECT here: keep the reserved space */
+    void *z = NULL;
+    int e = posix_memalign(&z, PLX_BLOCK_SIZE, CHUNK);
+    if (!e) {
+        memset(z, 0, CHUNK);
+        for (uint64_t o = 0; !e && o < size;) {
+            ssize_t n = pwrite(fd, z, size - o < CHUNK ? (size_t)(size - o) : CHUNK, (off_t)o);
+            if (n < 0 && errno != EINTR)
+                e = errno;
+            else if (n > 0)
+                o += (uint64_t)n;
+        }
+    }
+    free(z);
+    close(fd);
+    return e;
+}
+
 /* Create the log file with its space reserved, so a full disk shows now and not as a failed
- * write later. */
+ * write later, and written through once: space that posix_fallocate reserves is "unwritten", and
+ * the first write of each region converts it in the filesystem's journal, where it waits behind
+ * other files' commits (the store's, when it is on the same filesystem). Measured on ext4 with
+ * QD1 writes through the cache against a store file on the same disk, in three interleaved
+ * pairs: median 150-317 us fallocated only, 66-125 us written through (bench/README.md). The
+ * price: creating a log writes its whole size once. */
 static int create_log(plx_store *st, const char *path, uint64_t size)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -55,6 +84,8 @@ static int create_log(plx_store *st, const char *path, uint64_t size)
     int e = posix_fallocate(fd, 0, (off_t)size);
     if (e == EINVAL || e == EOPNOTSUPP)
         e = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
+    if (!e)
+        e = write_through(path, size);
     int sync = e ? 0 : fsync(fd);
     close(fd);
     if (e || sync) {

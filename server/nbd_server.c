@@ -145,6 +145,11 @@ struct export
     uint64_t wait_since_ns;
     int failed; /* the wait ended without the VDI: every request fails */
     struct req *pending_head, *pending_tail;
+    /* Its last client left while the write cache still held writes of the VDI: it stays open
+     * (a new client takes it as it is) until they are drained, then export_reap closes it.
+     * Closing at once would drain while the engine thread waits, and every other export with
+     * it (issue 14). */
+    int closing;
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -309,6 +314,7 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     for (struct export *e = srv->exports; e; e = e->next) {
         if (strcmp(e->name, name) == 0) {
             e->refs++;
+            e->closing = 0;
             *out = e;
             return 0;
         }
@@ -339,21 +345,43 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     return 0;
 }
 
-/* Blocking: never from a completion callback. */
-static void export_put(struct nbd_server *srv, struct export *e)
+/* Close e unless its VDI's writes are still being drained from the write cache (then it stays
+ * in the list, closing, for export_reap). Blocking (the close's own writes): never from a
+ * completion callback. */
+static void export_close(struct nbd_server *srv, struct export *e)
 {
-    if (--e->refs > 0)
+    int rc = e->v ? plx_vdi_try_close(e->v) : 0;
+    if (rc == -EAGAIN) {
+        e->closing = 1;
         return;
+    }
     for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
         if (*pp == e) {
             *pp = e->next;
             break;
         }
     }
-    int rc = e->v ? plx_vdi_close(e->v) : 0;
     if (rc)
         fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
     free(e);
+}
+
+static void export_put(struct nbd_server *srv, struct export *e)
+{
+    if (--e->refs > 0)
+        return;
+    export_close(srv, e);
+}
+
+/* Close the exports whose drain has finished (from the idle hook, after every service pass:
+ * the pass that completed the last drain round is followed by this at once). */
+static void export_reap(struct nbd_server *srv)
+{
+    for (struct export *e = srv->exports, *next; e; e = next) {
+        next = e->next;
+        if (e->closing && e->refs == 0)
+            export_close(srv, e);
+    }
 }
 
 static uint16_t export_flags(const struct conn *c)
@@ -1532,6 +1560,9 @@ static int wauto_start(struct nbd_server *srv)
 static void server_idle(void *arg, plx_store *st)
 {
     struct nbd_server *srv = arg;
+    /* First: a close runs other requests' callbacks, and the connections they kick are served
+     * by the loop below rather than at the next wake-up. */
+    export_reap(srv);
     while (srv->dirty_head) {
         struct conn *c = srv->dirty_head;
         srv->dirty_head = c->dirty_next;

@@ -195,10 +195,10 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
         .mode = NBD_TLS_OFF, .cert_dir = tls_certs, .psk_file = tls_psk, .verify_peer = tls_verify};
     if (rc == EXIT_OK && tls && nbd_tls_parse_mode(tls, &tcfg.mode) != 0)
         rc = cli_usage_error(ctx, "--tls takes off, on or require, not '%s'", tls);
-    int place = PLX_PLACEMENT_ARRIVAL;
-    if (rc == EXIT_OK && placement && strcmp(placement, "leaf") == 0)
-        place = PLX_PLACEMENT_LEAF;
-    else if (rc == EXIT_OK && placement && strcmp(placement, "arrival") != 0)
+    int place = PLX_PLACEMENT_LEAF;
+    if (rc == EXIT_OK && placement && strcmp(placement, "arrival") == 0)
+        place = PLX_PLACEMENT_ARRIVAL;
+    else if (rc == EXIT_OK && placement && strcmp(placement, "leaf") != 0)
         rc = cli_usage_error(ctx, "--placement takes arrival or leaf, not '%s'", placement);
     /* The service's settings file (/etc/parallax/serve/NAME.conf) may name the log instead. */
     const char *env_wcache = getenv("PARALLAX_WRITE_CACHE");

@@ -38,7 +38,7 @@ static const struct command commands[] = {
      "free the blocks no live VDI or snapshot reaches"},
     {"check", cmd_check, "[--live] [--json] [--quiet]", "check the blockstore's consistency"},
     {"serve", cmd_serve,
-     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--placement arrival|leaf]\n"
+     "(--unix PATH | --port N) [--ipaddr ADDR] [--cache SIZE] [--placement leaf|arrival]\n"
      "        [--tls=off|on|require] [--tls-certificates DIR] [--tls-psk FILE] [--tls-verify-peer]\n"
      "        [--write-cache PATH [--write-cache-size SIZE] [--write-cache-mode on|auto]\n"
      "        [--write-cache-threshold MS]]",

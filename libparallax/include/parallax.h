@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 2
+#define PLX_API_VERSION_MINOR 3
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -83,16 +83,16 @@ struct plx_open_opts {
      * single-threaded tools. Saves the ~30 ms the kernel takes to tear an aio context down at
      * close or exit; costs all overlap between I/Os. Never for servers. */
     int blocking_io;
-    /* Where new data blocks go (docs/DESIGN.md, "Placement"): PLX_PLACEMENT_ARRIVAL (0, the
-     * default) hands them out in the order writes arrive, fastest for random writes;
-     * PLX_PLACEMENT_LEAF puts each leaf's blocks in one slot in virtual order, so a disk
-     * written in random order (or rewritten after a snapshot) reads back sequentially at
-     * sequential speed, at some cost to random writes after a snapshot. Per process; the
-     * format is the same either way. */
+    /* Where new data blocks go (docs/DESIGN.md, "Placement"): PLX_PLACEMENT_LEAF (0, the
+     * default) puts each leaf's blocks in one slot in virtual order, so a disk written in random
+     * order (or rewritten after a snapshot) reads back sequentially at sequential speed;
+     * PLX_PLACEMENT_ARRIVAL hands them out in the order writes arrive (the default before API
+     * 1.3; 1, the old PLX_PLACEMENT_LEAF, still means leaf). Per process; the format is the
+     * same either way. */
     int placement;
 };
-#define PLX_PLACEMENT_ARRIVAL 0
-#define PLX_PLACEMENT_LEAF 1
+#define PLX_PLACEMENT_LEAF 0
+#define PLX_PLACEMENT_ARRIVAL 2
 
 /* A blockstore is named by a path (file or block device) or by a URL:
  * iscsi://[user%password@]host[:port]/target-iqn/lun names a LUN reached with libiscsi. Nonzero
@@ -345,6 +345,12 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
 /* Complete outstanding requests, write back, release the VDI lock. Blocking. */
 int plx_vdi_close(plx_vdi *v);
+/* plx_vdi_close without waiting for the write cache: while the write log still holds writes of
+ * v (not yet drained into the blockstore), returns -EAGAIN at once and leaves v open and usable,
+ * with its drain under way (even a held drain); call it again later from the loop that serves
+ * the store (plx_store_service), which carries the drain on. Otherwise it is plx_vdi_close. For
+ * servers, whose other VDIs must not wait while one is closed. (API 1.3) */
+int plx_vdi_try_close(plx_vdi *v);
 uint64_t plx_vdi_size(const plx_vdi *v);
 uint64_t plx_vdi_id(const plx_vdi *v);
 int plx_vdi_readonly(const plx_vdi *v);

@@ -205,3 +205,14 @@ done
 assert_eq $((64 << 20)) "$(nbdinfo --size "$(uri disk)")" "$what: size of disk after a restart"
 stop_server
 [[ ! -e $sock ]] || fail "$what left its socket behind after a restart"
+
+# --placement takes leaf (the default) or arrival; anything else is a usage error (exit 2).
+rc=0
+"$PARALLAX" -b "$T/store.img" serve --placement sideways --unix "$sock" >"$T/place.log" 2>&1 || rc=$?
+assert_eq 2 "$rc" "serve --placement sideways: exit status"
+grep -q "arrival or leaf" "$T/place.log" || { cat "$T/place.log" >&2; fail "serve --placement sideways: no clear error"; }
+for p in arrival leaf; do
+    PLX_SERVE_ARGS="--placement $p" start_server
+    qio "$(uri disk)" "write -P 0xb3 1M 64k" "read -P 0xb3 1M 64k"
+    stop_server
+done

@@ -24,7 +24,7 @@ plx() { "$PARALLAX" -b "$STORE" "$@"; }
 
 cg=/sys/fs/cgroup/blkio/plx-test-wcache-auto-$$
 mkdir "$cg" || skip "cannot make a blkio cgroup"
-on_exit "rmdir $cg 2>/dev/null || true"
+on_exit "tgt_stop; rmdir $cg 2>/dev/null || true" # tgtd leaves the group first
 majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$T" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
 echo "$TGT_PID" >"$cg/cgroup.procs"
 throttle() { echo "$majmin $1" >"$cg/blkio.throttle.write_bps_device"; } # 0: no limit

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The write cache of `parallax serve --write-cache` with a real NBD client (qemu-io):
 # - bad logs are refused with a clear message: on tmpfs, the blockstore itself, too small, a log
-#   of another host;
+#   of another host; a new log is written through (no unwritten extents);
 # - writes go through the log; `cache status` (text and JSON) shows it; disable drains;
 # - kill -9 with a full log (the drain held, a writer blocked on the full log): the VDI record
 #   names the log, so the VDI cannot be opened for writing without it; a restarted server
@@ -49,6 +49,11 @@ expect_fail 1 plx serve --unix "$T/x.sock" --write-cache "$T/tiny" --write-cache
 # ---- Writes through the cache, status, disable -------------------------------------------------
 echo "== writes through the cache"
 start_server "$T/a.sock" "$T/a.log" --write-cache "$T/wlog" --write-cache-size 8M
+# The new log is written through: no unwritten extents (posix_fallocate's), whose conversion at
+# the first write of each region waits in the filesystem's journal.
+if command -v filefrag >/dev/null && filefrag -v "$T/wlog" >"$T/frag" 2>/dev/null; then
+    ! grep -q unwritten "$T/frag" || fail "the new log has unwritten extents: $(cat "$T/frag")"
+fi
 qemu-io -f raw -c "write -P 0x11 0 4M" -c flush "$(uri "$T/a.sock")" >/dev/null
 # A client keeps the VDI open while we look at it.
 python3 - "$T/a.sock" >"$T/hold.out" 2>&1 <<'PY' &
@@ -59,10 +64,18 @@ s.recv(18); s.sendall((1).to_bytes(4, "big"))
 name = b"vm"
 s.sendall(b"IHAVEOPT" + (1).to_bytes(4, "big") + len(name).to_bytes(4, "big") + name)
 s.recv(1024)
+print("connected", flush=True)
 time.sleep(30)
 PY
 holder=$!
 bg_pid $holder
+# (The VDI stays open after qemu-io left until the log has drained it: status alone does not
+# say the holder has it.)
+for ((i = 0; i < 100; i++)); do
+    grep -q connected "$T/hold.out" && break
+    sleep 0.1
+done
+grep -q connected "$T/hold.out" || fail "the holder did not connect: $(cat "$T/hold.out")"
 for ((i = 0; i < 50; i++)); do
     plx cache status | grep -q "^vm .*cache on" && break
     sleep 0.1

@@ -312,6 +312,29 @@ START_TEST(test_open_bad_checksum)
 }
 END_TEST
 
+/* CRC-32C: the check value of "123456789", and the hardware form (crc32 instruction, where the
+ * CPU has it) against the table on every length up to a few blocks, at every alignment and with
+ * any seed: a difference would make every checksum written before an upgrade look corrupt. */
+START_TEST(test_crc32c)
+{
+    ck_assert_uint_eq(plx_crc32c(0, "123456789", 9), 0xe3069283u);
+    ck_assert_uint_eq(plx_crc32c_table(0, "123456789", 9), 0xe3069283u);
+    ck_assert_uint_eq(plx_crc32c(0, "", 0), 0);
+    enum { N = 3 * 4096 + 64 };
+    uint8_t *buf = malloc(N);
+    uint64_t rng = 11;
+    tu_fill(buf, N, 5);
+    for (int i = 0; i < 3000; i++) {
+        size_t off = (size_t)(tu_rand(&rng) % 8);
+        size_t len = i < 300 ? (size_t)i : (size_t)(tu_rand(&rng) % (N - 8));
+        uint32_t seed = (uint32_t)tu_rand(&rng);
+        ck_assert_msg(plx_crc32c(seed, buf + off, len) == plx_crc32c_table(seed, buf + off, len),
+                      "length %zu at offset %zu, seed %08x", len, off, seed);
+    }
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_open_wrong_version)
 {
     plx_backend *mem = new_medium(8 * MiB);
@@ -2166,6 +2189,63 @@ START_TEST(test_placement_by_leaf)
 }
 END_TEST
 
+/* Backend reads for a 2 MiB read of one leaf written in random 4 KiB writes, on a store opened
+ * with opts (NULL: none). */
+static unsigned long random_leaf_read_reqs(const struct plx_open_opts *opts)
+{
+    enum { N = PLX_RADIX_FANOUT };
+    char err[256] = "";
+    plx_backend *mem = plx_backend_mem_create(64 * MiB / BS);
+    ck_assert_ptr_nonnull(mem);
+    ck_assert_int_eq(plx_format_backend(mem, 8 * MiB, err, sizeof err), 0);
+    plx_store *st = NULL;
+    int rc = plx_store_open_backend(tu_keep_wrap(mem), opts, &st, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open: %d %s", rc, err);
+    create_vdi(st, "p", 16 * MiB);
+    plx_vdi *v = open_vdi(st, "p", 0);
+    unsigned perm[N];
+    uint64_t rng = 17;
+    for (unsigned i = 0; i < N; i++)
+        perm[i] = i;
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)(tu_rand(&rng) % (i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    unsigned char *bufs = plx_block_alloc(N);
+    write_blocks_async(st, v, N, perm, N, 43, bufs);
+    unsigned long reqs = read_requests(st, v, N, N, bufs);
+    close_vdi(st, v);
+    check_clean(st, "after the random leaf");
+    plx_block_free(bufs);
+    close_ok(st);
+    mem->ops->destroy(mem);
+    return reqs;
+}
+
+/* Placement by leaf is the default (issue 16): a store opened without options, with zeroed
+ * options or with 1 (PLX_PLACEMENT_LEAF before API 1.3) reads a leaf written in random order
+ * back in one backend read; only PLX_PLACEMENT_ARRIVAL places blocks in arrival order. */
+START_TEST(test_placement_default_is_leaf)
+{
+    struct plx_open_opts zero = {.struct_size = sizeof zero};
+    struct plx_open_opts old_leaf = {.struct_size = sizeof old_leaf, .placement = 1};
+    struct plx_open_opts arrival = {.struct_size = sizeof arrival,
+                                    .placement = PLX_PLACEMENT_ARRIVAL};
+    unsigned long none = random_leaf_read_reqs(NULL), z = random_leaf_read_reqs(&zero),
+                  one = random_leaf_read_reqs(&old_leaf), arr = random_leaf_read_reqs(&arrival);
+    fprintf(stderr,
+            "engine: placement: backend reads for a leaf written in random order: no options "
+            "%lu, zeroed %lu, 1 %lu, arrival %lu\n",
+            none, z, one, arr);
+    ck_assert_uint_eq(PLX_PLACEMENT_LEAF, 0);
+    ck_assert_uint_eq(none, 1);
+    ck_assert_uint_eq(z, 1);
+    ck_assert_uint_eq(one, 1);
+    ck_assert_msg(arr > 100, "arrival order: %lu backend reads (blocks in write order)", arr);
+}
+END_TEST
+
 /* The depth benchmark's history on a small scale: a disk written sequentially, a snapshot, then
  * every block rewritten in random order (each write copies on write). The held extents fill up
  * on the way; the leaves' copies still get slots of their own (a new extent) instead of blocks
@@ -2226,6 +2306,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_format_refuses);
     tcase_add_test(tc, test_open_bad_magic);
     tcase_add_test(tc, test_open_bad_checksum);
+    tcase_add_test(tc, test_crc32c);
     tcase_add_test(tc, test_open_wrong_version);
     tcase_add_test(tc, test_open_truncated);
     tcase_add_test(tc, test_reopen_file);
@@ -2257,6 +2338,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_write_after_gc);
     tcase_add_test(tc, test_placement_by_leaf);
     tcase_add_test(tc, test_placement_after_snapshot_rewrite);
+    tcase_add_test(tc, test_placement_default_is_leaf);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("async");

@@ -12,7 +12,8 @@
  *   a message naming the way out; a log of another store or host is refused;
  * - snapshots taken with the cache on hold every write acknowledged before them, none after;
  * - EIO on the log: writes go through to the store, nothing acknowledged is lost;
- * - bad input: a log too small for one batch, a file that is not a log.
+ * - bad input: a log too small for one batch, a file that is not a log;
+ * - plx_vdi_try_close does not wait for the drain (a server's other VDIs go on meanwhile).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -609,6 +610,105 @@ START_TEST(test_auto_mode_follows_store_latency)
 }
 END_TEST
 
+static uint64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Issue 14: `parallax serve` closed a cached VDI whose last client left with plx_vdi_close, which
+ * drains while the engine thread waits, so with a slow store every other VDI waited for that
+ * drain. plx_vdi_try_close returns -EAGAIN at once while the log holds writes of the VDI, even
+ * with the store completing no write at all and the drain held, and restarts the drain; the VDI
+ * stays usable, another cached VDI's writes complete meanwhile, and once the store moves the
+ * VDI closes. Everything reads back from the store alone. */
+START_TEST(test_try_close_does_not_wait_for_the_drain)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *sfault = plx_fault_create(smem, 0);
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(sfault, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "a", VDI_BYTES, NULL), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "b", VDI_BYTES, NULL), 0);
+    plx_vdi *a, *b;
+    ck_assert_int_eq(plx_vdi_open(st, "a", 0, &a), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "b", 0, &b), 0);
+    /* Every block written once first: the drain's writes below then need no extent claim (the
+     * first claim of a pool is a synchronous write, which would wait for the held store). */
+    uint8_t *zero = plx_block_alloc(VDI_BYTES / BS);
+    ck_assert_int_eq(plx_vdi_pwrite(a, zero, 0, VDI_BYTES, 0), 0);
+    ck_assert_int_eq(plx_vdi_pwrite(b, zero, 0, VDI_BYTES, 0), 0);
+    ck_assert_int_eq(plx_vdi_flush(a), 0);
+    ck_assert_int_eq(plx_vdi_flush(b), 0);
+    plx_block_free(zero);
+    ck_assert_int_eq(plx_vdi_wcache(a, 1), 0);
+    ck_assert_int_eq(plx_vdi_wcache(b, 1), 0);
+    struct shadow sa, sb;
+    shadow_init(&sa, 14);
+    shadow_init(&sb, 41);
+
+    /* From here the store completes no write (one a blocking wait is stuck on goes through
+     * after 10 s, past what this test allows), and the drain is held. */
+    plx_fault_hold_blocks(sfault, PLX_IO_WRITE, 0, STORE_BLOCKS, 10000);
+    plx_wlog_pause_drain(st, 1);
+    run_writes(st, a, &sa, 12, 4, 10, 10);
+    ck_assert_uint_eq(sa.failed, 0);
+
+    uint64_t t0 = mono_ms();
+    ck_assert_int_eq(plx_vdi_try_close(a), -EAGAIN);
+    ck_assert_msg(mono_ms() - t0 < 1000, "try_close waited %llu ms",
+                  (unsigned long long)(mono_ms() - t0));
+    /* The drain runs again: its writes reach the store, which holds them. */
+    for (int i = 0; i < 1000 && !plx_fault_held(sfault); i++) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        usleep(100);
+    }
+    ck_assert_uint_gt(plx_fault_held(sfault), 0);
+
+    /* Meanwhile both VDIs take writes, answered from the log. */
+    t0 = mono_ms();
+    run_writes(st, b, &sb, 12, 4, 10, 10);
+    run_writes(st, a, &sa, 4, 4, 10, 10);
+    ck_assert_msg(mono_ms() - t0 < 5000, "writes beside a closing VDI took %llu ms",
+                  (unsigned long long)(mono_ms() - t0));
+    ck_assert_uint_eq(sa.failed + sb.failed, 0);
+    ck_assert_uint_gt(plx_fault_held(sfault), 0); /* (the store still completed nothing) */
+    verify(a, &sa, "a VDI being closed");
+    ck_assert_int_eq(plx_vdi_try_close(a), -EAGAIN);
+
+    /* The store moves: the drain finishes and the VDI closes. */
+    plx_fault_release(sfault);
+    int rc = -EAGAIN;
+    t0 = mono_ms();
+    while (rc == -EAGAIN && mono_ms() - t0 < 20000) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        rc = plx_vdi_try_close(a);
+        if (rc == -EAGAIN)
+            usleep(200);
+    }
+    ck_assert_msg(rc == 0, "try_close: %d %s", rc, plx_store_errmsg(st));
+    ck_assert_int_eq(plx_vdi_try_close(b), 0); /* (b's drain is not held: it waits, as close) */
+    ck_assert_int_eq(plx_store_close(st), 0);
+
+    st = open_store(sfault, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "a", 0, &a), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "b", 0, &b), 0);
+    verify(a, &sa, "a from the store alone");
+    verify(b, &sb, "b from the store alone");
+    ck_assert_int_eq(plx_vdi_close(a), 0);
+    ck_assert_int_eq(plx_vdi_close(b), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    shadow_free(&sa);
+    shadow_free(&sb);
+    sfault->ops->destroy(sfault);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");
@@ -621,6 +721,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_snapshot_holds_acknowledged_writes);
     tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
     tcase_add_test(tc, test_auto_mode_follows_store_latency);
+    tcase_add_test(tc, test_try_close_does_not_wait_for_the_drain);
     suite_add_tcase(s, tc);
     return s;
 }
