@@ -20,12 +20,9 @@
  * ready list for the next poll(), so the contract and the durability rules are the same; only
  * nothing overlaps.
  *
- * Zeroing ahead (plx_backend_prepare, backend.h): a second helper thread writes zeros over the
- * holes of ranges the allocator is about to fill, so that the engine's writes land in written
- * space (on ext4 a random 4 KiB write into a hole or unwritten space is 2-5 times slower). The
- * ranges and the state of each 1 MiB chunk are shared with the thread under prep_mu; a write
- * into a chunk that is not done is held on held_head (the loop's own list) until the thread
- * says so through the eventfd.
+ * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into a
+ * range not yet zeroed is held there (plx_file_prep_hold) and started from poll once its chunk
+ * is done (plx_file_prep_release). The state both files share is in backend_file_internal.h.
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -46,69 +43,11 @@
 #include <sys/uio.h>
 
 #include "backend.h"
+#include "backend_file_internal.h"
 #include "backend_mem_internal.h"
 
 #define FILE_MAX_SLOTS 1024
 #define REAP_BATCH 256
-#define PREP_CHUNK 256u /* blocks zeroed ahead at a time: 1 MiB */
-
-enum slot_stage {
-    ST_RW,   /* transferring data */
-    ST_SYNC, /* flush, or the fdatasync that makes a FUA write durable */
-};
-
-struct file_slot {
-    struct iocb cb;
-    struct iovec iov;
-    struct plx_io *io;
-    size_t total, done; /* bytes */
-    enum slot_stage stage;
-    int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
-    int status;
-    struct file_slot *next; /* free, stalled, ready or helper-thread list */
-};
-
-struct slot_list {
-    struct file_slot *head, *tail;
-};
-
-struct file_backend {
-    plx_backend base;
-    int fd, efd;
-    int direct, rdonly;
-    int blocking; /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
-    io_context_t ctx;
-    struct file_slot *slots;
-    struct file_slot *free_slots;
-    struct plx_io *wait_head, *wait_tail; /* accepted, waiting for a slot */
-    struct slot_list stalled;             /* io_submit said EAGAIN: retry from poll */
-    struct slot_list ready;               /* finished, callback not yet run */
-    unsigned inflight;                    /* accepted and callback not yet run */
-    unsigned in_kernel;                   /* iocbs the kernel holds */
-    int aio_fdsync, rwf_dsync;            /* cleared when the kernel refuses them */
-
-    /* fdatasync helper thread, started on first need */
-    int thr_started, thr_stop;
-    pthread_t thr;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct slot_list thr_jobs, thr_done;
-    unsigned thr_busy; /* handed to the thread and not yet reaped */
-
-    /* Zeroing ahead. prep_ranges and everything in it, prep_* flags and counters: under prep_mu
-     * (the list itself is changed only by the loop's thread). held_*: the loop's thread only. */
-    int prep_ok; /* a regular file, O_DIRECT, aio, writable */
-    int prep_started, prep_stop, prep_pause, prep_fail_next, prep_error, prep_waiters;
-    pthread_t prep_thr;
-    pthread_mutex_t prep_mu;
-    pthread_cond_t prep_cv;      /* to the thread: work, pause lifted, or stop */
-    pthread_cond_t prep_done_cv; /* from the thread: a chunk is done */
-    struct prep_range *prep_ranges;
-    uint64_t prep_urgent; /* chunks in CH_URGENT */
-    struct plx_prepare_stats prep_stats;
-    struct plx_io *held_head, *held_tail; /* writes waiting for their chunks */
-    int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
-};
 
 static uint64_t mono_ns(void)
 {
@@ -116,21 +55,6 @@ static uint64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
-
-/* A prepared range: blocks [first, end), cut at absolute 1 MiB boundaries into chunks c0.. */
-enum chunk_state {
-    CH_DONE = 0, /* zeroed, covered by a write, or given up: writes go straight through */
-    CH_PENDING,  /* not zeroed yet: the thread will in its turn */
-    CH_URGENT,   /* not zeroed yet and a write waits for it: the thread does it next */
-    CH_BUSY,     /* the thread is zeroing it now */
-};
-struct prep_range {
-    uint64_t first, end, c0, nchunks;
-    uint64_t left;   /* chunks not done */
-    uint64_t cursor; /* the thread's next chunk in order: none before it is pending */
-    uint8_t *state;
-    struct prep_range *next;
-};
 
 static const struct plx_backend_ops file_ops;
 
@@ -156,7 +80,7 @@ static struct file_slot *list_pop(struct slot_list *l)
     return s;
 }
 
-static void efd_signal(int efd)
+void plx_file_efd_signal(int efd)
 {
     uint64_t one = 1;
     /* EAGAIN means the counter is saturated, which still reads as readable. */
@@ -221,7 +145,7 @@ static void *sync_thread(void *arg)
             s->status = rc;
             list_push(&f->thr_done, s);
         }
-        efd_signal(f->efd);
+        plx_file_efd_signal(f->efd);
     }
     pthread_mutex_unlock(&f->mu);
     return NULL;
@@ -234,7 +158,7 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
         if (rc != 0) {
             /* Without a thread the only way left is to block; better than losing durability. */
             slot_finish(f, s, fdatasync(f->fd) < 0 ? -errno : 0);
-            efd_signal(f->efd);
+            plx_file_efd_signal(f->efd);
             return;
         }
         f->thr_started = 1;
@@ -349,7 +273,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         /* poll() drains the eventfd and signals again if it leaves anything ready, so the
          * eventfd is readable whenever the list is not empty. */
         if (was_empty)
-            efd_signal(f->efd);
+            plx_file_efd_signal(f->efd);
         return 0;
     }
     for (;;) {
@@ -412,353 +336,10 @@ static void slot_release(struct file_backend *f, struct file_slot *s)
 static void kick_if_stalled(struct file_backend *f)
 {
     if (f->stalled.head != NULL && f->in_kernel == 0 && f->thr_busy == 0)
-        efd_signal(f->efd);
+        plx_file_efd_signal(f->efd);
 }
 
-/* ---- Zeroing ahead --------------------------------------------------------------------------- */
-
-static uint64_t u64_max(uint64_t a, uint64_t b)
-{
-    return a > b ? a : b;
-}
-static uint64_t u64_min(uint64_t a, uint64_t b)
-{
-    return a < b ? a : b;
-}
-
-/* Blocks of chunk k of r: [*a, *b). */
-static void chunk_bounds(const struct prep_range *r, uint64_t k, uint64_t *a, uint64_t *b)
-{
-    *a = u64_max(k * PREP_CHUNK, r->first);
-    *b = u64_min((k + 1) * PREP_CHUNK, r->end);
-}
-
-static void chunk_set_done(struct file_backend *f, struct prep_range *r, uint64_t i)
-{
-    if (r->state[i] == CH_URGENT)
-        f->prep_urgent--;
-    r->state[i] = CH_DONE;
-    r->left--;
-}
-
-/* Under prep_mu: must a write or trim of [block, block + n) wait? A chunk it covers whole counts
- * as done (the write replaces whatever zeroing would have written); a chunk it covers in part
- * that is still pending becomes urgent. */
-static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n)
-{
-    uint64_t end = block + n;
-    int blocked = 0;
-    for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
-        if (r->left == 0 || end <= r->first || block >= r->end)
-            continue;
-        uint64_t lo = u64_max(block, r->first), hi = u64_min(end, r->end);
-        for (uint64_t k = lo / PREP_CHUNK; k <= (hi - 1) / PREP_CHUNK; k++) {
-            uint64_t i = k - r->c0, a, b;
-            uint8_t st = r->state[i];
-            if (st == CH_DONE)
-                continue;
-            chunk_bounds(r, k, &a, &b);
-            if (st != CH_BUSY && block <= a && end >= b) {
-                chunk_set_done(f, r, i);
-                f->prep_stats.chunks_covered++;
-                continue;
-            }
-            if (st == CH_PENDING) {
-                r->state[i] = CH_URGENT;
-                f->prep_urgent++;
-                pthread_cond_signal(&f->prep_cv);
-            }
-            blocked = 1;
-        }
-    }
-    return blocked;
-}
-
-/* Hold io if its chunks are not ready (1), else 0: it goes the usual way. */
-static int prep_hold(struct file_backend *f, struct plx_io *io)
-{
-    pthread_mutex_lock(&f->prep_mu);
-    int blocked = prep_blocked(f, io->block, io->nblocks);
-    if (blocked) {
-        if (f->held_tail != NULL)
-            f->held_tail->be_next = io;
-        else
-            f->held_head = io;
-        f->held_tail = io;
-        f->prep_waiters = 1;
-        f->prep_stats.writes_waited++;
-    }
-    pthread_mutex_unlock(&f->prep_mu);
-    return blocked;
-}
-
-/* Every chunk not yet done counts as done (an error, or the backend closing). Under prep_mu. */
-static void prep_abandon(struct file_backend *f)
-{
-    for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next)
-        for (uint64_t i = 0; i < r->nchunks && r->left > 0; i++)
-            if (r->state[i] == CH_PENDING || r->state[i] == CH_URGENT)
-                chunk_set_done(f, r, i);
-}
-
-/* Under prep_mu: the chunk to zero next, urgent ones first. */
-static int prep_pick(struct file_backend *f, struct prep_range **rp, uint64_t *ip)
-{
-    for (struct prep_range *r = f->prep_ranges; r != NULL && f->prep_urgent > 0; r = r->next)
-        for (uint64_t i = 0; i < r->nchunks && r->left > 0; i++)
-            if (r->state[i] == CH_URGENT) {
-                *rp = r;
-                *ip = i;
-                return 1;
-            }
-    for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
-        while (r->cursor < r->nchunks && r->state[r->cursor] != CH_PENDING)
-            r->cursor++;
-        if (r->cursor < r->nchunks) {
-            *rp = r;
-            *ip = r->cursor;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Write zeros over the holes of blocks [a, b), whole blocks only. Returns 0 or -errno. A hole
- * reads as zeros, so this changes no block's contents; prep_blocked keeps the engine's writes
- * out of the chunk meanwhile. */
-static int zero_holes(struct file_backend *f, uint64_t a, uint64_t b, const void *zeros,
-                      uint64_t *bytes)
-{
-    off_t pos = (off_t)(a * PLX_BLOCK_SIZE), end = (off_t)(b * PLX_BLOCK_SIZE);
-    while (pos < end) {
-        off_t h = lseek(f->fd, pos, SEEK_HOLE);
-        if (h < 0)
-            return errno == ENXIO ? 0 : -errno;
-        if (h >= end)
-            break;
-        off_t d = lseek(f->fd, h, SEEK_DATA);
-        if (d < 0 && errno != ENXIO)
-            return -errno;
-        if (d < 0 || d > end)
-            d = end; /* ENXIO: a hole up to the end of the file */
-        off_t z = (h + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
-        off_t zend = d / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
-        while (z < zend) {
-            size_t len = (size_t)u64_min((uint64_t)(zend - z), PREP_CHUNK * PLX_BLOCK_SIZE);
-            ssize_t w = pwrite(f->fd, zeros, len, z);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0)
-                return -errno;
-            if (w == 0 || w % PLX_BLOCK_SIZE != 0)
-                return -EIO;
-            z += w;
-            *bytes += (uint64_t)w;
-        }
-        pos = d;
-    }
-    return 0;
-}
-
-static void *prep_thread(void *arg)
-{
-    struct file_backend *f = arg;
-    void *zeros = plx_block_alloc(PREP_CHUNK);
-    pthread_mutex_lock(&f->prep_mu);
-    for (;;) {
-        struct prep_range *r = NULL;
-        uint64_t i = 0;
-        while (!f->prep_stop && (f->prep_pause || !prep_pick(f, &r, &i)))
-            pthread_cond_wait(&f->prep_cv, &f->prep_mu);
-        if (f->prep_stop)
-            break;
-        if (r->state[i] == CH_URGENT)
-            f->prep_urgent--;
-        r->state[i] = CH_BUSY;
-        int rc = f->prep_fail_next;
-        f->prep_fail_next = 0;
-        uint64_t a, b, bytes = 0;
-        chunk_bounds(r, r->c0 + i, &a, &b);
-        pthread_mutex_unlock(&f->prep_mu);
-        if (rc == 0)
-            rc = zero_holes(f, a, b, zeros, &bytes);
-        pthread_mutex_lock(&f->prep_mu);
-        r->state[i] = CH_DONE;
-        r->left--;
-        f->prep_stats.chunks_zeroed++;
-        f->prep_stats.bytes_zeroed += bytes;
-        if (rc < 0 && !f->prep_error) {
-            /* The medium refuses (EIO) or is full (ENOSPC): stop for good; the held writes go
-             * ahead and meet the medium's answer themselves. */
-            f->prep_error = rc;
-            f->prep_stats.error = rc;
-            prep_abandon(f);
-            fprintf(stderr, "parallax: %s: zeroing ahead stopped: %s\n", f->base.desc,
-                    strerror(-rc));
-        }
-        pthread_cond_broadcast(&f->prep_done_cv);
-        if (f->prep_waiters)
-            efd_signal(f->efd);
-    }
-    pthread_mutex_unlock(&f->prep_mu);
-    plx_block_free(zeros);
-    return NULL;
-}
-
-static void start_accepted(struct file_backend *f, struct plx_io *io);
-
-/* From poll: start the held writes whose chunks are done; drop finished ranges. */
-static void prep_release(struct file_backend *f)
-{
-    struct plx_io *go_head = NULL, *go_tail = NULL;
-    pthread_mutex_lock(&f->prep_mu);
-    struct plx_io *io = f->held_head;
-    f->held_head = f->held_tail = NULL;
-    while (io != NULL) {
-        struct plx_io *next = io->be_next;
-        io->be_next = NULL;
-        struct plx_io **head = &go_head, **tail = &go_tail;
-        if (prep_blocked(f, io->block, io->nblocks)) {
-            head = &f->held_head;
-            tail = &f->held_tail;
-        }
-        if (*tail != NULL)
-            (*tail)->be_next = io;
-        else
-            *head = io;
-        *tail = io;
-        io = next;
-    }
-    f->prep_waiters = f->held_head != NULL;
-    for (struct prep_range **rp = &f->prep_ranges; *rp != NULL;) {
-        struct prep_range *r = *rp;
-        if (r->left == 0) {
-            *rp = r->next;
-            free(r->state);
-            free(r);
-        } else {
-            rp = &r->next;
-        }
-    }
-    pthread_mutex_unlock(&f->prep_mu);
-    while ((io = go_head) != NULL) {
-        go_head = io->be_next;
-        io->be_next = NULL;
-        start_accepted(f, io);
-    }
-}
-
-int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    if (be == NULL || be->ops != &file_ops)
-        return -EOPNOTSUPP;
-    struct file_backend *f = (struct file_backend *)be;
-    if (!f->prep_ok)
-        return -EOPNOTSUPP;
-    if (first > be->nblocks || nblocks > be->nblocks - first)
-        return -EINVAL;
-    if (nblocks == 0)
-        return 0;
-    pthread_mutex_lock(&f->prep_mu);
-    int err = f->prep_error;
-    pthread_mutex_unlock(&f->prep_mu);
-    if (err)
-        return err;
-    struct prep_range *r = calloc(1, sizeof *r);
-    if (r == NULL)
-        return -ENOMEM;
-    r->first = first;
-    r->end = first + nblocks;
-    r->c0 = first / PREP_CHUNK;
-    r->nchunks = (r->end - 1) / PREP_CHUNK - r->c0 + 1;
-    r->left = r->nchunks;
-    r->state = malloc(r->nchunks);
-    if (r->state == NULL) {
-        free(r);
-        return -ENOMEM;
-    }
-    memset(r->state, CH_PENDING, r->nchunks);
-    if (!f->prep_started) {
-        int rc = pthread_create(&f->prep_thr, NULL, prep_thread, f);
-        if (rc != 0) {
-            free(r->state);
-            free(r);
-            return -rc;
-        }
-        f->prep_started = 1;
-    }
-    pthread_mutex_lock(&f->prep_mu);
-    struct prep_range **tail = &f->prep_ranges;
-    while (*tail != NULL)
-        tail = &(*tail)->next;
-    *tail = r;
-    pthread_cond_signal(&f->prep_cv);
-    pthread_mutex_unlock(&f->prep_mu);
-    return 0;
-}
-
-void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    if (be == NULL || be->ops != &file_ops)
-        return;
-    struct file_backend *f = (struct file_backend *)be;
-    if (!f->prep_started)
-        return;
-    uint64_t end = first + nblocks;
-    pthread_mutex_lock(&f->prep_mu);
-    for (;;) {
-        int busy = 0;
-        for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
-            if (r->left == 0 || end <= r->first || first >= r->end)
-                continue;
-            uint64_t lo = u64_max(first, r->first), hi = u64_min(end, r->end);
-            for (uint64_t k = lo / PREP_CHUNK; k <= (hi - 1) / PREP_CHUNK; k++) {
-                uint64_t i = k - r->c0;
-                if (r->state[i] == CH_BUSY)
-                    busy = 1;
-                else if (r->state[i] != CH_DONE)
-                    chunk_set_done(f, r, i);
-            }
-        }
-        if (!busy)
-            break;
-        pthread_cond_wait(&f->prep_done_cv, &f->prep_mu);
-    }
-    pthread_mutex_unlock(&f->prep_mu);
-    /* Writes held in the range may go now: let the next poll start them. */
-    if (f->held_head != NULL)
-        efd_signal(f->efd);
-}
-
-void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    if (be == NULL || be->ops != &file_ops)
-        return;
-    struct file_backend *f = (struct file_backend *)be;
-    pthread_mutex_lock(&f->prep_mu);
-    *out = f->prep_stats;
-    for (const struct prep_range *r = f->prep_ranges; r != NULL; r = r->next)
-        out->chunks_pending += r->left;
-    pthread_mutex_unlock(&f->prep_mu);
-}
-
-void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
-{
-    if (be == NULL || be->ops != &file_ops)
-        return;
-    struct file_backend *f = (struct file_backend *)be;
-    pthread_mutex_lock(&f->prep_mu);
-    if (fail_next)
-        f->prep_fail_next = fail_next;
-    f->prep_pause = pause;
-    pthread_cond_broadcast(&f->prep_cv);
-    pthread_mutex_unlock(&f->prep_mu);
-}
-
-/* An accepted I/O (counted in inflight) that was held: start it, or queue it for a slot; a
- * failure to start becomes its completion. */
-static void start_accepted(struct file_backend *f, struct plx_io *io)
+void plx_file_start_accepted(struct file_backend *f, struct plx_io *io)
 {
     if (f->free_slots == NULL || f->wait_head != NULL) {
         if (f->wait_tail != NULL)
@@ -790,7 +371,7 @@ static int file_submit(plx_backend *be, struct plx_io *io)
 
     io->be_next = NULL;
     if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && f->prep_ranges != NULL &&
-        prep_hold(f, io)) {
+        plx_file_prep_hold(f, io)) {
         f->inflight++;
         return 0;
     }
@@ -925,7 +506,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
             return rc;
         reap_thread(f);
         if (f->prep_ranges != NULL)
-            prep_release(f);
+            plx_file_prep_release(f);
         pump(f);
         if (f->ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
             break;
@@ -960,7 +541,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
     }
     pump(f);
     if (f->ready.head != NULL)
-        efd_signal(f->efd);
+        plx_file_efd_signal(f->efd);
     return n;
 }
 
@@ -986,23 +567,7 @@ static void file_destroy(plx_backend *be)
         pthread_mutex_unlock(&f->mu);
         pthread_join(f->thr, NULL);
     }
-    if (f->prep_started) {
-        /* A chunk being zeroed is finished (one write of at most 1 MiB); the rest stays holes. */
-        pthread_mutex_lock(&f->prep_mu);
-        f->prep_stop = 1;
-        pthread_cond_broadcast(&f->prep_cv);
-        pthread_mutex_unlock(&f->prep_mu);
-        pthread_join(f->prep_thr, NULL);
-    }
-    while (f->prep_ranges != NULL) {
-        struct prep_range *r = f->prep_ranges;
-        f->prep_ranges = r->next;
-        free(r->state);
-        free(r);
-    }
-    pthread_cond_destroy(&f->prep_cv);
-    pthread_cond_destroy(&f->prep_done_cv);
-    pthread_mutex_destroy(&f->prep_mu);
+    plx_file_prep_shutdown(f);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     if (!f->blocking)
@@ -1034,6 +599,11 @@ static const struct plx_backend_ops file_ops = {
     .destroy = file_destroy,
     .lock = file_lock,
 };
+
+bool plx_file_is(const plx_backend *be)
+{
+    return be->ops == &file_ops;
+}
 
 /* ---- Opening --------------------------------------------------------------------------------- */
 

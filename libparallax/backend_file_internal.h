@@ -1,0 +1,106 @@
+/*
+ * backend_file_internal.h - the file backend's state, shared by backend_file.c (the aio
+ * backend) and backend_file_prepare.c (zeroing ahead, its second helper thread). Nothing
+ * outside these two files includes it.
+ */
+#ifndef PLX_BACKEND_FILE_INTERNAL_H
+#define PLX_BACKEND_FILE_INTERNAL_H
+
+#include <libaio.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "backend.h"
+
+#define PREP_CHUNK 256u /* blocks zeroed ahead at a time: 1 MiB */
+
+enum slot_stage {
+    ST_RW,   /* transferring data */
+    ST_SYNC, /* flush, or the fdatasync that makes a FUA write durable */
+};
+
+struct file_slot {
+    struct iocb cb;
+    struct iovec iov;
+    struct plx_io *io;
+    size_t total, done; /* bytes */
+    enum slot_stage stage;
+    int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
+    int status;
+    struct file_slot *next; /* free, stalled, ready or helper-thread list */
+};
+
+struct slot_list {
+    struct file_slot *head, *tail;
+};
+
+struct file_backend {
+    plx_backend base;
+    int fd, efd;
+    int direct, rdonly;
+    int blocking; /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
+    io_context_t ctx;
+    struct file_slot *slots;
+    struct file_slot *free_slots;
+    struct plx_io *wait_head, *wait_tail; /* accepted, waiting for a slot */
+    struct slot_list stalled;             /* io_submit said EAGAIN: retry from poll */
+    struct slot_list ready;               /* finished, callback not yet run */
+    unsigned inflight;                    /* accepted and callback not yet run */
+    unsigned in_kernel;                   /* iocbs the kernel holds */
+    int aio_fdsync, rwf_dsync;            /* cleared when the kernel refuses them */
+
+    /* fdatasync helper thread, started on first need */
+    int thr_started, thr_stop;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct slot_list thr_jobs, thr_done;
+    unsigned thr_busy; /* handed to the thread and not yet reaped */
+
+    /* Zeroing ahead. prep_ranges and everything in it, prep_* flags and counters: under prep_mu
+     * (the list itself is changed only by the loop's thread). held_*: the loop's thread only. */
+    int prep_ok; /* a regular file, O_DIRECT, aio, writable */
+    int prep_started, prep_stop, prep_pause, prep_fail_next, prep_error, prep_waiters;
+    pthread_t prep_thr;
+    pthread_mutex_t prep_mu;
+    pthread_cond_t prep_cv;      /* to the thread: work, pause lifted, or stop */
+    pthread_cond_t prep_done_cv; /* from the thread: a chunk is done */
+    struct prep_range *prep_ranges;
+    uint64_t prep_urgent; /* chunks in CH_URGENT */
+    struct plx_prepare_stats prep_stats;
+    struct plx_io *held_head, *held_tail; /* writes waiting for their chunks */
+    int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
+};
+
+/* A prepared range: blocks [first, end), cut at absolute 1 MiB boundaries into chunks c0.. */
+enum chunk_state {
+    CH_DONE = 0, /* zeroed, covered by a write, or given up: writes go straight through */
+    CH_PENDING,  /* not zeroed yet: the thread will in its turn */
+    CH_URGENT,   /* not zeroed yet and a write waits for it: the thread does it next */
+    CH_BUSY,     /* the thread is zeroing it now */
+};
+struct prep_range {
+    uint64_t first, end, c0, nchunks;
+    uint64_t left;   /* chunks not done */
+    uint64_t cursor; /* the thread's next chunk in order: none before it is pending */
+    uint8_t *state;
+    struct prep_range *next;
+};
+
+/* backend_file.c */
+bool plx_file_is(const plx_backend *be); /* be is a file backend */
+void plx_file_efd_signal(int efd);
+/* Start an accepted I/O (a slot, or the queue waiting for one). */
+void plx_file_start_accepted(struct file_backend *f, struct plx_io *io);
+
+/* backend_file_prepare.c (plx_backend_prepare and friends are declared in backend.h) */
+/* Hold a write or trim whose chunks are not zeroed yet on f->held_*: 1, else 0. */
+int plx_file_prep_hold(struct file_backend *f, struct plx_io *io);
+/* From poll: start the held I/Os whose chunks are done now. */
+void plx_file_prep_release(struct file_backend *f);
+/* At destroy: stop the thread (a chunk being zeroed is finished) and free the ranges. */
+void plx_file_prep_shutdown(struct file_backend *f);
+
+#endif
