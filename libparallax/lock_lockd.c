@@ -392,28 +392,37 @@ static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t time
     }
 }
 
-/* Wait (bounded) for an outstanding ADMIN-TRY's answer: 0, or -errno with the connection closed. */
-static int try_settle(struct plx_lockd *lk, int timeout_ms)
+/* Wait until until_ns for an outstanding ADMIN-TRY's answer: 0 when it is in, -ETIMEDOUT, or
+ * -errno when the connection failed. */
+static int await_try(struct plx_lockd *lk, uint64_t until_ns)
 {
-    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     while (lk->try_state == TRY_ASKED) {
         char line[PLX_LOCKD_LINE_MAX];
         if (lk->fd < 0)
             return -ENOTCONN;
         if (take_line(lk, line, sizeof line))
-            continue;
+            continue; /* nothing but answers taken aside is expected between requests */
         uint64_t now = mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0) {
-            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
-            lk_close(lk);
+        int ms = now < until_ns ? (int)((until_ns - now + 999999) / 1000000) : 0;
+        if (poll(&p, 1, ms) <= 0)
             return -ETIMEDOUT;
-        }
         int rc = fill(lk);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+/* Wait (bounded) for an outstanding ADMIN-TRY's answer: 0, or -errno with the connection closed. */
+static int try_settle(struct plx_lockd *lk, int timeout_ms)
+{
+    int rc = await_try(lk, mono_ns() + (uint64_t)timeout_ms * 1000000ull);
+    if (rc == -ETIMEDOUT) {
+        snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
+        lk_close(lk);
+    }
+    return rc;
 }
 
 static int lockd_admin_try(plx_store *st, int take)
@@ -473,21 +482,9 @@ static int lockd_admin_try_now(plx_store *st)
         lk->try_state = TRY_ASKED;
         lk->try_sent_ns = mono_ns();
     }
-    uint64_t until = lk->try_sent_ns + TRY_WAIT_MS * 1000000ull;
-    while (lk->try_state == TRY_ASKED) {
-        char line[PLX_LOCKD_LINE_MAX];
-        if (lk->fd < 0)
-            return -ENOTCONN;
-        if (take_line(lk, line, sizeof line))
-            continue; /* nothing but answers taken aside is expected between requests */
-        uint64_t now = mono_ns();
-        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        int ms = now < until ? (int)((until - now + 999999) / 1000000) : 0;
-        if (poll(&p, 1, ms) <= 0)
-            break;
-        if (fill(lk))
-            return -ENOTCONN;
-    }
+    int rc = await_try(lk, lk->try_sent_ns + TRY_WAIT_MS * 1000000ull);
+    if (rc && rc != -ETIMEDOUT)
+        return -ENOTCONN;
     if (lk->try_unsupported)
         return -EOPNOTSUPP;
     enum lk_try answer = lk->try_state;
