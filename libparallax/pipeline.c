@@ -10,9 +10,10 @@
  *               link on the path gets a new node (copy of the read-only one with every link
  *               read-only) and a data block is allocated where the data link is not writable;
  *               the request joins the VDI's open batch and its data writes are issued at once;
- *   IO          data I/O in flight;
- *   WAIT_BATCH  the request changed metadata (or asked for FUA / flush / snapshot) and completes
- *               with its batch.
+ *   IO          data I/O in flight; a write without FUA completes when its data is written,
+ *               even if it changed metadata (acks_early: like a disk's volatile write cache);
+ *   WAIT_BATCH  a FUA write, a flush or a snapshot completes with its batch, i.e. once every
+ *               batch before it has committed too.
  *
  * A batch is the unit of commit (the thesis's shared commit node, generalised). Nodes a batch
  * allocated are invisible until a node that existed before the batch links them: the "commit
@@ -142,6 +143,23 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
 }
 
 /* ---- Completion --------------------------------------------------------------------------- */
+
+/* Nodes a batch may hold for writes acknowledged ahead of its commit; past this a member waits
+ * for its batch again, which bounds the pinned node images (16 MiB) when the medium is slower
+ * at commits than the guest is at writing. */
+#define EARLY_MAX_NODES 4096
+
+/* r is a write whose data is on the medium and whose mutation is in the in-memory tree (reads
+ * see it): may it complete before its batch commits? A write without FUA does, as on a disk
+ * with a volatile write cache: until a flush it may be lost in a crash, and a flush, a FUA write
+ * or a snapshot still completes only after every batch before it has committed. Not when the
+ * batch has failed already (its members complete with its error). A batch that fails after a
+ * member was acknowledged early puts the VDI into failed mode (batch_finish), since dropping
+ * its changes would make that write revert. */
+static bool acks_early(const struct plx_req *r, const struct plx_batch *b)
+{
+    return !(r->flags & PLX_WRITE_FUA) && !b->status && b->nnodes <= EARLY_MAX_NODES;
+}
 
 static void req_finish(struct plx_req *r)
 {
@@ -351,6 +369,14 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
         v->needs_reload = true;
         for (size_t i = 0; i < b->nnodes; i++)
             b->nodes[i]->stale = true;
+        /* Members acknowledged early (acks_early) are in the tree the reload would drop: a
+         * later read would return older data than they wrote. Fail the VDI instead. */
+        if (b->early && !v->failed)
+            v->failed = plx_err(v->st, status,
+                                "VDI %s: a commit failed after %u of its writes were "
+                                "acknowledged; every request fails until the VDI is opened "
+                                "again",
+                                v->rec.name, b->early);
     }
     btrace(b, BT_DONE);
     struct plx_req *r = b->reqs;
@@ -574,12 +600,14 @@ static void vdi_reload(struct plx_vdi *v)
         plx_labels_init(&v->labels, &rec);
     }
     struct plx_node *root = NULL;
-    if (rc == 0)
+    /* A failed VDI keeps no root: every request fails in do_resolve. The record, spine and log
+     * head above are the medium's, so that closing it writes nothing the medium lacks. */
+    if (rc == 0 && !v->failed)
         rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
-    if (rc == 0) {
+    if (rc == 0 && root) {
         plx_cache_pin(root);
         v->root = root;
-    } else {
+    } else if (rc != 0) {
         st->fatal = rc;
     }
     plx_pipeline_kick(v);
@@ -833,15 +861,19 @@ static void undo_relinks(struct plx_req *r)
     r->nrelinks = 0;
 }
 
-/* A write's data is on the medium: it completes now, or with its batch when it changed
- * metadata or asked for FUA. */
+/* A write's data is on the medium: it completes now (acks_early), or with its batch when it
+ * asked for FUA. */
 static void req_data_done(struct plx_req *r)
 {
     struct plx_batch *b = r->batch;
-    if (r->status || !r->needs_batch || !b)
+    if (r->status || !r->needs_batch || !b) {
         req_finish(r);
-    else
+    } else if (acks_early(r, b)) {
+        b->early++;
+        req_finish(r);
+    } else {
         batch_wait(b, r);
+    }
 }
 
 /* Apply a write or trim to the in-memory tree and issue its data writes. */
@@ -1101,7 +1133,7 @@ static void do_resolve(struct plx_req *r)
         return;
     }
     if (!v->root) {
-        r->status = v->st->fatal ? v->st->fatal : -EIO;
+        r->status = v->failed ? v->failed : v->st->fatal ? v->st->fatal : -EIO;
         req_finish(r);
         return;
     }
@@ -1174,10 +1206,11 @@ static void loads_ready(struct plx_load_wait *w)
  * snapshot may have copied it, link and all. So such a snapshot fails rather than freeze a block
  * that was never written: its batch fails, and with it every batch behind it (batch_finish), and
  * the VDI is reloaded from the medium before anything else starts, so that no read follows a
- * copied link meanwhile. No write after the snapshot can have completed yet: every link under
- * the new root is read-only, so until the snapshot's batch commits each of them allocated a
- * block and waits for a batch; the requests of the failed batches fail, nothing acknowledged is
- * lost. */
+ * copied link meanwhile. Writes after the snapshot may have completed already (acks_early: each
+ * of them allocated a block, since every link under the new root is read-only, and completed
+ * with its data): then their batch fails with members acknowledged, and the VDI fails instead
+ * of reloading (batch_finish); otherwise the requests of the failed batches fail and nothing
+ * acknowledged is lost. */
 static void fail_snapshots_after(struct plx_req *r, int status)
 {
     struct plx_vdi *v = r->v;
@@ -1225,6 +1258,10 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
     /* Advance the batch before finishing a request early: finishing starts waiting requests,
      * which may start (and even complete and free) a batch. */
     bool early = r->status || !r->needs_batch || !b;
+    if (!early && acks_early(r, b)) {
+        b->early++;
+        early = true;
+    }
     if (!early)
         batch_wait(b, r);
     if (b)

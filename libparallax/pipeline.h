@@ -136,6 +136,7 @@ struct plx_batch {
     uint64_t log_addr;
     uint64_t trace[BT_N];        /* with $PARALLAX_SNAP_TRACE (struct plx_snap_trace) */
     unsigned nreqs;              /* requests waiting on reqs (for the trace) */
+    unsigned early;              /* members acknowledged before the batch committed */
 };
 
 struct plx_vdi {
@@ -157,6 +158,11 @@ struct plx_vdi {
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;
     bool needs_reload;
+    /* A commit failed after some of its writes were acknowledged (they completed when their
+     * data was written, before their batch committed): every request fails with this error
+     * until the VDI is opened again, so that no read returns data older than an acknowledged
+     * write and the guest's next flush reports the loss. 0: not failed. */
+    int failed;
     /* No write or trim since the newest snapshot was taken (in request order): the tree equals
      * that snapshot's, so the next snapshot can share its root instead of copying one. */
     bool same_as_newest_snap;

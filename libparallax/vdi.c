@@ -206,7 +206,7 @@ int plx_vdi_close(plx_vdi *v)
     if (!v->ro && st->fenced && !rc)
         rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
     /* Leave the log's tail short for readers. A failure only leaves the index as it was. */
-    if (!v->ro && !st->fatal && !st->fenced && !rc && !v->needs_reload)
+    if (!v->ro && !st->fatal && !st->fenced && !rc && !v->needs_reload && !v->failed)
         (void)plx_labels_fold(st, v->slot_addr, &v->rec, PLX_SNAPLOG_PER_BLOCK);
     if (!v->ro && !st->fatal) {
         int lrc = lock_record(st, v, false);
@@ -572,6 +572,8 @@ int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
 static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
 {
     struct plx_node *n = v->root;
+    if (!n) /* a failed commit lost acknowledged writes (pipeline.h, failed) */
+        return v->failed ? v->failed : v->st->fatal ? v->st->fatal : -EIO;
     for (unsigned level = v->height - 1;; level--) {
         uint64_t link = n->links[plx_index_at(vb, level)];
         uint64_t sub = 1ull << (level * PLX_RADIX_BITS); /* blocks under one link */
