@@ -10,10 +10,10 @@
  *               link on the path gets a new node (copy of the read-only one with every link
  *               read-only) and a data block is allocated where the data link is not writable;
  *               the request joins the VDI's open batch and its data writes are issued at once;
- *   IO          data I/O in flight; a write without FUA completes when its data is written,
- *               even if it changed metadata (acks_early: like a disk's volatile write cache);
- *   WAIT_BATCH  a FUA write, a flush or a snapshot completes with its batch, i.e. once every
- *               batch before it has committed too.
+ *   IO          data I/O in flight; a write with PLX_WRITE_CACHED completes when its data is
+ *               written, even if it changed metadata (acks_early: a volatile write cache);
+ *   WAIT_BATCH  any other write that changed metadata (or asked for FUA), a flush or a
+ *               snapshot completes with its batch, i.e. once every batch before it committed.
  *
  * A batch is the unit of commit (the thesis's shared commit node, generalised). Nodes a batch
  * allocated are invisible until a node that existed before the batch links them: the "commit
@@ -150,15 +150,18 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
 #define EARLY_MAX_NODES 4096
 
 /* r is a write whose data is on the medium and whose mutation is in the in-memory tree (reads
- * see it): may it complete before its batch commits? A write without FUA does, as on a disk
- * with a volatile write cache: until a flush it may be lost in a crash, and a flush, a FUA write
- * or a snapshot still completes only after every batch before it has committed. Not when the
+ * see it): may it complete before its batch commits? A write with PLX_WRITE_CACHED (and not
+ * FUA) does, as on a disk with a volatile write cache: until a flush it may be lost in a crash
+ * (of the medium or of this process), and a flush, a FUA write or a snapshot still completes
+ * only after every batch before it has committed. Other writes keep the stronger contract
+ * (tapdisk's durability=ordered: a completed write survives a crash of the process). Not when the
  * batch has failed already (its members complete with its error). A batch that fails after a
  * member was acknowledged early puts the VDI into failed mode (batch_finish), since dropping
  * its changes would make that write revert. */
 static bool acks_early(const struct plx_req *r, const struct plx_batch *b)
 {
-    return !(r->flags & PLX_WRITE_FUA) && !b->status && b->nnodes <= EARLY_MAX_NODES;
+    return (r->flags & (PLX_WRITE_CACHED | PLX_WRITE_FUA)) == PLX_WRITE_CACHED && !b->status &&
+           b->nnodes <= EARLY_MAX_NODES;
 }
 
 static void req_finish(struct plx_req *r)

@@ -971,7 +971,8 @@ static void req_submit(struct req *r)
         break;
     case NBD_CMD_WRITE:
         rc = plx_vdi_submit_write(v, r->buf, off, len,
-                                  (r->flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : 0, req_done, r);
+                                  (r->flags & NBD_CMD_FLAG_FUA) ? PLX_WRITE_FUA : PLX_WRITE_CACHED,
+                                  req_done, r);
         break;
     case NBD_CMD_FLUSH:
         rc = plx_vdi_submit_flush(v, req_done, r);

@@ -358,12 +358,20 @@ int plx_vdi_readonly(const plx_vdi *v);
 typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
 
 #define PLX_WRITE_FUA 1u /* durable when the callback fires */
+/* The write may complete once its data is written and the VDI's tree in memory links it (reads
+ * see it), before the metadata that reaches it is written: a write into a volatile cache, as on
+ * a disk with one. Until a later flush completes it may be lost not only by a power failure but
+ * also if this process dies. If writing that metadata then fails, the VDI fails every later
+ * request, the next flush included, until it is opened again (no read returns older data than
+ * such a write had put there). Ignored with PLX_WRITE_FUA. Used by the NBD server, whose
+ * clients must flush anyway. */
+#define PLX_WRITE_CACHED 2u
 
 /* Byte-granular requests; any alignment is accepted (sub-block pieces are read-modify-write).
  * Requests touching the same 4 KiB block are carried out in submission order. A write
- * completes when its data and the metadata that reaches it are written; it is durable after a
- * later flush completes (or at once with PLX_WRITE_FUA). Buffers are owned by the caller until
- * the callback fires. */
+ * completes when its data and the metadata that reaches it are written (with PLX_WRITE_CACHED:
+ * its data); it is durable after a later flush completes (or at once with PLX_WRITE_FUA).
+ * Buffers are owned by the caller until the callback fires. */
 int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
                         void *arg);
 int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,

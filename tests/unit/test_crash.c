@@ -624,7 +624,8 @@ static int add_vdi(struct wl *wl, const char *name, uint64_t size, const struct 
 
 /* The value tracked block t holds in a view that saw the first hlen writes to it: the latest
  * that succeeded (or the initial contents), or one that failed or was lost after it (such a
- * write may or may not have landed). Returns whether val is acceptable; *expect gets the definite value. */
+ * write may or may not have landed). Returns whether val is acceptable; *expect gets the
+ * definite value. */
 static bool prefix_ok(const struct wl *wl, const struct mvdi *m, uint32_t t, uint32_t hlen,
                       uint32_t val, uint32_t *expect)
 {
@@ -865,6 +866,16 @@ static void submit_failed(struct wl *wl, const char *what, int rc)
 }
 
 /* Write (wid > 0) or trim (trim) tracked blocks [t0, t0 + nb) of VDI vi, one range. */
+/* Three writes in four are submitted as the NBD server submits them, with PLX_WRITE_CACHED
+ * (complete when the data is written); the rest complete when the metadata that reaches their
+ * data is written too. Rule 2 is the same for both. */
+static unsigned write_flags(const struct wrec *w)
+{
+    if (w->fua)
+        return PLX_WRITE_FUA;
+    return w->wid % 4 ? PLX_WRITE_CACHED : 0;
+}
+
 static void sub_write(struct wl *wl, int vi, uint32_t t0, uint32_t nb, bool fua, bool trim)
 {
     struct mvdi *m = &wl->v[vi];
@@ -914,8 +925,8 @@ static void sub_write(struct wl *wl, int vi, uint32_t t0, uint32_t nb, bool fua,
         ivec_push(&m->hist[t0 + i], (uint32_t)idx);
     wl->inflight++;
     int rc = trim ? plx_vdi_submit_trim(m->h, b0 * BS, (uint64_t)nb * BS, req_done, c)
-                  : plx_vdi_submit_write(m->h, buf, b0 * BS, (size_t)nb * BS,
-                                         fua ? PLX_WRITE_FUA : 0, req_done, c);
+                  : plx_vdi_submit_write(m->h, buf, b0 * BS, (size_t)nb * BS, write_flags(w),
+                                         req_done, c);
     if (rc != 0) {
         /* No callback: the write never happened. */
         wl->inflight--;
@@ -2900,6 +2911,57 @@ START_TEST(test_eio_overlapping_write)
 }
 END_TEST
 
+/* A write that needs new nodes (the VDI was just snapshotted) and whose commit fails: _i = 0,
+ * the write is submitted with PLX_WRITE_CACHED and completes when its data is written, before
+ * the failed node write: then the VDI must fail (a read of the block and a flush fail, no read
+ * returns the older data) until it is opened again, and what was flushed before is intact. _i =
+ * 1, the same write without PLX_WRITE_CACHED: it fails, and the VDI recovers at once (a read
+ * returns the data before it, a flush succeeds). */
+START_TEST(test_eio_cached_commit)
+{
+    struct wl wl;
+    int a = eio_setup(&wl, _i ? "eio-uncached-commit" : "eio-cached-commit", 1101 + (uint64_t)_i);
+    sub_snap(&wl, a, false); /* every link read-only: the next write needs new nodes */
+    drain(&wl);
+    struct plx_vdi_info info;
+    ck_assert_int_eq(plx_vdi_lookup(wl.st, "eio", &info), 0);
+    uint64_t eb = EXTENT_BYTES / BS, ext = info.root / eb;
+    wl.expect_ok = false;
+    snprintf(wl.where, sizeof wl.where, "the commit of a %scached write fails", _i ? "non-" : "");
+    /* write_flags: a write id divisible by 4 is submitted without PLX_WRITE_CACHED */
+    while ((wl.next_wid % 4 == 0) != (_i == 1))
+        wl.next_wid++;
+    plx_fault_fail_blocks(wl.fb, PLX_IO_WRITE, ext * eb, eb, -EIO, 1);
+    size_t w = wl.nw;
+    sub_write(&wl, a, 40, 1, false, false);
+    drain(&wl);
+    ck_assert_uint_eq(plx_fault_errors_injected(wl.fb), 1);
+    plx_fault_clear(wl.fb);
+    int failed = wl.v[a].h->failed;
+    size_t f = wl.nf;
+    sub_read(&wl, a, 40, 1); /* checked against the model in req_done when it succeeds */
+    sub_flush(&wl, a);
+    drain(&wl);
+    printf("crash[%s]: write %d, VDI failed %d, flush after it %d\n", wl.name, wl.w[w].status,
+           failed, wl.f[f].status);
+    if (_i == 0) {
+        ck_assert_msg(wl.w[w].status == 0 && failed == -EIO, "write %d, VDI failed %d",
+                      wl.w[w].status, failed);
+        ck_assert_int_eq(wl.f[f].status, -EIO);
+    } else {
+        ck_assert_msg(wl.w[w].status == -EIO && failed == 0, "write %d, VDI failed %d",
+                      wl.w[w].status, failed);
+        ck_assert_int_eq(wl.f[f].status, 0);
+    }
+    eio_after(&wl, a);
+    eio_finish(&wl);
+    eio_report(&wl);
+    unsigned long long v = wl.violations;
+    wl_free(&wl);
+    ck_assert_msg(v == 0, "%llu violations", v);
+}
+END_TEST
+
 /* A write to a new block whose data write fails, while a snapshot and a write to a neighbouring
  * block (which copies the leaf again) went in behind it: the failed block must read as before,
  * and the snapshot, which swapped roots while W's data was in flight, fails. */
@@ -3388,6 +3450,7 @@ static Suite *crash_suite(void)
         tcase_add_test(tc, test_snapshot_label_in_flight);
         tcase_add_test(tc, test_eio_overlapping_write);
         tcase_add_test(tc, test_eio_write_snapshot_cow);
+        tcase_add_loop_test(tc, test_eio_cached_commit, 0, 2);
         tcase_add_test(tc, test_snapshot_commit_order);
         tcase_add_test(tc, test_reopen_commit_order);
         tcase_add_loop_test(tc, test_eio_nth, 0, 2);
