@@ -7,7 +7,10 @@
 # latency p50 / p99 / max, load average) and the summed ratio with/without per build.
 #
 #   bench/snapwrite.sh [--rounds N] [--size SIZE] [--loops N] [--interval S] [--dir DIR]
-#                      NAME=PARALLAX-BINARY...
+#                      [--logs DIR] NAME=PARALLAX-BINARY...
+#
+# --logs DIR keeps each server's stderr as DIR/NAME-rROUND-INTERVAL.log (with
+# PARALLAX_SNAP_TRACE=1 in the environment: one line per snapshot, where its time went).
 #
 #   e.g. bench/snapwrite.sh before=/tmp/base/parallax after=build/parallax
 #
@@ -20,7 +23,7 @@ SUITE_DIR=$ROOT/bench/suite
 # shellcheck source=bench/suite/lib.sh
 . "$SUITE_DIR/lib.sh"
 
-ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp
+ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp KEEP_LOGS=""
 BUILDS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -29,9 +32,10 @@ while [[ $# -gt 0 ]]; do
     --loops) LOOPS=$2 && shift ;;
     --interval) INTERVAL=$2 && shift ;;
     --dir) BASE_DIR=$2 && shift ;;
+    --logs) KEEP_LOGS=$2 && shift ;;
     *=*) BUILDS+=("$1") ;;
     *)
-        sed -n '2,15p' "$0" >&2
+        sed -n '2,19p' "$0" >&2
         exit 2
         ;;
     esac
@@ -75,6 +79,7 @@ one() {
     fi
     stop_pid "$hpid"
     stop_pid "$spid"
+    [[ -n $KEEP_LOGS ]] && cp "$d/serve.log" "$KEEP_LOGS/$name-r$r-$iv.log"
     printf '%.1f %s\n' "$bw" "$snaps"
 }
 
