@@ -3,8 +3,10 @@
 # nbd engine, QD 8, --loops passes over a fresh VDI) through `parallax serve`, without snapshots
 # and with one every INTERVAL through the control socket (suite.py snaploop, as the suite's
 # frequency section does). Each round runs, for each build in turn, the writer alone and then
-# with snapshots, each on a fresh store; prints one line per run (MiB/s, snapshots, snapshot
-# latency p50 / p99 / max, load average) and the summed ratio with/without per build.
+# with snapshots, each on a fresh store; prints one line per run (MiB/s, snapshots taken @ their
+# achieved mean interval, snapshot latency p50 / p99 / max, load average) and the summed ratio
+# with/without per build. A snapshot that takes longer than the interval delays the next, so
+# compare the achieved intervals too.
 #
 #   bench/snapwrite.sh [--rounds N] [--size SIZE] [--loops N] [--interval S] [--dir DIR]
 #                      [--logs DIR] NAME=PARALLAX-BINARY...
@@ -74,8 +76,8 @@ one() {
     if [[ -n $lp ]]; then
         touch "$d/stop"
         wait "$lp" || die "snapshot loop failed: $(cat "$d/loop.json")"
-        snaps=$(jq -r '.latency_ns | sort | length as $n |
-            "\($n) \(.[($n * 0.5 | floor)] / 1e5 | round / 10) \(.[($n * 0.99 | floor)] / 1e5 | round / 10) \(.[-1] / 1e5 | round / 10)"' "$d/loop.json")
+        snaps=$(jq -r '(.mean_interval_s * 1e4 | round / 10) as $iv | .latency_ns | sort |
+            length as $n | "\($n)@\($iv)ms \(.[($n * 0.5 | floor)] / 1e5 | round / 10) \(.[($n * 0.99 | floor)] / 1e5 | round / 10) \(.[-1] / 1e5 | round / 10)"' "$d/loop.json")
     fi
     stop_pid "$hpid"
     stop_pid "$spid"
