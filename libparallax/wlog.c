@@ -1769,6 +1769,22 @@ void plx_wlog_abandon(plx_store *st)
     wlog_free(st);
 }
 
+void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks)
+{
+    struct plx_wlog_head *h = block;
+    memset(h, 0, BS);
+    h->version = PLX_WLOG_VERSION;
+    memcpy(h->store_uuid, st->sb.uuid, 16);
+    h->host_hash = st->host_hash;
+    snprintf(h->host, sizeof h->host, "%s", st->host);
+    h->log_blocks = nblocks;
+    h->log_id = random_id();
+    h->tail_seq = 1;
+    h->tail_pos = 1;
+    h->created_ns = plx_now_ns();
+    plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+}
+
 /* The log's head is checked (or, init and empty, written); nothing is replayed yet
  * (wlog_attach.c). On failure nothing is attached and be is destroyed. */
 int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
@@ -1819,17 +1835,7 @@ int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
     int vrc = rc ? 0 : plx_blkhdr_verify(wl->head, PLX_MAGIC_WLOG_HEAD, 0, &why);
     struct plx_wlog_head *h = wl->head;
     if (!rc && vrc == -ENODATA && init) {
-        memset(h, 0, BS);
-        h->version = PLX_WLOG_VERSION;
-        memcpy(h->store_uuid, st->sb.uuid, 16);
-        h->host_hash = st->host_hash;
-        snprintf(h->host, sizeof h->host, "%s", st->host);
-        h->log_blocks = wl->nblocks;
-        h->log_id = random_id();
-        h->tail_seq = 1;
-        h->tail_pos = 1;
-        h->created_ns = plx_now_ns();
-        plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+        plx_wlog_head_init(st, h, wl->nblocks);
         rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
         if (rc)
             plx_err(st, rc, "writing the head of write log %s: %s", desc, strerror(-rc));

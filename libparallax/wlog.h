@@ -26,6 +26,8 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
 /* What wlog_attach.c is built from (wlog.c): open without replaying; read the batches past the
  * tail in order; restart the log after the last one applied; or give the log up. */
 int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc);
+/* The head block of a new, empty log of nblocks for this store and host (sealed). */
+void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks);
 struct plx_wlog_cursor {
     uint64_t pos, seq; /* the batch to read next */
     uint8_t *hb;       /* its header block (struct plx_wlog_batch), after a read */
