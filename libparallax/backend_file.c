@@ -440,6 +440,18 @@ static void pump(struct file_backend *f)
 
 /* ---- Completion ------------------------------------------------------------------------------ */
 
+/* PLX_BACKEND_BUFFERED: start writing the pages of a completed write to the disk without
+ * waiting, so that they reach it while the next ones are copied and a flush finds little left
+ * (a burst's final flush would otherwise write all of it then). Failures are only a hint: the
+ * flush still writes and reports them. */
+static void start_writeback(struct file_backend *f, const struct file_slot *s)
+{
+    off_t off = (off_t)(s->io->block * PLX_BLOCK_SIZE);
+    if (sync_file_range(f->fd, off, (off_t)s->total, SYNC_FILE_RANGE_WRITE) != 0) {
+        /* EINVAL/ESPIPE on odd files: the flusher and fdatasync still write the pages */
+    }
+}
+
 static void slot_event(struct file_backend *f, struct file_slot *s, long res)
 {
     if (s->stage == ST_SYNC) {
@@ -452,6 +464,8 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         return;
     }
     if (rc == 1) {
+        if (f->buffered && s->io->op == PLX_IO_WRITE)
+            start_writeback(f, s);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;
@@ -635,13 +649,13 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
 {
     int rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
     int oflags = (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
-    int direct = 1;
+    int direct = (flags & PLX_BACKEND_BUFFERED) == 0;
     uint64_t size;
     struct stat st;
     int e;
 
-    int fd = open(path, oflags | O_DIRECT);
-    if (fd < 0 && errno == EINVAL) {
+    int fd = open(path, oflags | (direct ? O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL) {
         direct = 0;
         fd = open(path, oflags);
     }
@@ -690,6 +704,11 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->rwf_dsync = 1;
     if (flags & PLX_BACKEND_FLUSH_THREAD)
         f->aio_fdsync = f->rwf_dsync = 0;
+    /* Buffered: RWF_DSYNC would make io_submit itself wait for the disk (a buffered aio write
+     * runs inside the call); a write and an aio FDSYNC keep the wait off the caller. */
+    f->buffered = (flags & PLX_BACKEND_BUFFERED) != 0;
+    if (f->buffered)
+        f->rwf_dsync = 0;
 
     f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->efd < 0) {
@@ -737,7 +756,7 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
 
     f->base.ops = &file_ops;
     f->base.nblocks = size / PLX_BLOCK_SIZE;
-    if (direct)
+    if (direct || f->buffered)
         snprintf(f->base.desc, sizeof(f->base.desc), "%s", path);
     else
         snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);

@@ -40,6 +40,7 @@ struct file_backend {
     plx_backend base;
     int fd, efd;
     int direct, rdonly;
+    int buffered; /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
     int blocking; /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
     io_context_t ctx;
     struct file_slot *slots;

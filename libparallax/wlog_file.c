@@ -41,8 +41,8 @@ static bool on_store(const char *store_desc, const char *log)
         return false;
     if (s.st_dev == l.st_dev && s.st_ino == l.st_ino)
         return true;
-    return S_ISBLK(s.st_mode) && (l.st_dev == s.st_rdev || (S_ISBLK(l.st_mode) &&
-                                                            l.st_rdev == s.st_rdev));
+    return S_ISBLK(s.st_mode) &&
+           (l.st_dev == s.st_rdev || (S_ISBLK(l.st_mode) && l.st_rdev == s.st_rdev));
 }
 
 /* Write zeros over the whole file, O_DIRECT (not through the page cache). 0 or an errno. */
@@ -143,7 +143,7 @@ int plx_wcache_attach(plx_store *st, const char *path, uint64_t size)
     }
     int err = 0;
     char msg[256] = "";
-    plx_backend *be = plx_backend_file_open(path, 0, &err, msg, sizeof msg);
+    plx_backend *be = plx_backend_file_open(path, PLX_BACKEND_BUFFERED, &err, msg, sizeof msg);
     if (!be) {
         close(lock_fd);
         if (fresh)
