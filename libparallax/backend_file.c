@@ -440,16 +440,32 @@ static void pump(struct file_backend *f)
 
 /* ---- Completion ------------------------------------------------------------------------------ */
 
-/* PLX_BACKEND_BUFFERED: start writing the pages of a completed write to the disk without
+/* PLX_BACKEND_BUFFERED: start writing the pages of completed writes to the disk without
  * waiting, so that they reach it while the next ones are copied and a flush finds little left
- * (a burst's final flush would otherwise write all of it then). Failures are only a hint: the
- * flush still writes and reports them. */
-static void start_writeback(struct file_backend *f, const struct file_slot *s)
+ * (a burst's final flush would otherwise write all of it then). sync_file_range submits the
+ * pages' I/O inside the call, a few microseconds: it is issued at the start of the next poll,
+ * after the completions (and the replies they lead to) have run, with adjacent writes merged
+ * into one range. Failures are only a hint: the flush still writes the pages and reports them. */
+static void writeback_start(struct file_backend *f)
 {
-    off_t off = (off_t)(s->io->block * PLX_BLOCK_SIZE);
-    if (sync_file_range(f->fd, off, (off_t)s->total, SYNC_FILE_RANGE_WRITE) != 0) {
+    if (!f->wb_len)
+        return;
+    if (sync_file_range(f->fd, (off_t)f->wb_off, (off_t)f->wb_len, SYNC_FILE_RANGE_WRITE) != 0) {
         /* EINVAL/ESPIPE on odd files: the flusher and fdatasync still write the pages */
     }
+    f->wb_len = 0;
+}
+
+static void writeback_note(struct file_backend *f, const struct file_slot *s)
+{
+    uint64_t off = s->io->block * PLX_BLOCK_SIZE, len = s->total;
+    if (f->wb_len && off == f->wb_off + f->wb_len) {
+        f->wb_len += len;
+        return;
+    }
+    writeback_start(f);
+    f->wb_off = off;
+    f->wb_len = len;
 }
 
 static void slot_event(struct file_backend *f, struct file_slot *s, long res)
@@ -465,7 +481,7 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
     }
     if (rc == 1) {
         if (f->buffered && s->io->op == PLX_IO_WRITE)
-            start_writeback(f, s);
+            writeback_note(f, s);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;
@@ -512,6 +528,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
     struct file_backend *f = (struct file_backend *)be;
     int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
 
+    writeback_start(f);
     for (;;) {
         /* Drain first: anything completing after the reap below signals the eventfd again. */
         efd_drain(f->efd);
