@@ -20,6 +20,8 @@
 #   4. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
 #      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
 #      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;
+#   4b. the burst again in PAIRS-1 more rounds of local disk, nbdkit, cache on: the ratios use
+#      each one's mean over the rounds;
 #   5. the burst and the QD1 run again with the cache in its automatic mode
 #      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
 #      once the store's write latency has stayed above the threshold for a second.
@@ -76,8 +78,11 @@ fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 # ---- 1. the local disk ---------------------------------------------------------------------------
-local_bw=$(fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
-    --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes')
+local_burst() {
+    fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
+        --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes'
+}
+local_bw=$(local_burst)
 local_qd1() {
     fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \
         --iodepth=1 --ioengine=libaio --direct=1 --runtime="$seconds" --time_based |
@@ -229,6 +234,15 @@ for ((i = 0; i < pairs; i++)); do
     read -r m p <<<"$(lat_run)"
     on_lats+=("$m") on_p50s+=("$p")
 done
+# The burst again in PAIRS-1 more rounds (local, nbdkit, cache on): it moves from run to run too.
+local_bws=("$local_bw") nbd_bws=("$nbd_bw") on_bws=("$on_bw")
+for ((i = 1; i < pairs; i++)); do
+    local_bws+=("$(local_burst)")
+    read -r _ b <<<"$(nbdkit_burst)"
+    nbd_bws+=("$b")
+    read -r _ b _ <<<"$(burst_run)"
+    on_bws+=("$b")
+done
 stop_server
 # The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
 rm -f "$work/wlog"
@@ -249,6 +263,8 @@ ratio() { echo "scale=2; $1 / $2" | bc; }
 lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
 lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
 nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
+# The burst: each configuration's mean over the rounds.
+lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@]}")
 {
     printf 'burst (fio aggregate; wall time with fio starting):\n'
     printf '  local disk over NBD (nbdkit file, cache=none): %s MiB/s (%.2f s)\n' \
@@ -260,11 +276,18 @@ nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
         "$on_s" "$on_d"
     printf '  cache auto (on above %s ms): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
         "$auto_ms" "$(mb "$auto_bw")" "$auto_s" "$auto_d"
+    for ((i = 0; i < pairs; i++)); do
+        printf 'burst, round %d: local disk %s MiB/s, over NBD %s MiB/s, cache on %s MiB/s; on / local: %s; on / over NBD: %s\n' \
+            $((i + 1)) "$(mb "${local_bws[i]}")" "$(mb "${nbd_bws[i]}")" "$(mb "${on_bws[i]}")" \
+            "$(ratio "${on_bws[i]}" "${local_bws[i]}")" "$(ratio "${on_bws[i]}" "${nbd_bws[i]}")"
+    done
+    printf 'burst, over %d rounds: local disk %s MiB/s, over NBD %s MiB/s, cache on %s MiB/s\n' \
+        "$pairs" "$(mb "$lbw")" "$(mb "$nbw")" "$(mb "$obw")"
     printf 'burst speed with the cache / local disk: %s (target >= 0.8); / local disk over NBD: %s; / parallax over a local file: %s; / cache off: %s\n' \
-        "$(ratio "$on_bw" "$local_bw")" "$(ratio "$on_bw" "$nbd_bw")" "$(ratio "$on_bw" "$file_bw")" \
-        "$(ratio "$on_bw" "$off_bw")"
+        "$(ratio "$obw" "$lbw")" "$(ratio "$obw" "$nbw")" "$(ratio "$obw" "$file_bw")" \
+        "$(ratio "$obw" "$off_bw")"
     printf 'burst speed in the automatic mode / local disk: %s; / cache off: %s\n' \
-        "$(ratio "$auto_bw" "$local_bw")" "$(ratio "$auto_bw" "$off_bw")"
+        "$(ratio "$auto_bw" "$lbw")" "$(ratio "$auto_bw" "$off_bw")"
     printf '4 KiB QD1 write, mean (median), automatic mode: %.0f us (%.0f)\n' "$auto_lat" "$auto_p50"
     printf '4 KiB QD1 write, mean (median): cache off %.0f us (%.0f), parallax over a local file %.0f us (%.0f)\n' \
         "$off_lat" "$off_p50" "$file_lat" "$file_p50"
@@ -283,16 +306,17 @@ nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
     echo "the write log and tgtd's LUN file are on the same disk ($majmin)"
 } | tee -a "$base.txt"
 # The figure's data: one row per configuration: burst seconds (the whole burst at fio's
-# aggregate bandwidth), drain seconds after it, QD1 mean and median (us).
+# aggregate bandwidth; local disk, over NBD and cache on: the mean over the rounds), drain
+# seconds after it (the first cache-on burst's), QD1 mean and median (us).
 total=$((writers * $(numfmt --from=iec "$burst")))
 secs() { echo "scale=3; $total / $1" | bc; }
 {
     echo "# index name burst_s drain_s qd1_mean_us qd1_median_us"
-    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$local_bw")" "$lm" "$lp"
-    printf '1 "local disk over NBD" %s 0 %s %s\n' "$(secs "$nbd_bw")" "$nm" "$np"
+    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$lbw")" "$lm" "$lp"
+    printf '1 "local disk over NBD" %s 0 %s %s\n' "$(secs "$nbw")" "$nm" "$np"
     printf '2 "serve, local file" %s 0 %s %s\n' "$(secs "$file_bw")" "$file_lat" "$file_p50"
     printf '3 "cache off" %s 0 %s %s\n' "$(secs "$off_bw")" "$off_lat" "$off_p50"
-    printf '4 "cache on" %s %s %s %s\n' "$(secs "$on_bw")" "$on_d" "$om" "$op"
+    printf '4 "cache on" %s %s %s %s\n' "$(secs "$obw")" "$on_d" "$om" "$op"
     printf '5 "cache auto" %s %s %s %s\n' "$(secs "$auto_bw")" "$auto_d" "$auto_lat" "$auto_p50"
 } >"$base.dat"
 if command -v gnuplot >/dev/null; then
