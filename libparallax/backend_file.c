@@ -253,13 +253,13 @@ static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
 
 /* $PARALLAX_SNAP_TRACE: an io_submit that held the engine's thread for 5 ms or more (the kernel
  * may block in it, e.g. allocating blocks of a sparse file). */
-static void trace_submit(const struct file_slot *s, uint64_t ns)
+static void trace_submit(const struct file_backend *f, const struct file_slot *s, uint64_t ns)
 {
     if (ns < 5000000)
         return;
     const char *what = s->stage == ST_SYNC ? "flush" : s->io->op == PLX_IO_READ ? "read" : "write";
-    fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu took %.3f ms\n", what,
-            (unsigned long long)s->io->block, (double)ns / 1e6);
+    fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu of %s took %.3f ms\n",
+            what, (unsigned long long)s->io->block, f->base.desc, (double)ns / 1e6);
 }
 
 /* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
@@ -286,7 +286,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         uint64_t t0 = f->trace ? mono_ns() : 0;
         int rc = io_submit(f->ctx, 1, &p);
         if (f->trace)
-            trace_submit(s, mono_ns() - t0);
+            trace_submit(f, s, mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
             return 0;
