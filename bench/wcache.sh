@@ -33,7 +33,7 @@
 #   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
 #                   [--pairs N] [--auto-ms MS] [--quick]
 # (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's;
-# --pairs: rounds of QD1 runs, local disk, over NBD and cache on.)
+# --pairs: rounds of QD1 runs and of bursts, local disk, over NBD and cache on.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
