@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "backend_fault.h"
+#include "engine.h" /* plx_defer_turn */
 #include "format.h"
 #include "parallax.h"
 #include "snaplog.h" /* PLX_LABELS_FOLD_TAIL */
@@ -1795,6 +1796,48 @@ START_TEST(test_async_duplicate_label_in_flight)
 }
 END_TEST
 
+/* plx_defer_turn: a callback queued from inside a service pass runs in the next pass, not in
+ * the one that queued it (the write log's drain steps give the loop back between them), and
+ * the queue counts as work (plx_engine_busy). */
+struct turn {
+    struct plx_deferred now, later;
+    plx_store *st;
+    int ran_now, ran_later;
+};
+
+static void turn_later(struct plx_deferred *d)
+{
+    struct turn *t = (struct turn *)((char *)d - offsetof(struct turn, later));
+    t->ran_later++;
+}
+
+static void turn_now(struct plx_deferred *d)
+{
+    struct turn *t = (struct turn *)((char *)d - offsetof(struct turn, now));
+    t->ran_now++;
+    t->later.run = turn_later;
+    plx_defer_turn(t->st, &t->later);
+}
+
+START_TEST(test_defer_turn_runs_in_the_next_pass)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    plx_store *st = open_kept(mem);
+    struct turn t = {.st = st};
+    t.now.run = turn_now;
+    plx_defer(st, &t.now);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_now, 1);
+    ck_assert_int_eq(t.ran_later, 0);
+    ck_assert(plx_engine_busy(st));
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_later, 1);
+    ck_assert(!plx_engine_busy(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 START_TEST(test_async_flush_trim_fua)
 {
     plx_backend *mem = new_medium(16 * MiB);
@@ -2364,6 +2407,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_snapshot_burst);
     tcase_add_test(tc, test_async_duplicate_label_in_flight);
     tcase_add_test(tc, test_async_flush_trim_fua);
+    tcase_add_test(tc, test_defer_turn_runs_in_the_next_pass);
     suite_add_tcase(s, tc);
     return s;
 }
