@@ -47,6 +47,7 @@ struct wreq;
 struct went {
     uint64_t vdi_id, vblock;
     uint32_t nblocks, data_off;
+    uint32_t crc;     /* data_crc as written (write_batch): the drain checks what it reads back */
     struct wreq *req; /* the request it belongs to (NULL once acknowledged) */
 };
 
@@ -142,6 +143,7 @@ struct plx_wlog {
     int round_status;
     struct wbatch *round_last; /* newest batch of the round */
     struct wbatch *apply_b;    /* round_apply_step: the next record to submit */
+    bool round_crc_bad;        /* a record read back did not match its checksum */
     uint32_t apply_i;
     struct plx_deferred apply_next;
     struct plx_ev head_ev;
@@ -519,6 +521,7 @@ static void write_batch(struct plx_wlog *wl, struct wbatch *b)
         h->entries[i].op = PLX_WLOG_OP_WRITE;
         h->entries[i].data_crc = plx_crc32c((uint32_t)b->seq, b->buf + BS * (1 + e->data_off),
                                             (size_t)e->nblocks * BS);
+        b->ent[i].crc = h->entries[i].data_crc;
     }
     plx_blkhdr_seal(h, PLX_MAGIC_WLOG_BATCH, b->pos);
     b->ev.io = (struct plx_io){.op = PLX_IO_WRITE, .block = b->pos, .nblocks = 1 + b->ndata,
@@ -729,7 +732,10 @@ static void head_written(struct plx_store *st, struct plx_ev *ev)
 static void round_commit(struct plx_wlog *wl)
 {
     if (wl->round_status) {
-        drain_fail(wl, wl->round_status, "a write or flush of the store");
+        drain_fail(wl, wl->round_status,
+                   wl->round_crc_bad ? "checking a record read back from the log against its "
+                                       "checksum"
+                                     : "a write or flush of the store");
         return;
     }
     if (wl->failed) {
@@ -833,6 +839,16 @@ static void round_apply_step(struct plx_wlog *wl)
         const struct went *e = &b->ent[wl->apply_i++];
         recs++;
         blocks += e->nblocks;
+        /* What the log gives back must be what was written: with the log in the page cache, a
+         * page dropped after its writeback failed reads back as whatever the disk holds. Such
+         * a record must not reach the store; the drain stops and the records stay. */
+        if (!b->memory_only &&
+            plx_crc32c((uint32_t)b->seq, b->rbuf + (size_t)BS * e->data_off,
+                       (size_t)e->nblocks * BS) != e->crc) {
+            wl->round_status = -EIO;
+            wl->round_crc_bad = true;
+            break;
+        }
         struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
         int rc = v ? 0 : -ENOENT;
         if (v) {
@@ -909,6 +925,7 @@ static void drain_kick(struct plx_wlog *wl)
     }
     wl->round_active = true;
     wl->round_status = 0;
+    wl->round_crc_bad = false;
     wl->round_pending = 1;
     for (b = wl->first; b != wl->round_last->next; b = b->next) {
         if (b->memory_only) {
