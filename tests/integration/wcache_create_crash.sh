@@ -33,7 +33,7 @@ set -e
     --write-cache-size 64M >"$T/b.log" 2>&1 &
 pid=$!
 bg_pid $pid
-for ((i = 0; i < 100; i++)); do
+for ((i = 0; i < 600; i++)); do
     [[ -S $T/b.sock ]] && break
     kill -0 $pid 2>/dev/null || fail "the server after the crash did not start: $(cat "$T/b.log")"
     sleep 0.1
