@@ -79,6 +79,17 @@ bool plx_vdi_idle(const struct plx_vdi *v)
     return !v->active_head && !v->open && !v->flight && !v->flight_next;
 }
 
+uint64_t plx_vdi_next_seq(const struct plx_vdi *v)
+{
+    return v->next_seq;
+}
+
+bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq)
+{
+    /* The active list is in submission order: its head is the oldest request not finished. */
+    return !v->active_head || v->active_head->seq >= seq;
+}
+
 /* ---- Active list and conflicts ------------------------------------------------------------ */
 
 static void active_remove(struct plx_vdi *v, struct plx_req *r)

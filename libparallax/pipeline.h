@@ -174,6 +174,10 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
 void plx_req_finish(struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
 bool plx_vdi_idle(const struct plx_vdi *v);
+/* Requests are numbered in submission order: the number the next one gets, and whether every
+ * request numbered below `seq` has finished. */
+uint64_t plx_vdi_next_seq(const struct plx_vdi *v);
+bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
 /* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
  * an error. The first call with a label after open reads the log (synchronously). */

@@ -113,7 +113,12 @@ struct plx_wlog_vdi {
     struct wreq *held_head, *held_tail; /* submitted while turning the cache off */
     uint64_t records;                   /* appended and not yet drained */
     bool detaching, touched;
-    bool direct_dirty; /* a trim went straight to the pipeline: flushes flush the store too */
+    bool async_detach; /* detaching without a caller waiting: process_all finishes it */
+    /* Requests of v went straight to the pipeline (a trim, or writes from before the cache was
+     * turned on without a store flush): a guest flush flushes the store too, until one is
+     * issued after every such request numbered below direct_seq has finished. */
+    bool direct_dirty;
+    uint64_t direct_seq;
     struct plx_wlog_vdi *next;
 };
 
@@ -937,9 +942,10 @@ static int write_fields(struct plx_vdi *v, bool set)
 static int clear_fields(struct plx_wlog *wl)
 {
     plx_store *st = wl->st;
-    for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next) {
-        struct plx_vdi *v = w->v;
-        if (!v->rec.wlog_id)
+    /* (Every VDI whose record names the log: the cached ones, and those the automatic mode
+     * bound to it with the cache off.) */
+    for (struct plx_vdi *v = st->vdis; v; v = v->next) {
+        if (v->ro || v->rec.wlog_id != wl->log_id)
             continue;
         int rc = plx_admin_lock(st);
         if (rc)
@@ -1061,11 +1067,13 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
                 return;
             }
             q_pop(w);
-            if (r->kind == Q_TRIM)
-                w->direct_dirty = true;
             int rc = r->kind == Q_TRIM
                          ? plx_vdi_direct_trim(r->v, r->off, r->len, direct_done, r)
                          : plx_vdi_direct_snapshot(r->v, r->label, r->index_out, direct_done, r);
+            if (r->kind == Q_TRIM && !rc) {
+                w->direct_dirty = true;
+                w->direct_seq = plx_vdi_next_seq(r->v);
+            }
             if (rc) {
                 r->status = rc;
                 r->done.run = wreq_run_done;
@@ -1108,10 +1116,24 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
     }
 }
 
+static void detach_finish(struct plx_vdi *v);
+
+static bool detach_left(const struct plx_wlog_vdi *w)
+{
+    return w->q_head || w->records;
+}
+
 static void process_all(struct plx_wlog *wl)
 {
     for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next)
         process_queue(wl, w);
+    /* A VDI being turned off without a wait (plx_wlog_vdi_try_detach) leaves the log here, the
+     * moment its last record is drained: what it was holding goes to the pipeline now. */
+    for (struct plx_wlog_vdi *w = wl->vdis, *nx; w; w = nx) {
+        nx = w->next;
+        if (w->detaching && w->async_detach && !detach_left(w) && !wl->drain_error)
+            detach_finish(w->v);
+    }
 }
 
 /* The old edge blocks around the new bytes. */
@@ -1412,7 +1434,9 @@ int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
         free(j);
         return rc;
     }
-    v->wc->direct_dirty = false;
+    /* This store flush covers what went straight to the pipeline and has finished; a request
+     * still in flight needs the next one. */
+    v->wc->direct_dirty = !plx_vdi_finished_before(v, v->wc->direct_seq);
     rc = add_flush_waiter(wl, wl->next_seq - 1, flush_join_done, j, NULL);
     if (rc)
         flush_join_done(j, rc); /* the store's flush is still to come: it completes j */
@@ -1482,16 +1506,45 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
         return plx_err(st, -EROFS, "VDI %s is open read-only: nothing to cache", v->rec.name);
     if (wl->failed)
         return plx_err(st, -EIO, "%s", wl->error);
-    if (v->wc)
+    struct plx_wlog_vdi *w = v->wc;
+    if (w) {
+        if (w->detaching && !w->async_detach)
+            return plx_err(st, -EBUSY, "the write cache of VDI %s is being turned off",
+                           v->rec.name);
+        if (w->detaching) {
+            /* Turning off is called off: what it held goes to the log after what is queued. */
+            w->detaching = w->async_detach = false;
+            if (w->held_head) {
+                if (w->q_tail)
+                    w->q_tail->qnext = w->held_head;
+                else
+                    w->q_head = w->held_head;
+                w->q_tail = w->held_tail;
+                for (struct wreq *r = w->held_head; r; r = r->qnext)
+                    r->held = false;
+                w->held_head = w->held_tail = NULL;
+            }
+            process_queue(wl, w);
+        }
         return 0;
-    struct plx_wlog_vdi *w = calloc(1, sizeof *w);
+    }
+    w = calloc(1, sizeof *w);
     if (!w)
         return plx_err(st, -ENOMEM, "out of memory");
-    /* The record names the log before the first write goes there. */
-    int rc = write_fields(v, true);
-    if (rc) {
-        free(w);
-        return rc;
+    if (v->rec.wlog_id == wl->log_id) {
+        /* The record names the log already (the automatic mode binds it beforehand): nothing
+         * to write, so the switch is immediate. Writes that went to the pipeline before it and
+         * were not flushed yet are covered by a store flush at the guest's next flush. */
+        w->direct_dirty = true;
+        w->direct_seq = plx_vdi_next_seq(v);
+    } else {
+        /* The record names the log before the first write goes there (its flush also makes
+         * the writes before durable in the store). */
+        int rc = write_fields(v, true);
+        if (rc) {
+            free(w);
+            return rc;
+        }
     }
     w->v = v;
     w->next = wl->vdis;
@@ -1500,65 +1553,58 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
     return 0;
 }
 
-bool plx_wlog_vdi_draining(struct plx_vdi *v)
+int plx_wlog_vdi_bind(struct plx_vdi *v)
 {
     struct plx_wlog *wl = v->st->wlog;
-    struct plx_wlog_vdi *w = v->wc;
-    if (!w || (!w->q_head && !w->records) || wl->drain_error)
-        return false; /* (a drain error: detach reports it at once) */
-    if (wl->drain_paused) {
-        wl->drain_paused = false; /* closing drains, whatever held it */
-        drain_kick(wl);
-    }
-    /* The gathering batch is sealed at the end of a pass anyway unless every write slot is
-     * busy; sealing it early only for v's sake would shrink other VDIs' group commits. */
+    if (!wl || v->ro || wl->failed || v->rec.wlog_id == wl->log_id)
+        return 0;
+    return write_fields(v, true);
+}
+
+/* The gathering batch is sealed at the end of a pass anyway unless every write slot is busy;
+ * sealing it early only for v's sake would shrink other VDIs' group commits. */
+static void seal_for(struct plx_wlog *wl, const struct plx_vdi *v)
+{
     struct wbatch *g = wl->gather;
     for (uint32_t i = 0; g && i < g->nent; i++)
         if (g->ent[i].vdi_id == v->rec.id) {
             seal(wl, g);
             break;
         }
-    return true;
 }
 
-int plx_wlog_vdi_detach(struct plx_vdi *v)
+static void drain_unpause(struct plx_wlog *wl)
 {
-    plx_store *st = v->st;
-    struct plx_wlog *wl = st->wlog;
-    struct plx_wlog_vdi *w = v->wc;
-    if (!w)
-        return 0;
-    w->detaching = true;
     if (wl->drain_paused) {
         wl->drain_paused = false; /* closing drains, whatever held it */
         drain_kick(wl);
     }
-    int rc = 0;
-    while (w->q_head || w->records) {
-        if (wl->drain_error) {
-            rc = plx_err(st, wl->drain_error, "%s", wl->error);
-            break;
-        }
-        if (wl->gather && wl->gather->nent) {
-            seal(wl, wl->gather);
-            kick_later(wl);
-        }
-        rc = plx_store_service(st);
-        if (rc < 0)
-            break;
-        rc = 0;
-        if (!w->q_head && !w->records)
-            break;
-        struct epoll_event e;
-        epoll_wait(st->epoll_fd, &e, 1, 100);
-    }
+}
+
+bool plx_wlog_vdi_draining(struct plx_vdi *v)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w || !detach_left(w) || wl->drain_error)
+        return false; /* (a drain error: detach reports it at once) */
+    drain_unpause(wl);
+    seal_for(wl, v);
+    return true;
+}
+
+/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
+ * goes straight to the pipeline, in order. */
+static void detach_finish(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
     for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
         if (*pp == w) {
             *pp = w->next;
             break;
         }
     v->wc = NULL;
-    /* What arrived meanwhile goes straight to the pipeline, in order. */
     for (struct wreq *r = w->held_head, *nx; r; r = nx) {
         nx = r->qnext;
         int src;
@@ -1581,6 +1627,62 @@ int plx_wlog_vdi_detach(struct plx_vdi *v)
         }
     }
     free(w);
+}
+
+int plx_wlog_vdi_try_detach(struct plx_vdi *v)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w)
+        return 0;
+    if (wl->drain_error)
+        return plx_wlog_vdi_detach(v); /* reports it at once */
+    w->detaching = true;
+    w->async_detach = true;
+    drain_unpause(wl);
+    if (detach_left(w)) {
+        seal_for(wl, v);
+        return -EAGAIN;
+    }
+    detach_finish(v);
+    return 0;
+}
+
+bool plx_wlog_vdi_detaching(const struct plx_vdi *v)
+{
+    return v->wc && v->wc->detaching;
+}
+
+int plx_wlog_vdi_detach(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    if (!v->wc)
+        return 0;
+    v->wc->detaching = true;
+    v->wc->async_detach = false; /* this call finishes it */
+    drain_unpause(wl);
+    int rc = 0;
+    /* (The loop looks v->wc up afresh: nothing else frees it while async_detach is off.) */
+    while (detach_left(v->wc)) {
+        if (wl->drain_error) {
+            rc = plx_err(st, wl->drain_error, "%s", wl->error);
+            break;
+        }
+        if (wl->gather && wl->gather->nent) {
+            seal(wl, wl->gather);
+            kick_later(wl);
+        }
+        rc = plx_store_service(st);
+        if (rc < 0)
+            break;
+        rc = 0;
+        if (!detach_left(v->wc))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    detach_finish(v);
     return rc;
 }
 
@@ -1591,8 +1693,7 @@ uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v)
 
 int plx_wlog_vdi_disable(struct plx_vdi *v)
 {
-    if (!v->wc)
-        return 0;
+    /* (The record may name the log with the cache off: the automatic mode binds it.) */
     int rc = plx_wlog_vdi_detach(v);
     if (!rc && v->rec.wlog_id)
         rc = write_fields(v, false);

@@ -23,10 +23,22 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
 /* Drain everything, then detach the log (store close). Blocking. */
 int plx_wlog_close(plx_store *st);
 
-/* Turn the cache on for a writable VDI (the record then names this log) or off (waits until its
- * records are drained, then clears the record). Blocking. */
+/* Turn the cache on for a writable VDI (the record then names this log; when it names it
+ * already, bound by plx_wlog_vdi_bind, this writes nothing and never blocks) or off (waits until
+ * its records are drained, then clears the record). Blocking. Turning on while a
+ * plx_wlog_vdi_try_detach is under way calls that off. */
 int plx_wlog_vdi_enable(struct plx_vdi *v);
 int plx_wlog_vdi_disable(struct plx_vdi *v);
+/* Write the record of v naming this log, with the cache still off (the automatic mode, so that
+ * turning on later needs no store write). Close or disable clears it. Blocking. */
+int plx_wlog_vdi_bind(struct plx_vdi *v);
+/* Turn the cache off for v without waiting: new requests of v are held from now on, its
+ * records drain, and the moment the last one is in the store the log lets go of v (from the
+ * service loop) and the held requests go to the pipeline in order. Returns 0 when that is done
+ * already, -EAGAIN while it is under way, or a drain error. The record is left as it is. */
+int plx_wlog_vdi_try_detach(struct plx_vdi *v);
+/* True while v's cache is being turned off (a detach under way). */
+bool plx_wlog_vdi_detaching(const struct plx_vdi *v);
 /* What close does: wait until the VDI's records are drained and turn the cache off, leaving the
  * record to the caller (close writes it anyway). On failure the records stay in the log and
  * the record keeps naming it. Blocking. */

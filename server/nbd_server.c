@@ -1532,7 +1532,7 @@ static void wauto_ready(struct et_fd_handler *h, plx_store *st)
             fprintf(stderr,
                     "parallax: serve: export '%s': write cache %s automatically (store write "
                     "latency %.2f ms)\n",
-                    e->name, plx_vdi_wcache_on(e->v) ? "on" : "off",
+                    e->name, rc == 1 ? "on" : "turning off (draining its last writes)",
                     plx_store_write_latency_ms(st));
         else if (rc < 0)
             fprintf(stderr, "parallax: serve: export '%s': automatic write cache: %s\n", e->name,
