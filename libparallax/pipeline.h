@@ -162,6 +162,9 @@ struct plx_vdi {
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
     struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
+    /* The automatic mode with the cache off: writes in flight in the pipeline, oldest first,
+     * which turning the cache on puts in the log as well (wlog.c, plx_wlog_submit_passthrough). */
+    struct plx_wpass *wpass_head, *wpass_tail;
     struct plx_wcache_auto_state {
         bool on;                     /* the automatic mode decides (wcache_auto.c) */
         uint32_t on_us, off_us, hold_ms;

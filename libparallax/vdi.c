@@ -353,6 +353,8 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
 {
     if (v->wc)
         return plx_wlog_submit_write(v, buf, off, len, flags, cb, arg);
+    if (v->wauto.on && v->st->wlog)
+        return plx_wlog_submit_passthrough(v, buf, off, len, flags, cb, arg);
     return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
 }
 

@@ -1393,6 +1393,110 @@ int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size
     return 0;
 }
 
+/* ---- Writes passed through to the pipeline (automatic mode, cache off) ------------------------ */
+
+struct plx_wpass {
+    struct plx_vdi *v;
+    const void *buf;
+    uint64_t off;
+    size_t len;
+    plx_done_fn cb;
+    void *arg;
+    bool rescued;  /* put in the log as well: it completes from there */
+    bool answered; /* its callback ran */
+    bool in_store; /* the pipeline's write completed */
+    struct plx_wpass *prev, *next;
+};
+
+static void wpass_unlink(struct plx_wpass *p)
+{
+    struct plx_vdi *v = p->v;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        v->wpass_head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        v->wpass_tail = p->prev;
+}
+
+static void wpass_store_done(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    p->in_store = true;
+    if (p->rescued) {
+        /* Its record in the log answers it, and the drain writes it again: a failure here is
+         * the drain's to see. */
+        if (p->answered)
+            free(p);
+        return;
+    }
+    wpass_unlink(p);
+    plx_done_fn cb = p->cb;
+    void *carg = p->arg;
+    free(p);
+    cb(carg, status);
+}
+
+static void wpass_log_done(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    p->answered = true;
+    plx_done_fn cb = p->cb;
+    void *carg = p->arg;
+    if (p->in_store)
+        free(p);
+    cb(carg, status);
+}
+
+int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                                unsigned flags, plx_done_fn cb, void *arg)
+{
+    /* Sub-block writes would need their edges read first to be put in the log, and FUA writes
+     * are rare: those are not tracked. */
+    if (off % BS || len % BS || !len || (flags & PLX_WRITE_FUA))
+        return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
+    struct plx_wpass *p = calloc(1, sizeof *p);
+    if (!p)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    *p = (struct plx_wpass){.v = v, .buf = buf, .off = off, .len = len, .cb = cb, .arg = arg};
+    int rc = plx_vdi_direct_write(v, buf, off, len, flags, wpass_store_done, p);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    p->prev = v->wpass_tail;
+    if (v->wpass_tail)
+        v->wpass_tail->next = p;
+    else
+        v->wpass_head = p;
+    v->wpass_tail = p;
+    return 0;
+}
+
+/* The cache just turned on for v: its writes still in flight in the pipeline go to the log as
+ * well, in their order and before anything new, and complete from there. (Their buffers are
+ * the callers' until they complete; a record's data is copied into its batch when appended.)
+ * The pipeline's writes go on: the drain writes the same data after them. */
+static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
+{
+    struct plx_vdi *v = w->v;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        wpass_unlink(p);
+        p->prev = p->next = NULL;
+        struct wreq *r = wreq_new(v, Q_WRITE, p->off, p->len, wpass_log_done, p);
+        if (!r)
+            continue; /* it completes from the store, as without the rescue */
+        r->ubuf = r->src = p->buf;
+        r->ready = true;
+        p->rescued = true;
+        enqueue(w, r);
+    }
+    process_queue(wl, w);
+}
+
 /* A flush that needs both the log and the store flushed: completes once, with the first error. */
 struct flush_join {
     plx_done_fn cb;
@@ -1550,6 +1654,7 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
     w->next = wl->vdis;
     wl->vdis = w;
     v->wc = w;
+    wpass_rescue(wl, w);
     return 0;
 }
 

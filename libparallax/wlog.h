@@ -56,6 +56,12 @@ int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len,
 int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
                           unsigned flags, plx_done_fn cb, void *arg);
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
+/* A write of a VDI in the automatic mode with the cache off: to the pipeline, tracked until it
+ * completes. If the cache turns on meanwhile, the write is put in the log too and completes
+ * when its record is written there: a burst that meets a slow store does not wait for the
+ * writes it queued to the store before the switch. */
+int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                                unsigned flags, plx_done_fn cb, void *arg);
 int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
                          void *arg);
 int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,
