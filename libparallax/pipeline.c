@@ -90,6 +90,14 @@ bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq)
     return !v->active_head || v->active_head->seq >= seq;
 }
 
+unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq)
+{
+    unsigned n = 0;
+    for (const struct plx_req *r = v->active_head; r && r->seq < seq; r = r->next)
+        n++;
+    return n;
+}
+
 /* ---- Active list and conflicts ------------------------------------------------------------ */
 
 static void active_remove(struct plx_vdi *v, struct plx_req *r)

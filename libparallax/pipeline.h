@@ -162,9 +162,13 @@ struct plx_vdi {
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
     struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
-    /* The automatic mode with the cache off: writes in flight in the pipeline, oldest first,
-     * which turning the cache on puts in the log as well (wlog.c, plx_wlog_submit_passthrough). */
+    /* The automatic mode with the cache off (wlog.c, plx_wlog_submit_passthrough): writes in
+     * the pipeline, oldest first, in flight or completed and not yet covered by a flush, which
+     * turning the cache on puts in the log as well; wpass_dirty: something completed in the
+     * pipeline that those do not cover, so the first flush with the cache on flushes the store. */
     struct plx_wpass *wpass_head, *wpass_tail;
+    bool wpass_dirty;
+    uint64_t wpass_flush_gen;
     struct plx_wcache_auto_state {
         bool on;                     /* the automatic mode decides (wcache_auto.c) */
         uint32_t on_us, off_us, hold_ms;
@@ -181,6 +185,8 @@ bool plx_vdi_idle(const struct plx_vdi *v);
  * request numbered below `seq` has finished. */
 uint64_t plx_vdi_next_seq(const struct plx_vdi *v);
 bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq);
+/* How many requests numbered below `seq` have not finished. */
+unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
 /* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
  * an error. The first call with a label after open reads the log (synchronously). */

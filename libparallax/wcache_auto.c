@@ -76,7 +76,10 @@ int plx_vdi_wcache_set_mode(plx_vdi *v, int mode, const struct plx_wcache_auto *
     if (mode != PLX_WCACHE_ON && mode != PLX_WCACHE_OFF)
         return plx_err(v->st, -EINVAL, "unknown write cache mode %d", mode);
     v->wauto.on = false;
-    return plx_vdi_wcache(v, mode == PLX_WCACHE_ON);
+    int rc = plx_vdi_wcache(v, mode == PLX_WCACHE_ON);
+    if (!rc && mode == PLX_WCACHE_OFF)
+        plx_wlog_pass_forget(v); /* (turning off flushed the store: they are durable) */
+    return rc;
 }
 
 int plx_vdi_wcache_mode(const plx_vdi *v, struct plx_wcache_auto *a)

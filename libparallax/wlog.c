@@ -119,6 +119,9 @@ struct plx_wlog_vdi {
      * issued after every such request numbered below direct_seq has finished. */
     bool direct_dirty;
     uint64_t direct_seq;
+    /* Writes from before the cache turned on that were put in the log as well (wpass_rescue)
+     * and whose pipeline write has not finished: a guest flush needs no store flush for them. */
+    unsigned rescued_inflight;
     struct plx_wlog_vdi *next;
 };
 
@@ -1393,24 +1396,44 @@ int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size
     return 0;
 }
 
-/* ---- Writes passed through to the pipeline (automatic mode, cache off) ------------------------ */
+/* ---- Writes passed through to the pipeline (automatic mode, cache off) ------------------------
+ *
+ * Turning the cache on should take effect at once, also for what the guest has already written:
+ * its writes still queued to the slow store, and those completed there since its last flush,
+ * which its next flush would otherwise have to wait for (a store flush queues behind every write
+ * in flight). So in the automatic mode with the cache off, each aligned write goes to the
+ * pipeline as usual but is tracked, with a copy of its data (up to WPASS_COPY_MAX bytes per
+ * store), until a flush has covered it. When the cache turns on, the tracked writes are put in
+ * the log in their order, before anything new: those in flight complete from there, and the
+ * guest's next flush needs no store flush. The pipeline's own writes go on; the drain writes the
+ * same data after them. Whatever else completes in the pipeline (sub-block and FUA writes,
+ * trims, snapshots, a write without a copy) sets wpass_dirty instead, and drops the tracked
+ * writes before it (a record appended later must not overwrite it). */
+
+#define WPASS_COPY_MAX (64ull << 20)
 
 struct plx_wpass {
     struct plx_vdi *v;
-    const void *buf;
+    const void *buf; /* the caller's, until it is answered */
+    uint8_t *copy;   /* of the data, or NULL */
     uint64_t off;
     size_t len;
     plx_done_fn cb;
     void *arg;
-    bool rescued;  /* put in the log as well: it completes from there */
-    bool answered; /* its callback ran */
-    bool in_store; /* the pipeline's write completed */
+    uint64_t flush_gen; /* a flush covers it once it completes (0: none yet) */
+    bool rescued;       /* in flight when the cache turned on: it completes from the log */
+    bool answered;      /* its callback ran */
+    bool in_store;      /* the pipeline's write completed */
+    bool listed;
     struct plx_wpass *prev, *next;
 };
 
 static void wpass_unlink(struct plx_wpass *p)
 {
     struct plx_vdi *v = p->v;
+    if (!p->listed)
+        return;
+    p->listed = false;
     if (p->prev)
         p->prev->next = p->next;
     else
@@ -1419,23 +1442,74 @@ static void wpass_unlink(struct plx_wpass *p)
         p->next->prev = p->prev;
     else
         v->wpass_tail = p->prev;
+    p->prev = p->next = NULL;
+}
+
+static void wpass_drop_copy(struct plx_wpass *p)
+{
+    if (!p->copy)
+        return;
+    p->v->st->wpass_copy_bytes -= p->len;
+    plx_block_free(p->copy);
+    p->copy = NULL;
+}
+
+static void wpass_free(struct plx_wpass *p)
+{
+    wpass_unlink(p);
+    wpass_drop_copy(p);
+    free(p);
+}
+
+/* Something went to the pipeline that the tracked writes do not cover, or that a record of one
+ * of them appended later would overwrite: drop them (those in flight complete from the store). */
+static void wpass_untrack(struct plx_vdi *v)
+{
+    v->wpass_dirty = true;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->in_store)
+            wpass_free(p);
+        else {
+            wpass_unlink(p);
+            wpass_drop_copy(p);
+        }
+    }
+}
+
+static bool wpass_on(const struct plx_vdi *v)
+{
+    return v->wauto.on && !v->wc && v->st->wlog && !v->ro;
+}
+
+void plx_wlog_pass_untracked(struct plx_vdi *v)
+{
+    if (wpass_on(v) || v->wpass_head)
+        wpass_untrack(v);
 }
 
 static void wpass_store_done(void *arg, int status)
 {
     struct plx_wpass *p = arg;
+    struct plx_vdi *v = p->v;
     p->in_store = true;
     if (p->rescued) {
         /* Its record in the log answers it, and the drain writes it again: a failure here is
          * the drain's to see. */
+        if (v->wc && v->wc->rescued_inflight)
+            v->wc->rescued_inflight--;
         if (p->answered)
-            free(p);
+            wpass_free(p);
         return;
     }
-    wpass_unlink(p);
+    p->answered = true;
     plx_done_fn cb = p->cb;
     void *carg = p->arg;
-    free(p);
+    if (!p->listed || status || !p->copy || !wpass_on(v)) {
+        if (!status)
+            v->wpass_dirty = true; /* completed in the store, and nothing tracks it */
+        wpass_free(p);
+    }
     cb(carg, status);
 }
 
@@ -1446,26 +1520,49 @@ static void wpass_log_done(void *arg, int status)
     plx_done_fn cb = p->cb;
     void *carg = p->arg;
     if (p->in_store)
-        free(p);
+        wpass_free(p);
+    else
+        wpass_drop_copy(p);
     cb(carg, status);
+}
+
+/* A completed write put in the log from its copy: it was answered long ago. */
+static void wpass_copy_logged(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    struct plx_vdi *v = p->v;
+    if (status && v->wc) {
+        v->wc->direct_dirty = true; /* not in the log after all: the store's flush covers it */
+        v->wc->direct_seq = plx_vdi_next_seq(v);
+    }
+    wpass_free(p);
 }
 
 int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
                                 unsigned flags, plx_done_fn cb, void *arg)
 {
-    /* Sub-block writes would need their edges read first to be put in the log, and FUA writes
-     * are rare: those are not tracked. */
-    if (off % BS || len % BS || !len || (flags & PLX_WRITE_FUA))
-        return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
+    if (off % BS || len % BS || !len || (flags & PLX_WRITE_FUA)) {
+        int rc = plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
+        if (!rc)
+            wpass_untrack(v);
+        return rc;
+    }
     struct plx_wpass *p = calloc(1, sizeof *p);
     if (!p)
         return plx_err(v->st, -ENOMEM, "out of memory");
     *p = (struct plx_wpass){.v = v, .buf = buf, .off = off, .len = len, .cb = cb, .arg = arg};
+    if (v->st->wpass_copy_bytes + len <= WPASS_COPY_MAX) {
+        p->copy = plx_block_alloc(len / BS);
+        memcpy(p->copy, buf, len);
+        v->st->wpass_copy_bytes += len;
+    }
     int rc = plx_vdi_direct_write(v, buf, off, len, flags, wpass_store_done, p);
     if (rc) {
+        wpass_drop_copy(p);
         free(p);
         return rc;
     }
+    p->listed = true;
     p->prev = v->wpass_tail;
     if (v->wpass_tail)
         v->wpass_tail->next = p;
@@ -1475,23 +1572,100 @@ int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off
     return 0;
 }
 
-/* The cache just turned on for v: its writes still in flight in the pipeline go to the log as
- * well, in their order and before anything new, and complete from there. (Their buffers are
- * the callers' until they complete; a record's data is copied into its batch when appended.)
- * The pipeline's writes go on: the drain writes the same data after them. */
+struct wpass_flush {
+    struct plx_vdi *v;
+    uint64_t gen;
+    bool clears_dirty;
+    plx_done_fn cb;
+    void *arg;
+};
+
+static void wpass_flush_done(void *arg, int status)
+{
+    struct wpass_flush *f = arg;
+    struct plx_vdi *v = f->v;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->flush_gen != f->gen)
+            continue;
+        if (status)
+            p->flush_gen = 0; /* the next flush tries again */
+        else
+            wpass_free(p);
+    }
+    if (status && f->clears_dirty)
+        v->wpass_dirty = true;
+    plx_done_fn cb = f->cb;
+    void *carg = f->arg;
+    free(f);
+    cb(carg, status);
+}
+
+int plx_wlog_pass_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (!v->wpass_head && !wpass_on(v))
+        return plx_vdi_direct_flush(v, cb, arg);
+    struct wpass_flush *f = calloc(1, sizeof *f);
+    if (!f)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    *f = (struct wpass_flush){.v = v, .gen = ++v->wpass_flush_gen, .cb = cb, .arg = arg};
+    int rc = plx_vdi_direct_flush(v, wpass_flush_done, f);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    /* It covers what has completed: those writes need not go to the log any more. */
+    for (struct plx_wpass *p = v->wpass_head; p; p = p->next)
+        if (p->in_store && !p->flush_gen)
+            p->flush_gen = f->gen;
+    f->clears_dirty = v->wpass_dirty;
+    v->wpass_dirty = false;
+    return 0;
+}
+
+void plx_wlog_pass_forget(struct plx_vdi *v)
+{
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->in_store)
+            wpass_free(p);
+        else {
+            wpass_unlink(p);
+            wpass_drop_copy(p);
+        }
+    }
+    v->wpass_dirty = false;
+}
+
+/* The cache just turned on for v: the tracked writes go to the log, in their order and before
+ * anything new. Those in flight complete from there (their buffers are the callers' until then;
+ * a record's data is copied into its batch when appended). */
 static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
 {
     struct plx_vdi *v = w->v;
     for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
         nx = p->next;
         wpass_unlink(p);
-        p->prev = p->next = NULL;
-        struct wreq *r = wreq_new(v, Q_WRITE, p->off, p->len, wpass_log_done, p);
-        if (!r)
-            continue; /* it completes from the store, as without the rescue */
-        r->ubuf = r->src = p->buf;
+        bool inflight = !p->in_store;
+        if (!inflight && !p->copy) {
+            free(p); /* (cannot happen: such a write is not kept) */
+            continue;
+        }
+        struct wreq *r = wreq_new(v, Q_WRITE, p->off, p->len,
+                                  inflight ? wpass_log_done : wpass_copy_logged, p);
+        if (!r) {
+            /* It completes from the store, as without the cache; the store's flush covers it. */
+            w->direct_dirty = true;
+            if (!inflight)
+                wpass_free(p);
+            continue;
+        }
+        r->ubuf = r->src = p->copy ? p->copy : p->buf;
         r->ready = true;
-        p->rescued = true;
+        if (inflight) {
+            p->rescued = true;
+            w->rescued_inflight++;
+        }
         enqueue(w, r);
     }
     process_queue(wl, w);
@@ -1518,6 +1692,37 @@ static void flush_join_done(void *arg, int status)
     cb(carg, st);
 }
 
+/* A flush of the store medium itself, outside the pipeline (whose flush waits for every batch
+ * in flight before it): it makes durable what has completed so far. */
+struct raw_flush {
+    struct plx_ev ev;
+    struct flush_join *j;
+};
+
+static void raw_flush_done(struct plx_store *st, struct plx_ev *ev)
+{
+    struct raw_flush *f = ev->ctx;
+    struct flush_join *j = f->j;
+    int status = ev->status;
+    free(f);
+    flush_join_done(j, status);
+}
+
+static int raw_flush(plx_store *st, struct flush_join *j)
+{
+    struct raw_flush *f = calloc(1, sizeof *f);
+    if (!f)
+        return plx_err(st, -ENOMEM, "out of memory");
+    f->j = j;
+    f->ev.io = (struct plx_io){.op = PLX_IO_FLUSH};
+    f->ev.handler = raw_flush_done;
+    f->ev.ctx = f;
+    int rc = plx_submit(st, &f->ev);
+    if (rc)
+        free(f);
+    return rc;
+}
+
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))
@@ -1533,14 +1738,19 @@ int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
     j->cb = cb;
     j->arg = arg;
     j->pending = 2;
-    int rc = plx_vdi_direct_flush(v, flush_join_done, j);
+    struct plx_wlog_vdi *w = v->wc;
+    /* When every request before direct_seq still in flight is a rescued write (in the log as
+     * well), the store's flush need not wait for them: a flush of the medium covers what has
+     * finished. Otherwise the pipeline's flush, which covers what was submitted before it. */
+    bool raw = plx_vdi_active_before(v, w->direct_seq) == w->rescued_inflight;
+    int rc = raw ? raw_flush(v->st, j) : plx_vdi_direct_flush(v, flush_join_done, j);
     if (rc) {
         free(j);
         return rc;
     }
     /* This store flush covers what went straight to the pipeline and has finished; a request
-     * still in flight needs the next one. */
-    v->wc->direct_dirty = !plx_vdi_finished_before(v, v->wc->direct_seq);
+     * still in flight (not rescued) needs the next one. */
+    w->direct_dirty = !raw && !plx_vdi_finished_before(v, w->direct_seq);
     rc = add_flush_waiter(wl, wl->next_seq - 1, flush_join_done, j, NULL);
     if (rc)
         flush_join_done(j, rc); /* the store's flush is still to come: it completes j */
@@ -1639,8 +1849,9 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
         /* The record names the log already (the automatic mode binds it beforehand): nothing
          * to write, so the switch is immediate. Writes that went to the pipeline before it and
          * were not flushed yet are covered by a store flush at the guest's next flush. */
-        w->direct_dirty = true;
+        w->direct_dirty = v->wpass_dirty;
         w->direct_seq = plx_vdi_next_seq(v);
+        v->wpass_dirty = false;
     } else {
         /* The record names the log before the first write goes there (its flush also makes
          * the writes before durable in the store). */
@@ -1655,6 +1866,10 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
     wl->vdis = w;
     v->wc = w;
     wpass_rescue(wl, w);
+    /* Requests in the pipeline that are not in the log as well (a trim, a sub-block write):
+     * once they complete, the guest's flush must flush the store too. */
+    if (plx_vdi_active_before(v, w->direct_seq) > w->rescued_inflight)
+        w->direct_dirty = true;
     return 0;
 }
 
@@ -1710,6 +1925,8 @@ static void detach_finish(struct plx_vdi *v)
             break;
         }
     v->wc = NULL;
+    if (w->direct_dirty || w->held_head)
+        v->wpass_dirty = true; /* (what went straight to the pipeline: the next flush covers it) */
     for (struct wreq *r = w->held_head, *nx; r; r = nx) {
         nx = r->qnext;
         int src;

@@ -62,6 +62,12 @@ int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
  * writes it queued to the store before the switch. */
 int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
                                 unsigned flags, plx_done_fn cb, void *arg);
+/* The same VDI's flush (the pipeline's): the tracked writes it covers are dropped. */
+int plx_wlog_pass_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
+/* A trim or snapshot of v went to the pipeline: the tracked writes before it are dropped. */
+void plx_wlog_pass_untracked(struct plx_vdi *v);
+/* Drop every tracked write of v (close, or the automatic mode left; the pipeline idle). */
+void plx_wlog_pass_forget(struct plx_vdi *v);
 int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
                          void *arg);
 int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,

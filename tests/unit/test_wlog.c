@@ -785,6 +785,15 @@ START_TEST(test_auto_on_does_not_wait_for_queued_store_writes)
     }
     ck_assert_msg(sh.inflight == 0, "%u writes with the cache on waited for the store",
                   sh.inflight);
+    /* And a flush: every write before it is in the log (those completed in the store before
+     * the switch too), so it does not wait for the store either. */
+    sh.inflight++;
+    ck_assert_int_eq(plx_vdi_submit_flush(v, flush_done, &sh), 0);
+    while (sh.inflight && mono_ms() - t0 < 5000) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        usleep(100);
+    }
+    ck_assert_msg(sh.inflight == 0, "a flush with the cache on waited for the store");
     ck_assert_uint_gt(plx_fault_held(sfault), 0);
     plx_fault_release(sfault);
     wait_all(st, &sh);
