@@ -82,6 +82,20 @@ int plx_vdi_wcache_set_mode(plx_vdi *v, int mode, const struct plx_wcache_auto *
     return rc;
 }
 
+int plx_vdi_wcache_off_nowait(plx_vdi *v)
+{
+    v->wauto.on = false;
+    if (!v->st->wlog)
+        return 0;
+    int rc = plx_wlog_vdi_try_detach(v);
+    if (rc)
+        return rc;
+    rc = plx_vdi_wcache(v, 0); /* drained: this clears the record */
+    if (!rc)
+        plx_wlog_pass_forget(v);
+    return rc;
+}
+
 int plx_vdi_wcache_mode(const plx_vdi *v, struct plx_wcache_auto *a)
 {
     if (a) {

@@ -468,6 +468,12 @@ int plx_vdi_wcache_auto(plx_vdi *v, const struct plx_wcache_auto *a);
 /* Set the mode: PLX_WCACHE_ON or _OFF (plx_vdi_wcache; leaves the automatic mode; off returns
  * once drained), or PLX_WCACHE_AUTO with a. Blocking. */
 int plx_vdi_wcache_set_mode(plx_vdi *v, int mode, const struct plx_wcache_auto *a);
+/* Turn the cache off (leaving the automatic mode) without waiting for the drain: v's new
+ * requests are held while its writes drain, then go to the blockstore in order. Returns
+ * -EAGAIN while the drain is under way (call it again after service passes: the server polls
+ * it every 100 ms), then 0 once drained and the VDI's record no longer names the log (that
+ * record write blocks briefly), or a negative errno. */
+int plx_vdi_wcache_off_nowait(plx_vdi *v);
 /* PLX_WCACHE_AUTO, _ON or _OFF; with *a (may be NULL) the automatic mode's thresholds. */
 int plx_vdi_wcache_mode(const plx_vdi *v, struct plx_wcache_auto *a);
 /* Apply the automatic mode's rule now: call it every 100 ms or so from the loop that serves
