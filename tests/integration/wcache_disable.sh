@@ -128,7 +128,7 @@ client b "g:$T/go,w0:1:0x6b,f,t,g:$T/stop,w1:1:0x6c,f,k:$srv" >"$T/b.out" 2>&1 &
 bpid=$!
 bg_pid $bpid
 for ((i = 0; i < 100; i++)); do
-    grep -q connected "$T/b.out" && break
+    grep -q connected "$T/b.out" 2>/dev/null && break
     sleep 0.1
 done
 grep -q connected "$T/b.out" || fail "client B did not connect: $(cat "$T/b.out")"
@@ -141,7 +141,7 @@ client a "w0:6:0x5a,f,t,p:a-ready,g:$T/again,w6:6:0x5b,f,t,g:$T/never" >"$T/a.ou
 apid=$!
 bg_pid $apid
 for ((i = 0; i < 300; i++)); do
-    grep -q a-ready "$T/a.out" && break
+    grep -q a-ready "$T/a.out" 2>/dev/null && break
     sleep 0.1
 done
 grep -q a-ready "$T/a.out" || fail "client A: $(cat "$T/a.out")"
