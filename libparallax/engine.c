@@ -108,8 +108,7 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
         st->internal_ios++;
         if (ev->write_submit_ns)
             st->store_writes_inflight++;
-    }
-    else if (rc == -ESTALE)
+    } else if (rc == -ESTALE)
         fence_refused(st);
     return rc;
 }

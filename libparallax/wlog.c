@@ -1651,8 +1651,8 @@ static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
             free(p); /* (cannot happen: such a write is not kept) */
             continue;
         }
-        struct wreq *r = wreq_new(v, Q_WRITE, p->off, p->len,
-                                  inflight ? wpass_log_done : wpass_copy_logged, p);
+        struct wreq *r =
+            wreq_new(v, Q_WRITE, p->off, p->len, inflight ? wpass_log_done : wpass_copy_logged, p);
         if (!r) {
             /* It completes from the store, as without the cache; the store's flush covers it. */
             w->direct_dirty = true;

@@ -1867,8 +1867,8 @@ static void stop_poll_job(struct et_job *job, plx_store *st)
     for (struct export *e = p->srv->exports; e; e = e->next) {
         p->exports++;
         if (n < sizeof p->names - 1)
-            n += (size_t)snprintf(p->names + n, sizeof p->names - n, "%s%s", n ? ", " : "",
-                                  e->name);
+            n +=
+                (size_t)snprintf(p->names + n, sizeof p->names - n, "%s%s", n ? ", " : "", e->name);
     }
     struct plx_wcache_status ws;
     plx_wcache_status(st, &ws);

@@ -843,9 +843,9 @@ START_TEST(test_auto_off_when_idle_and_store_fast)
         ck_assert_int_ge(plx_store_service(st), 0);
         usleep(5000);
     }
-    ck_assert_msg(!plx_vdi_wcache_on(v), "the cache stayed on %llu ms with the store idle and "
-                  "fast (latency %.2f ms)", (unsigned long long)(mono_ms() - t0),
-                  plx_store_write_latency_ms(st));
+    ck_assert_msg(!plx_vdi_wcache_on(v),
+                  "the cache stayed on %llu ms with the store idle and fast (latency %.2f ms)",
+                  (unsigned long long)(mono_ms() - t0), plx_store_write_latency_ms(st));
     ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_AUTO);
     verify(v, &sh, "after turning off while idle");
     ck_assert_int_eq(plx_vdi_close(v), 0);
