@@ -1876,6 +1876,20 @@ static void stop_poll_job(struct et_job *job, plx_store *st)
     et_job_done(job, NULL, 0);
 }
 
+/* The stop, when clients have not taken their answers in time: drop what they were sent. */
+static void stop_drop_job(struct et_job *job, plx_store *st)
+{
+    struct nbd_server *srv = ((struct srv_job *)job)->srv;
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        shutdown(c->h.fd, SHUT_RDWR);
+        c->eof = c->quit = c->wr_broken = 1;
+        free_out(c);
+        conn_kick(c);
+        conn_update(c);
+    }
+    et_job_done(job, NULL, 0);
+}
+
 static void stop_job(struct et_job *job, plx_store *st)
 {
     struct nbd_server *srv = ((struct srv_job *)job)->srv;
@@ -1941,12 +1955,23 @@ void nbd_server_stop(struct nbd_server *srv)
     /* Wait while the loop answers what is under way and drains the write cache, saying what
      * for (once, then every 10 s). */
     uint64_t said = 0, start = now_ns();
+    int dropped = 0;
     for (;;) {
         struct stop_poll p = {.job.fn = stop_poll_job, .srv = srv};
         et_call(srv->et, &p.job);
         if (!p.conns && !p.exports)
             break;
         uint64_t t = now_ns();
+        if (p.conns && !dropped && t - start >= 10000000000ull) {
+            /* A client that does not read its answers must not hold the stop up for good. */
+            fprintf(stderr,
+                    "parallax: serve: stopping: %u clients did not take their answers in 10 s: "
+                    "disconnected\n",
+                    p.conns);
+            struct srv_job d = {.job.fn = stop_drop_job, .srv = srv};
+            et_call(srv->et, &d.job);
+            dropped = 1;
+        }
         if ((p.backlog || !p.conns) && (!said || t - said >= 10000000000ull)) {
             fprintf(stderr,
                     "parallax: serve: stopping: waiting for the write cache to drain %.1f MiB "
