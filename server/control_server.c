@@ -232,7 +232,7 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
 }
 
 /* Every command is a request in the VDI's stream, answered from its callback: nothing here
- * waits for the medium (but cache-disable and cache-attach: see cache_command). */
+ * waits for the medium (but cache-attach, and the end of cache-disable: see cache_command). */
 static void run_command(struct ctl_client *c)
 {
     char cmd[32] = "", label[PLX_LABEL_MAX + 2] = "";
