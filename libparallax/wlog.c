@@ -1414,8 +1414,9 @@ int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size
 
 struct plx_wpass {
     struct plx_vdi *v;
-    const void *buf; /* the caller's, until it is answered */
-    uint8_t *copy;   /* of the data, or NULL */
+    /* A copy of the data (or NULL, past the budget): the pipeline writes from it, so that the
+     * write can be answered from the log while the pipeline's goes on. Freed with the entry. */
+    uint8_t *copy;
     uint64_t off;
     size_t len;
     plx_done_fn cb;
@@ -1470,10 +1471,8 @@ static void wpass_untrack(struct plx_vdi *v)
         nx = p->next;
         if (p->in_store)
             wpass_free(p);
-        else {
-            wpass_unlink(p);
-            wpass_drop_copy(p);
-        }
+        else
+            wpass_unlink(p); /* (the pipeline still writes from its copy) */
     }
 }
 
@@ -1520,9 +1519,7 @@ static void wpass_log_done(void *arg, int status)
     plx_done_fn cb = p->cb;
     void *carg = p->arg;
     if (p->in_store)
-        wpass_free(p);
-    else
-        wpass_drop_copy(p);
+        wpass_free(p); /* (else the pipeline still writes from its copy: freed when it is done) */
     cb(carg, status);
 }
 
@@ -1550,13 +1547,13 @@ int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off
     struct plx_wpass *p = calloc(1, sizeof *p);
     if (!p)
         return plx_err(v->st, -ENOMEM, "out of memory");
-    *p = (struct plx_wpass){.v = v, .buf = buf, .off = off, .len = len, .cb = cb, .arg = arg};
+    *p = (struct plx_wpass){.v = v, .off = off, .len = len, .cb = cb, .arg = arg};
     if (v->st->wpass_copy_bytes + len <= WPASS_COPY_MAX) {
         p->copy = plx_block_alloc(len / BS);
         memcpy(p->copy, buf, len);
         v->st->wpass_copy_bytes += len;
     }
-    int rc = plx_vdi_direct_write(v, buf, off, len, flags, wpass_store_done, p);
+    int rc = plx_vdi_direct_write(v, p->copy ? p->copy : buf, off, len, flags, wpass_store_done, p);
     if (rc) {
         wpass_drop_copy(p);
         free(p);
@@ -1629,17 +1626,15 @@ void plx_wlog_pass_forget(struct plx_vdi *v)
         nx = p->next;
         if (p->in_store)
             wpass_free(p);
-        else {
-            wpass_unlink(p);
-            wpass_drop_copy(p);
-        }
+        else
+            wpass_unlink(p); /* (freed when the pipeline is done with its copy) */
     }
     v->wpass_dirty = false;
 }
 
 /* The cache just turned on for v: the tracked writes go to the log, in their order and before
- * anything new. Those in flight complete from there (their buffers are the callers' until then;
- * a record's data is copied into its batch when appended). */
+ * anything new, from their copies (a record's data is copied into its batch when appended).
+ * Those in flight complete from there; the pipeline goes on writing from the copy. */
 static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
 {
     struct plx_vdi *v = w->v;
@@ -1647,8 +1642,13 @@ static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
         nx = p->next;
         wpass_unlink(p);
         bool inflight = !p->in_store;
-        if (!inflight && !p->copy) {
-            free(p); /* (cannot happen: such a write is not kept) */
+        if (!p->copy) {
+            /* In flight without a copy (past the budget): the pipeline writes from the caller's
+             * buffer, so it completes from the store, and the store's flush covers it. (A
+             * completed one without a copy is not kept.) */
+            w->direct_dirty = true;
+            if (!inflight)
+                wpass_free(p);
             continue;
         }
         struct wreq *r =
@@ -1660,7 +1660,7 @@ static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
                 wpass_free(p);
             continue;
         }
-        r->ubuf = r->src = p->copy ? p->copy : p->buf;
+        r->ubuf = r->src = p->copy;
         r->ready = true;
         if (inflight) {
             p->rescued = true;
