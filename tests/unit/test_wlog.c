@@ -586,7 +586,9 @@ START_TEST(test_auto_mode_follows_store_latency)
     plx_fault_release(sfault);
     ck_assert_msg(auto_until(st, v, &sh, 0), "the cache did not turn off; latency %.2f ms",
                   plx_store_write_latency_ms(st));
-    ck_assert(plx_store_write_latency_ms(st) < 2);
+    /* (Below the threshold to turn on: turning off finishes during the writes after the tick
+     * that began it, whose samples on a loaded machine may pass the 2 ms to turn off.) */
+    ck_assert(plx_store_write_latency_ms(st) < 8);
     ck_assert_int_eq(plx_vdi_wcache_mode(v, NULL), PLX_WCACHE_AUTO);
     ck_assert_uint_eq(sh.failed, 0);
     verify(v, &sh, "after the cache turned off automatically");
