@@ -98,6 +98,14 @@ unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq)
     return n;
 }
 
+uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v)
+{
+    for (const struct plx_req *r = v->active_head; r; r = r->next)
+        if (is_write(r))
+            return r->submit_ns;
+    return 0;
+}
+
 /* ---- Active list and conflicts ------------------------------------------------------------ */
 
 static void active_remove(struct plx_vdi *v, struct plx_req *r)
@@ -1348,6 +1356,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->loads.ready = loads_ready;
     r->v = v;
     r->seq = v->next_seq++;
+    r->submit_ns = plx_mono_ns();
     r->state = RQ_WAIT_RANGE;
     if (r->trace) {
         r->trace->queued_ns = plx_mono_ns();

@@ -70,6 +70,7 @@ struct plx_req {
     enum plx_req_state state;
     unsigned flags;
     uint64_t seq;
+    uint64_t submit_ns;          /* plx_mono_ns() at plx_req_submit */
     uint64_t off, len;           /* bytes */
     uint64_t b0, b1;             /* virtual blocks [b0, b1) */
     void *ubuf;                  /* caller's buffer */
@@ -187,6 +188,8 @@ uint64_t plx_vdi_next_seq(const struct plx_vdi *v);
 bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq);
 /* How many requests numbered below `seq` have not finished. */
 unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq);
+/* When the oldest write or trim of v not finished yet was submitted (plx_mono_ns), or 0. */
+uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
 /* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
  * an error. The first call with a label after open reads the log (synchronously). */

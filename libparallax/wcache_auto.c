@@ -128,7 +128,15 @@ int plx_vdi_wcache_tick(plx_vdi *v)
             return 0;
     }
     /* The condition for the other state: slow store (to turn on), or fast store and (almost)
-     * nothing of this VDI left in the log (to turn off). */
+     * nothing of this VDI left in the log (to turn off). To turn on, a write of the VDI still
+     * in flight counts too, with the time it has taken so far: at the start of a burst against
+     * a slow store nothing completes for a while (queued writes complete a batch at a time). */
+    uint64_t now = plx_mono_ns();
+    if (!cached) {
+        uint64_t oldest = plx_vdi_oldest_write_ns(v);
+        if (oldest && oldest < now && (now - oldest) / 1000 > lat_us)
+            lat_us = (now - oldest) / 1000;
+    }
     bool want_switch =
         cached ? lat_us < v->wauto.off_us && plx_wlog_vdi_backlog(v) <= AUTO_OFF_MAX_BACKLOG
                : lat_us > v->wauto.on_us;
@@ -136,7 +144,6 @@ int plx_vdi_wcache_tick(plx_vdi *v)
         v->wauto.since_ns = 0;
         return 0;
     }
-    uint64_t now = plx_mono_ns();
     if (!v->wauto.since_ns)
         v->wauto.since_ns = now;
     uint64_t hold_ns = (uint64_t)v->wauto.hold_ms * 1000000u / (cached ? 1 : 5);
