@@ -14,8 +14,8 @@
  * VDI is open in this mode, its record names this host's log, as with the cache on (a crashed
  * host's VDI waits for the log's replay or `cache discard`).
  *
- * Hysteresis, so that the switch does not flap: on after the latency has stayed above on_ms
- * for a fifth of hold_ms (cheap: nothing is written, and turning back off takes longer); off
+ * Hysteresis, so that the switch does not flap: on after the latency (or the age of the VDI's
+ * oldest write in flight, whichever is more) has stayed above on_ms for a fifth of hold_ms (cheap: nothing is written, and turning back off takes longer); off
  * only when the VDI has next to nothing left in the log (at most AUTO_OFF_MAX_BACKLOG records)
  * and the latency has stayed below off_ms (< on_ms) for hold_ms. Turning off does not wait
  * either: the VDI's new requests are held while its last records drain, and then go to the

@@ -446,7 +446,8 @@ struct plx_wcache_status {
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
 /* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write
  * latency (the engine's weighted mean of its writes' completion times, decaying while the store
- * is idle) has stayed above on_ms for a fifth of hold_ms, and off once the VDI's backlog is
+ * is idle, or the age of the VDI's oldest write in flight, whichever is more) has stayed above
+ * on_ms for a fifth of hold_ms, and off once the VDI's backlog is
  * (nearly) drained and the latency has stayed below off_ms for hold_ms (turning off drains the
  * rest, holding the VDI's new requests meanwhile). While a VDI is in this mode its record names
  * the log even with the cache off, so that turning on writes nothing to the store and takes
