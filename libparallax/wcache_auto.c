@@ -15,12 +15,13 @@
  * host's VDI waits for the log's replay or `cache discard`).
  *
  * Hysteresis, so that the switch does not flap: on after the latency (or the age of the VDI's
- * oldest write in flight, whichever is more) has stayed above on_ms for a fifth of hold_ms (cheap: nothing is written, and turning back off takes longer); off
- * only when the VDI has next to nothing left in the log (at most AUTO_OFF_MAX_BACKLOG records)
- * and the latency has stayed below off_ms (< on_ms) for hold_ms. Turning off does not wait
- * either: the VDI's new requests are held while its last records drain, and then go to the
- * pipeline in order (plx_wlog_vdi_try_detach). The log's ordering and durability rules hold as
- * they do for `parallax cache enable|disable`.
+ * oldest write in flight, whichever is more) has stayed above on_ms for a fifth of hold_ms
+ * (cheap: nothing is written, and turning back off takes longer); off only when the VDI has
+ * next to nothing left in the log (at most AUTO_OFF_MAX_BACKLOG records) and the latency has
+ * stayed below off_ms (< on_ms) for hold_ms. Turning off does not wait either: the VDI's new
+ * requests are held while its last records drain, and then go to the pipeline in order
+ * (plx_wlog_vdi_try_detach). The log's ordering and durability rules hold as they do for
+ * `parallax cache enable|disable`.
  *
  * The rule runs from plx_vdi_wcache_tick, which the serving loop calls periodically, never from
  * a completion.
