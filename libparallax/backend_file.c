@@ -20,9 +20,11 @@
  * ready list for the next poll(), so the contract and the durability rules are the same; only
  * nothing overlaps.
  *
- * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into a
- * range not yet zeroed is held there (plx_file_prep_hold) and started from poll once its chunk
- * is done (plx_file_prep_release). The state both files share is in backend_file_internal.h.
+ * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into the
+ * chunk being zeroed is held there (plx_file_prep_hold) and started from poll once the chunk is
+ * done (plx_file_prep_release); any other write into a prepared range is counted there until
+ * its completion is delivered (plx_file_prep_finished). The state both files share is in
+ * backend_file_internal.h.
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -537,6 +539,8 @@ static int file_poll(plx_backend *be, int timeout_ms)
         slot_release(f, s);
         f->inflight--;
         n++;
+        if (f->prep_ranges != NULL && (io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM))
+            plx_file_prep_finished(f, io);
         io->done(io, status);
     }
     pump(f);
