@@ -196,11 +196,37 @@ static int prep_pick(struct file_backend *f, struct prep_range **rp, uint64_t *i
     return 0;
 }
 
+/* Write len bytes of zeros at off; returns the bytes written or -errno. Through the thread's
+ * own aio context when it has one: a synchronous O_DIRECT write that allocates (into a hole)
+ * holds the file's inode lock exclusively on ext4 until its I/O is over, and every io_submit of
+ * the engine's thread on the same file waits behind it (PARALLAX_SNAP_TRACE showed 74-178
+ * io_submit calls of 5 ms or more per run, 1.2-1.5 s in all, against 4-8 without zeroing); an
+ * aio write holds it only while the blocks are allocated and the I/O is sent. */
+static ssize_t zero_write(struct file_backend *f, io_context_t ctx, const void *zeros, size_t len,
+                          off_t off)
+{
+    if (ctx == 0)
+        return pwrite(f->fd, zeros, len, off) < 0 ? -errno : (ssize_t)len;
+    struct iocb cb, *p = &cb;
+    io_prep_pwrite(&cb, f->fd, (void *)zeros, len, off);
+    int rc;
+    while ((rc = io_submit(ctx, 1, &p)) == -EINTR || rc == -EAGAIN)
+        ;
+    if (rc != 1)
+        return rc < 0 ? rc : -EIO;
+    struct io_event ev;
+    while ((rc = io_getevents(ctx, 1, 1, &ev, NULL)) == -EINTR)
+        ;
+    if (rc != 1)
+        return rc < 0 ? rc : -EIO;
+    return (ssize_t)(long)ev.res;
+}
+
 /* Write zeros over the holes of blocks [a, b), whole blocks only. Returns 0 or -errno. A hole
  * reads as zeros, so this changes no block's contents; prep_blocked keeps the engine's writes
  * out of the chunk meanwhile. */
-static int zero_holes(struct file_backend *f, uint64_t a, uint64_t b, const void *zeros,
-                      uint64_t *bytes)
+static int zero_holes(struct file_backend *f, io_context_t ctx, uint64_t a, uint64_t b,
+                      const void *zeros, uint64_t *bytes)
 {
     off_t pos = (off_t)(a * PLX_BLOCK_SIZE), end = (off_t)(b * PLX_BLOCK_SIZE);
     while (pos < end) {
@@ -218,11 +244,11 @@ static int zero_holes(struct file_backend *f, uint64_t a, uint64_t b, const void
         off_t zend = d / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
         while (z < zend) {
             size_t len = (size_t)u64_min((uint64_t)(zend - z), PREP_CHUNK * PLX_BLOCK_SIZE);
-            ssize_t w = pwrite(f->fd, zeros, len, z);
-            if (w < 0 && errno == EINTR)
+            ssize_t w = zero_write(f, ctx, zeros, len, z);
+            if (w == -EINTR)
                 continue;
             if (w < 0)
-                return -errno;
+                return (int)w;
             if (w == 0 || w % PLX_BLOCK_SIZE != 0)
                 return -EIO;
             z += w;
@@ -237,6 +263,9 @@ static void *prep_thread(void *arg)
 {
     struct file_backend *f = arg;
     void *zeros = plx_block_alloc(PREP_CHUNK);
+    io_context_t ctx = 0;
+    if (io_setup(1, &ctx) != 0)
+        ctx = 0; /* pwrite then: slower for the engine's writes, still correct */
     pthread_mutex_lock(&f->prep_mu);
     for (;;) {
         struct prep_range *r = NULL;
@@ -267,7 +296,7 @@ static void *prep_thread(void *arg)
         chunk_bounds(r, r->c0 + i, &a, &b);
         pthread_mutex_unlock(&f->prep_mu);
         if (rc == 0)
-            rc = zero_holes(f, a, b, zeros, &bytes);
+            rc = zero_holes(f, ctx, a, b, zeros, &bytes);
         pthread_mutex_lock(&f->prep_mu);
         r->state[i] = CH_DONE;
         r->left--;
@@ -287,6 +316,8 @@ static void *prep_thread(void *arg)
             plx_file_efd_signal(f->efd);
     }
     pthread_mutex_unlock(&f->prep_mu);
+    if (ctx != 0)
+        io_destroy(ctx);
     plx_block_free(zeros);
     return NULL;
 }
