@@ -12,8 +12,8 @@
 #   leaf0    parallax serve with PARALLAX_ZERO_AHEAD=0 (leaf placement, no zeroing ahead)
 #   direct   qemu-storage-daemon on a raw file written in full (cache.direct=on, aio=native)
 #   before   like leaf, with the build $BEFORE (another parallax binary: an A/B of two builds)
-# All over NBD on a unix socket. Prints one line per run and a summary of ratios to direct and
-# to arrival per round; the server's stderr (PARALLAX_PREP_STATS=1: zeroing-ahead counters at
+# All over NBD on a unix socket. Prints one line per run (IOPS, the server's CPU time per request)
+# and a summary of ratios to direct and to arrival per round; the server's stderr (PARALLAX_PREP_STATS=1: zeroing-ahead counters at
 # close) goes to OUT/*.log.
 #
 #   bench/zero-ab.sh [--rounds N] [--runtime S] [--depths "1 32"] [--size 1G] [--snaps N]
@@ -99,14 +99,18 @@ run_system() {
     for d in $DEPTHS; do
         [[ $sys == direct ]] || "$PARALLAX" -b "$WORK/store" vdi-snapshot v >/dev/null
         local tag=$sys-r$r-d$d
-        fio_nbd "$OUT/$tag.json" "$sock" v --rw=randwrite --bs=4k --iodepth="$d" --size="$SIZE" \
+        CPU_PID=$pid fio_nbd "$OUT/$tag.json" "$sock" v --rw=randwrite --bs=4k --iodepth="$d" --size="$SIZE" \
             --runtime="$RUNTIME" --time_based --write_iops_log="$OUT/$tag" --log_avg_msec=500
         local iops prof
         iops=$(fio_value "$OUT/$tag.json" | cut -d. -f1)
         # IOPS per half second (the log's counts are per interval)
         prof=$(awk -F, '{ printf "%d ", $2 }' "$OUT/${tag}_iops.1.log" 2>/dev/null)
-        echo "$sys $r $d $iops" >>"$OUT/runs"
-        log "round $r $sys depth $d: $iops IOPS (per 0.5 s: $prof) load $(cut -d' ' -f1 /proc/loadavg)"
+        # the server's CPU per request (all its threads), us: a measure the load moves less
+        cpu_us=$(jq -r --argjson s "$(cat "$OUT/$tag.cpu")" \
+            '.jobs[0].write.total_ios as $n | if $n > 0 then ($s * 1e6 / $n | floor) else 0 end' "$OUT/$tag.json")
+        echo "$sys $r $d $iops $cpu_us" >>"$OUT/runs"
+        log "round $r $sys depth $d: $iops IOPS, server CPU $cpu_us us/request (per 0.5 s: $prof)" \
+            "load $(cut -d' ' -f1 /proc/loadavg)"
     done
     stop_pid "$pid"
     [[ $sys == direct ]] || grep -h "zeroing ahead:" "$OUT/$sys-r$r.log" >&2 || true
@@ -127,9 +131,11 @@ log "load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT/runs" <<'EOF'
 import sys, collections, math
 runs = collections.defaultdict(dict)
+cpu = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    s, r, d, v = line.split()
+    s, r, d, v, c = line.split()
     runs[int(d)][(s, int(r))] = float(v)
+    cpu[(int(d), s)].append(int(c))
 for d in sorted(runs):
     rs = sorted({r for (_, r) in runs[d]})
     syss = sorted({s for (s, _) in runs[d]})
@@ -146,5 +152,7 @@ for d in sorted(runs):
                 gm = math.exp(sum(map(math.log, rat)) / len(rat))
                 line += f"  /{base}: " + " ".join(f"{x:.2f}" for x in rat) + f" (geo {gm:.2f})"
         print(line)
+    print("  server CPU per request, us (median): " + ", ".join(
+        f"{s} {sorted(cpu[(d, s)])[len(cpu[(d, s)]) // 2]}" for s in syss))
 EOF
 echo "raw results: $OUT" >&2
