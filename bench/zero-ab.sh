@@ -10,6 +10,8 @@
 #   arrival  parallax serve --placement arrival
 #   leaf     parallax serve (leaf placement, zeroing ahead)
 #   leaf0    parallax serve with PARALLAX_ZERO_AHEAD=0 (leaf placement, no zeroing ahead)
+#   leafwait parallax serve with PARALLAX_ZERO_WAIT=1 (leaf placement, zeroing ahead, and every
+#            write into a chunk not zeroed yet waits for it, as before 2026-11-26)
 #   direct   qemu-storage-daemon on a raw file written in full (cache.direct=on, aio=native)
 #   before   like leaf, with the build $BEFORE (another parallax binary: an A/B of two builds)
 # All over NBD on a unix socket. Prints one line per run (IOPS, the server's CPU time per request)
@@ -17,7 +19,7 @@
 # close) goes to OUT/*.log.
 #
 #   bench/zero-ab.sh [--rounds N] [--runtime S] [--depths "1 32"] [--size 1G] [--snaps N]
-#                    [--systems "arrival leaf leaf0 direct"] [--dir DIR] [--out DIR]
+#                    [--systems "arrival leaf leaf0 leafwait before direct"] [--dir DIR] [--out DIR]
 # Needs fio (nbd engine), qemu-storage-daemon, jq, python3; PARALLAX (default build/parallax).
 set -euo pipefail
 
@@ -83,6 +85,7 @@ run_system() {
         local env=(PARALLAX_PREP_STATS=1) place=() bin=$PARALLAX
         [[ $sys == before ]] && bin=${BEFORE:?set BEFORE to the other build}
         [[ $sys == leaf0 ]] && env+=(PARALLAX_ZERO_AHEAD=0)
+        [[ $sys == leafwait ]] && env+=(PARALLAX_ZERO_WAIT=1)
         [[ $sys == arrival ]] && place=(--placement arrival)
         rm -f "$sock"
         env "${env[@]}" "$bin" -b "$WORK/store" serve --unix "$sock" "${place[@]}" \

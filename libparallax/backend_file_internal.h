@@ -63,9 +63,10 @@ struct file_backend {
      * (the list itself is changed only by the loop's thread). held_*: the loop's thread only. */
     int prep_ok; /* a regular file, O_DIRECT, aio, writable */
     int prep_started, prep_stop, prep_fail_next, prep_error, prep_waiters;
-    int prep_pause;   /* tests: 1 before the next chunk, 2 inside it (plx_backend_prepare_test) */
-    int prep_holding; /* tests: the thread is paused inside a chunk */
-    int prep_idle;    /* the thread waits for work (signal prep_cv when a chunk becomes free) */
+    int prep_pause;    /* tests: 1 before the next chunk, 2 inside it (plx_backend_prepare_test) */
+    int prep_holding;  /* tests: the thread is paused inside a chunk */
+    int prep_idle;     /* the thread waits for work (signal prep_cv when a chunk becomes free) */
+    int prep_wait_all; /* $PARALLAX_ZERO_WAIT=1: writes wait for any chunk not done (A/B) */
     pthread_t prep_thr;
     pthread_mutex_t prep_mu;
     pthread_cond_t prep_cv;      /* to the thread: work, pause lifted, or stop */
