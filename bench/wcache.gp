@@ -1,7 +1,7 @@
 # bench/wcache.gp - the figure of bench/wcache.sh (thesis figures 5.10/5.11): how long a write
 # burst takes, and what it leaves to drain, and the latency of 4 KiB writes at QD 1, for the
-# local disk, parallax serve over a file on it, and the write cache off, on and automatic in front
-# of a slow shared store.
+# local disk (fio on a file, and the same disk over NBD through nbdkit), parallax serve over a
+# file on it, and the write cache off, on and automatic in front of a slow shared store.
 #   gnuplot -e "dataf='wcache.dat'; outf='wcache.png'; ttl='...'" bench/wcache.gp
 
 set terminal pngcairo size 1400,650 enhanced font "DejaVu Sans,12" linewidth 1.5
@@ -10,7 +10,7 @@ set grid ytics lc rgb "#dddddd"
 set bmargin 6
 set style fill solid 0.85 border -1
 set boxwidth 0.6
-set xrange [-0.6:4.6]
+set xrange [-0.6:5.6]
 set xtics rotate by -20
 set multiplot layout 1,2 title "Write cache: ".ttl font ",15"
 

@@ -4,7 +4,13 @@
 # (write_bps_device) to a fifth of what this host's disk writes; `parallax serve` reaches it over
 # iSCSI, and its write log is a file on the (unthrottled) local disk. In one run:
 #   1. the local disk alone (fio, O_DIRECT): 1 MiB sequential writes at QD 8, 4 KiB random writes
-#      at QD 1: the reference;
+#      at QD 1: the reference the issue's targets name;
+#   1b. the local disk over NBD: a file on it served by nbdkit's file plugin on a unix socket and
+#      measured with the same fio nbd-engine jobs as the cache (the burst, and QD1 interleaved
+#      with the cache's), so the ratio against it leaves out what the NBD transport costs (fio's
+#      nbd engine, libnbd, the socket, a server's loop). nbdkit 1.32 cannot open O_DIRECT; its
+#      cache=none writes through the page cache, starts each write's writeback at once
+#      (sync_file_range) and evicts behind: the closest it has, and what the write log does too;
 #   2. the second reference, what the serving path carries: `parallax serve` over a blockstore
 #      that is a plain file on the local disk (no iSCSI, no cache), the same burst and QD1 runs;
 #   3. a burst: WRITERS fio clients (NBD) each write BURST to their own VDI, 1 MiB at QD 8, and
@@ -12,8 +18,10 @@
 #      cache on the time until the log has drained and the VDIs are closed (the server closes a
 #      departed client's VDI once drained; `cache status` lists it until then);
 #   4. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
-#      PAIRS runs interleaved with fio on the local disk (local, cache on, local, ...), since the
-#      local disk's QD1 latency moves from run to run;
+#      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
+#      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;
+#   4b. the burst again in PAIRS-1 more rounds of local disk, nbdkit, cache on: the ratios use
+#      each one's mean over the rounds;
 #   5. the burst and the QD1 run again with the cache in its automatic mode
 #      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
 #      once the store's write latency has stayed above the threshold for a second.
@@ -24,7 +32,8 @@
 #
 #   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
 #                   [--pairs N] [--auto-ms MS] [--quick]
-# (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's.)
+# (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's;
+# --pairs: rounds of QD1 runs and of bursts, local disk, over NBD and cache on.)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,16 +54,18 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
 [[ -d /sys/fs/cgroup/blkio ]] || { echo "bench/wcache.sh: no cgroup v1 blkio controller" >&2; exit 1; }
+command -v nbdkit >/dev/null || { echo "bench/wcache.sh: needs nbdkit (make deps)" >&2; exit 1; }
 make -s all
 P=$root/build/parallax
 
 work=$(mktemp -d "$dir/plx-bench-wcache.XXXXXX")
 cg=/sys/fs/cgroup/blkio/plx-wcache-$$
-tgtd_pid="" srv_pid=""
+tgtd_pid="" srv_pid="" nbdkit_pid=""
 # (set -e holds in the trap too: a killed process's wait status must not end it early, which
 # left the work directory and the cgroup behind.)
 cleanup() {
     if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null || true; fi
+    if [[ -n $nbdkit_pid ]]; then kill -9 "$nbdkit_pid" 2>/dev/null; wait "$nbdkit_pid" 2>/dev/null || true; fi
     if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null; wait "$tgtd_pid" 2>/dev/null || true; fi
     if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
@@ -67,12 +78,30 @@ fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 # ---- 1. the local disk ---------------------------------------------------------------------------
-local_bw=$(fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
-    --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes')
+local_burst() {
+    fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
+        --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes'
+}
+local_bw=$(local_burst)
 local_qd1() {
     fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \
         --iodepth=1 --ioengine=libaio --direct=1 --runtime="$seconds" --time_based |
         jq -r "$qd1_us"
+}
+# ---- 1b. the local disk over NBD: nbdkit's file plugin on a unix socket ----------------------------
+# Its own file on the same disk, written through once like the log (not sparse), big enough for
+# the burst's writers side by side.
+nbd_mib=$(($(numfmt --from=iec "$burst") * writers >> 20))
+((nbd_mib >= 256)) || nbd_mib=256
+dd if=/dev/zero of="$work/nbd-local.bin" bs=1M count="$nbd_mib" oflag=direct status=none
+nbdkit -f -U "$work/nbdkit.sock" file "$work/nbd-local.bin" cache=none >"$work/nbdkit.log" 2>&1 &
+nbdkit_pid=$!
+for ((i = 0; i < 100; i++)); do [[ -S $work/nbdkit.sock ]] && break; sleep 0.1; done
+[[ -S $work/nbdkit.sock ]] || { echo "nbdkit did not start: $(cat "$work/nbdkit.log")" >&2; exit 1; }
+nbdkit_uri="nbd+unix:///?socket=$work/nbdkit.sock"
+nbdkit_qd1() {
+    fio_json --name=lat --ioengine=nbd --uri="$nbdkit_uri" --rw=randwrite --bs=4k --iodepth=1 \
+        --size=256M --runtime="$seconds" --time_based | jq -r "$qd1_us"
 }
 slow=$((local_bw / 5))
 [[ -n $slow_mibs ]] && slow=$((slow_mibs << 20))
@@ -150,6 +179,19 @@ burst_run() { # -> "WALL_SECONDS FIO_BYTES_PER_S DRAIN_SECONDS"
     echo "$(echo "$t1 - $t0" | bc) $bw $(echo "$t2 - $t1" | bc)"
 }
 
+# The same burst on the local disk over NBD: the writers side by side in nbdkit's one export.
+nbdkit_burst() { # -> "WALL_SECONDS FIO_BYTES_PER_S"
+    local t0 t1 w bw jobs=()
+    for ((w = 1; w <= writers; w++)); do
+        jobs+=(--name="w$w" --offset=$(((w - 1) * $(numfmt --from=iec "$burst"))))
+    done
+    t0=$(now)
+    bw=$(fio_json --ioengine=nbd --uri="$nbdkit_uri" --rw=write --bs=1M --iodepth=8 \
+        --size="$burst" --end_fsync=1 --group_reporting "${jobs[@]}" | jq '.jobs[0].write.bw_bytes')
+    t1=$(now)
+    echo "$(echo "$t1 - $t0" | bc) $bw"
+}
+
 # QD1 runs print "MEAN_US MEDIAN_US" (the median: completion latency, clat).
 qd1_us='.jobs[0].write | "\(.lat_ns.mean / 1000) \(.clat_ns.percentile["50.000000"] / 1000)"'
 lat_run() {
@@ -163,10 +205,12 @@ base=bench/results/wcache-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%
 {
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "local disk: $((local_bw >> 20)) MiB/s sequential (1 MiB, QD 8)"
+    echo "local disk over NBD: nbdkit $(nbdkit --version | cut -d' ' -f2) file plugin, cache=none, unix socket"
     echo "shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s of writes (cgroup v1 blkio, $majmin)"
     echo "burst: $writers writers x $burst (1 MiB, QD 8, fsync at the end); QD1: $seconds s"
 } | tee "$base.txt"
 
+read -r nbd_s nbd_bw <<<"$(nbdkit_burst)"
 # The second reference: the serving path over a plain file, no iSCSI, no cache.
 store=$work/file-store.img
 start_server
@@ -180,13 +224,24 @@ read -r off_lat off_p50 <<<"$(lat_run)"
 stop_server
 start_server --write-cache "$work/wlog" --write-cache-size 1G
 read -r on_s on_bw on_d <<<"$(burst_run)"
-# QD1 with the cache on, interleaved with the local disk's: local, on, local, on, ...
-on_lats=() local_lats=() on_p50s=() local_p50s=()
+# QD1 with the cache on, interleaved with the local disk's and nbdkit's: local, nbdkit, on, ...
+on_lats=() local_lats=() on_p50s=() local_p50s=() nbd_lats=() nbd_p50s=()
 for ((i = 0; i < pairs; i++)); do
     read -r m p <<<"$(local_qd1)"
     local_lats+=("$m") local_p50s+=("$p")
+    read -r m p <<<"$(nbdkit_qd1)"
+    nbd_lats+=("$m") nbd_p50s+=("$p")
     read -r m p <<<"$(lat_run)"
     on_lats+=("$m") on_p50s+=("$p")
+done
+# The burst again in PAIRS-1 more rounds (local, nbdkit, cache on): it moves from run to run too.
+local_bws=("$local_bw") nbd_bws=("$nbd_bw") on_bws=("$on_bw")
+for ((i = 1; i < pairs; i++)); do
+    local_bws+=("$(local_burst)")
+    read -r _ b <<<"$(nbdkit_burst)"
+    nbd_bws+=("$b")
+    read -r _ b _ <<<"$(burst_run)"
+    on_bws+=("$b")
 done
 stop_server
 # The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
@@ -196,7 +251,10 @@ start_server --write-cache "$work/wlog" --write-cache-size 1G --write-cache-mode
 read -r auto_s auto_bw auto_d <<<"$(burst_run)"
 read -r auto_lat auto_p50 <<<"$(lat_run)"
 stop_server
-rm -f "$work/local.bin"
+kill "$nbdkit_pid"
+wait "$nbdkit_pid" 2>/dev/null || true
+nbdkit_pid=""
+rm -f "$work/local.bin" "$work/nbd-local.bin"
 load_end=$(load)
 
 mb() { echo "scale=1; $1 / 1048576" | bc; }
@@ -204,8 +262,13 @@ mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
 lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
 lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
+nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
+# The burst: each configuration's mean over the rounds.
+lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@]}")
 {
     printf 'burst (fio aggregate; wall time with fio starting):\n'
+    printf '  local disk over NBD (nbdkit file, cache=none): %s MiB/s (%.2f s)\n' \
+        "$(mb "$nbd_bw")" "$nbd_s"
     printf '  parallax over a local file (no iSCSI, no cache): %s MiB/s (%.2f s)\n' \
         "$(mb "$file_bw")" "$file_s"
     printf '  cache off: %s MiB/s (%.2f s)\n' "$(mb "$off_bw")" "$off_s"
@@ -213,34 +276,48 @@ lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
         "$on_s" "$on_d"
     printf '  cache auto (on above %s ms): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
         "$auto_ms" "$(mb "$auto_bw")" "$auto_s" "$auto_d"
-    printf 'burst speed with the cache / local disk: %s (target >= 0.8); / parallax over a local file: %s; / cache off: %s\n' \
-        "$(ratio "$on_bw" "$local_bw")" "$(ratio "$on_bw" "$file_bw")" "$(ratio "$on_bw" "$off_bw")"
+    for ((i = 0; i < pairs; i++)); do
+        printf 'burst, round %d: local disk %s MiB/s, over NBD %s MiB/s, cache on %s MiB/s; on / local: %s; on / over NBD: %s\n' \
+            $((i + 1)) "$(mb "${local_bws[i]}")" "$(mb "${nbd_bws[i]}")" "$(mb "${on_bws[i]}")" \
+            "$(ratio "${on_bws[i]}" "${local_bws[i]}")" "$(ratio "${on_bws[i]}" "${nbd_bws[i]}")"
+    done
+    printf 'burst, over %d rounds: local disk %s MiB/s, over NBD %s MiB/s, cache on %s MiB/s\n' \
+        "$pairs" "$(mb "$lbw")" "$(mb "$nbw")" "$(mb "$obw")"
+    printf 'burst speed with the cache / local disk: %s (target >= 0.8); / local disk over NBD: %s; / parallax over a local file: %s; / cache off: %s\n' \
+        "$(ratio "$obw" "$lbw")" "$(ratio "$obw" "$nbw")" "$(ratio "$obw" "$file_bw")" \
+        "$(ratio "$obw" "$off_bw")"
     printf 'burst speed in the automatic mode / local disk: %s; / cache off: %s\n' \
-        "$(ratio "$auto_bw" "$local_bw")" "$(ratio "$auto_bw" "$off_bw")"
+        "$(ratio "$auto_bw" "$lbw")" "$(ratio "$auto_bw" "$off_bw")"
     printf '4 KiB QD1 write, mean (median), automatic mode: %.0f us (%.0f)\n' "$auto_lat" "$auto_p50"
     printf '4 KiB QD1 write, mean (median): cache off %.0f us (%.0f), parallax over a local file %.0f us (%.0f)\n' \
         "$off_lat" "$off_p50" "$file_lat" "$file_p50"
     for ((i = 0; i < pairs; i++)); do
-        printf '4 KiB QD1 write, pair %d, mean (median): local disk %.0f us (%.0f), cache on %.0f us (%.0f); on / local: %s (%s)\n' \
-            $((i + 1)) "${local_lats[i]}" "${local_p50s[i]}" "${on_lats[i]}" "${on_p50s[i]}" \
-            "$(ratio "${on_lats[i]}" "${local_lats[i]}")" "$(ratio "${on_p50s[i]}" "${local_p50s[i]}")"
+        printf '4 KiB QD1 write, round %d, mean (median): local disk %.0f us (%.0f), over NBD %.0f us (%.0f), cache on %.0f us (%.0f); on / local: %s (%s); on / over NBD: %s (%s)\n' \
+            $((i + 1)) "${local_lats[i]}" "${local_p50s[i]}" "${nbd_lats[i]}" "${nbd_p50s[i]}" \
+            "${on_lats[i]}" "${on_p50s[i]}" \
+            "$(ratio "${on_lats[i]}" "${local_lats[i]}")" "$(ratio "${on_p50s[i]}" "${local_p50s[i]}")" \
+            "$(ratio "${on_lats[i]}" "${nbd_lats[i]}")" "$(ratio "${on_p50s[i]}" "${nbd_p50s[i]}")"
     done
-    printf '4 KiB QD1 write, over %d pairs: local disk %s us (median %s), cache on %s us (median %s); on / local: %s, of the medians %s (target <= 1.2)\n' \
-        "$pairs" "$lm" "$lp" "$om" "$op" "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")"
+    printf '4 KiB QD1 write, over %d rounds: local disk %s us (median %s), over NBD %s us (median %s), cache on %s us (median %s)\n' \
+        "$pairs" "$lm" "$lp" "$nm" "$np" "$om" "$op"
+    printf '  cache on / local disk: %s, of the medians %s (target <= 1.2); / local disk over NBD: %s, of the medians %s\n' \
+        "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")" "$(ratio "$om" "$nm")" "$(ratio "$op" "$np")"
     echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
     echo "the write log and tgtd's LUN file are on the same disk ($majmin)"
 } | tee -a "$base.txt"
 # The figure's data: one row per configuration: burst seconds (the whole burst at fio's
-# aggregate bandwidth), drain seconds after it, QD1 mean and median (us).
+# aggregate bandwidth; local disk, over NBD and cache on: the mean over the rounds), drain
+# seconds after it (the first cache-on burst's), QD1 mean and median (us).
 total=$((writers * $(numfmt --from=iec "$burst")))
 secs() { echo "scale=3; $total / $1" | bc; }
 {
     echo "# index name burst_s drain_s qd1_mean_us qd1_median_us"
-    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$local_bw")" "$lm" "$lp"
-    printf '1 "serve, local file" %s 0 %s %s\n' "$(secs "$file_bw")" "$file_lat" "$file_p50"
-    printf '2 "cache off" %s 0 %s %s\n' "$(secs "$off_bw")" "$off_lat" "$off_p50"
-    printf '3 "cache on" %s %s %s %s\n' "$(secs "$on_bw")" "$on_d" "$om" "$op"
-    printf '4 "cache auto" %s %s %s %s\n' "$(secs "$auto_bw")" "$auto_d" "$auto_lat" "$auto_p50"
+    printf '0 "local disk" %s 0 %s %s\n' "$(secs "$lbw")" "$lm" "$lp"
+    printf '1 "local disk over NBD" %s 0 %s %s\n' "$(secs "$nbw")" "$nm" "$np"
+    printf '2 "serve, local file" %s 0 %s %s\n' "$(secs "$file_bw")" "$file_lat" "$file_p50"
+    printf '3 "cache off" %s 0 %s %s\n' "$(secs "$off_bw")" "$off_lat" "$off_p50"
+    printf '4 "cache on" %s %s %s %s\n' "$(secs "$obw")" "$on_d" "$om" "$op"
+    printf '5 "cache auto" %s %s %s %s\n' "$(secs "$auto_bw")" "$auto_d" "$auto_lat" "$auto_p50"
 } >"$base.dat"
 if command -v gnuplot >/dev/null; then
     mkdir -p bench/plots

@@ -11,6 +11,12 @@
  * and write without RWF_DSYNC, as on kernels that lack IO_CMD_FDSYNC, even where the kernel has
  * them: lets the fallback be exercised anywhere (tests). */
 #define PLX_BACKEND_FLUSH_THREAD 4u
+/* Open without O_DIRECT, for the write log (wlog_file.c): a write is copied into the page cache
+ * inside io_submit and completes at once, its writeback is started right away
+ * (sync_file_range, not waited for), and only a flush (aio FDSYNC) waits for the disk; a FUA
+ * write becomes a write and such a flush. Reads of data still in the page cache do not go to
+ * the disk. */
+#define PLX_BACKEND_BUFFERED 8u
 
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */
 const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);

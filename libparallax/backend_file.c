@@ -255,13 +255,13 @@ static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
 
 /* $PARALLAX_SNAP_TRACE: an io_submit that held the engine's thread for 5 ms or more (the kernel
  * may block in it, e.g. allocating blocks of a sparse file). */
-static void trace_submit(const struct file_slot *s, uint64_t ns)
+static void trace_submit(const struct file_backend *f, const struct file_slot *s, uint64_t ns)
 {
     if (ns < 5000000)
         return;
     const char *what = s->stage == ST_SYNC ? "flush" : s->io->op == PLX_IO_READ ? "read" : "write";
-    fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu took %.3f ms\n", what,
-            (unsigned long long)s->io->block, (double)ns / 1e6);
+    fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu of %s took %.3f ms\n",
+            what, (unsigned long long)s->io->block, f->base.desc, (double)ns / 1e6);
 }
 
 /* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
@@ -288,7 +288,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         uint64_t t0 = f->trace ? mono_ns() : 0;
         int rc = io_submit(f->ctx, 1, &p);
         if (f->trace)
-            trace_submit(s, mono_ns() - t0);
+            trace_submit(f, s, mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
             return 0;
@@ -442,6 +442,34 @@ static void pump(struct file_backend *f)
 
 /* ---- Completion ------------------------------------------------------------------------------ */
 
+/* PLX_BACKEND_BUFFERED: start writing the pages of completed writes to the disk without
+ * waiting, so that they reach it while the next ones are copied and a flush finds little left
+ * (a burst's final flush would otherwise write all of it then). sync_file_range submits the
+ * pages' I/O inside the call, a few microseconds: it is issued at the start of the next poll,
+ * after the completions (and the replies they lead to) have run, with adjacent writes merged
+ * into one range. Failures are only a hint: the flush still writes the pages and reports them. */
+static void writeback_start(struct file_backend *f)
+{
+    if (!f->wb_len)
+        return;
+    if (sync_file_range(f->fd, (off_t)f->wb_off, (off_t)f->wb_len, SYNC_FILE_RANGE_WRITE) != 0) {
+        /* EINVAL/ESPIPE on odd files: the flusher and fdatasync still write the pages */
+    }
+    f->wb_len = 0;
+}
+
+static void writeback_note(struct file_backend *f, const struct file_slot *s)
+{
+    uint64_t off = s->io->block * PLX_BLOCK_SIZE, len = s->total;
+    if (f->wb_len && off == f->wb_off + f->wb_len) {
+        f->wb_len += len;
+        return;
+    }
+    writeback_start(f);
+    f->wb_off = off;
+    f->wb_len = len;
+}
+
 static void slot_event(struct file_backend *f, struct file_slot *s, long res)
 {
     if (s->stage == ST_SYNC) {
@@ -454,6 +482,8 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         return;
     }
     if (rc == 1) {
+        if (f->buffered && s->io->op == PLX_IO_WRITE)
+            writeback_note(f, s);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;
@@ -500,6 +530,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
     struct file_backend *f = (struct file_backend *)be;
     int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
 
+    writeback_start(f);
     for (;;) {
         /* Drain first: anything completing after the reap below signals the eventfd again. */
         efd_drain(f->efd);
@@ -639,13 +670,13 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
 {
     int rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
     int oflags = (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
-    int direct = 1;
+    int direct = (flags & PLX_BACKEND_BUFFERED) == 0;
     uint64_t size;
     struct stat st;
     int e;
 
-    int fd = open(path, oflags | O_DIRECT);
-    if (fd < 0 && errno == EINVAL) {
+    int fd = open(path, oflags | (direct ? O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL) {
         direct = 0;
         fd = open(path, oflags);
     }
@@ -694,6 +725,11 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->rwf_dsync = 1;
     if (flags & PLX_BACKEND_FLUSH_THREAD)
         f->aio_fdsync = f->rwf_dsync = 0;
+    /* Buffered: RWF_DSYNC would make io_submit itself wait for the disk (a buffered aio write
+     * runs inside the call); a write and an aio FDSYNC keep the wait off the caller. */
+    f->buffered = (flags & PLX_BACKEND_BUFFERED) != 0;
+    if (f->buffered)
+        f->rwf_dsync = 0;
 
     f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->efd < 0) {
@@ -741,7 +777,7 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
 
     f->base.ops = &file_ops;
     f->base.nblocks = size / PLX_BLOCK_SIZE;
-    if (direct)
+    if (direct || f->buffered)
         snprintf(f->base.desc, sizeof(f->base.desc), "%s", path);
     else
         snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);

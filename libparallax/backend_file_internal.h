@@ -40,7 +40,9 @@ struct file_backend {
     plx_backend base;
     int fd, efd;
     int direct, rdonly;
-    int blocking; /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
+    int buffered; /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
+    uint64_t wb_off, wb_len; /* buffered: written bytes whose writeback is not started yet */
+    int blocking;            /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
     io_context_t ctx;
     struct file_slot *slots;
     struct file_slot *free_slots;

@@ -19,6 +19,10 @@
  * doubt; and an eventfd that says completions wait in the ready list. The host's epoll set watches
  * that one fd for POLLIN, as for every other backend.
  *
+ * Three files, each calling only down: backend_iscsi_io.c (requests, the event set, libiscsi's
+ * log), backend_iscsi_session.c (the session) and this one (the seam's operations, fencing,
+ * opening), sharing backend_iscsi_internal.h.
+ *
  * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
  * never call io->done: they move the request to the ready list, and poll() delivers the list, so
  * done never runs inside submit() and a callback may submit more.
@@ -70,333 +74,7 @@
 #include "backend_mem_internal.h"
 
 #define ISCSI_PREFIX "iscsi://"
-#define MAX_RETRIES 8        /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
-#define TICK_MS 250          /* libiscsi's clock while I/O is in flight or a reconnect waits */
 #define DEFAULT_RECONNECTS 8 /* failed login attempts before I/O fails with -EIO */
-
-/* ---- Lists and signals ---------------------------------------------------------------------- */
-
-void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r)
-{
-    r->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
-}
-
-struct iscsi_req *plx_iscsi_list_pop(struct req_list *l)
-{
-    struct iscsi_req *r = l->head;
-    if (r != NULL) {
-        l->head = r->next;
-        if (l->head == NULL)
-            l->tail = NULL;
-        r->next = NULL;
-    }
-    return r;
-}
-
-static void all_add(struct iscsi_backend *b, struct iscsi_req *r)
-{
-    r->all_prev = NULL;
-    r->all_next = b->all;
-    if (b->all != NULL)
-        b->all->all_prev = r;
-    b->all = r;
-}
-
-static void all_remove(struct iscsi_backend *b, struct iscsi_req *r)
-{
-    if (r->all_prev != NULL)
-        r->all_prev->all_next = r->all_next;
-    else
-        b->all = r->all_next;
-    if (r->all_next != NULL)
-        r->all_next->all_prev = r->all_prev;
-    r->all_prev = r->all_next = NULL;
-}
-
-static void efd_signal(int efd)
-{
-    uint64_t one = 1;
-    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        perror("parallax: eventfd write");
-}
-
-static void efd_drain(int efd)
-{
-    uint64_t v;
-    while (read(efd, &v, sizeof(v)) > 0)
-        ;
-}
-
-void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
-{
-    r->status = status;
-    if (b->ready.head == NULL)
-        efd_signal(b->efd);
-    plx_iscsi_list_push(&b->ready, r);
-}
-
-/* ---- The event set -------------------------------------------------------------------------- */
-
-/* Register libiscsi's socket for what it wants now. Called after anything that may change the
- * answer: a submit (PDUs to send), a service call (a reconnect replaces the socket behind the same
- * number, so that path re-registers unconditionally: force). */
-void plx_iscsi_sync_socket(struct iscsi_backend *b, int force)
-{
-    if (b->blocking)
-        return;
-    int fd = iscsi_get_fd(b->iscsi);
-    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
-    int ev = (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
-    if (!force && fd == b->sock_fd && ev == b->sock_events)
-        return;
-    if (b->sock_fd >= 0 && (fd != b->sock_fd || ev == 0)) {
-        /* ENOENT/EBADF: the old description is gone already (closed or replaced). */
-        epoll_ctl(b->epfd, EPOLL_CTL_DEL, b->sock_fd, NULL);
-        b->sock_fd = -1;
-    }
-    if (fd < 0 || ev == 0) {
-        /* No events wanted (a reconnect backs off): wake on the clock instead. A socket that
-         * wants nothing is not registered at all, or its POLLHUP would spin the loop. */
-        b->sock_events = 0;
-        return;
-    }
-    struct epoll_event e = {.events = (uint32_t)ev};
-    int rc = -1;
-    if (b->sock_fd == fd)
-        rc = epoll_ctl(b->epfd, EPOLL_CTL_MOD, fd, &e);
-    if (rc != 0)
-        rc = epoll_ctl(b->epfd, EPOLL_CTL_ADD, fd, &e);
-    if (rc != 0 && errno == EEXIST)
-        rc = epoll_ctl(b->epfd, EPOLL_CTL_MOD, fd, &e);
-    if (rc != 0) {
-        perror("parallax: iscsi: epoll_ctl");
-        b->sock_fd = -1;
-        return;
-    }
-    b->sock_fd = fd;
-    b->sock_events = ev;
-}
-
-/* The clock runs while anything could need iscsi_service() without socket events: I/O in flight
- * (libiscsi's timeouts) or a reconnect backing off. */
-static void set_ticking(struct iscsi_backend *b, int on)
-{
-    if (b->blocking || b->ticking == on)
-        return;
-    struct itimerspec its = {{0, 0}, {0, 0}};
-    if (on) {
-        its.it_interval.tv_nsec = TICK_MS * 1000000L;
-        its.it_value = its.it_interval;
-    }
-    if (timerfd_settime(b->tfd, 0, &its, NULL) == 0)
-        b->ticking = on;
-}
-
-/* ---- Request outcome ------------------------------------------------------------------------ */
-
-static int retryable(int status, const struct scsi_task *task)
-{
-    if (status == SCSI_STATUS_BUSY || status == SCSI_STATUS_TASK_SET_FULL)
-        return 1;
-    /* A target that restarted, or a LUN that was resized or reset, says so once per nexus. */
-    return status == SCSI_STATUS_CHECK_CONDITION && task != NULL &&
-           task->sense.key == SCSI_SENSE_UNIT_ATTENTION;
-}
-
-static const char *const op_names[] = {"read", "write", "flush", "trim"};
-
-/* What a finished task means for its request: 0, -EIO, or 1 = issue it again. */
-static int task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status,
-                        struct scsi_task *task)
-{
-    if (status == SCSI_STATUS_GOOD) {
-        /* No partial transfers: a read or write that moved less than asked failed. */
-        if (task != NULL && task->residual_status != SCSI_RESIDUAL_NO_RESIDUAL &&
-            task->residual != 0 && (r->io->op == PLX_IO_READ || r->io->op == PLX_IO_WRITE))
-            return -EIO;
-        return 0;
-    }
-    if (retryable(status, task) && r->retries++ < MAX_RETRIES)
-        return 1;
-    /* Refused by a reservation: preempted (fenced), our registration belonged to a session that
-     * was replaced by a reconnect, or a restarted target forgot it. rejoin_try tells which. */
-    if (status == SCSI_STATUS_RESERVATION_CONFLICT && b->pr_key != 0)
-        return b->fenced ? -ESTALE : 2;
-    if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
-        fprintf(stderr, "parallax: %s: %s of block %llu failed: %s (%s)\n", b->base.desc,
-                op_names[r->io->op], (unsigned long long)r->io->block,
-                scsi_sense_key_str(task->sense.key), scsi_sense_ascq_str(task->sense.ascq));
-    else if (status != SCSI_STATUS_CANCELLED)
-        fprintf(stderr, "parallax: %s: SCSI status 0x%x: %s\n", b->base.desc, (unsigned)status,
-                iscsi_get_error(b->iscsi));
-    return -EIO;
-}
-
-/* ---- Asynchronous path ---------------------------------------------------------------------- */
-
-static void task_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private);
-
-/* The next UNMAP of a trim: at most max_unmap LBAs from where the last one ended. */
-static void next_unmap(const struct iscsi_backend *b, struct iscsi_req *r)
-{
-    uint64_t total = (uint64_t)r->io->nblocks * b->lbas_per_block;
-    uint64_t left = total - r->trimmed;
-    r->unmap.lba = r->io->block * b->lbas_per_block + r->trimmed;
-    r->unmap.num = (uint32_t)(left < b->max_unmap ? left : b->max_unmap);
-}
-
-/* A trim longer than one UNMAP goes on with the next (1), or is over (0). */
-static int trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
-{
-    if (r->io->op != PLX_IO_TRIM)
-        return 0;
-    r->trimmed += r->unmap.num;
-    return r->trimmed < (uint64_t)r->io->nblocks * b->lbas_per_block;
-}
-
-static int issue(struct iscsi_backend *b, struct iscsi_req *r)
-{
-    struct plx_io *io = r->io;
-    if (!b->blocking && b->conn != CONN_UP) {
-        /* The session is being re-established (backend_iscsi_session.c): sent after the login
-         * (and, for a write, the registration check). */
-        plx_iscsi_list_push(&b->held, r);
-        return 0;
-    }
-    if (b->pr_key != 0 && !b->blocking && io->op != PLX_IO_READ && b->rejoin) {
-        /* Our registration is in doubt: nothing that writes goes out until rejoin_try has
-         * settled it. Reads are never refused by a write-exclusive reservation. */
-        plx_iscsi_registration_in_doubt(b);
-        plx_iscsi_list_push(&b->held, r);
-        return 0;
-    }
-    uint64_t lba = io->block * b->lbas_per_block;
-    uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
-    struct scsi_task *t = NULL;
-
-    switch (io->op) {
-    case PLX_IO_READ:
-        t = iscsi_read16_task(b->iscsi, b->lun, lba, len, (int)b->lba_size, 0, 0, 0, 0, 0, task_cb,
-                              r);
-        /* Into the engine's buffer directly. Data cannot arrive before the loop runs again. */
-        if (t != NULL && scsi_task_add_data_in_buffer(t, (int)len, io->buf) != 0) {
-            /* The cancelled task's callback completes the request with -EIO. */
-            r->task = t;
-            r->cancelling = 1;
-            all_add(b, r);
-            iscsi_scsi_cancel_task(b->iscsi, t);
-            return 0;
-        }
-        break;
-    case PLX_IO_WRITE:
-        t = iscsi_write16_task(b->iscsi, b->lun, lba, io->buf, len, (int)b->lba_size, 0, 0,
-                               (io->flags & PLX_IO_FUA) != 0, 0, 0, task_cb, r);
-        break;
-    case PLX_IO_FLUSH:
-        /* lba 0, 0 blocks: the whole LUN's volatile cache. */
-        t = iscsi_synchronizecache10_task(b->iscsi, b->lun, 0, 0, 0, 0, task_cb, r);
-        break;
-    case PLX_IO_TRIM:
-        next_unmap(b, r);
-        t = iscsi_unmap_task(b->iscsi, b->lun, 0, 0, &r->unmap, 1, task_cb, r);
-        break;
-    }
-    if (t == NULL)
-        return -EIO;
-    r->task = t;
-    all_add(b, r);
-    return 0;
-}
-
-static void task_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private)
-{
-    struct iscsi_req *r = private;
-    struct iscsi_backend *b = r->b;
-    struct scsi_task *task = command_data;
-    (void)iscsi;
-
-    if (r->abandoned) {
-        /* Already failed with -EIO; the memory stays until destroy. */
-        if (task != NULL)
-            scsi_free_scsi_task(task);
-        r->task = NULL;
-        return;
-    }
-    all_remove(b, r);
-    if (status == SCSI_STATUS_CANCELLED && !r->cancelling && !b->blocking) {
-        /* libiscsi cancels what it holds when the connection drops (its own reconnect is off)
-         * and when we destroy the context: the request is held, unsent, until a new session is
-         * logged in and our registration is settled (backend_iscsi_session.c). */
-        if (task != NULL)
-            scsi_free_scsi_task(task);
-        r->task = NULL;
-        b->dropped = 1;
-        plx_iscsi_list_push(&b->held, r);
-        return;
-    }
-    int rc = task_outcome(b, r, status, task);
-    if (task != NULL)
-        scsi_free_scsi_task(task);
-    r->task = NULL;
-    if (rc == 0 && trim_continues(b, r))
-        rc = 1;
-    if (rc == 1) {
-        /* Not from inside libiscsi's callback: poll() issues it again after the service call. */
-        plx_iscsi_list_push(&b->retry, r);
-        return;
-    }
-    if (rc == 2 && r->retries++ < MAX_RETRIES) {
-        /* Refused by the reservation: held until poll() has settled our registration (it may
-         * send commands of its own, which it cannot do from inside libiscsi's callback). */
-        plx_iscsi_registration_in_doubt(b);
-        plx_iscsi_list_push(&b->held, r);
-        return;
-    }
-    plx_iscsi_finish(b, r, rc == 2 ? -EIO : rc);
-}
-
-static void run_retries(struct iscsi_backend *b)
-{
-    struct iscsi_req *r;
-    while ((r = plx_iscsi_list_pop(&b->retry)) != NULL) {
-        int rc = b->dead ? -EIO : issue(b, r);
-        if (rc < 0)
-            plx_iscsi_finish(b, r, rc);
-    }
-}
-
-/* Everything libiscsi holds fails with -EIO now; libiscsi may still call back for those tasks
- * (at destroy), which then only frees them. */
-void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why)
-{
-    if (!b->dead)
-        fprintf(stderr, "parallax: %s: %s; failing I/O with EIO\n", b->base.desc, why);
-    b->dead = 1;
-    while (b->all != NULL) {
-        struct iscsi_req *r = b->all;
-        all_remove(b, r);
-        /* libiscsi keeps r as its callback's private data: r stays allocated (until destroy),
-         * marked abandoned, and a copy carries the -EIO completion to the ready list. */
-        struct iscsi_req *d = malloc(sizeof(*d));
-        if (d == NULL)
-            abort();
-        *d = *r;
-        d->task = NULL;
-        plx_iscsi_finish(b, d, -EIO);
-        r->abandoned = 1;
-        r->next = b->abandoned;
-        b->abandoned = r;
-    }
-    while (b->retry.head != NULL)
-        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->retry), -EIO);
-    while (b->held.head != NULL)
-        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -EIO);
-}
 
 /* One round of libiscsi's event processing, without waiting. */
 static void service(struct iscsi_backend *b)
@@ -423,10 +101,10 @@ static void service(struct iscsi_backend *b)
         }
         if (b->conn != CONN_UP)
             plx_iscsi_session_step(b, revents & ~POLLRDHUP);
-        run_retries(b);
+        plx_iscsi_run_retries(b);
         plx_iscsi_sync_socket(b, 1);
     }
-    set_ticking(b, (b->inflight > 0 || b->conn != CONN_UP || b->rejoin) && !b->dead);
+    plx_iscsi_set_ticking(b, (b->inflight > 0 || b->conn != CONN_UP || b->rejoin) && !b->dead);
 }
 
 /* Wait up to ms (-1: forever) for the socket or the clock. */
@@ -463,7 +141,7 @@ static void after_sync(struct iscsi_backend *b)
 {
     plx_iscsi_sync_socket(b, 1);
     if (b->ready.head != NULL)
-        efd_signal(b->efd);
+        plx_iscsi_efd_signal(b->efd);
 }
 
 /* PERSISTENT RESERVE OUT: the SCSI status, or -1 when the session failed. UNIT ATTENTION (a
@@ -478,7 +156,7 @@ static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key
         struct scsi_task *t = iscsi_persistent_reserve_out_sync(
             b->iscsi, b->lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, type, &p);
         int status = t != NULL ? t->status : -1;
-        int again = retryable(status, t) && i < MAX_RETRIES;
+        int again = plx_iscsi_retryable(status, t) && i < MAX_RETRIES;
         if (t != NULL)
             scsi_free_scsi_task(t);
         if (!again)
@@ -502,7 +180,7 @@ static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void 
             *task = t;
             return 0;
         }
-        int again = t != NULL && retryable(t->status, t) && i < MAX_RETRIES;
+        int again = t != NULL && plx_iscsi_retryable(t->status, t) && i < MAX_RETRIES;
         if (t != NULL)
             scsi_free_scsi_task(t);
         if (!again)
@@ -561,24 +239,6 @@ static int pr_reserve_if_free(struct iscsi_backend *b)
             return -EIO;
     }
     return -EIO;
-}
-
-uint64_t plx_iscsi_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Our registration may be gone: hold writes until rejoin_try settles it. */
-void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
-{
-    if (b->pr_key == 0 || b->fenced || b->rejoin)
-        return;
-    b->rejoin = 1;
-    b->rejoin_checked = 0;
-    b->rejoin_key_gone = 0;
-    b->rejoin_since_ns = plx_iscsi_mono_ns();
 }
 
 /* Fenced for good: everything held and everything later fails with -ESTALE. */
@@ -692,19 +352,6 @@ static void rejoin_try(struct iscsi_backend *b)
     plx_iscsi_release_held(b);
 }
 
-/* The held requests go out, in order (only ever filled in asynchronous mode). */
-void plx_iscsi_release_held(struct iscsi_backend *b)
-{
-    struct req_list held = b->held; /* issue() may hold a request again */
-    b->held.head = b->held.tail = NULL;
-    struct iscsi_req *r;
-    while ((r = plx_iscsi_list_pop(&held)) != NULL) {
-        int rc = b->dead ? -EIO : issue(b, r);
-        if (rc < 0)
-            plx_iscsi_finish(b, r, rc);
-    }
-}
-
 /* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
  * 0 when registered again, -ESTALE when fenced, -EIO when the target or the lock manager did
  * not answer in time. */
@@ -815,7 +462,7 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             t = iscsi_synchronizecache10_sync(b->iscsi, b->lun, 0, 0, 0, 0);
             break;
         case PLX_IO_TRIM:
-            next_unmap(b, r);
+            plx_iscsi_next_unmap(b, r);
             t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
             break;
         }
@@ -836,7 +483,7 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             }
             continue;
         }
-        int rc = task_outcome(b, r, t->status, t);
+        int rc = plx_iscsi_task_outcome(b, r, t->status, t);
         if (rc == 2) {
             int joined = r->retries++ < MAX_RETRIES ? rejoin_wait(b) : -EIO;
             rc = joined == 0 ? 1 : joined;
@@ -848,7 +495,7 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
                 memcpy(io->buf, t->datain.data, len);
         }
         scsi_free_scsi_task(t);
-        if (rc == 0 && trim_continues(b, r))
+        if (rc == 0 && plx_iscsi_trim_continues(b, r))
             rc = 1;
         if (rc != 1)
             return rc;
@@ -888,7 +535,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
         b->inflight++;
         return 0;
     }
-    rc = issue(b, r);
+    rc = plx_iscsi_issue(b, r);
     if (rc < 0) {
         free(r);
         return rc;
@@ -896,7 +543,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     b->inflight++;
     /* The PDU waits in libiscsi's queue: ask for POLLOUT now, so the host wakes to send it. */
     plx_iscsi_sync_socket(b, 0);
-    set_ticking(b, 1);
+    plx_iscsi_set_ticking(b, 1);
     return 0;
 }
 
@@ -913,7 +560,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
     int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
 
     for (;;) {
-        efd_drain(b->efd);
+        plx_iscsi_efd_drain(b->efd);
         if (!b->blocking)
             service(b);
         if (b->rejoin) {
@@ -948,7 +595,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
         io->done(io, status);
     }
     if (b->ready.head != NULL)
-        efd_signal(b->efd);
+        plx_iscsi_efd_signal(b->efd);
     return n;
 }
 
@@ -1097,27 +744,6 @@ static int check_url(const char *url, char *desc, size_t desclen, char *msg, siz
     }
     return 0;
 }
-
-/* libiscsi's log. While a backend opens, its first error is kept for the open's own message
- * (libiscsi's last error is often a consequence, not the cause) and nothing is printed. Later, the
- * connection's story (lost, reconnect attempts) goes to stderr, without the UNIT ATTENTIONs that
- * every reconnect brings and the backend retries. */
-static __thread int log_opening;
-static __thread char log_first[256];
-
-void plx_iscsi_log_fn(int level, const char *message)
-{
-    (void)level;
-    if (log_opening) {
-        if (log_first[0] == '\0')
-            snprintf(log_first, sizeof(log_first), "%s", message);
-        return;
-    }
-    if (strstr(message, "UNIT_ATTENTION") != NULL)
-        return;
-    fprintf(stderr, "parallax: iscsi: %s\n", message);
-}
-
 /* The initiator name: $PARALLAX_ISCSI_INITIATOR, else one derived from the host id (backend.h:
  * $PARALLAX_HOST_ID, /etc/parallax/host-id, the host name). Hosts sharing a target need
  * distinct names: the target tells their sessions apart by them. */
@@ -1146,7 +772,8 @@ static int connect_error(struct iscsi_backend *b, const char *desc, const struct
 {
     char e[256];
     /* Trailing " [target]" and newlines from libiscsi's log lines go. */
-    snprintf(e, sizeof(e), "%s", log_first[0] ? log_first : iscsi_get_error(b->iscsi));
+    snprintf(e, sizeof(e), "%s",
+             *plx_iscsi_log_first() ? plx_iscsi_log_first() : iscsi_get_error(b->iscsi));
     char *cut = strstr(e, " [");
     if (cut != NULL)
         *cut = '\0';
@@ -1318,8 +945,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
     }
-    log_opening = 1;
-    log_first[0] = '\0';
+    plx_iscsi_log_capture(1);
 
     if (iscsi_full_connect_sync(b->iscsi, u->portal, u->lun) != 0) {
         int e = connect_error(b, desc, u, msg, sizeof(msg));
@@ -1327,14 +953,14 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         iscsi_destroy_context(b->iscsi);
         b->iscsi = NULL;
         iscsi_destroy(&b->base);
-        log_opening = 0;
+        plx_iscsi_log_capture(0);
         return open_fail(err, errbuf, errlen, e, "%s", msg);
     }
     iscsi_destroy_url(u);
     rc = check_lun(b, desc, msg, sizeof(msg));
     if (rc == 0)
         rc = read_geometry(b, desc, msg, sizeof(msg));
-    log_opening = 0;
+    plx_iscsi_log_capture(0);
     if (rc < 0) {
         iscsi_destroy(&b->base);
         return open_fail(err, errbuf, errlen, -rc, "%s", msg);

@@ -1,7 +1,7 @@
 /*
- * backend_iscsi_internal.h - what backend_iscsi.c (requests, fencing, the seam) and
- * backend_iscsi_session.c (the session: its context, losing it, logging in again) share.
- * Nothing outside these two files includes it.
+ * backend_iscsi_internal.h - what the iSCSI backend's three files share, from the bottom up:
+ * backend_iscsi_io.c (requests), backend_iscsi_session.c (the session: its context, losing it,
+ * logging in again) and backend_iscsi.c (fencing, the seam, opening). Nothing else includes it.
  */
 #ifndef PLX_BACKEND_ISCSI_INTERNAL_H
 #define PLX_BACKEND_ISCSI_INTERNAL_H
@@ -13,6 +13,8 @@
 #include <iscsi/scsi-lowlevel.h>
 
 #include "backend.h"
+
+#define MAX_RETRIES 8 /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 
 struct iscsi_req {
     struct plx_io *io;
@@ -79,16 +81,28 @@ struct iscsi_backend {
     char lock_path[PATH_MAX];
 };
 
-/* backend_iscsi.c */
+/* backend_iscsi_io.c: requests, the event set, libiscsi's log (the bottom layer). */
 void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r);
 struct iscsi_req *plx_iscsi_list_pop(struct req_list *l);
+void plx_iscsi_efd_signal(int efd);
+void plx_iscsi_efd_drain(int efd);
 void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status);
-void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why);
 void plx_iscsi_sync_socket(struct iscsi_backend *b, int force);
+void plx_iscsi_set_ticking(struct iscsi_backend *b, int on);
+int plx_iscsi_retryable(int status, const struct scsi_task *task);
+int plx_iscsi_task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int status,
+                           struct scsi_task *task);
+void plx_iscsi_next_unmap(const struct iscsi_backend *b, struct iscsi_req *r);
+int plx_iscsi_trim_continues(const struct iscsi_backend *b, struct iscsi_req *r);
+int plx_iscsi_issue(struct iscsi_backend *b, struct iscsi_req *r);
+void plx_iscsi_run_retries(struct iscsi_backend *b);
+void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why);
+uint64_t plx_iscsi_mono_ns(void);
 void plx_iscsi_registration_in_doubt(struct iscsi_backend *b);
 void plx_iscsi_release_held(struct iscsi_backend *b);
 void plx_iscsi_log_fn(int level, const char *message);
-uint64_t plx_iscsi_mono_ns(void);
+void plx_iscsi_log_capture(int on); /* while opening: keep the first error, print nothing */
+const char *plx_iscsi_log_first(void);
 
 /* backend_iscsi_session.c */
 struct iscsi_context *plx_iscsi_new_context(struct iscsi_backend *b, struct iscsi_url **url);

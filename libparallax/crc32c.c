@@ -4,7 +4,8 @@
  * The write cache checksums every data block it logs (wlog.c), on the engine thread, so the
  * checksum is on the write path: on x86-64 with SSE4.2 it runs on the CPU's crc32 instruction,
  * eight bytes at a time (measured: 1 MiB in some 0.1 ms, against 3 ms and more byte by byte
- * from a table, which capped the cache's burst at some 300 MiB/s). Elsewhere the table, byte at
+ * from a table, which capped the cache's burst at some 300 MiB/s), in three lanes at once from
+ * 12 KiB up (crc_hw_run). Elsewhere the table, byte at
  * a time: metadata blocks alone are written rarely enough for it.
  */
 #include <errno.h>
@@ -37,6 +38,29 @@ static uint32_t crc_table_run(uint32_t c, const uint8_t *p, size_t len)
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CRC_HW 1
 /* The crc32 instruction computes CRC-32C (the same reflected polynomial, no inversions). */
+/* Three lanes: one crc32 instruction takes three cycles before the next can use its result, but
+ * the CPU starts one per cycle, so three independent running CRCs over three adjacent LANE-byte
+ * pieces go about three times as fast as one; they are then joined. The register of a CRC is
+ * linear in its input: the CRC of A||B from seed c is shift(CRC of A from c, |B|) xor the CRC
+ * of B from 0, where shift multiplies by x^(8|B|) modulo the polynomial. */
+#define LANE 4096u
+/* x^(8 * LANE) modulo the CRC-32C polynomial, bit-reflected like the register (bit 31 is x^0):
+ * x^0 multiplied by x 32768 times. test_engine's test_crc32c checks the lanes against the
+ * table. */
+#define LANE_SHIFT 0x35d73a62u
+
+/* a * b modulo the polynomial (reflected). Some 32 steps: twice per 3 * LANE bytes. */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            p ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0x82f63b78u : b >> 1;
+    }
+    return p;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t c, const uint8_t *p,
                                                              size_t len)
 {
@@ -45,6 +69,20 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t c, const u
         len--;
     }
     uint64_t c64 = c;
+    for (; len >= 3 * LANE; p += 3 * LANE, len -= 3 * LANE) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < LANE; i += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p + LANE + i, 8);
+            memcpy(&w2, p + 2 * LANE + i, 8);
+            c64 = __builtin_ia32_crc32di(c64, w0);
+            c1 = __builtin_ia32_crc32di(c1, w1);
+            c2 = __builtin_ia32_crc32di(c2, w2);
+        }
+        uint32_t ab = gf2_mulmod(LANE_SHIFT, (uint32_t)c64) ^ (uint32_t)c1;
+        c64 = gf2_mulmod(LANE_SHIFT, ab) ^ (uint32_t)c2;
+    }
     for (; len >= 8; p += 8, len -= 8) {
         uint64_t w;
         memcpy(&w, p, 8);

@@ -205,6 +205,17 @@ void plx_defer(plx_store *st, struct plx_deferred *d)
         plx_wake(st);
 }
 
+void plx_defer_turn(plx_store *st, struct plx_deferred *d)
+{
+    d->next = NULL;
+    if (st->turn_tail)
+        st->turn_tail->next = d;
+    else
+        st->turn_head = d;
+    st->turn_tail = d;
+    plx_wake(st);
+}
+
 int plx_store_fd(const plx_store *st)
 {
     return st->epoll_fd;
@@ -230,6 +241,15 @@ int plx_store_service(plx_store *st)
     }
     if (st->service_tick)
         st->service_tick(st);
+    /* What plx_defer_turn queued during the last pass runs in this one. */
+    if (st->turn_head) {
+        if (st->deferred_tail)
+            st->deferred_tail->next = st->turn_head;
+        else
+            st->deferred_head = st->turn_head;
+        st->deferred_tail = st->turn_tail;
+        st->turn_head = st->turn_tail = NULL;
+    }
     int ran = 0;
     st->in_service = true;
     for (;;) {
@@ -342,7 +362,7 @@ void plx_engine_free(plx_store *st)
 
 bool plx_engine_busy(const plx_store *st)
 {
-    return st->internal_ios || st->ready_head || st->deferred_head;
+    return st->internal_ios || st->ready_head || st->deferred_head || st->turn_head;
 }
 
 int plx_engine_watch_fd(plx_store *st, int fd)

@@ -94,6 +94,7 @@ struct plx_store {
     int wake_fd;                                        /* eventfd: callbacks are ready to run */
     struct plx_ev *ready_head, *ready_tail;             /* I/O completed, handler not yet run */
     struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */
+    struct plx_deferred *turn_head, *turn_tail;         /* plx_defer_turn: the next pass's */
     unsigned internal_ios;                              /* engine I/O in flight */
     bool in_service; /* inside plx_store_service: completions need no wake */
     int fatal;       /* nonzero: the store stopped (negative errno) */
@@ -143,6 +144,9 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
                 unsigned flags);
 /* Queue d->run for the end of the current service pass (waking the loop if outside one). */
 void plx_defer(plx_store *st, struct plx_deferred *d);
+/* Queue d->run for the next service pass, not this one, and wake the loop: a long job (the
+ * write log's drain) runs in steps with the loop's other work (a server's sockets) between. */
+void plx_defer_turn(plx_store *st, struct plx_deferred *d);
 void plx_wake(plx_store *st);
 /* Run the handlers of completed engine I/O (not deferred callbacks). */
 void plx_run_ready(plx_store *st);

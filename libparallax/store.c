@@ -18,16 +18,6 @@
 
 #define DEFAULT_CACHE_BYTES (64ull << 20)
 
-int plx_store_busy(const plx_store *st)
-{
-    if (plx_engine_busy(st))
-        return 1;
-    for (const struct plx_vdi *v = st->vdis; v; v = v->next)
-        if (!plx_vdi_idle(v))
-            return 1;
-    return 0;
-}
-
 static void store_free(plx_store *st)
 {
     plx_cache_free(st);
@@ -170,7 +160,8 @@ int plx_store_set_lockd(plx_store *st, const char *addr)
     if (st->read_only)
         return plx_err(st, -EROFS, "blockstore opened read-only");
     if (strlen(addr) >= sizeof st->state.lockd_addr || strchr(addr, ' '))
-        return plx_err(st, -EINVAL, "lock manager address '%s': at most %zu characters, no "
+        return plx_err(st, -EINVAL,
+                       "lock manager address '%s': at most %zu characters, no "
                                     "spaces (HOST:PORT)",
                        addr, sizeof st->state.lockd_addr - 1);
     int rc = plx_admin_lock(st);
@@ -192,7 +183,8 @@ int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *te
     return plx_lockd_status(st, line, arg);
 }
 
-/* ---- Upgrade ----------------------------------------------------------------------------------- */
+/* ---- Upgrade -----------------------------------------------------------------------------------
+ */
 
 /* Version 1 -> 2, in this order, each step durable before the next (FORMAT.md §11): the VDI
  * table and name index (new blocks only), the version-2 state block that links them, the

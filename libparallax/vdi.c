@@ -14,9 +14,11 @@
 #include "snap_edit.h"
 #include "snaplog.h"
 #include "vdi.h"
+#include "vdi_io.h"
 #include "wlog.h"
 
-/* ---- Open / close ------------------------------------------------------------------------------- */
+/* ---- Open / close -------------------------------------------------------------------------------
+ */
 
 static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
 {
@@ -33,9 +35,8 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
             ;
         else if (rec.lock_host &&
                  !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
-            rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u",
-                         rec.name, rec.lock_host == st->host_hash ? st->host : "another host",
-                         rec.lock_pid);
+            rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u", rec.name,
+                         rec.lock_host == st->host_hash ? st->host : "another host", rec.lock_pid);
         /* Taking the lock from a dead holder: cut it off at the target first, so nothing it
          * still sends can land after we start writing (a no-op without fencing). */
         if (!rc)
@@ -58,8 +59,8 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     if (!rc) {
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
         if (rc)
-            plx_err(st, rc, "%s VDI %s: flush failed: %s", take ? "opening" : "closing",
-                    rec.name, strerror(-rc));
+            plx_err(st, rc, "%s VDI %s: flush failed: %s", take ? "opening" : "closing", rec.name,
+                    strerror(-rc));
     }
     if (!rc) {
         rec.seq++;
@@ -242,6 +243,17 @@ int plx_vdi_close_all(plx_store *st)
     return rc;
 }
 
+/* Is anything of the store still in flight: engine I/O, or a request of any VDI? */
+int plx_store_busy(const plx_store *st)
+{
+    if (plx_engine_busy(st))
+        return 1;
+    for (const struct plx_vdi *v = st->vdis; v; v = v->next)
+        if (!plx_vdi_idle(v))
+            return 1;
+    return 0;
+}
+
 uint64_t plx_vdi_size(const plx_vdi *v)
 {
     return v->rec.size;
@@ -257,95 +269,14 @@ int plx_vdi_readonly(const plx_vdi *v)
     return v->ro;
 }
 
-/* ---- Submission --------------------------------------------------------------------------------- */
+/* ---- Submission: a VDI with its cache on goes to the write log (wlog.c), any other
+ * straight into the pipeline (vdi_io.c) ---------------------------------------------------- */
 
-static int range_check(plx_vdi *v, uint64_t off, uint64_t len)
-{
-    if (off > v->rec.size || len > v->rec.size - off)
-        return plx_err(v->st, -EINVAL, "request at %llu+%llu is beyond the end of VDI %s (%llu)",
-                       (unsigned long long)off, (unsigned long long)len, v->rec.name,
-                       (unsigned long long)v->rec.size);
-    return 0;
-}
-
-static struct plx_req *req_new(plx_vdi *v, enum plx_req_op op, uint64_t off, uint64_t len,
-                               plx_done_fn cb, void *arg)
-{
-    struct plx_req *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    r->op = op;
-    r->off = off;
-    r->len = len;
-    r->b0 = off / PLX_BLOCK_SIZE;
-    r->b1 = (off + len + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE;
-    r->cb = cb;
-    r->arg = arg;
-    r->v = v;
-    return r;
-}
-
-/* A request with nothing to do still completes from the service loop, never inline. */
-static int complete_empty(plx_vdi *v, plx_done_fn cb, void *arg)
-{
-    struct plx_req *r = req_new(v, REQ_READ, 0, 0, cb, arg);
-    if (!r)
-        return plx_err(v->st, -ENOMEM, "out of memory");
-    plx_complete(v->st, r);
-    return 0;
-}
-
-static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, size_t len,
-                     unsigned flags, plx_done_fn cb, void *arg)
-{
-    if (plx_lease_check(v->st))
-        return -ESTALE;
-    if (op != REQ_READ && v->ro)
-        return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
-    int rc = range_check(v, off, len);
-    if (rc)
-        return rc;
-    if (len == 0)
-        return complete_empty(v, cb, arg);
-    struct plx_req *r = req_new(v, op, off, len, cb, arg);
-    if (!r)
-        return plx_err(v->st, -ENOMEM, "out of memory");
-    r->flags = flags;
-    r->ubuf = buf;
-    bool aligned = ((uintptr_t)buf % PLX_BLOCK_SIZE) == 0 && off % PLX_BLOCK_SIZE == 0 &&
-                   len % PLX_BLOCK_SIZE == 0;
-    if (aligned) {
-        r->io_buf = buf;
-    } else {
-        r->bounce = plx_block_alloc(r->b1 - r->b0);
-        r->io_buf = r->bounce;
-        if (op == REQ_WRITE) {
-            r->head_partial = off % PLX_BLOCK_SIZE != 0;
-            r->tail_partial = (off + len) % PLX_BLOCK_SIZE != 0;
-        }
-    }
-    return plx_req_submit(v, r);
-}
-
-int plx_vdi_direct_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
-                        void *arg)
-{
-    return submit_rw(v, REQ_READ, buf, off, len, 0, cb, arg);
-}
-
-int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb,
-                        void *arg)
+int plx_vdi_submit_read(plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb, void *arg)
 {
     if (v->wc)
         return plx_wlog_submit_read(v, buf, off, len, cb, arg);
     return plx_vdi_direct_read(v, buf, off, len, cb, arg);
-}
-
-int plx_vdi_direct_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
-                         plx_done_fn cb, void *arg)
-{
-    /* The buffer is only read from; the request keeps one pointer type for both directions. */
-    return submit_rw(v, REQ_WRITE, (void *)(uintptr_t)buf, off, len, flags, cb, arg);
 }
 
 int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, unsigned flags,
@@ -359,14 +290,14 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
 int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len,
                                 int *mapped, plx_done_fn cb, void *arg)
 {
-    int rc = range_check(v, off, len);
+    int rc = plx_vdi_range_check(v, off, len);
     if (rc)
         return rc;
     if (len == 0)
         return plx_err(v->st, -EINVAL, "block status of an empty range of VDI %s", v->rec.name);
     if (v->wc && plx_wlog_block_status(v, off, &len) == 1) {
         /* Written in the log, not yet in the store: mapped. */
-        struct plx_req *e = req_new(v, REQ_READ, 0, 0, cb, arg);
+        struct plx_req *e = plx_vdi_req_new(v, REQ_READ, 0, 0, cb, arg);
         if (!e)
             return plx_err(v->st, -ENOMEM, "out of memory");
         *run_len = len;
@@ -374,7 +305,7 @@ int plx_vdi_submit_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t
         plx_complete(v->st, e);
         return 0;
     }
-    struct plx_req *r = req_new(v, REQ_STATUS, off, len, cb, arg);
+    struct plx_req *r = plx_vdi_req_new(v, REQ_STATUS, off, len, cb, arg);
     if (!r)
         return plx_err(v->st, -ENOMEM, "out of memory");
     r->run_out = run_len;
@@ -389,124 +320,11 @@ int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
     return plx_vdi_direct_flush(v, cb, arg);
 }
 
-int plx_vdi_direct_flush(plx_vdi *v, plx_done_fn cb, void *arg)
-{
-    if (plx_lease_check(v->st))
-        return -ESTALE;
-    if (v->ro)
-        return complete_empty(v, cb, arg);
-    struct plx_req *r = req_new(v, REQ_FLUSH, 0, 0, cb, arg);
-    if (!r)
-        return plx_err(v->st, -ENOMEM, "out of memory");
-    return plx_req_submit(v, r);
-}
-
-/* A trim becomes up to three requests: zero writes for partial edge blocks and an unmap of the
- * whole blocks between them. The caller's callback fires once, with the first error. */
-struct trim_parts {
-    plx_done_fn cb;
-    void *arg;
-    int remaining;
-    int status;
-};
-
-static void trim_part_done(void *arg, int status)
-{
-    struct trim_parts *t = arg;
-    if (status && !t->status)
-        t->status = status;
-    if (--t->remaining == 0) {
-        t->cb(t->arg, t->status);
-        free(t);
-    }
-}
-
-static const uint8_t zero_block[PLX_BLOCK_SIZE];
-
 int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
 {
     if (v->wc)
         return plx_wlog_submit_trim(v, off, len, cb, arg);
     return plx_vdi_direct_trim(v, off, len, cb, arg);
-}
-
-int plx_vdi_direct_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg)
-{
-    if (plx_lease_check(v->st))
-        return -ESTALE;
-    if (v->ro)
-        return plx_err(v->st, -EROFS, "VDI %s is open read-only", v->rec.name);
-    int rc = range_check(v, off, len);
-    if (rc)
-        return rc;
-    if (len == 0)
-        return complete_empty(v, cb, arg);
-    uint64_t end = off + len;
-    uint64_t a0 = (off + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
-    uint64_t a1 = end / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
-    struct trim_parts *t = calloc(1, sizeof *t);
-    if (!t)
-        return plx_err(v->st, -ENOMEM, "out of memory");
-    t->cb = cb;
-    t->arg = arg;
-    t->remaining = 1; /* held until every part is submitted */
-    if (a0 >= a1) {
-        /* Inside one block (or two partial ones): plain zero writes. */
-        for (uint64_t o = off; o < end;) {
-            uint64_t next = (o / PLX_BLOCK_SIZE + 1) * PLX_BLOCK_SIZE;
-            uint64_t n = (next < end ? next : end) - o;
-            t->remaining++;
-            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, o, n, 0, trim_part_done,
-                          t))
-                t->remaining--;
-            o += n;
-        }
-    } else {
-        if (off < a0) {
-            t->remaining++;
-            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, off, a0 - off, 0,
-                          trim_part_done, t))
-                t->remaining--;
-        }
-        struct plx_req *r = req_new(v, REQ_TRIM, a0, a1 - a0, trim_part_done, t);
-        if (r) {
-            t->remaining++;
-            plx_req_submit(v, r);
-        } else if (!t->status) {
-            t->status = -ENOMEM;
-        }
-        if (a1 < end) {
-            t->remaining++;
-            if (submit_rw(v, REQ_WRITE, (void *)(uintptr_t)zero_block, a1, end - a1, 0,
-                          trim_part_done, t))
-                t->remaining--;
-        }
-    }
-    /* Drop the submission hold; parts complete from the service loop, never from here. */
-    if (--t->remaining == 0) {
-        int status = t->status;
-        free(t);
-        return status ? status : complete_empty(v, cb, arg);
-    }
-    return 0;
-}
-
-/* Fold the log's tail into the label index once it is PLX_LABELS_FOLD_TAIL snapshots long, as
- * an edit in the request stream (snap_edit.c), queued behind the snapshot that made it that
- * long: it runs on asynchronous I/O once the snapshots ahead of it have committed, so the tail
- * stays short however the snapshots come, and submitting a snapshot never waits for the medium.
- * (It used to fold here and now with blocking I/O when nothing was in flight: a read of the
- * tail, a write of the VDI record and a flush, during which `parallax serve` or tapdisk served
- * nothing at all; on a busy disk, one snapshot in 126 took 100 ms and more, issue 16.) */
-static int labels_fold_queue(plx_vdi *v, uint64_t tail)
-{
-    if (v->ro || v->needs_reload || tail < PLX_LABELS_FOLD_TAIL || v->labels.fold_queued)
-        return 0;
-    struct plx_req *f = plx_snap_edit_new(v, PLX_EDIT_FOLD, 0, NULL, NULL, NULL);
-    if (!f)
-        return plx_err(v->st, -ENOMEM, "out of memory");
-    v->labels.fold_queued = true;
-    return plx_req_submit(v, f);
 }
 
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
@@ -517,56 +335,8 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
     return plx_vdi_direct_snapshot(v, label, index_out, cb, arg);
 }
 
-int plx_vdi_direct_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
-                            void *arg)
-{
-    plx_store *st = v->st;
-    if (plx_lease_check(st))
-        return -ESTALE;
-    if (v->ro)
-        return plx_err(st, -EROFS, "VDI %s is open read-only: cannot snapshot", v->rec.name);
-    if (!label)
-        label = "";
-    int rc = plx_label_check(st, label);
-    if (rc)
-        return rc;
-    uint64_t t0 = st->snap_trace ? plx_mono_ns() : 0;
-    uint64_t tail = v->rec.snap_count - v->rec.label_indexed; /* before this snapshot */
-    /* Labels of snapshots in flight are known here; the medium is asked by an edit queued just
-     * ahead of the snapshot, which fails the snapshot if the label is taken. */
-    rc = plx_label_taken(v, label, 0);
-    if (rc)
-        return rc < 0 ? rc
-                      : plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s'",
-                                v->rec.name, label);
-    struct plx_req *r = req_new(v, REQ_SNAPSHOT, 0, 0, cb, arg);
-    if (!r)
-        return plx_err(st, -ENOMEM, "out of memory");
-    if (st->snap_trace && (r->trace = calloc(1, sizeof *r->trace)) != NULL)
-        r->trace->submit_ns = t0;
-    if (*label) {
-        struct plx_req *check = plx_snap_edit_check_new(v, label, r);
-        if (!check) {
-            free(r->trace);
-            free(r);
-            return plx_err(st, -ENOMEM, "out of memory");
-        }
-        rc = plx_req_submit(v, check);
-        if (rc) {
-            free(r->trace);
-            free(r);
-            return rc;
-        }
-    }
-    snprintf(r->label, sizeof r->label, "%s", label);
-    r->index_out = index_out;
-    rc = plx_req_submit(v, r);
-    if (!rc)
-        (void)labels_fold_queue(v, tail); /* a failure leaves the index as it was: correct */
-    return rc;
-}
-
-/* ---- Block status ------------------------------------------------------------------------------- */
+/* ---- Block status -------------------------------------------------------------------------------
+ */
 
 /* Is vblock mapped? *span receives how many blocks from vblock certainly share the answer. */
 static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
@@ -585,8 +355,8 @@ static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
             *span = 1;
             return 0;
         }
-        int rc = plx_cache_get_sync(v->st, plx_link_addr(link), level - 1,
-                                    plx_child_owner(n, link), &n);
+        int rc =
+            plx_cache_get_sync(v->st, plx_link_addr(link), level - 1, plx_child_owner(n, link), &n);
         if (rc)
             return rc;
     }
@@ -594,7 +364,7 @@ static int mapped_at(plx_vdi *v, uint64_t vb, int *mapped, uint64_t *span)
 
 int plx_vdi_block_status(plx_vdi *v, uint64_t off, uint64_t len, uint64_t *run_len)
 {
-    int rc = range_check(v, off, len);
+    int rc = plx_vdi_range_check(v, off, len);
     if (rc)
         return rc;
     if (len == 0) {

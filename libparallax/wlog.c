@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include "lock.h"
 #include "registry.h"
-#include "vdi.h"
+#include "vdi_io.h"
 #include "wlog.h"
 
 #define BS PLX_BLOCK_SIZE
@@ -36,6 +36,8 @@
 #define MAX_FLYING 4u      /* batch writes in flight */
 #define MAX_SEALED 2u      /* sealed batches waiting for room or a write slot */
 #define ROUND_BLOCKS 4096u /* data blocks per drain round (16 MiB) */
+#define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
+#define APPLY_BLOCKS 1024u /* ... or data blocks (4 MiB) */
 #define MIN_LOG_BLOCKS (1u + 2u * (1u + MAX_DATA))
 
 enum bstate { B_GATHER, B_SEALED, B_FLYING, B_WRITTEN, B_DRAINING };
@@ -45,6 +47,7 @@ struct wreq;
 struct went {
     uint64_t vdi_id, vblock;
     uint32_t nblocks, data_off;
+    uint32_t crc;     /* data_crc as written (write_batch): the drain checks what it reads back */
     struct wreq *req; /* the request it belongs to (NULL once acknowledged) */
 };
 
@@ -139,10 +142,14 @@ struct plx_wlog {
     unsigned round_pending, log_reads;
     int round_status;
     struct wbatch *round_last; /* newest batch of the round */
+    struct wbatch *apply_b;    /* round_apply_step: the next record to submit */
+    bool round_crc_bad;        /* a record read back did not match its checksum */
+    uint32_t apply_i;
+    struct plx_deferred apply_next;
     struct plx_ev head_ev;
     struct plx_vdi **touched;
     size_t ntouched, captouched;
-    uint8_t *spare[4]; /* batch buffers to reuse */
+    uint8_t *spare[8]; /* batch and drain-read buffers to reuse */
     unsigned nspare;
     /* index */
     struct ient **tab;
@@ -348,7 +355,8 @@ static void piece_done(struct plx_wlog *wl, struct wreq *r, uint64_t seq, bool d
 
 /* Batch buffers (1 MiB + 4 KiB) are kept for reuse: a lone writer at QD1 would otherwise
  * allocate and zero one per write. Nothing in them needs to be zero (the header is rebuilt
- * whole, data areas are written before they are read). */
+ * whole, data areas are written before they are read). The drain reads batches back into them
+ * too: zeroing 1 MiB for each (plx_block_alloc) was 6-8% of serve's samples while a drain ran. */
 static uint8_t *buf_get(struct plx_wlog *wl)
 {
     if (wl->nspare)
@@ -513,6 +521,7 @@ static void write_batch(struct plx_wlog *wl, struct wbatch *b)
         h->entries[i].op = PLX_WLOG_OP_WRITE;
         h->entries[i].data_crc = plx_crc32c((uint32_t)b->seq, b->buf + BS * (1 + e->data_off),
                                             (size_t)e->nblocks * BS);
+        b->ent[i].crc = h->entries[i].data_crc;
     }
     plx_blkhdr_seal(h, PLX_MAGIC_WLOG_BATCH, b->pos);
     b->ev.io = (struct plx_io){.op = PLX_IO_WRITE, .block = b->pos, .nblocks = 1 + b->ndata,
@@ -698,7 +707,7 @@ static void release_round(struct plx_wlog *wl)
             wl->last = NULL;
         wl->released_seq = b->seq;
         if (!b->memory_only)
-            plx_block_free(b->rbuf);
+            buf_put(wl, b->rbuf);
         buf_put(wl, b->buf);
         free(b);
         b = nx;
@@ -723,7 +732,10 @@ static void head_written(struct plx_store *st, struct plx_ev *ev)
 static void round_commit(struct plx_wlog *wl)
 {
     if (wl->round_status) {
-        drain_fail(wl, wl->round_status, "a write or flush of the store");
+        drain_fail(wl, wl->round_status,
+                   wl->round_crc_bad ? "checking a record read back from the log against its "
+                                       "checksum"
+                                     : "a write or flush of the store");
         return;
     }
     if (wl->failed) {
@@ -805,6 +817,59 @@ static void touch(struct plx_wlog *wl, struct plx_vdi *v)
     wl->touched[wl->ntouched++] = v;
 }
 
+/* Submit the round's next records to the pipeline, in log order, APPLY_RECORDS or
+ * APPLY_BLOCKS at most, and leave the rest to the next service pass: submitting a whole round
+ * (up to 4096 records of 4 KiB) in one pass kept a server's loop from its sockets for 100-400
+ * ms, the tail of QD1 writes with the cache on (bench/README.md, "Write cache"). The round's
+ * round_pending holds one count for the steps until the last one. */
+static void round_apply_step(struct plx_wlog *wl)
+{
+    unsigned recs = 0, blocks = 0;
+    while (wl->apply_b != wl->round_last->next && !wl->round_status) {
+        struct wbatch *b = wl->apply_b;
+        if (wl->apply_i == b->nent) {
+            wl->apply_b = b->next;
+            wl->apply_i = 0;
+            continue;
+        }
+        if (recs >= APPLY_RECORDS || blocks >= APPLY_BLOCKS) {
+            plx_defer_turn(wl->st, &wl->apply_next);
+            return;
+        }
+        const struct went *e = &b->ent[wl->apply_i++];
+        recs++;
+        blocks += e->nblocks;
+        /* What the log gives back must be what was written: with the log in the page cache, a
+         * page dropped after its writeback failed reads back as whatever the disk holds. Such
+         * a record must not reach the store; the drain stops and the records stay. */
+        if (!b->memory_only &&
+            plx_crc32c((uint32_t)b->seq, b->rbuf + (size_t)BS * e->data_off,
+                       (size_t)e->nblocks * BS) != e->crc) {
+            wl->round_status = -EIO;
+            wl->round_crc_bad = true;
+            break;
+        }
+        struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
+        int rc = v ? 0 : -ENOENT;
+        if (v) {
+            touch(wl, v);
+            wl->round_pending++;
+            rc = plx_vdi_direct_write(v, b->rbuf + (size_t)BS * e->data_off, e->vblock * BS,
+                                      (size_t)e->nblocks * BS, 0, round_step_done, wl);
+            if (rc)
+                wl->round_pending--;
+        }
+        if (rc && !wl->round_status)
+            wl->round_status = rc;
+    }
+    round_step_done(wl, 0);
+}
+
+static void apply_next_run(struct plx_deferred *d)
+{
+    round_apply_step((struct plx_wlog *)((char *)d - offsetof(struct plx_wlog, apply_next)));
+}
+
 /* The round's data is in memory: submit its records to the pipeline in log order. */
 static void round_apply(struct plx_wlog *wl)
 {
@@ -813,24 +878,10 @@ static void round_apply(struct plx_wlog *wl)
         return;
     }
     wl->round_pending = 1;
-    for (struct wbatch *b = wl->first; b != wl->round_last->next; b = b->next)
-        for (uint32_t i = 0; i < b->nent; i++) {
-            const struct went *e = &b->ent[i];
-            struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
-            int rc = v ? 0 : -ENOENT;
-            if (v) {
-                touch(wl, v);
-                wl->round_pending++;
-                rc = plx_vdi_direct_write(v, b->rbuf + (size_t)BS * e->data_off,
-                                          e->vblock * BS, (size_t)e->nblocks * BS, 0,
-                                          round_step_done, wl);
-                if (rc)
-                    wl->round_pending--;
-            }
-            if (rc && !wl->round_status)
-                wl->round_status = rc;
-        }
-    round_step_done(wl, 0);
+    wl->apply_b = wl->first;
+    wl->apply_i = 0;
+    wl->apply_next.run = apply_next_run;
+    round_apply_step(wl);
 }
 
 static void round_read_done(struct plx_store *st, struct plx_ev *ev)
@@ -874,6 +925,7 @@ static void drain_kick(struct plx_wlog *wl)
     }
     wl->round_active = true;
     wl->round_status = 0;
+    wl->round_crc_bad = false;
     wl->round_pending = 1;
     for (b = wl->first; b != wl->round_last->next; b = b->next) {
         if (b->memory_only) {
@@ -882,7 +934,7 @@ static void drain_kick(struct plx_wlog *wl)
         }
         if (!b->ndata)
             continue;
-        b->rbuf = plx_block_alloc(b->ndata);
+        b->rbuf = buf_get(wl); /* the read fills what is used: no zeroing (plx_block_alloc) */
         b->ev.io = (struct plx_io){
             .op = PLX_IO_READ, .block = b->pos + 1, .nblocks = b->ndata, .buf = b->rbuf};
         b->ev.handler = round_read_done;
@@ -1615,42 +1667,8 @@ static uint64_t random_id(void)
     return x ? x : 1;
 }
 
-struct replay_vdi {
-    uint64_t id;
-    plx_vdi *v; /* NULL: skipped (deleted, or its record no longer names this log) */
-};
-
-static plx_vdi *replay_target(struct plx_wlog *wl, struct replay_vdi **rv, size_t *n, uint64_t id,
-                              int *err)
-{
-    for (size_t i = 0; i < *n; i++)
-        if ((*rv)[i].id == id)
-            return (*rv)[i].v;
-    struct replay_vdi *t = realloc(*rv, (*n + 1) * sizeof *t);
-    if (!t) {
-        *err = -ENOMEM;
-        return NULL;
-    }
-    *rv = t;
-    t[*n].id = id;
-    t[*n].v = NULL;
-    struct plx_vdi_record rec;
-    uint64_t slot;
-    char spec[32];
-    snprintf(spec, sizeof spec, "%llu", (unsigned long long)id);
-    int rc = plx_registry_find(wl->st, spec, &rec, &slot);
-    if (!rc && rec.wlog_id == wl->log_id && !(rec.flags & PLX_VDI_DELETED)) {
-        rc = plx_vdi_open(wl->st, spec, 0, &t[*n].v);
-        if (rc)
-            *err = rc;
-    }
-    (*n)++;
-    return t[*n - 1].v;
-}
-
 /* Read and check the batch at pos; returns its header in hb and data in *data, or false. */
-static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t *hb,
-                       uint8_t **data)
+static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t *hb, uint8_t **data)
 {
     if (pos < 1 || pos >= wl->nblocks || side_sync(wl, PLX_IO_READ, pos, 1, hb, 0))
         return false;
@@ -1686,113 +1704,79 @@ static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t 
     return true;
 }
 
-/* The records (their block addresses) that name log_id. */
-struct named {
-    uint64_t log_id;
-    uint64_t *addr;
-    size_t n, cap;
-};
+/* ---- Replay's reading side (wlog_attach.c applies what it reads) ----------------------------- */
 
-static int collect_named(void *arg, const struct plx_vdi_record *rec, uint64_t rec_addr)
+int plx_wlog_cursor_open(plx_store *st, struct plx_wlog_cursor *c)
 {
-    struct named *nm = arg;
-    if (rec->wlog_id != nm->log_id)
-        return 0;
-    if (nm->n == nm->cap) {
-        size_t c = nm->cap ? nm->cap * 2 : 16;
-        uint64_t *a = realloc(nm->addr, c * sizeof *a);
-        if (!a)
-            return -ENOMEM;
-        nm->addr = a;
-        nm->cap = c;
-    }
-    nm->addr[nm->n++] = rec_addr;
-    return 0;
+    struct plx_wlog *wl = st->wlog;
+    c->pos = wl->head->tail_pos;
+    c->seq = wl->head->tail_seq;
+    c->data = NULL;
+    c->hb = plx_block_alloc(1);
+    return c->hb ? 0 : plx_err(st, -ENOMEM, "out of memory");
 }
 
-static int replay(struct plx_wlog *wl)
+/* The batch at the cursor, or at block 1 when the log wrapped there; false at the log's end
+ * (the first batch that is missing, foreign, out of sequence or torn: never acknowledged). */
+bool plx_wlog_cursor_read(plx_store *st, struct plx_wlog_cursor *c)
 {
-    plx_store *st = wl->st;
+    struct plx_wlog *wl = st->wlog;
+    uint8_t *data = NULL; /* (read_batch frees what it allocated when it fails) */
+    if (read_batch(wl, c->pos, c->seq, c->hb, &data)) {
+        c->data = data;
+        return true;
+    }
+    data = NULL;
+    if (c->pos == 1 || !read_batch(wl, 1, c->seq, c->hb, &data))
+        return false;
+    c->data = data;
+    c->pos = 1;
+    return true;
+}
+
+void plx_wlog_cursor_step(struct plx_wlog_cursor *c)
+{
+    const struct plx_wlog_batch *bh = (const void *)c->hb;
+    plx_block_free(c->data);
+    c->data = NULL;
+    c->pos += bh->nblocks;
+    c->seq++;
+}
+
+void plx_wlog_cursor_close(struct plx_wlog_cursor *c)
+{
+    plx_block_free(c->data);
+    plx_block_free(c->hb);
+    c->data = c->hb = NULL;
+}
+
+/* Everything before the cursor is in the store: the log starts afresh there. */
+int plx_wlog_restart_at(plx_store *st, const struct plx_wlog_cursor *c, uint64_t replayed)
+{
+    struct plx_wlog *wl = st->wlog;
     struct plx_wlog_head *h = wl->head;
-    uint64_t pos = h->tail_pos, seq = h->tail_seq;
-    uint8_t *hb = plx_block_alloc(1);
-    struct replay_vdi *rv = NULL;
-    size_t nrv = 0;
-    int rc = 0;
-    uint64_t applied = 0, batches = 0;
-    for (;;) {
-        uint8_t *data = NULL;
-        if (!read_batch(wl, pos, seq, hb, &data)) {
-            if (pos == 1 || !read_batch(wl, 1, seq, hb, &data))
-                break;
-            pos = 1;
-        }
-        const struct plx_wlog_batch *bh = (const void *)hb;
-        uint64_t o = 0;
-        for (uint32_t i = 0; i < bh->count && !rc; i++) {
-            const struct plx_wlog_entry *e = &bh->entries[i];
-            plx_vdi *v = replay_target(wl, &rv, &nrv, e->vdi_id, &rc);
-            if (v && !rc) {
-                rc = plx_vdi_pwrite(v, data + o * BS, e->vblock * BS, (size_t)e->nblocks * BS, 0);
-                applied++;
-            }
-            o += e->nblocks;
-        }
-        plx_block_free(data);
-        batches++;
-        pos += bh->nblocks;
-        seq++;
-        if (rc)
-            break;
-    }
-    for (size_t i = 0; i < nrv; i++)
-        if (rv[i].v) {
-            int frc = plx_vdi_flush(rv[i].v);
-            int crc = plx_vdi_close(rv[i].v); /* clears the record's write-log fields */
-            if (!rc)
-                rc = frc ? frc : crc;
-        }
-    free(rv);
-    plx_block_free(hb);
-    if (rc) {
-        char why[sizeof st->errmsg];
-        snprintf(why, sizeof why, "%s", st->errmsg);
-        return plx_err(st, rc, "replaying write log %s: %s", wl->desc, why);
-    }
-    /* VDIs whose record still names this log but that had nothing past the tail. */
-    struct named named = {.log_id = wl->log_id};
-    rc = plx_registry_each(st, 0, collect_named, &named);
-    for (size_t i = 0; !rc && i < named.n; i++) {
-        rc = plx_admin_lock(st);
-        if (rc)
-            break;
-        struct plx_vdi_record rec;
-        rc = plx_registry_read(st, named.addr[i], &rec);
-        if (!rc && rec.wlog_id == wl->log_id) {
-            rec.wlog_host = rec.wlog_id = 0;
-            rc = plx_registry_write(st, named.addr[i], &rec);
-            if (!rc)
-                rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-        }
-        plx_admin_unlock(st);
-    }
-    free(named.addr);
-    if (rc)
-        return rc;
-    wl->replayed_records = applied;
-    (void)batches;
-    /* Everything up to here is in the store: the log starts afresh after it. */
-    h->tail_pos = pos < wl->nblocks ? pos : 1;
-    h->tail_seq = seq;
+    wl->replayed_records = replayed;
+    h->tail_pos = c->pos < wl->nblocks ? c->pos : 1;
+    h->tail_seq = c->seq;
     h->seq++;
     plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
-    rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
+    int rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
     if (rc)
         return plx_err(st, rc, "writing the head of write log %s: %s", wl->desc, strerror(-rc));
     wl->head_pos = h->tail_pos;
-    wl->next_seq = seq;
-    wl->released_seq = seq - 1;
+    wl->next_seq = c->seq;
+    wl->released_seq = c->seq - 1;
     return 0;
+}
+
+uint64_t plx_wlog_id(const plx_store *st)
+{
+    return st->wlog ? st->wlog->log_id : 0;
+}
+
+const char *plx_wlog_desc(const plx_store *st)
+{
+    return st->wlog ? st->wlog->desc : "";
 }
 
 static void hex_uuid(const uint8_t u[16], char out[33])
@@ -1815,7 +1799,7 @@ static void wlog_free(plx_store *st)
     for (struct wbatch *b = wl->first, *nx; b; b = nx) {
         nx = b->next;
         if (!b->memory_only)
-            plx_block_free(b->rbuf);
+            free(b->rbuf);
         free(b->buf);
         free(b);
     }
@@ -1832,7 +1816,30 @@ static void wlog_free(plx_store *st)
     st->wlog = NULL;
 }
 
-int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
+void plx_wlog_abandon(plx_store *st)
+{
+    wlog_free(st);
+}
+
+void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks)
+{
+    struct plx_wlog_head *h = block;
+    memset(h, 0, BS);
+    h->version = PLX_WLOG_VERSION;
+    memcpy(h->store_uuid, st->sb.uuid, 16);
+    h->host_hash = st->host_hash;
+    snprintf(h->host, sizeof h->host, "%s", st->host);
+    h->log_blocks = nblocks;
+    h->log_id = random_id();
+    h->tail_seq = 1;
+    h->tail_pos = 1;
+    h->created_ns = plx_now_ns();
+    plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+}
+
+/* The log's head is checked (or, init and empty, written); nothing is replayed yet
+ * (wlog_attach.c). On failure nothing is attached and be is destroyed. */
+int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
 {
     if (st->wlog) {
         be->ops->destroy(be);
@@ -1880,17 +1887,7 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
     int vrc = rc ? 0 : plx_blkhdr_verify(wl->head, PLX_MAGIC_WLOG_HEAD, 0, &why);
     struct plx_wlog_head *h = wl->head;
     if (!rc && vrc == -ENODATA && init) {
-        memset(h, 0, BS);
-        h->version = PLX_WLOG_VERSION;
-        memcpy(h->store_uuid, st->sb.uuid, 16);
-        h->host_hash = st->host_hash;
-        snprintf(h->host, sizeof h->host, "%s", st->host);
-        h->log_blocks = wl->nblocks;
-        h->log_id = random_id();
-        h->tail_seq = 1;
-        h->tail_pos = 1;
-        h->created_ns = plx_now_ns();
-        plx_blkhdr_seal(h, PLX_MAGIC_WLOG_HEAD, 0);
+        plx_wlog_head_init(st, h, wl->nblocks);
         rc = side_sync(wl, PLX_IO_WRITE, 0, 1, h, PLX_IO_FUA);
         if (rc)
             plx_err(st, rc, "writing the head of write log %s: %s", desc, strerror(-rc));
@@ -1902,8 +1899,9 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
         hex_uuid(h->store_uuid, a);
         hex_uuid(st->sb.uuid, b);
         if (h->version != PLX_WLOG_VERSION)
-            rc = plx_err(st, -EPROTONOSUPPORT, "write log %s has version %u; this Parallax reads "
-                                               "version %u",
+            rc = plx_err(st, -EPROTONOSUPPORT,
+                         "write log %s has version %u; this Parallax reads "
+                         "version %u",
                          desc, h->version, PLX_WLOG_VERSION);
         else if (memcmp(h->store_uuid, st->sb.uuid, 16))
             rc = plx_err(st, -EXDEV,
@@ -1920,10 +1918,8 @@ int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc)
                          desc, (unsigned long long)h->log_blocks * 4,
                          (unsigned long long)wl->nblocks * 4);
     }
-    if (!rc) {
+    if (!rc)
         wl->log_id = h->log_id;
-        rc = replay(wl);
-    }
     if (rc) {
         wlog_free(st);
         return rc;

@@ -1,5 +1,6 @@
 /*
- * wlog.h - the write cache: a per-host write log on local disk (layer 6, beside vdi.c; wlog.c).
+ * wlog.h - the write cache: a per-host write log on local disk (layer 6, below vdi.c and above
+ * vdi_io.c; wlog.c; plx_wlog_attach is wlog_attach.c's, layer 7).
  *
  * With the cache on for a VDI, its writes and trims complete when their records are written to
  * the log (a ring on a local file, docs/FORMAT.md §12), a flush when every record acknowledged
@@ -19,7 +20,27 @@
  * must belong to this store and host, and its records past the tail are replayed into their
  * VDIs (only those whose record still names this log) before this returns. `desc` names the
  * log in messages. Blocking. */
+/* Open the log and replay it (wlog_attach.c; the layer above wlog.c and blocking.c). */
 int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
+
+/* What wlog_attach.c is built from (wlog.c): open without replaying; read the batches past the
+ * tail in order; restart the log after the last one applied; or give the log up. */
+int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc);
+/* The head block of a new, empty log of nblocks for this store and host (sealed). */
+void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks);
+struct plx_wlog_cursor {
+    uint64_t pos, seq; /* the batch to read next */
+    uint8_t *hb;       /* its header block (struct plx_wlog_batch), after a read */
+    uint8_t *data;     /* its data, entry after entry */
+};
+int plx_wlog_cursor_open(plx_store *st, struct plx_wlog_cursor *c);
+bool plx_wlog_cursor_read(plx_store *st, struct plx_wlog_cursor *c);
+void plx_wlog_cursor_step(struct plx_wlog_cursor *c);
+void plx_wlog_cursor_close(struct plx_wlog_cursor *c);
+int plx_wlog_restart_at(plx_store *st, const struct plx_wlog_cursor *c, uint64_t replayed);
+void plx_wlog_abandon(plx_store *st);
+uint64_t plx_wlog_id(const plx_store *st);
+const char *plx_wlog_desc(const plx_store *st);
 /* Drain everything, then detach the log (store close). Blocking. */
 int plx_wlog_close(plx_store *st);
 
@@ -44,8 +65,7 @@ int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len,
 int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
                           unsigned flags, plx_done_fn cb, void *arg);
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
-int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb,
-                         void *arg);
+int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg);
 int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,
                              plx_done_fn cb, void *arg);
 /* Block status: blocks with records in the log are mapped; *len is cut before the first such
@@ -62,7 +82,7 @@ void plx_wlog_keep_fd(plx_store *st, int fd);
 /* Counters for `parallax cache status`. */
 struct plx_wlog_stats {
     int attached;
-    int failed;             /* the log failed: writes go through to the store */
+    int failed; /* the log failed: writes go through to the store */
     uint64_t log_bytes, used_bytes, backlog_records, backlog_bytes;
     uint64_t drained_bytes; /* since attach */
     uint64_t attach_ns;

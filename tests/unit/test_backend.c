@@ -34,13 +34,15 @@ enum kind {
     K_FILE_THREAD, /* the same with the fdatasync helper-thread fallback forced */
     K_FILE_SHM,    /* tmpfs: O_DIRECT may be refused there, exercising buffered I/O */
     K_FILE_BLOCK,  /* PLX_BACKEND_BLOCKING: pread/pwrite/fdatasync, no aio context */
+    K_FILE_BUF,    /* PLX_BACKEND_BUFFERED (the write log): page cache, aio fdsync for FUA too */
     K_ISCSI,       /* a LUN of a tgtd on loopback, 512-byte logical blocks, libiscsi async */
     K_ISCSI_BLOCK, /* the same with 4096-byte logical blocks, libiscsi's synchronous calls */
     K_COUNT,
 };
 
-static const char *kind_name[K_COUNT] = {"mem",      "fault",         "file",  "file-thread",
-                                         "file-shm", "file-blocking", "iscsi", "iscsi-blocking"};
+static const char *kind_name[K_COUNT] = {"mem",           "fault",    "file",
+                                         "file-thread",   "file-shm", "file-blocking",
+                                         "file-buffered", "iscsi",    "iscsi-blocking"};
 
 /* The contract runs on the iSCSI kinds only when main() could start tgtd. */
 static int kind_count = K_COUNT;
@@ -102,6 +104,9 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         break;
     case K_FILE_BLOCK:
         be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_BLOCKING);
+        break;
+    case K_FILE_BUF:
+        be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_BUFFERED);
         break;
     case K_ISCSI:
         be = open_iscsi_lun(nblocks, 512, 0);

@@ -709,6 +709,62 @@ START_TEST(test_try_close_does_not_wait_for_the_drain)
 }
 END_TEST
 
+/* A record that no longer reads back as it was written (with the log written through the page
+ * cache: a page dropped after its writeback failed; or a disk that lost a write): the drain must
+ * not put it into the store. It stops and says so, and the records stay in the log. */
+START_TEST(test_drain_refuses_a_record_that_reads_back_wrong)
+{
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    plx_wlog_pause_drain(st, 1);
+    uint8_t *good = plx_block_alloc(1), *junk = plx_block_alloc(1), *got = plx_block_alloc(1);
+    memset(good, 0x5c, BS);
+    memset(junk, 0xa7, BS);
+    ck_assert_int_eq(plx_vdi_pwrite(v, good, 0, BS, 0), 0);
+    /* The record's data block in the log goes bad. */
+    uint64_t hit = 0;
+    for (uint64_t b = 1; b < LOG_BLOCKS && !hit; b++) {
+        const void *p = plx_backend_mem_peek(lmem, b);
+        if (p && !memcmp(p, good, BS))
+            hit = b;
+    }
+    ck_assert_uint_gt(hit, 0);
+    plx_backend_mem_poke(lmem, hit, junk);
+    plx_wlog_pause_drain(st, 0);
+    struct plx_wlog_stats ws;
+    for (int i = 0; i < 2000; i++) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        plx_wlog_stats(st, &ws);
+        if (ws.error[0] || !ws.backlog_records)
+            break;
+        usleep(1000);
+    }
+    ck_assert_msg(strstr(ws.error, "checksum") != NULL, "drain error: '%s'", ws.error);
+    ck_assert_uint_eq(ws.backlog_records, 1);
+    ck_assert_int_ne(plx_vdi_close(v), 0); /* its record stays in the log */
+    plx_store_close(st);
+
+    /* The store never got the bad data (a reader sees the block as before the write). */
+    st = open_store(smem, "host-b");
+    ck_assert_int_eq(plx_vdi_open(st, "vm", PLX_OPEN_READONLY, &v), 0);
+    ck_assert_int_eq(plx_vdi_pread(v, got, 0, BS), 0);
+    ck_assert_msg(memcmp(got, junk, BS) != 0, "the drain wrote a record that read back wrong");
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(good);
+    plx_block_free(junk);
+    plx_block_free(got);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");
@@ -722,6 +778,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
     tcase_add_test(tc, test_auto_mode_follows_store_latency);
     tcase_add_test(tc, test_try_close_does_not_wait_for_the_drain);
+    tcase_add_test(tc, test_drain_refuses_a_record_that_reads_back_wrong);
     suite_add_tcase(s, tc);
     return s;
 }
