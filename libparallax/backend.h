@@ -75,9 +75,9 @@ const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be);
  * Never blocks. Returns 0, or -EOPNOTSUPP where the medium has nothing to gain (not a regular
  * file, buffered, blocking or read-only mode, any other backend, a stacked one included). */
 int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks);
-/* Forget what is not yet zeroed in [first, first + nblocks) and wait for a chunk being zeroed
- * there (one zero write of at most 1 MiB): before the range is given back to other processes
- * (an extent released), whose writes the backend cannot hold. Blocking, briefly. */
+/* Forget what is not yet zeroed in [first, first + nblocks) and wait for the chunks being zeroed
+ * there (the batch in hand: at most 8 MiB of zero writes): before the range is given back to other
+ * processes (an extent released), whose writes the backend cannot hold. Blocking, briefly. */
 void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks);
 struct plx_prepare_stats {
     uint64_t chunks_pending; /* in prepared ranges, not yet zeroed (or being zeroed) */

@@ -627,7 +627,8 @@ void plx_file_prep_shutdown(struct file_backend *f)
                 (double)ps->wait_ns / 1e9, (unsigned long long)ps->held_max);
     }
     if (f->prep_started) {
-        /* A chunk being zeroed is finished (one write of at most 1 MiB); the rest stays holes. */
+        /* The chunks being zeroed are finished (at most 8 MiB of zero writes); the rest stays
+         * holes. */
         pthread_mutex_lock(&f->prep_mu);
         f->prep_stop = 1;
         pthread_cond_broadcast(&f->prep_cv);
