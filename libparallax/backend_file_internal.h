@@ -6,11 +6,14 @@
 #ifndef PLX_BACKEND_FILE_INTERNAL_H
 #define PLX_BACKEND_FILE_INTERNAL_H
 
+#include <errno.h>
 #include <libaio.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "backend.h"
 
@@ -101,18 +104,27 @@ struct prep_range {
     struct prep_range *next;
 };
 
-/* backend_file.c */
-bool plx_file_is(const plx_backend *be); /* be is a file backend */
-void plx_file_efd_signal(int efd);
-/* Start an accepted I/O (a slot, or the queue waiting for one). */
-void plx_file_start_accepted(struct file_backend *f, struct plx_io *io);
+/* Wake poll(): the backend's fd is an eventfd. EAGAIN means the counter is saturated, which
+ * still reads as readable. */
+static inline void plx_file_efd_signal(int efd)
+{
+    uint64_t one = 1;
+    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        perror("parallax: eventfd write");
+}
 
-/* backend_file_prepare.c (plx_backend_prepare and friends are declared in backend.h) */
+/* backend_file_prepare.c, below backend_file.c: it calls nothing there. The seam's
+ * plx_backend_prepare* (backend.h) are backend_file.c's, over plx_file_prep_add and friends. */
+int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks);
+void plx_file_prep_stop(struct file_backend *f, uint64_t first, uint64_t nblocks);
+void plx_file_prep_stats(struct file_backend *f, struct plx_prepare_stats *out);
+void plx_file_prep_test(struct file_backend *f, int fail_next, int pause);
 /* Hold a write or trim into a chunk being zeroed on f->held_*: 1; else count it in its chunks
  * not done (plx_file_prep_finished uncounts it) and return 0: it goes ahead. */
 int plx_file_prep_hold(struct file_backend *f, struct plx_io *io);
-/* From poll: start the held I/Os whose chunks are done now. */
-void plx_file_prep_release(struct file_backend *f);
+/* From poll: the held I/Os whose chunks are done now, in order (linked by be_next), for poll
+ * to start. */
+struct plx_io *plx_file_prep_release(struct file_backend *f);
 /* From poll, before its callback: a write or trim has completed (the kernel has it, so a later
  * look for holes sees its blocks as data); its chunks may be zeroed again. */
 void plx_file_prep_finished(struct file_backend *f, const struct plx_io *io);

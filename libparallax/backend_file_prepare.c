@@ -438,8 +438,8 @@ static void *prep_thread(void *arg)
     return NULL;
 }
 
-/* From poll: start the held writes whose chunks are done; drop finished ranges. */
-void plx_file_prep_release(struct file_backend *f)
+/* From poll: the held writes whose chunks are done, for poll to start; drop finished ranges. */
+struct plx_io *plx_file_prep_release(struct file_backend *f)
 {
     struct plx_io *go_head = NULL, *go_tail = NULL;
     pthread_mutex_lock(&f->prep_mu);
@@ -477,18 +477,12 @@ void plx_file_prep_release(struct file_backend *f)
         }
     }
     pthread_mutex_unlock(&f->prep_mu);
-    while ((io = go_head) != NULL) {
-        go_head = io->be_next;
-        io->be_next = NULL;
-        plx_file_start_accepted(f, io);
-    }
+    return go_head;
 }
 
-int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
+int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks)
 {
-    if (be == NULL || !plx_file_is(be))
-        return -EOPNOTSUPP;
-    struct file_backend *f = (struct file_backend *)be;
+    const plx_backend *be = &f->base;
     if (!f->prep_ok)
         return -EOPNOTSUPP;
     if (first > be->nblocks || nblocks > be->nblocks - first)
@@ -539,11 +533,8 @@ int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
     return 0;
 }
 
-void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
+void plx_file_prep_stop(struct file_backend *f, uint64_t first, uint64_t nblocks)
 {
-    if (be == NULL || !plx_file_is(be))
-        return;
-    struct file_backend *f = (struct file_backend *)be;
     if (!f->prep_started)
         return;
     uint64_t end = first + nblocks;
@@ -572,12 +563,8 @@ void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
         plx_file_efd_signal(f->efd);
 }
 
-void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
+void plx_file_prep_stats(struct file_backend *f, struct plx_prepare_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    if (be == NULL || !plx_file_is(be))
-        return;
-    struct file_backend *f = (struct file_backend *)be;
     pthread_mutex_lock(&f->prep_mu);
     *out = f->prep_stats;
     for (const struct prep_range *r = f->prep_ranges; r != NULL; r = r->next)
@@ -585,11 +572,8 @@ void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *
     pthread_mutex_unlock(&f->prep_mu);
 }
 
-void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
+void plx_file_prep_test(struct file_backend *f, int fail_next, int pause)
 {
-    if (be == NULL || !plx_file_is(be))
-        return;
-    struct file_backend *f = (struct file_backend *)be;
     pthread_mutex_lock(&f->prep_mu);
     if (fail_next)
         f->prep_fail_next = fail_next;
