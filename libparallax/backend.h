@@ -65,30 +65,37 @@ const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be);
  * takes a new data extent it asks the medium to prepare its blocks: a helper thread writes zeros
  * over the holes of [first, first + nblocks) in 1 MiB chunks (SEEK_HOLE/SEEK_DATA). A hole reads
  * as zeros, so zeroing one changes no block's contents; the only hazard is a data write landing
- * on a hole between the thread's look and its zero write, and the backend excludes it: a write
- * or trim into a chunk not yet zeroed waits inside the backend (submit still returns at once)
- * and that chunk is zeroed next; one that covers a whole chunk starts at once and the chunk
- * counts as done. Reads never wait. A zero write that fails (EIO, ENOSPC) ends all zeroing ahead
+ * on a hole between the thread's look and its zero write, and the backend excludes it: the
+ * thread takes no chunk with a write or trim in flight, and a write or trim into the chunk it is
+ * zeroing waits inside the backend (submit still returns at once) until that chunk is done. Any
+ * other write goes ahead at once (into holes where the thread has not been yet) and makes its
+ * chunk zeroed before the untouched ones; one that covers a whole chunk makes the chunk count as
+ * done. Reads never wait. A zero write that fails (EIO, ENOSPC) ends all zeroing ahead
  * for the backend's life and lets the waiting writes go; they succeed or fail on their own.
  * Never blocks. Returns 0, or -EOPNOTSUPP where the medium has nothing to gain (not a regular
  * file, buffered, blocking or read-only mode, any other backend, a stacked one included). */
 int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks);
-/* Forget what is not yet zeroed in [first, first + nblocks) and wait for a chunk being zeroed
- * there (one zero write of at most 1 MiB): before the range is given back to other processes
- * (an extent released), whose writes the backend cannot hold. Blocking, briefly. */
+/* Forget what is not yet zeroed in [first, first + nblocks) and wait for the chunks being zeroed
+ * there (the batch in hand: at most 8 MiB of zero writes): before the range is given back to other
+ * processes (an extent released), whose writes the backend cannot hold. Blocking, briefly. */
 void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks);
 struct plx_prepare_stats {
     uint64_t chunks_pending; /* in prepared ranges, not yet zeroed (or being zeroed) */
     uint64_t chunks_zeroed;  /* zeroed by the thread (holes found or not) */
     uint64_t chunks_covered; /* counted done because a write covered them whole */
     uint64_t bytes_zeroed;   /* zeros written over holes */
-    uint64_t writes_waited;  /* writes and trims that waited for a chunk */
+    uint64_t writes_waited;  /* writes and trims that waited for a chunk being zeroed */
+    uint64_t wait_ns;        /* their waits added up */
+    uint64_t held_max;       /* most writes waiting at once */
+    uint64_t urgent_zeroed;  /* chunks zeroed because a write waited for them */
     int error;               /* the zero write error that ended zeroing ahead, or 0 */
 };
 /* All zero when the backend does not prepare. */
 void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out);
-/* Tests: the next zero write fails with err (a negative errno); pause nonzero holds the thread
- * before its next chunk until called again with pause 0. */
+/* Tests: the next zero write fails with err (a negative errno); pause 1 holds the thread before
+ * its next chunk, pause 2 inside it (taken, busy, not zeroed) until called again with pause 0;
+ * pause 3 changes nothing and returns once the thread holds a chunk under pause 2 (at most
+ * 10 s). */
 void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause);
 
 /* The configured host id: $PARALLAX_HOST_ID, else the first word of /etc/parallax/host-id, else

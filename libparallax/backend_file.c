@@ -20,9 +20,11 @@
  * ready list for the next poll(), so the contract and the durability rules are the same; only
  * nothing overlaps.
  *
- * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into a
- * range not yet zeroed is held there (plx_file_prep_hold) and started from poll once its chunk
- * is done (plx_file_prep_release). The state both files share is in backend_file_internal.h.
+ * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into the
+ * chunk being zeroed is held there (plx_file_prep_hold) and started from poll once the chunk is
+ * done (plx_file_prep_release); any other write into a prepared range is counted there until
+ * its completion is delivered (plx_file_prep_finished). The state both files share is in
+ * backend_file_internal.h.
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -80,13 +82,6 @@ static struct file_slot *list_pop(struct slot_list *l)
     return s;
 }
 
-void plx_file_efd_signal(int efd)
-{
-    uint64_t one = 1;
-    /* EAGAIN means the counter is saturated, which still reads as readable. */
-    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        perror("parallax: eventfd write");
-}
 
 static void efd_drain(int efd)
 {
@@ -339,7 +334,8 @@ static void kick_if_stalled(struct file_backend *f)
         plx_file_efd_signal(f->efd);
 }
 
-void plx_file_start_accepted(struct file_backend *f, struct plx_io *io)
+/* Start an accepted I/O (a slot, or the queue waiting for one). */
+static void start_accepted(struct file_backend *f, struct plx_io *io)
 {
     if (f->free_slots == NULL || f->wait_head != NULL) {
         if (f->wait_tail != NULL)
@@ -536,8 +532,14 @@ static int file_poll(plx_backend *be, int timeout_ms)
         if (rc < 0)
             return rc;
         reap_thread(f);
-        if (f->prep_ranges != NULL)
-            plx_file_prep_release(f);
+        if (f->prep_ranges != NULL) {
+            struct plx_io *go = plx_file_prep_release(f), *io;
+            while ((io = go) != NULL) {
+                go = io->be_next;
+                io->be_next = NULL;
+                start_accepted(f, io);
+            }
+        }
         pump(f);
         if (f->ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
             break;
@@ -568,6 +570,8 @@ static int file_poll(plx_backend *be, int timeout_ms)
         slot_release(f, s);
         f->inflight--;
         n++;
+        if (f->prep_ranges != NULL && (io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM))
+            plx_file_prep_finished(f, io);
         io->done(io, status);
     }
     pump(f);
@@ -631,9 +635,40 @@ static const struct plx_backend_ops file_ops = {
     .lock = file_lock,
 };
 
-bool plx_file_is(const plx_backend *be)
+/* ---- Zeroing ahead: the seam's calls (backend.h), carried out by backend_file_prepare.c ---- */
+
+static struct file_backend *as_file(const plx_backend *be)
 {
-    return be->ops == &file_ops;
+    return be != NULL && be->ops == &file_ops ? (struct file_backend *)(uintptr_t)be : NULL;
+}
+
+int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    struct file_backend *f = as_file(be);
+    return f ? plx_file_prep_add(f, first, nblocks) : -EOPNOTSUPP;
+}
+
+void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    struct file_backend *f = as_file(be);
+    if (f)
+        plx_file_prep_stop(f, first, nblocks);
+}
+
+void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
+{
+    struct file_backend *f = as_file(be);
+    if (f)
+        plx_file_prep_stats(f, out);
+    else
+        memset(out, 0, sizeof *out);
+}
+
+void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
+{
+    struct file_backend *f = as_file(be);
+    if (f)
+        plx_file_prep_test(f, fail_next, pause);
 }
 
 /* ---- Opening --------------------------------------------------------------------------------- */

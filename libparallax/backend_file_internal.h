@@ -6,11 +6,14 @@
 #ifndef PLX_BACKEND_FILE_INTERNAL_H
 #define PLX_BACKEND_FILE_INTERNAL_H
 
+#include <errno.h>
 #include <libaio.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "backend.h"
 
@@ -64,15 +67,20 @@ struct file_backend {
     /* Zeroing ahead. prep_ranges and everything in it, prep_* flags and counters: under prep_mu
      * (the list itself is changed only by the loop's thread). held_*: the loop's thread only. */
     int prep_ok; /* a regular file, O_DIRECT, aio, writable */
-    int prep_started, prep_stop, prep_pause, prep_fail_next, prep_error, prep_waiters;
+    int prep_started, prep_stop, prep_fail_next, prep_error, prep_waiters;
+    int prep_pause;    /* tests: 1 before the next chunk, 2 inside it (plx_backend_prepare_test) */
+    int prep_holding;  /* tests: the thread is paused inside a chunk */
+    int prep_idle;     /* the thread waits for work (signal prep_cv when a chunk becomes free) */
+    int prep_wait_all; /* $PARALLAX_ZERO_WAIT=1: writes wait for any chunk not done (A/B) */
     pthread_t prep_thr;
     pthread_mutex_t prep_mu;
     pthread_cond_t prep_cv;      /* to the thread: work, pause lifted, or stop */
-    pthread_cond_t prep_done_cv; /* from the thread: a chunk is done */
+    pthread_cond_t prep_done_cv; /* from the thread: a chunk is done, or it holds one (tests) */
     struct prep_range *prep_ranges;
     uint64_t prep_urgent; /* chunks in CH_URGENT */
     struct plx_prepare_stats prep_stats;
     struct plx_io *held_head, *held_tail; /* writes waiting for their chunks */
+    uint64_t held_n, held_since_ns;       /* how many, and since when that many (wait_ns) */
     int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
 };
 
@@ -80,28 +88,46 @@ struct file_backend {
 enum chunk_state {
     CH_DONE = 0, /* zeroed, covered by a write, or given up: writes go straight through */
     CH_PENDING,  /* not zeroed yet: the thread will in its turn */
-    CH_URGENT,   /* not zeroed yet and a write waits for it: the thread does it next */
-    CH_BUSY,     /* the thread is zeroing it now */
+    CH_URGENT,   /* not zeroed yet and written to: the thread does it before the pending ones */
+    CH_BUSY,     /* the thread is zeroing it now: writes into it wait (held_*) until it is done */
 };
 struct prep_range {
     uint64_t first, end, c0, nchunks;
     uint64_t left;   /* chunks not done */
     uint64_t cursor; /* the thread's next chunk in order: none before it is pending */
     uint8_t *state;
+    /* Writes and trims in flight into each chunk that is not done (counted when they go to the
+     * kernel, uncounted when poll delivers their completion): the thread does not take a chunk
+     * while its count is not 0, and a write into a busy chunk waits, so a zero write and a data
+     * write never overlap in time. */
+    uint32_t *writing;
     struct prep_range *next;
 };
 
-/* backend_file.c */
-bool plx_file_is(const plx_backend *be); /* be is a file backend */
-void plx_file_efd_signal(int efd);
-/* Start an accepted I/O (a slot, or the queue waiting for one). */
-void plx_file_start_accepted(struct file_backend *f, struct plx_io *io);
+/* Wake poll(): the backend's fd is an eventfd. EAGAIN means the counter is saturated, which
+ * still reads as readable. */
+static inline void plx_file_efd_signal(int efd)
+{
+    uint64_t one = 1;
+    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        perror("parallax: eventfd write");
+}
 
-/* backend_file_prepare.c (plx_backend_prepare and friends are declared in backend.h) */
-/* Hold a write or trim whose chunks are not zeroed yet on f->held_*: 1, else 0. */
+/* backend_file_prepare.c, below backend_file.c: it calls nothing there. The seam's
+ * plx_backend_prepare* (backend.h) are backend_file.c's, over plx_file_prep_add and friends. */
+int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks);
+void plx_file_prep_stop(struct file_backend *f, uint64_t first, uint64_t nblocks);
+void plx_file_prep_stats(struct file_backend *f, struct plx_prepare_stats *out);
+void plx_file_prep_test(struct file_backend *f, int fail_next, int pause);
+/* Hold a write or trim into a chunk being zeroed on f->held_*: 1; else count it in its chunks
+ * not done (plx_file_prep_finished uncounts it) and return 0: it goes ahead. */
 int plx_file_prep_hold(struct file_backend *f, struct plx_io *io);
-/* From poll: start the held I/Os whose chunks are done now. */
-void plx_file_prep_release(struct file_backend *f);
+/* From poll: the held I/Os whose chunks are done now, in order (linked by be_next), for poll
+ * to start. */
+struct plx_io *plx_file_prep_release(struct file_backend *f);
+/* From poll, before its callback: a write or trim has completed (the kernel has it, so a later
+ * look for holes sees its blocks as data); its chunks may be zeroed again. */
+void plx_file_prep_finished(struct file_backend *f, const struct plx_io *io);
 /* At destroy: stop the thread (a chunk being zeroed is finished) and free the ranges. */
 void plx_file_prep_shutdown(struct file_backend *f);
 

@@ -74,6 +74,8 @@ static void ev_io_done(struct plx_io *io, int status)
     plx_store *st = io->owner;
     if (status == -ESTALE)
         fence_refused(st);
+    if (ev->write_submit_ns && st->store_writes_inflight)
+        st->store_writes_inflight--;
     if (ev->write_submit_ns && status == 0) {
         /* A latency sample of the store (st->write_lat_ns). */
         uint64_t now = plx_mono_ns(), lat = now - ev->write_submit_ns;
@@ -97,12 +99,33 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
     ev->io.done = ev_io_done;
     ev->io.owner = st;
     ev->write_submit_ns = ev->io.op == PLX_IO_WRITE ? plx_mono_ns() : 0;
+    if (ev->write_submit_ns && !st->store_writes_inflight && st->write_lat_at_ns) {
+        st->write_lat_ns = plx_store_write_lat_now(st); /* the idle decay, made permanent */
+        st->write_lat_at_ns = ev->write_submit_ns;
+    }
     int rc = st->be->ops->submit(st->be, &ev->io);
-    if (rc == 0)
+    if (rc == 0) {
         st->internal_ios++;
-    else if (rc == -ESTALE)
+        if (ev->write_submit_ns)
+            st->store_writes_inflight++;
+    } else if (rc == -ESTALE)
         fence_refused(st);
     return rc;
+}
+
+/* The idle decay of the write latency: a grace period (a pause between a writer's bursts, a
+ * drain round's commit), then halving per period. */
+#define LAT_IDLE_NS 200000000ull
+
+uint64_t plx_store_write_lat_now(const plx_store *st)
+{
+    if (st->store_writes_inflight || !st->write_lat_at_ns)
+        return st->write_lat_ns;
+    uint64_t idle = plx_mono_ns() - st->write_lat_at_ns;
+    if (idle <= LAT_IDLE_NS)
+        return st->write_lat_ns;
+    uint64_t halvings = (idle - LAT_IDLE_NS) / LAT_IDLE_NS + 1;
+    return halvings >= 64 ? 0 : st->write_lat_ns >> halvings;
 }
 
 int plx_submit_side(plx_store *st, struct plx_ev *ev)

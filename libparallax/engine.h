@@ -112,6 +112,11 @@ struct plx_store {
      * 1/8) of submit-to-completion times of its writes to `be`, and when the last one was
      * sampled (monotonic ns; 0: none yet). The write cache's automatic mode reads it. */
     uint64_t write_lat_ns, write_lat_at_ns;
+    /* Writes to `be` submitted through plx_submit and not yet completed: while there are none,
+     * the store is idle and write_lat_ns says only what it was (plx_store_write_lat_now). */
+    unsigned store_writes_inflight;
+    /* Bytes of data copies the write cache's automatic mode keeps (wlog.c, struct plx_wpass). */
+    uint64_t wpass_copy_bytes;
     /* $PARALLAX_SNAP_TRACE set: each snapshot prints where its time went (pipeline.c). */
     bool snap_trace;
 };
@@ -134,6 +139,12 @@ void plx_engine_free(plx_store *st);
 int plx_submit(plx_store *st, struct plx_ev *ev);
 /* The same on the side medium (st->side_be, the write log): completions run as above. */
 int plx_submit_side(plx_store *st, struct plx_ev *ev);
+/* The store's write latency as of now (ns): write_lat_ns, decayed while the store has been idle
+ * (no write in flight) for more than a grace period, halving at every further such period.
+ * With nothing written, the mean of the last slow spell would otherwise stand for good (the
+ * write cache's automatic mode would never turn off); a new write's sample starts from the
+ * decayed figure. */
+uint64_t plx_store_write_lat_now(const plx_store *st);
 /* Blocking wait for completions on the main medium: poll it, at most a quarter second at a time
  * when the store has a lock manager, and run the heartbeat between (a stalled target must not
  * cost the lease: lockd would give our VDIs away, and we would judge ourselves frozen). Returns

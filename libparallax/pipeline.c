@@ -80,6 +80,33 @@ bool plx_vdi_idle(const struct plx_vdi *v)
     return !v->active_head && !v->open && !v->flight && !v->flight_next;
 }
 
+uint64_t plx_vdi_next_seq(const struct plx_vdi *v)
+{
+    return v->next_seq;
+}
+
+bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq)
+{
+    /* The active list is in submission order: its head is the oldest request not finished. */
+    return !v->active_head || v->active_head->seq >= seq;
+}
+
+unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq)
+{
+    unsigned n = 0;
+    for (const struct plx_req *r = v->active_head; r && r->seq < seq; r = r->next)
+        n++;
+    return n;
+}
+
+uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v)
+{
+    for (const struct plx_req *r = v->active_head; r; r = r->next)
+        if (is_write(r))
+            return r->submit_ns;
+    return 0;
+}
+
 /* ---- Active list and conflicts ------------------------------------------------------------ */
 
 static void active_remove(struct plx_vdi *v, struct plx_req *r)
@@ -1369,6 +1396,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->loads.ready = loads_ready;
     r->v = v;
     r->seq = v->next_seq++;
+    r->submit_ns = plx_mono_ns();
     r->state = RQ_WAIT_RANGE;
     if (r->trace) {
         r->trace->queued_ns = plx_mono_ns();

@@ -70,6 +70,7 @@ struct plx_req {
     enum plx_req_state state;
     unsigned flags;
     uint64_t seq;
+    uint64_t submit_ns;          /* plx_mono_ns() at plx_req_submit */
     uint64_t off, len;           /* bytes */
     uint64_t b0, b1;             /* virtual blocks [b0, b1) */
     void *ubuf;                  /* caller's buffer */
@@ -168,6 +169,13 @@ struct plx_vdi {
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
     struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
+    /* The automatic mode with the cache off (wlog.c, plx_wlog_submit_passthrough): writes in
+     * the pipeline, oldest first, in flight or completed and not yet covered by a flush, which
+     * turning the cache on puts in the log as well; wpass_dirty: something completed in the
+     * pipeline that those do not cover, so the first flush with the cache on flushes the store. */
+    struct plx_wpass *wpass_head, *wpass_tail;
+    bool wpass_dirty;
+    uint64_t wpass_flush_gen;
     struct plx_wcache_auto_state {
         bool on;                     /* the automatic mode decides (wcache_auto.c) */
         uint32_t on_us, off_us, hold_ms;
@@ -180,6 +188,14 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
 void plx_req_finish(struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
 bool plx_vdi_idle(const struct plx_vdi *v);
+/* Requests are numbered in submission order: the number the next one gets, and whether every
+ * request numbered below `seq` has finished. */
+uint64_t plx_vdi_next_seq(const struct plx_vdi *v);
+bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq);
+/* How many requests numbered below `seq` have not finished. */
+unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq);
+/* When the oldest write or trim of v not finished yet was submitted (plx_mono_ns), or 0. */
+uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v);
 unsigned plx_index_at(uint64_t vblock, unsigned level);
 /* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
  * an error. The first call with a label after open reads the log (synchronously). */

@@ -203,6 +203,7 @@ int plx_vdi_close(plx_vdi *v)
         epoll_wait(st->epoll_fd, &e, 1, 100);
     }
     rc = rc < 0 ? rc : 0;
+    plx_wlog_pass_forget(v);
     plx_alloc_claim_finish(st); /* a claim the VDI's writes started holds the admin lock */
     if (!v->ro && st->fenced && !rc)
         rc = -ESTALE; /* the lock stays as it is on the medium: another host may own it now */
@@ -284,6 +285,8 @@ int plx_vdi_submit_write(plx_vdi *v, const void *buf, uint64_t off, size_t len, 
 {
     if (v->wc)
         return plx_wlog_submit_write(v, buf, off, len, flags, cb, arg);
+    if (v->wauto.on && v->st->wlog)
+        return plx_wlog_submit_passthrough(v, buf, off, len, flags, cb, arg);
     return plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
 }
 
@@ -317,6 +320,8 @@ int plx_vdi_submit_flush(plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (v->wc)
         return plx_wlog_submit_flush(v, cb, arg);
+    if (v->wpass_head || (v->wauto.on && v->st->wlog))
+        return plx_wlog_pass_flush(v, cb, arg);
     return plx_vdi_direct_flush(v, cb, arg);
 }
 
@@ -324,7 +329,10 @@ int plx_vdi_submit_trim(plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, 
 {
     if (v->wc)
         return plx_wlog_submit_trim(v, off, len, cb, arg);
-    return plx_vdi_direct_trim(v, off, len, cb, arg);
+    int rc = plx_vdi_direct_trim(v, off, len, cb, arg);
+    if (!rc)
+        plx_wlog_pass_untracked(v);
+    return rc;
 }
 
 int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, plx_done_fn cb,
@@ -332,7 +340,10 @@ int plx_vdi_submit_snapshot(plx_vdi *v, const char *label, uint64_t *index_out, 
 {
     if (v->wc && !v->ro)
         return plx_wlog_submit_snapshot(v, label, index_out, cb, arg);
-    return plx_vdi_direct_snapshot(v, label, index_out, cb, arg);
+    int rc = plx_vdi_direct_snapshot(v, label, index_out, cb, arg);
+    if (!rc && !v->ro)
+        plx_wlog_pass_untracked(v);
+    return rc;
 }
 
 /* ---- Block status -------------------------------------------------------------------------------

@@ -116,7 +116,15 @@ struct plx_wlog_vdi {
     struct wreq *held_head, *held_tail; /* submitted while turning the cache off */
     uint64_t records;                   /* appended and not yet drained */
     bool detaching, touched;
-    bool direct_dirty; /* a trim went straight to the pipeline: flushes flush the store too */
+    bool async_detach; /* detaching without a caller waiting: process_all finishes it */
+    /* Requests of v went straight to the pipeline (a trim, or writes from before the cache was
+     * turned on without a store flush): a guest flush flushes the store too, until one is
+     * issued after every such request numbered below direct_seq has finished. */
+    bool direct_dirty;
+    uint64_t direct_seq;
+    /* Writes from before the cache turned on that were put in the log as well (wpass_rescue)
+     * and whose pipeline write has not finished: a guest flush needs no store flush for them. */
+    unsigned rescued_inflight;
     struct plx_wlog_vdi *next;
 };
 
@@ -989,9 +997,10 @@ static int write_fields(struct plx_vdi *v, bool set)
 static int clear_fields(struct plx_wlog *wl)
 {
     plx_store *st = wl->st;
-    for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next) {
-        struct plx_vdi *v = w->v;
-        if (!v->rec.wlog_id)
+    /* (Every VDI whose record names the log: the cached ones, and those the automatic mode
+     * bound to it with the cache off.) */
+    for (struct plx_vdi *v = st->vdis; v; v = v->next) {
+        if (v->ro || v->rec.wlog_id != wl->log_id)
             continue;
         int rc = plx_admin_lock(st);
         if (rc)
@@ -1113,11 +1122,13 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
                 return;
             }
             q_pop(w);
-            if (r->kind == Q_TRIM)
-                w->direct_dirty = true;
             int rc = r->kind == Q_TRIM
                          ? plx_vdi_direct_trim(r->v, r->off, r->len, direct_done, r)
                          : plx_vdi_direct_snapshot(r->v, r->label, r->index_out, direct_done, r);
+            if (r->kind == Q_TRIM && !rc) {
+                w->direct_dirty = true;
+                w->direct_seq = plx_vdi_next_seq(r->v);
+            }
             if (rc) {
                 r->status = rc;
                 r->done.run = wreq_run_done;
@@ -1160,10 +1171,24 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
     }
 }
 
+static void detach_finish(struct plx_vdi *v);
+
+static bool detach_left(const struct plx_wlog_vdi *w)
+{
+    return w->q_head || w->records;
+}
+
 static void process_all(struct plx_wlog *wl)
 {
     for (struct plx_wlog_vdi *w = wl->vdis; w; w = w->next)
         process_queue(wl, w);
+    /* A VDI being turned off without a wait (plx_wlog_vdi_try_detach) leaves the log here, the
+     * moment its last record is drained: what it was holding goes to the pipeline now. */
+    for (struct plx_wlog_vdi *w = wl->vdis, *nx; w; w = nx) {
+        nx = w->next;
+        if (w->detaching && w->async_detach && !detach_left(w) && !wl->drain_error)
+            detach_finish(w->v);
+    }
 }
 
 /* The old edge blocks around the new bytes. */
@@ -1423,6 +1448,281 @@ int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size
     return 0;
 }
 
+/* ---- Writes passed through to the pipeline (automatic mode, cache off) ------------------------
+ *
+ * Turning the cache on should take effect at once, also for what the guest has already written:
+ * its writes still queued to the slow store, and those completed there since its last flush,
+ * which its next flush would otherwise have to wait for (a store flush queues behind every write
+ * in flight). So in the automatic mode with the cache off, each aligned write goes to the
+ * pipeline as usual but is tracked, with a copy of its data (up to WPASS_COPY_MAX bytes per
+ * store), until a flush has covered it. When the cache turns on, the tracked writes are put in
+ * the log in their order, before anything new: those in flight complete from there, and the
+ * guest's next flush needs no store flush. The pipeline's own writes go on; the drain writes the
+ * same data after them. Whatever else completes in the pipeline (sub-block and FUA writes,
+ * trims, snapshots, a write without a copy) sets wpass_dirty instead, and drops the tracked
+ * writes before it (a record appended later must not overwrite it). */
+
+#define WPASS_COPY_MAX (64ull << 20)
+
+struct plx_wpass {
+    struct plx_vdi *v;
+    /* A copy of the data (or NULL, past the budget): the pipeline writes from it, so that the
+     * write can be answered from the log while the pipeline's goes on. Freed with the entry. */
+    uint8_t *copy;
+    uint64_t off;
+    size_t len;
+    plx_done_fn cb;
+    void *arg;
+    uint64_t flush_gen; /* a flush covers it once it completes (0: none yet) */
+    bool rescued;       /* in flight when the cache turned on: it completes from the log */
+    bool answered;      /* its callback ran */
+    bool in_store;      /* the pipeline's write completed */
+    bool listed;
+    struct plx_wpass *prev, *next;
+};
+
+static void wpass_unlink(struct plx_wpass *p)
+{
+    struct plx_vdi *v = p->v;
+    if (!p->listed)
+        return;
+    p->listed = false;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        v->wpass_head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        v->wpass_tail = p->prev;
+    p->prev = p->next = NULL;
+}
+
+static void wpass_drop_copy(struct plx_wpass *p)
+{
+    if (!p->copy)
+        return;
+    p->v->st->wpass_copy_bytes -= p->len;
+    plx_block_free(p->copy);
+    p->copy = NULL;
+}
+
+static void wpass_free(struct plx_wpass *p)
+{
+    wpass_unlink(p);
+    wpass_drop_copy(p);
+    free(p);
+}
+
+/* Something went to the pipeline that the tracked writes do not cover, or that a record of one
+ * of them appended later would overwrite: drop them (those in flight complete from the store). */
+static void wpass_untrack(struct plx_vdi *v)
+{
+    v->wpass_dirty = true;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->in_store)
+            wpass_free(p);
+        else
+            wpass_unlink(p); /* (the pipeline still writes from its copy) */
+    }
+}
+
+static bool wpass_on(const struct plx_vdi *v)
+{
+    return v->wauto.on && !v->wc && v->st->wlog && !v->ro;
+}
+
+void plx_wlog_pass_untracked(struct plx_vdi *v)
+{
+    if (wpass_on(v) || v->wpass_head)
+        wpass_untrack(v);
+}
+
+static void wpass_store_done(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    struct plx_vdi *v = p->v;
+    p->in_store = true;
+    if (p->rescued) {
+        /* Its record in the log answers it, and the drain writes it again: a failure here is
+         * the drain's to see. */
+        if (v->wc && v->wc->rescued_inflight)
+            v->wc->rescued_inflight--;
+        if (p->answered)
+            wpass_free(p);
+        return;
+    }
+    p->answered = true;
+    plx_done_fn cb = p->cb;
+    void *carg = p->arg;
+    if (!p->listed || status || !p->copy || !wpass_on(v)) {
+        if (!status)
+            v->wpass_dirty = true; /* completed in the store, and nothing tracks it */
+        wpass_free(p);
+    }
+    cb(carg, status);
+}
+
+static void wpass_log_done(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    p->answered = true;
+    plx_done_fn cb = p->cb;
+    void *carg = p->arg;
+    if (p->in_store)
+        wpass_free(p); /* (else the pipeline still writes from its copy: freed when it is done) */
+    cb(carg, status);
+}
+
+/* A completed write put in the log from its copy: it was answered long ago. */
+static void wpass_copy_logged(void *arg, int status)
+{
+    struct plx_wpass *p = arg;
+    struct plx_vdi *v = p->v;
+    if (status && v->wc) {
+        v->wc->direct_dirty = true; /* not in the log after all: the store's flush covers it */
+        v->wc->direct_seq = plx_vdi_next_seq(v);
+    }
+    wpass_free(p);
+}
+
+int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                                unsigned flags, plx_done_fn cb, void *arg)
+{
+    if (off % BS || len % BS || !len || (flags & PLX_WRITE_FUA)) {
+        int rc = plx_vdi_direct_write(v, buf, off, len, flags, cb, arg);
+        if (!rc)
+            wpass_untrack(v);
+        return rc;
+    }
+    struct plx_wpass *p = calloc(1, sizeof *p);
+    if (!p)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    *p = (struct plx_wpass){.v = v, .off = off, .len = len, .cb = cb, .arg = arg};
+    if (v->st->wpass_copy_bytes + len <= WPASS_COPY_MAX) {
+        p->copy = plx_block_alloc(len / BS);
+        memcpy(p->copy, buf, len);
+        v->st->wpass_copy_bytes += len;
+    }
+    int rc = plx_vdi_direct_write(v, p->copy ? p->copy : buf, off, len, flags, wpass_store_done, p);
+    if (rc) {
+        wpass_drop_copy(p);
+        free(p);
+        return rc;
+    }
+    p->listed = true;
+    p->prev = v->wpass_tail;
+    if (v->wpass_tail)
+        v->wpass_tail->next = p;
+    else
+        v->wpass_head = p;
+    v->wpass_tail = p;
+    return 0;
+}
+
+struct wpass_flush {
+    struct plx_vdi *v;
+    uint64_t gen;
+    bool clears_dirty;
+    plx_done_fn cb;
+    void *arg;
+};
+
+static void wpass_flush_done(void *arg, int status)
+{
+    struct wpass_flush *f = arg;
+    struct plx_vdi *v = f->v;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->flush_gen != f->gen)
+            continue;
+        if (status)
+            p->flush_gen = 0; /* the next flush tries again */
+        else
+            wpass_free(p);
+    }
+    if (status && f->clears_dirty)
+        v->wpass_dirty = true;
+    plx_done_fn cb = f->cb;
+    void *carg = f->arg;
+    free(f);
+    cb(carg, status);
+}
+
+int plx_wlog_pass_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (!v->wpass_head && !wpass_on(v))
+        return plx_vdi_direct_flush(v, cb, arg);
+    struct wpass_flush *f = calloc(1, sizeof *f);
+    if (!f)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    *f = (struct wpass_flush){.v = v, .gen = ++v->wpass_flush_gen, .cb = cb, .arg = arg};
+    int rc = plx_vdi_direct_flush(v, wpass_flush_done, f);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    /* It covers what has completed: those writes need not go to the log any more. */
+    for (struct plx_wpass *p = v->wpass_head; p; p = p->next)
+        if (p->in_store && !p->flush_gen)
+            p->flush_gen = f->gen;
+    f->clears_dirty = v->wpass_dirty;
+    v->wpass_dirty = false;
+    return 0;
+}
+
+void plx_wlog_pass_forget(struct plx_vdi *v)
+{
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->in_store)
+            wpass_free(p);
+        else
+            wpass_unlink(p); /* (freed when the pipeline is done with its copy) */
+    }
+    v->wpass_dirty = false;
+}
+
+/* The cache just turned on for v: the tracked writes go to the log, in their order and before
+ * anything new, from their copies (a record's data is copied into its batch when appended).
+ * Those in flight complete from there; the pipeline goes on writing from the copy. */
+static void wpass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
+{
+    struct plx_vdi *v = w->v;
+    for (struct plx_wpass *p = v->wpass_head, *nx; p; p = nx) {
+        nx = p->next;
+        wpass_unlink(p);
+        bool inflight = !p->in_store;
+        if (!p->copy) {
+            /* In flight without a copy (past the budget): the pipeline writes from the caller's
+             * buffer, so it completes from the store, and the store's flush covers it. (A
+             * completed one without a copy is not kept.) */
+            w->direct_dirty = true;
+            if (!inflight)
+                wpass_free(p);
+            continue;
+        }
+        struct wreq *r =
+            wreq_new(v, Q_WRITE, p->off, p->len, inflight ? wpass_log_done : wpass_copy_logged, p);
+        if (!r) {
+            /* It completes from the store, as without the cache; the store's flush covers it. */
+            w->direct_dirty = true;
+            if (!inflight)
+                wpass_free(p);
+            continue;
+        }
+        r->ubuf = r->src = p->copy;
+        r->ready = true;
+        if (inflight) {
+            p->rescued = true;
+            w->rescued_inflight++;
+        }
+        enqueue(w, r);
+    }
+    process_queue(wl, w);
+}
+
 /* A flush that needs both the log and the store flushed: completes once, with the first error. */
 struct flush_join {
     plx_done_fn cb;
@@ -1444,6 +1744,37 @@ static void flush_join_done(void *arg, int status)
     cb(carg, st);
 }
 
+/* A flush of the store medium itself, outside the pipeline (whose flush waits for every batch
+ * in flight before it): it makes durable what has completed so far. */
+struct raw_flush {
+    struct plx_ev ev;
+    struct flush_join *j;
+};
+
+static void raw_flush_done(struct plx_store *st, struct plx_ev *ev)
+{
+    struct raw_flush *f = ev->ctx;
+    struct flush_join *j = f->j;
+    int status = ev->status;
+    free(f);
+    flush_join_done(j, status);
+}
+
+static int raw_flush(plx_store *st, struct flush_join *j)
+{
+    struct raw_flush *f = calloc(1, sizeof *f);
+    if (!f)
+        return plx_err(st, -ENOMEM, "out of memory");
+    f->j = j;
+    f->ev.io = (struct plx_io){.op = PLX_IO_FLUSH};
+    f->ev.handler = raw_flush_done;
+    f->ev.ctx = f;
+    int rc = plx_submit(st, &f->ev);
+    if (rc)
+        free(f);
+    return rc;
+}
+
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
 {
     if (plx_lease_check(v->st))
@@ -1459,12 +1790,19 @@ int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg)
     j->cb = cb;
     j->arg = arg;
     j->pending = 2;
-    int rc = plx_vdi_direct_flush(v, flush_join_done, j);
+    struct plx_wlog_vdi *w = v->wc;
+    /* When every request before direct_seq still in flight is a rescued write (in the log as
+     * well), the store's flush need not wait for them: a flush of the medium covers what has
+     * finished. Otherwise the pipeline's flush, which covers what was submitted before it. */
+    bool raw = plx_vdi_active_before(v, w->direct_seq) == w->rescued_inflight;
+    int rc = raw ? raw_flush(v->st, j) : plx_vdi_direct_flush(v, flush_join_done, j);
     if (rc) {
         free(j);
         return rc;
     }
-    v->wc->direct_dirty = false;
+    /* This store flush covers what went straight to the pipeline and has finished; a request
+     * still in flight (not rescued) needs the next one. */
+    w->direct_dirty = !raw && !plx_vdi_finished_before(v, w->direct_seq);
     rc = add_flush_waiter(wl, wl->next_seq - 1, flush_join_done, j, NULL);
     if (rc)
         flush_join_done(j, rc); /* the store's flush is still to come: it completes j */
@@ -1534,83 +1872,113 @@ int plx_wlog_vdi_enable(struct plx_vdi *v)
         return plx_err(st, -EROFS, "VDI %s is open read-only: nothing to cache", v->rec.name);
     if (wl->failed)
         return plx_err(st, -EIO, "%s", wl->error);
-    if (v->wc)
+    struct plx_wlog_vdi *w = v->wc;
+    if (w) {
+        if (w->detaching && !w->async_detach)
+            return plx_err(st, -EBUSY, "the write cache of VDI %s is being turned off",
+                           v->rec.name);
+        if (w->detaching) {
+            /* Turning off is called off: what it held goes to the log after what is queued. */
+            w->detaching = w->async_detach = false;
+            if (w->held_head) {
+                if (w->q_tail)
+                    w->q_tail->qnext = w->held_head;
+                else
+                    w->q_head = w->held_head;
+                w->q_tail = w->held_tail;
+                for (struct wreq *r = w->held_head; r; r = r->qnext)
+                    r->held = false;
+                w->held_head = w->held_tail = NULL;
+            }
+            process_queue(wl, w);
+        }
         return 0;
-    struct plx_wlog_vdi *w = calloc(1, sizeof *w);
+    }
+    w = calloc(1, sizeof *w);
     if (!w)
         return plx_err(st, -ENOMEM, "out of memory");
-    /* The record names the log before the first write goes there. */
-    int rc = write_fields(v, true);
-    if (rc) {
-        free(w);
-        return rc;
+    if (v->rec.wlog_id == wl->log_id) {
+        /* The record names the log already (the automatic mode binds it beforehand): nothing
+         * to write, so the switch is immediate. Writes that went to the pipeline before it and
+         * were not flushed yet are covered by a store flush at the guest's next flush. */
+        w->direct_dirty = v->wpass_dirty;
+        w->direct_seq = plx_vdi_next_seq(v);
+        v->wpass_dirty = false;
+    } else {
+        /* The record names the log before the first write goes there (its flush also makes
+         * the writes before durable in the store). */
+        int rc = write_fields(v, true);
+        if (rc) {
+            free(w);
+            return rc;
+        }
     }
     w->v = v;
     w->next = wl->vdis;
     wl->vdis = w;
     v->wc = w;
+    wpass_rescue(wl, w);
+    /* Requests in the pipeline that are not in the log as well (a trim, a sub-block write):
+     * once they complete, the guest's flush must flush the store too. */
+    if (plx_vdi_active_before(v, w->direct_seq) > w->rescued_inflight)
+        w->direct_dirty = true;
     return 0;
 }
 
-bool plx_wlog_vdi_draining(struct plx_vdi *v)
+int plx_wlog_vdi_bind(struct plx_vdi *v)
 {
     struct plx_wlog *wl = v->st->wlog;
-    struct plx_wlog_vdi *w = v->wc;
-    if (!w || (!w->q_head && !w->records) || wl->drain_error)
-        return false; /* (a drain error: detach reports it at once) */
-    if (wl->drain_paused) {
-        wl->drain_paused = false; /* closing drains, whatever held it */
-        drain_kick(wl);
-    }
-    /* The gathering batch is sealed at the end of a pass anyway unless every write slot is
-     * busy; sealing it early only for v's sake would shrink other VDIs' group commits. */
+    if (!wl || v->ro || wl->failed || v->rec.wlog_id == wl->log_id)
+        return 0;
+    return write_fields(v, true);
+}
+
+/* The gathering batch is sealed at the end of a pass anyway unless every write slot is busy;
+ * sealing it early only for v's sake would shrink other VDIs' group commits. */
+static void seal_for(struct plx_wlog *wl, const struct plx_vdi *v)
+{
     struct wbatch *g = wl->gather;
     for (uint32_t i = 0; g && i < g->nent; i++)
         if (g->ent[i].vdi_id == v->rec.id) {
             seal(wl, g);
             break;
         }
-    return true;
 }
 
-int plx_wlog_vdi_detach(struct plx_vdi *v)
+static void drain_unpause(struct plx_wlog *wl)
 {
-    plx_store *st = v->st;
-    struct plx_wlog *wl = st->wlog;
-    struct plx_wlog_vdi *w = v->wc;
-    if (!w)
-        return 0;
-    w->detaching = true;
     if (wl->drain_paused) {
         wl->drain_paused = false; /* closing drains, whatever held it */
         drain_kick(wl);
     }
-    int rc = 0;
-    while (w->q_head || w->records) {
-        if (wl->drain_error) {
-            rc = plx_err(st, wl->drain_error, "%s", wl->error);
-            break;
-        }
-        if (wl->gather && wl->gather->nent) {
-            seal(wl, wl->gather);
-            kick_later(wl);
-        }
-        rc = plx_store_service(st);
-        if (rc < 0)
-            break;
-        rc = 0;
-        if (!w->q_head && !w->records)
-            break;
-        struct epoll_event e;
-        epoll_wait(st->epoll_fd, &e, 1, 100);
-    }
+}
+
+bool plx_wlog_vdi_draining(struct plx_vdi *v)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w || !detach_left(w) || wl->drain_error)
+        return false; /* (a drain error: detach reports it at once) */
+    drain_unpause(wl);
+    seal_for(wl, v);
+    return true;
+}
+
+/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
+ * goes straight to the pipeline, in order. */
+static void detach_finish(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
     for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
         if (*pp == w) {
             *pp = w->next;
             break;
         }
     v->wc = NULL;
-    /* What arrived meanwhile goes straight to the pipeline, in order. */
+    if (w->direct_dirty || w->held_head)
+        v->wpass_dirty = true; /* (what went straight to the pipeline: the next flush covers it) */
     for (struct wreq *r = w->held_head, *nx; r; r = nx) {
         nx = r->qnext;
         int src;
@@ -1633,6 +2001,62 @@ int plx_wlog_vdi_detach(struct plx_vdi *v)
         }
     }
     free(w);
+}
+
+int plx_wlog_vdi_try_detach(struct plx_vdi *v)
+{
+    struct plx_wlog *wl = v->st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w)
+        return 0;
+    if (wl->drain_error)
+        return plx_wlog_vdi_detach(v); /* reports it at once */
+    w->detaching = true;
+    w->async_detach = true;
+    drain_unpause(wl);
+    if (detach_left(w)) {
+        seal_for(wl, v);
+        return -EAGAIN;
+    }
+    detach_finish(v);
+    return 0;
+}
+
+bool plx_wlog_vdi_detaching(const struct plx_vdi *v)
+{
+    return v->wc && v->wc->detaching;
+}
+
+int plx_wlog_vdi_detach(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    if (!v->wc)
+        return 0;
+    v->wc->detaching = true;
+    v->wc->async_detach = false; /* this call finishes it */
+    drain_unpause(wl);
+    int rc = 0;
+    /* (The loop looks v->wc up afresh: nothing else frees it while async_detach is off.) */
+    while (detach_left(v->wc)) {
+        if (wl->drain_error) {
+            rc = plx_err(st, wl->drain_error, "%s", wl->error);
+            break;
+        }
+        if (wl->gather && wl->gather->nent) {
+            seal(wl, wl->gather);
+            kick_later(wl);
+        }
+        rc = plx_store_service(st);
+        if (rc < 0)
+            break;
+        rc = 0;
+        if (!detach_left(v->wc))
+            break;
+        struct epoll_event e;
+        epoll_wait(st->epoll_fd, &e, 1, 100);
+    }
+    detach_finish(v);
     return rc;
 }
 
@@ -1643,8 +2067,7 @@ uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v)
 
 int plx_wlog_vdi_disable(struct plx_vdi *v)
 {
-    if (!v->wc)
-        return 0;
+    /* (The record may name the log with the cache off: the automatic mode binds it.) */
     int rc = plx_wlog_vdi_detach(v);
     if (!rc && v->rec.wlog_id)
         rc = write_fields(v, false);

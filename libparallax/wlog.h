@@ -44,10 +44,22 @@ const char *plx_wlog_desc(const plx_store *st);
 /* Drain everything, then detach the log (store close). Blocking. */
 int plx_wlog_close(plx_store *st);
 
-/* Turn the cache on for a writable VDI (the record then names this log) or off (waits until its
- * records are drained, then clears the record). Blocking. */
+/* Turn the cache on for a writable VDI (the record then names this log; when it names it
+ * already, bound by plx_wlog_vdi_bind, this writes nothing and never blocks) or off (waits until
+ * its records are drained, then clears the record). Blocking. Turning on while a
+ * plx_wlog_vdi_try_detach is under way calls that off. */
 int plx_wlog_vdi_enable(struct plx_vdi *v);
 int plx_wlog_vdi_disable(struct plx_vdi *v);
+/* Write the record of v naming this log, with the cache still off (the automatic mode, so that
+ * turning on later needs no store write). Close or disable clears it. Blocking. */
+int plx_wlog_vdi_bind(struct plx_vdi *v);
+/* Turn the cache off for v without waiting: new requests of v are held from now on, its
+ * records drain, and the moment the last one is in the store the log lets go of v (from the
+ * service loop) and the held requests go to the pipeline in order. Returns 0 when that is done
+ * already, -EAGAIN while it is under way, or a drain error. The record is left as it is. */
+int plx_wlog_vdi_try_detach(struct plx_vdi *v);
+/* True while v's cache is being turned off (a detach under way). */
+bool plx_wlog_vdi_detaching(const struct plx_vdi *v);
 /* What close does: wait until the VDI's records are drained and turn the cache off, leaving the
  * record to the caller (close writes it anyway). On failure the records stay in the log and
  * the record keeps naming it. Blocking. */
@@ -65,6 +77,18 @@ int plx_wlog_submit_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len,
 int plx_wlog_submit_write(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
                           unsigned flags, plx_done_fn cb, void *arg);
 int plx_wlog_submit_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
+/* A write of a VDI in the automatic mode with the cache off: to the pipeline, tracked until it
+ * completes. If the cache turns on meanwhile, the write is put in the log too and completes
+ * when its record is written there: a burst that meets a slow store does not wait for the
+ * writes it queued to the store before the switch. */
+int plx_wlog_submit_passthrough(struct plx_vdi *v, const void *buf, uint64_t off, size_t len,
+                                unsigned flags, plx_done_fn cb, void *arg);
+/* The same VDI's flush (the pipeline's): the tracked writes it covers are dropped. */
+int plx_wlog_pass_flush(struct plx_vdi *v, plx_done_fn cb, void *arg);
+/* A trim or snapshot of v went to the pipeline: the tracked writes before it are dropped. */
+void plx_wlog_pass_untracked(struct plx_vdi *v);
+/* Drop every tracked write of v (close, or the automatic mode left; the pipeline idle). */
+void plx_wlog_pass_forget(struct plx_vdi *v);
 int plx_wlog_submit_trim(struct plx_vdi *v, uint64_t off, uint64_t len, plx_done_fn cb, void *arg);
 int plx_wlog_submit_snapshot(struct plx_vdi *v, const char *label, uint64_t *index_out,
                              plx_done_fn cb, void *arg);

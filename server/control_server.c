@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,16 @@ struct ctl_client {
 
 static struct control_host host;
 static int listen_fd = -1;
+/* cache-disable commands waiting for their VDI's drain; a timer polls them every 100 ms while
+ * there are any (the loop goes on serving meanwhile). */
+struct ctl_pending {
+    struct ctl_client *c;
+    uint64_t id;
+    struct ctl_pending *next;
+};
+static struct ctl_pending *pending;
+static int poll_fd = -1;
+static void *poll_watch;
 static void *listen_watch;
 static char sock_path[108];
 static bool trace; /* $PARALLAX_SNAP_TRACE: print each command's times on stderr */
@@ -85,9 +96,73 @@ static void edit_done(void *arg, int status)
         reply_close(c, "ok\n");
 }
 
-/* The write-cache commands (control.h). cache-disable and cache-attach block the loop while
- * they drain or replay (docs/DESIGN.md, "The write cache"). */
-static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v)
+static void pending_stop_timer(void)
+{
+    if (poll_fd < 0)
+        return;
+    host.unwatch(host.host_arg, poll_watch);
+    close(poll_fd);
+    poll_fd = -1;
+    poll_watch = NULL;
+}
+
+/* Answer the cache-disable commands whose drain has finished. A VDI no longer open was drained
+ * and closed meanwhile (closing clears its record). */
+static void pending_poll(void *arg)
+{
+    uint64_t junk;
+    if (read(poll_fd, &junk, sizeof junk) < 0) {
+        /* EAGAIN: a spurious wake-up. */
+    }
+    for (struct ctl_pending **pp = &pending; *pp;) {
+        struct ctl_pending *p = *pp;
+        plx_store *st = NULL;
+        int err = 0;
+        plx_vdi *v = host.find_vdi(host.host_arg, p->id, &st, &err);
+        int rc = v ? plx_vdi_wcache_off_nowait(v) : 0;
+        if (rc == -EAGAIN) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        if (rc)
+            reply_err(p->c, rc, plx_store_errmsg(st ? st : p->c->st));
+        else
+            reply_close(p->c, "ok\n");
+        free(p);
+    }
+    if (!pending)
+        pending_stop_timer();
+}
+
+static int pending_add(struct ctl_client *c, uint64_t id)
+{
+    struct ctl_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    if (poll_fd < 0) {
+        poll_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct itimerspec its = {.it_interval = {0, 100000000}, .it_value = {0, 100000000}};
+        if (poll_fd < 0 || timerfd_settime(poll_fd, 0, &its, NULL) != 0 ||
+            !(poll_watch = host.watch(host.host_arg, poll_fd, pending_poll, NULL))) {
+            if (poll_fd >= 0)
+                close(poll_fd);
+            poll_fd = -1;
+            free(p);
+            return -ENOMEM;
+        }
+    }
+    p->c = c;
+    p->id = id;
+    p->next = pending;
+    pending = p;
+    return 0;
+}
+
+/* The write-cache commands (control.h). cache-attach blocks the loop while it replays;
+ * cache-disable answers once the VDI is drained, the loop serving meanwhile (docs/DESIGN.md,
+ * "The write cache"). */
+static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uint64_t id)
 {
     int rc;
     if (strcmp(cmd, "cache-attach") == 0) {
@@ -110,7 +185,13 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v)
     } else if (strcmp(cmd, "cache-enable") == 0) {
         rc = plx_vdi_wcache_set_mode(v, PLX_WCACHE_ON, NULL);
     } else if (strcmp(cmd, "cache-disable") == 0) {
-        rc = plx_vdi_wcache_set_mode(v, PLX_WCACHE_OFF, NULL);
+        rc = plx_vdi_wcache_off_nowait(v);
+        if (rc == -EAGAIN) {
+            if (pending_add(c, id) == 0)
+                return; /* answered by pending_poll */
+            reply_err(c, -ENOMEM, "out of memory");
+            return;
+        }
     } else if (strcmp(cmd, "cache-auto") == 0) {
         struct plx_wcache_auto a = {0};
         if (sscanf(c->line, "%*s %*u %lf", &a.on_ms) != 1) {
@@ -151,7 +232,7 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v)
 }
 
 /* Every command is a request in the VDI's stream, answered from its callback: nothing here
- * waits for the medium (but cache-disable and cache-attach: see cache_command). */
+ * waits for the medium (but cache-attach, and the end of cache-disable: see cache_command). */
 static void run_command(struct ctl_client *c)
 {
     char cmd[32] = "", label[PLX_LABEL_MAX + 2] = "";
@@ -176,7 +257,7 @@ static void run_command(struct ctl_client *c)
         return;
     }
     if (cache_cmd) {
-        cache_command(c, cmd, v);
+        cache_command(c, cmd, v, id);
         return;
     }
     int rc;
@@ -276,6 +357,15 @@ int control_start(const struct control_host *h, char *err, size_t errlen)
 
 void control_stop(void)
 {
+    /* (The drain goes on: the server waits for it before it exits.) */
+    while (pending) {
+        struct ctl_pending *p = pending;
+        pending = p->next;
+        reply_err(p->c, -ESHUTDOWN,
+                  "the server is stopping; it drains the VDI's writes before it exits");
+        free(p);
+    }
+    pending_stop_timer();
     if (listen_fd < 0)
         return;
     host.unwatch(host.host_arg, listen_watch);

@@ -217,7 +217,7 @@ struct nbd_server {
     struct export *exports;
     struct nbd_tls *tls; /* NULL: --tls=off */
     enum nbd_tls_mode tls_mode;
-    int stopping;
+    int stopping; /* 1: answering what is under way and draining (stop_begin_job); 2: closing */
     struct et_fd_handler retry; /* timerfd: try the waiting exports' VDIs again */
     int retry_armed;
     struct et_fd_handler wauto; /* timerfd: the write cache's automatic mode, every 100 ms */
@@ -651,7 +651,7 @@ static void req_done(void *arg, int status)
     struct conn *c = r->c;
     /* Write zeroes with FUA: the trim, then a flush (zeroes and trims both leave holes). */
     if (!status && r->type == NBD_CMD_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_FUA) &&
-        !r->flushing && !c->srv->stopping) {
+        !r->flushing && c->srv->stopping < 2) {
         r->flushing = 1;
         int rc = plx_vdi_submit_flush(c->ex->v, req_done, r);
         if (rc == 0)
@@ -711,7 +711,7 @@ static void status_done(void *arg, int status)
     }
     r->pos += run;
     int rc = 0;
-    if (r->pos < r->end && r->n < r->max && !r->c->srv->stopping) {
+    if (r->pos < r->end && r->n < r->max && r->c->srv->stopping < 2) {
         rc = plx_vdi_submit_block_status(r->c->ex->v, r->pos, r->end - r->pos, &r->run, &r->mapped,
                                          status_done, r);
         if (rc == 0)
@@ -1533,7 +1533,7 @@ static void wauto_ready(struct et_fd_handler *h, plx_store *st)
             fprintf(stderr,
                     "parallax: serve: export '%s': write cache %s automatically (store write "
                     "latency %.2f ms)\n",
-                    e->name, plx_vdi_wcache_on(e->v) ? "on" : "off",
+                    e->name, rc == 1 ? "on" : "turning off (draining its last writes)",
                     plx_store_write_latency_ms(st));
         else if (rc < 0)
             fprintf(stderr, "parallax: serve: export '%s': automatic write cache: %s\n", e->name,
@@ -1803,10 +1803,98 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
     return 0;
 }
 
-static void stop_job(struct et_job *job, plx_store *st)
+/* The stop, first step: take no new clients, commands or requests; the loop goes on answering
+ * the requests under way, ends each connection once they are answered, and closes each export
+ * once the write cache has drained its VDI (export_reap), serving the others meanwhile. */
+static void stop_begin_job(struct et_job *job, plx_store *st)
 {
     struct nbd_server *srv = ((struct srv_job *)job)->srv;
     srv->stopping = 1;
+    close_listeners(srv);
+    control_stop();
+    if (srv->wauto.fd > 0) {
+        et_unwatch(srv->et, &srv->wauto);
+        close(srv->wauto.fd);
+        srv->wauto.fd = 0;
+    }
+    if (srv->retry.fd > 0) {
+        et_unwatch(srv->et, &srv->retry);
+        close(srv->retry.fd);
+        srv->retry.fd = 0;
+    }
+    for (struct export *e = srv->exports; e; e = e->next) {
+        for (struct req *r = e->pending_head, *next; r; r = next) {
+            next = r->pending_next;
+            req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
+        }
+        e->pending_head = e->pending_tail = NULL;
+        if (!e->v)
+            e->failed = -ESHUTDOWN;
+    }
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        /* Requests the client sent before the stop (in the socket already) are still taken:
+         * one that sent a write and then stopped the server gets its answer. */
+        char peek;
+        for (int i = 0; i < 4096 && c->state == ST_TRANSMISSION && c->tls_state == TLS_PLAIN &&
+                        may_read(c) && recv(c->h.fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+             i++) {
+            conn_read(c);
+            conn_parse(c, st);
+        }
+        c->quit = 1;
+        conn_kick(c);
+        conn_update(c);
+    }
+    et_job_done(job, NULL, 0);
+}
+
+struct stop_poll {
+    struct et_job job;
+    struct nbd_server *srv;
+    unsigned conns, exports;
+    uint64_t backlog;
+    char names[200];
+};
+
+/* What the stop still waits for. */
+static void stop_poll_job(struct et_job *job, plx_store *st)
+{
+    struct stop_poll *p = (struct stop_poll *)job;
+    p->conns = p->exports = 0;
+    p->names[0] = 0;
+    for (struct conn *c = p->srv->conns; c; c = c->next)
+        p->conns++;
+    size_t n = 0;
+    for (struct export *e = p->srv->exports; e; e = e->next) {
+        p->exports++;
+        if (n < sizeof p->names - 1)
+            n +=
+                (size_t)snprintf(p->names + n, sizeof p->names - n, "%s%s", n ? ", " : "", e->name);
+    }
+    struct plx_wcache_status ws;
+    plx_wcache_status(st, &ws);
+    p->backlog = ws.backlog_bytes;
+    et_job_done(job, NULL, 0);
+}
+
+/* The stop, when clients have not taken their answers in time: drop what they were sent. */
+static void stop_drop_job(struct et_job *job, plx_store *st)
+{
+    struct nbd_server *srv = ((struct srv_job *)job)->srv;
+    for (struct conn *c = srv->conns; c; c = c->next) {
+        shutdown(c->h.fd, SHUT_RDWR);
+        c->eof = c->quit = c->wr_broken = 1;
+        free_out(c);
+        conn_kick(c);
+        conn_update(c);
+    }
+    et_job_done(job, NULL, 0);
+}
+
+static void stop_job(struct et_job *job, plx_store *st)
+{
+    struct nbd_server *srv = ((struct srv_job *)job)->srv;
+    srv->stopping = 2;
     et_set_idle(srv->et, NULL, NULL);
     close_listeners(srv);
     control_stop();
@@ -1863,6 +1951,38 @@ void nbd_server_stop(struct nbd_server *srv)
 {
     if (!srv)
         return;
+    struct srv_job b = {.job.fn = stop_begin_job, .srv = srv};
+    et_call(srv->et, &b.job);
+    /* Wait while the loop answers what is under way and drains the write cache, saying what
+     * for (once, then every 10 s). */
+    uint64_t said = 0, start = now_ns();
+    int dropped = 0;
+    for (;;) {
+        struct stop_poll p = {.job.fn = stop_poll_job, .srv = srv};
+        et_call(srv->et, &p.job);
+        if (!p.conns && !p.exports)
+            break;
+        uint64_t t = now_ns();
+        if (p.conns && !dropped && t - start >= 10000000000ull) {
+            /* A client that does not read its answers must not hold the stop up for good. */
+            fprintf(stderr,
+                    "parallax: serve: stopping: %u clients did not take their answers in 10 s: "
+                    "disconnected\n",
+                    p.conns);
+            struct srv_job d = {.job.fn = stop_drop_job, .srv = srv};
+            et_call(srv->et, &d.job);
+            dropped = 1;
+        }
+        if ((p.backlog || !p.conns) && (!said || t - said >= 10000000000ull)) {
+            fprintf(stderr,
+                    "parallax: serve: stopping: waiting for the write cache to drain %.1f MiB "
+                    "into the blockstore (VDIs %s; %u clients being answered; %.0f s so far)\n",
+                    (double)p.backlog / (1 << 20), p.names, p.conns, (double)(t - start) / 1e9);
+            said = t;
+        }
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
     struct srv_job j = {.job.fn = stop_job, .srv = srv};
     et_call(srv->et, &j.job);
     nbd_tls_free(srv->tls);

@@ -643,7 +643,7 @@ static void tick_event(event_id_t id, char mode, void *private)
             tlog_syslog(TLOG_INFO,
                         "parallax: %s: write cache %s automatically (store write latency "
                         "%.2f ms)",
-                        d->vdi_spec, plx_vdi_wcache_on(d->vdi) ? "on" : "off",
+                        d->vdi_spec, rc == 1 ? "on" : "turning off (draining its last writes)",
                         plx_store_write_latency_ms(ps->st));
         else if (rc < 0)
             tlog_syslog(TLOG_WARN, "parallax: %s: automatic write cache: %s", d->vdi_spec,

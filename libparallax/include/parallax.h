@@ -453,10 +453,14 @@ struct plx_wcache_status {
 };
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
 /* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write
- * latency (the engine's weighted mean of its writes' completion times) has stayed above on_ms
- * for hold_ms, and off once the VDI's backlog is (nearly) drained and the latency has stayed
- * below off_ms for hold_ms (turning off drains the rest). It switches with plx_vdi_wcache, as an operator does, so acknowledged writes are
- * neither lost nor reordered. */
+ * latency (the engine's weighted mean of its writes' completion times, decaying while the store
+ * is idle, or the age of the VDI's oldest write in flight, whichever is more) has stayed above
+ * on_ms for a fifth of hold_ms, and off once the VDI's backlog is
+ * (nearly) drained and the latency has stayed below off_ms for hold_ms (turning off drains the
+ * rest, holding the VDI's new requests meanwhile). While a VDI is in this mode its record names
+ * the log even with the cache off, so that turning on writes nothing to the store and takes
+ * effect at once; closing the VDI or leaving the mode with plx_vdi_wcache(v, 0) clears it.
+ * Acknowledged writes are neither lost nor reordered. */
 #define PLX_WCACHE_OFF 0
 #define PLX_WCACHE_ON 1
 #define PLX_WCACHE_AUTO 2
@@ -467,16 +471,25 @@ struct plx_wcache_auto {
     unsigned hold_ms;  /* 0: 1000 */
 };
 /* Put v (open for writing, a log attached) in the automatic mode (a = NULL: the defaults). The
- * cache keeps its present state until plx_vdi_wcache_tick decides. */
+ * cache keeps its present state until plx_vdi_wcache_tick decides. Blocking (writes the VDI's
+ * record, naming the log, when it does not name it yet). */
 int plx_vdi_wcache_auto(plx_vdi *v, const struct plx_wcache_auto *a);
 /* Set the mode: PLX_WCACHE_ON or _OFF (plx_vdi_wcache; leaves the automatic mode; off returns
  * once drained), or PLX_WCACHE_AUTO with a. Blocking. */
 int plx_vdi_wcache_set_mode(plx_vdi *v, int mode, const struct plx_wcache_auto *a);
+/* Turn the cache off (leaving the automatic mode) without waiting for the drain: v's new
+ * requests are held while its writes drain, then go to the blockstore in order. Returns
+ * -EAGAIN while the drain is under way (call it again after service passes: the server polls
+ * it every 100 ms), then 0 once drained and the VDI's record no longer names the log (that
+ * record write blocks briefly), or a negative errno. */
+int plx_vdi_wcache_off_nowait(plx_vdi *v);
 /* PLX_WCACHE_AUTO, _ON or _OFF; with *a (may be NULL) the automatic mode's thresholds. */
 int plx_vdi_wcache_mode(const plx_vdi *v, struct plx_wcache_auto *a);
 /* Apply the automatic mode's rule now: call it every 100 ms or so from the loop that serves
- * the VDI, where blocking is allowed (turning the cache on writes the VDI's record). Does
- * nothing outside the automatic mode. Returns 1 when it switched, 0, or a negative errno. */
+ * the VDI. It does not block (the record was written when the mode was set; turning off
+ * finishes from the service loop once the last records are drained). Does nothing outside the
+ * automatic mode. Returns 1 when it turned the cache on, 2 when it started turning it off, 0,
+ * or a negative errno. */
 int plx_vdi_wcache_tick(plx_vdi *v);
 /* The store's write latency in ms as the engine sees it (0 before its first write). */
 double plx_store_write_latency_ms(const plx_store *st);

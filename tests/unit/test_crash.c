@@ -2328,6 +2328,45 @@ static void wl_wcache(struct wl *wl)
     open_vdi(wl, b);
     plx_wlog_pause_drain(wl->st, 0);
     run_phase(wl, &mx, scale(200), (1u << a) | (1u << b));
+
+    /* The automatic mode (wcache_auto.c): a goes to it with the cache off (its record bound to
+     * the log); its writes go to the store, tracked with copies until a flush covers them. The
+     * cache turns on, as the rule's tick does, with writes of a in flight: those go to the log
+     * as well and complete from there, and so do the completed ones not yet flushed (from their
+     * copies). Then it turns off without a wait (try_detach) while b writes on. */
+    struct mvdi *ma = &wl->v[a];
+    rc = plx_vdi_wcache_set_mode(ma->h, PLX_WCACHE_OFF, NULL);
+    if (rc == 0)
+        rc = plx_vdi_wcache_set_mode(ma->h, PLX_WCACHE_AUTO, NULL);
+    if (rc != 0 && wl->expect_ok)
+        violation(wl, "automatic mode for %s: %d %s", ma->name, rc, plx_store_errmsg(wl->st));
+    if (rc != 0)
+        return;
+    struct mix plain = nosnap; /* writes only: completed and not flushed, then in flight */
+    plain.flush = plain.fua = plain.read = 0;
+    for (int round = 0; round < 2; round++) {
+        run_phase(wl, &mx, scale(60), (1u << a) | (1u << b));
+        for (unsigned i = 0; i < 12; i++)
+            gen_op(wl, &plain, 1u << a);
+        while (wl->inflight)
+            service(wl, true);
+        for (unsigned i = 0; i < 12 && wl->inflight < mx.inflight; i++)
+            gen_op(wl, &plain, 1u << a);
+        rc = plx_wlog_vdi_enable(ma->h);
+        if (rc != 0 && wl->expect_ok)
+            violation(wl, "cache on for %s: %d %s", ma->name, rc, plx_store_errmsg(wl->st));
+        run_phase(wl, &mx, scale(60), (1u << a) | (1u << b));
+        while ((rc = plx_wlog_vdi_try_detach(ma->h)) == -EAGAIN) {
+            gen_op(wl, &nosnap, 1u << b);
+            service(wl, false);
+            usleep(100);
+        }
+        if (rc != 0 && wl->expect_ok)
+            violation(wl, "cache off for %s: %d %s", ma->name, rc, plx_store_errmsg(wl->st));
+        if (rc != 0)
+            return;
+    }
+    run_phase(wl, &mx, scale(60), (1u << a) | (1u << b));
 }
 
 struct workload {
