@@ -226,10 +226,13 @@ const char *cli_blockstore_shown(const char *path, char *buf, size_t len)
     return buf;
 }
 
-static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io, plx_store **st)
+static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io, int placement,
+                      plx_store **st)
 {
-    struct plx_open_opts opts = {
-        .struct_size = sizeof opts, .read_only = read_only, .blocking_io = blocking_io};
+    struct plx_open_opts opts = {.struct_size = sizeof opts,
+                                 .read_only = read_only,
+                                 .blocking_io = blocking_io,
+                                 .placement = placement};
     char err[CLI_MSG_MAX] = "";
     const char *path = NULL;
     int rc = cli_blockstore(ctx, &path);
@@ -244,12 +247,16 @@ static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io,
 
 int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st)
 {
-    return open_store(ctx, read_only, 1, st);
+    return open_store(ctx, read_only, 1, 0, st);
 }
 
+/* The commands that overlap many I/Os: import (a writer from the first block to the last), export
+ * and gc. Data is placed in arrival order: for a sequential writer that is the leaves' order
+ * anyway, and leaf placement would zero each new data extent ahead (backend_file_prepare.c) only
+ * for the import to write over the zeros, up to a whole extent for a small image. */
 int cli_open_store_aio(const struct cli_ctx *ctx, int read_only, plx_store **st)
 {
-    return open_store(ctx, read_only, 0, st);
+    return open_store(ctx, read_only, 0, PLX_PLACEMENT_ARRIVAL, st);
 }
 
 int cli_close_store(plx_store *st, int rc)
