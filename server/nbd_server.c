@@ -1803,6 +1803,18 @@ int nbd_server_start(struct et *et, const char *unix_path, const char *port, con
     return 0;
 }
 
+/* The automatic mode's tick and the close-retry timer end with the server. */
+static void stop_timers(struct nbd_server *srv)
+{
+    struct et_fd_handler *timers[] = {&srv->wauto, &srv->retry};
+    for (size_t i = 0; i < sizeof timers / sizeof *timers; i++)
+        if (timers[i]->fd > 0) {
+            et_unwatch(srv->et, timers[i]);
+            close(timers[i]->fd);
+            timers[i]->fd = 0;
+        }
+}
+
 /* The stop, first step: take no new clients, commands or requests; the loop goes on answering
  * the requests under way, ends each connection once they are answered, and closes each export
  * once the write cache has drained its VDI (export_reap), serving the others meanwhile. */
@@ -1812,16 +1824,7 @@ static void stop_begin_job(struct et_job *job, plx_store *st)
     srv->stopping = 1;
     close_listeners(srv);
     control_stop();
-    if (srv->wauto.fd > 0) {
-        et_unwatch(srv->et, &srv->wauto);
-        close(srv->wauto.fd);
-        srv->wauto.fd = 0;
-    }
-    if (srv->retry.fd > 0) {
-        et_unwatch(srv->et, &srv->retry);
-        close(srv->retry.fd);
-        srv->retry.fd = 0;
-    }
+    stop_timers(srv);
     for (struct export *e = srv->exports; e; e = e->next) {
         for (struct req *r = e->pending_head, *next; r; r = next) {
             next = r->pending_next;
@@ -1907,17 +1910,8 @@ static void stop_job(struct et_job *job, plx_store *st)
         c->quit = c->eof = c->wr_broken = 1;
         free_out(c);
     }
-    if (srv->wauto.fd > 0) {
-        et_unwatch(srv->et, &srv->wauto);
-        close(srv->wauto.fd);
-        srv->wauto.fd = 0;
-    }
+    stop_timers(srv);
     /* Closing a VDI completes its outstanding requests (their callbacks run now). */
-    if (srv->retry.fd > 0) {
-        et_unwatch(srv->et, &srv->retry);
-        close(srv->retry.fd);
-        srv->retry.fd = 0;
-    }
     while (srv->exports) {
         struct export *e = srv->exports;
         srv->exports = e->next;
