@@ -80,15 +80,17 @@ int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks);
  * processes (an extent released), whose writes the backend cannot hold. Blocking, briefly. */
 void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks);
 struct plx_prepare_stats {
-    uint64_t chunks_pending; /* in prepared ranges, not yet zeroed (or being zeroed) */
-    uint64_t chunks_zeroed;  /* zeroed by the thread (holes found or not) */
-    uint64_t chunks_covered; /* counted done because a write covered them whole */
-    uint64_t bytes_zeroed;   /* zeros written over holes */
-    uint64_t writes_waited;  /* writes and trims that waited for a chunk being zeroed */
-    uint64_t wait_ns;        /* their waits added up */
-    uint64_t held_max;       /* most writes waiting at once */
-    uint64_t urgent_zeroed;  /* chunks zeroed because a write waited for them */
-    int error;               /* the zero write error that ended zeroing ahead, or 0 */
+    uint64_t chunks_pending;  /* in prepared ranges, not yet zeroed (or being zeroed) */
+    uint64_t chunks_zeroed;   /* zeroed by the thread (holes found or not) */
+    uint64_t chunks_covered;  /* counted done because a write covered them whole */
+    uint64_t bytes_zeroed;    /* zeros written over holes */
+    uint64_t writes_waited;   /* writes and trims that waited for a chunk being zeroed */
+    uint64_t wait_ns;         /* their waits added up */
+    uint64_t held_max;        /* most writes waiting at once */
+    uint64_t urgent_zeroed;   /* chunks zeroed because a write waited for them */
+    uint64_t writes_streamed; /* writes into chunks not done that streamed (sequential, large) */
+    uint64_t writes_random;   /* and the small ones out of any stream */
+    int error;                /* the zero write error that ended zeroing ahead, or 0 */
 };
 /* All zero when the backend does not prepare. */
 void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out);

@@ -17,7 +17,9 @@
 
 #include "backend.h"
 
-#define PREP_CHUNK 256u /* blocks zeroed ahead at a time: 1 MiB */
+#define PREP_CHUNK 256u  /* blocks zeroed ahead at a time: 1 MiB */
+#define PREP_STREAMS 8u  /* sequential streams told apart (backend_file_prepare.c) */
+#define PREP_RANDOM_N 8u /* small writes out of any stream that resume zeroing ahead at once */
 
 enum slot_stage {
     ST_RW,   /* transferring data */
@@ -78,6 +80,15 @@ struct file_backend {
     pthread_cond_t prep_done_cv; /* from the thread: a chunk is done, or it holds one (tests) */
     struct prep_range *prep_ranges;
     uint64_t prep_urgent; /* chunks in CH_URGENT */
+    /* Standing aside for streams (backend_file_prepare.c, "Streams"): where the last writes
+     * ended (a write starting at one of them continues a stream), when a write last streamed
+     * into chunks not done, and when the last PREP_RANDOM_N small writes out of any stream
+     * landed in such chunks. prep_stream_ns 0: never stand aside ($PARALLAX_ZERO_STREAM_MS=0). */
+    uint64_t prep_ends[PREP_STREAMS];
+    unsigned prep_ends_next;
+    uint64_t prep_stream_ns, prep_streamed_at;
+    uint64_t prep_random_at[PREP_RANDOM_N];
+    unsigned prep_random_next;
     struct plx_prepare_stats prep_stats;
     struct plx_io *held_head, *held_tail; /* writes waiting for their chunks */
     uint64_t held_n, held_since_ns;       /* how many, and since when that many (wait_ns) */

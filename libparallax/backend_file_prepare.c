@@ -97,17 +97,17 @@ static void find_busy(struct file_backend *f, struct prep_range *r, uint64_t i, 
 
 /* The I/O goes ahead: a chunk it covers whole counts as done (the write replaces whatever
  * zeroing would have written there); in one it covers in part it is counted as in flight, and
- * the chunk, now in use, is zeroed before those nobody writes to yet. */
+ * the chunk, now in use, is zeroed before those nobody writes to yet, unless the write belongs
+ * to a stream (*arg set), whose next writes will fill the rest of the chunk themselves. */
 static void go_ahead(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
-    (void)arg;
     if (whole) {
         chunk_set_done(f, r, i);
         f->prep_stats.chunks_covered++;
         return;
     }
     r->writing[i]++;
-    if (r->state[i] == CH_PENDING) {
+    if (r->state[i] == CH_PENDING && !(arg != NULL && *(const int *)arg)) {
         r->state[i] = CH_URGENT;
         f->prep_urgent++;
     }
@@ -135,7 +135,7 @@ static void wait_all(struct file_backend *f, struct prep_range *r, uint64_t i, i
     *(int *)arg = 1;
 }
 
-static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n)
+static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n, int stream)
 {
     if (f->prep_wait_all) {
         /* PARALLAX_ZERO_WAIT=1 (measurements): every write into a chunk not done waits for
@@ -147,8 +147,76 @@ static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n)
     int busy = 0;
     for_chunks(f, block, n, find_busy, &busy);
     if (!busy)
-        for_chunks(f, block, n, go_ahead, NULL);
+        for_chunks(f, block, n, go_ahead, &stream);
     return busy;
+}
+
+/* Streams. A writer that fills fresh chunks in order or in large pieces (a copy, an image being
+ * written, and after every snapshot a sequential writer's copy-on-write into fresh slots) needs
+ * no zeros: its own writes fill the chunks, and zeroing ahead of it only makes the medium write
+ * everything twice. With a snapshot every 10 ms that cost a 1 MiB writer a quarter of its speed
+ * (bench/README.md, issue 16, "Snapshots every 10 ms"). So while writes into chunks not done
+ * arrive as streams (each starting where an earlier write ended, or large) and fewer than
+ * PREP_RANDOM_N small writes out of any stream land in such chunks within prep_stream_ns, the
+ * thread zeroes only urgent chunks (those small writes' chunks) and leaves the rest pending; it
+ * zeroes ahead again once the streams stop or small writes come. Only the choice of what to zero
+ * changes, never the rules that keep zero writes and data writes apart. */
+#define PREP_LARGE (PREP_CHUNK / 4) /* blocks: a write this large is a stream on its own */
+
+struct touch {
+    unsigned chunks, whole;
+};
+
+static void count_touch(struct file_backend *f, struct prep_range *r, uint64_t i, int whole,
+                        void *arg)
+{
+    (void)f;
+    (void)r;
+    (void)i;
+    struct touch *t = arg;
+    t->chunks++;
+    t->whole += whole != 0;
+}
+
+/* Under prep_mu, once per write or trim when it is submitted: note where it ends and whether it
+ * streams into chunks not done (1) or is a small write out of any stream (0). */
+static int prep_classify(struct file_backend *f, uint64_t block, uint64_t n, uint64_t now)
+{
+    int stream = n >= PREP_LARGE;
+    for (unsigned k = 0; k < PREP_STREAMS && !stream; k++)
+        if (f->prep_ends[k] == block && block != 0) {
+            f->prep_ends[k] = block + n;
+            stream = 1;
+        }
+    if (!stream || n >= PREP_LARGE) {
+        f->prep_ends[f->prep_ends_next] = block + n;
+        f->prep_ends_next = (f->prep_ends_next + 1) % PREP_STREAMS;
+    }
+    struct touch t = {0, 0};
+    for_chunks(f, block, n, count_touch, &t);
+    if (t.chunks == 0)
+        return stream;
+    if (stream || t.whole > 0) {
+        f->prep_streamed_at = now;
+        f->prep_stats.writes_streamed++;
+        return 1;
+    }
+    f->prep_random_at[f->prep_random_next] = now;
+    f->prep_random_next = (f->prep_random_next + 1) % PREP_RANDOM_N;
+    f->prep_stats.writes_random++;
+    return 0;
+}
+
+/* Under prep_mu: until when (monotonic ns) the thread leaves pending chunks alone, or 0 when it
+ * zeroes ahead now. */
+static uint64_t prep_aside_until(const struct file_backend *f, uint64_t now)
+{
+    uint64_t w = f->prep_stream_ns, oldest = f->prep_random_at[f->prep_random_next];
+    if (w == 0 || f->prep_streamed_at == 0 || now - f->prep_streamed_at >= w)
+        return 0;
+    if (oldest != 0 && now - oldest < w)
+        return 0; /* PREP_RANDOM_N small writes within the window: they want zeros */
+    return f->prep_streamed_at + w;
 }
 
 static void uncount(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
@@ -172,7 +240,8 @@ void plx_file_prep_finished(struct file_backend *f, const struct plx_io *io)
 int plx_file_prep_hold(struct file_backend *f, struct plx_io *io)
 {
     pthread_mutex_lock(&f->prep_mu);
-    int blocked = prep_blocked(f, io->block, io->nblocks);
+    int stream = prep_classify(f, io->block, io->nblocks, prep_now_ns());
+    int blocked = prep_blocked(f, io->block, io->nblocks, stream);
     if (blocked) {
         if (f->held_tail != NULL)
             f->held_tail->be_next = io;
@@ -196,7 +265,8 @@ static void prep_abandon(struct file_backend *f)
                 chunk_set_done(f, r, i);
 }
 
-/* Under prep_mu: the chunk to zero next, urgent ones first; none with writes in flight. */
+/* Under prep_mu: the chunk to zero next, urgent ones first; none with writes in flight; none
+ * that is only pending while streams are being written (prep_aside_until). */
 static int prep_pick(struct file_backend *f, struct prep_range **rp, uint64_t *ip)
 {
     for (struct prep_range *r = f->prep_ranges; r != NULL && f->prep_urgent > 0; r = r->next)
@@ -206,6 +276,8 @@ static int prep_pick(struct file_backend *f, struct prep_range **rp, uint64_t *i
                 *ip = i;
                 return 1;
             }
+    if (prep_aside_until(f, prep_now_ns()) != 0)
+        return 0;
     for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
         while (r->cursor < r->nchunks && r->state[r->cursor] != CH_PENDING)
             r->cursor++;
@@ -369,7 +441,19 @@ static void *prep_thread(void *arg)
         unsigned n = 0;
         while (!f->prep_stop && (f->prep_pause == 1 || !prep_pick(f, &r, &i))) {
             f->prep_idle = 1;
-            pthread_cond_wait(&f->prep_cv, &f->prep_mu);
+            uint64_t now = prep_now_ns(), until = prep_aside_until(f, now);
+            if (until != 0 && f->prep_pause != 1) {
+                /* Standing aside for a stream: look again when its window ends (a write's
+                 * completion or a new range wakes the thread sooner). */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                uint64_t ns = (uint64_t)ts.tv_nsec + (until - now) + 1000000u;
+                ts.tv_sec += (time_t)(ns / 1000000000u);
+                ts.tv_nsec = (long)(ns % 1000000000u);
+                pthread_cond_timedwait(&f->prep_cv, &f->prep_mu, &ts);
+            } else {
+                pthread_cond_wait(&f->prep_cv, &f->prep_mu);
+            }
             f->prep_idle = 0;
         }
         if (f->prep_stop)
@@ -450,7 +534,7 @@ struct plx_io *plx_file_prep_release(struct file_backend *f)
         struct plx_io *next = io->be_next;
         io->be_next = NULL;
         struct plx_io **head = &go_head, **tail = &go_tail;
-        if (prep_blocked(f, io->block, io->nblocks)) {
+        if (prep_blocked(f, io->block, io->nblocks, 0)) {
             head = &f->held_head;
             tail = &f->held_tail;
             still++;
@@ -514,6 +598,10 @@ int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks)
     if (!f->prep_started) {
         const char *w = getenv("PARALLAX_ZERO_WAIT");
         f->prep_wait_all = w != NULL && strcmp(w, "1") == 0;
+        /* How long after the last stream the thread stands aside ("Streams" above); 0 never
+         * (measurements: zeroing ahead as before 2026-11-26's evening). */
+        const char *sm = getenv("PARALLAX_ZERO_STREAM_MS");
+        f->prep_stream_ns = (sm != NULL && *sm != '\0' ? strtoull(sm, NULL, 10) : 200) * 1000000u;
         int rc = pthread_create(&f->prep_thr, NULL, prep_thread, f);
         if (rc != 0) {
             free(r->state);
@@ -604,11 +692,12 @@ void plx_file_prep_shutdown(struct file_backend *f)
         fprintf(stderr,
                 "parallax: %s: zeroing ahead: %llu chunks zeroed (%llu urgent, %llu MiB of "
                 "zeros), %llu covered by writes; %llu writes waited %.3f s in all (at most %llu "
-                "at once)\n",
+                "at once); writes into chunks not done: %llu streamed, %llu small\n",
                 f->base.desc, (unsigned long long)ps->chunks_zeroed,
                 (unsigned long long)ps->urgent_zeroed, (unsigned long long)(ps->bytes_zeroed >> 20),
                 (unsigned long long)ps->chunks_covered, (unsigned long long)ps->writes_waited,
-                (double)ps->wait_ns / 1e9, (unsigned long long)ps->held_max);
+                (double)ps->wait_ns / 1e9, (unsigned long long)ps->held_max,
+                (unsigned long long)ps->writes_streamed, (unsigned long long)ps->writes_random);
     }
     if (f->prep_started) {
         /* The chunks being zeroed are finished (at most 8 MiB of zero writes); the rest stays

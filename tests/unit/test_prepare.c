@@ -356,6 +356,68 @@ START_TEST(test_prepare_busy_chunk_waits)
 }
 END_TEST
 
+/* A stream of writes into a prepared range (whole 1 MiB chunks, then 128 KiB writes each starting
+ * where the last ended) needs no zeros: while it streams, the thread zeroes nothing, not even the
+ * chunks the small sequential writes filled in part (it used to zero them first, and the whole
+ * range ahead of the writer: the medium wrote everything twice). Once the stream has stopped for
+ * $PARALLAX_ZERO_STREAM_MS, the rest is zeroed as before; small writes out of any stream resume
+ * zeroing ahead at once. */
+START_TEST(test_prepare_stands_aside_for_streams)
+{
+    enum { N = 32 * CHUNK, PIECE = 32 };
+    setenv("PARALLAX_ZERO_STREAM_MS", "3000", 1); /* long enough to look at while it lasts */
+    char path[4096];
+    int fd;
+    plx_backend *be = open_sparse(2 * N, &fd, path, sizeof path);
+    plx_backend_prepare_test(be, 0, 1); /* the thread waits before its first chunk */
+    ck_assert_int_eq(plx_backend_prepare(be, 0, N), 0);
+    for (unsigned c = 0; c < 8; c++)
+        write_pattern(be, (uint64_t)c * CHUNK, CHUNK, 700 + c);
+    for (unsigned k = 0; k < 4 * CHUNK / PIECE; k++)
+        write_pattern(be, 8 * CHUNK + (uint64_t)k * PIECE, PIECE, 800 + k);
+    plx_backend_prepare_test(be, 0, 0);
+    usleep(300000);
+    struct plx_prepare_stats ps;
+    plx_backend_prepare_stats(be, &ps);
+    fprintf(stderr,
+            "prepare: streams: %llu chunks zeroed while streaming, %llu covered, %llu writes "
+            "streamed, %llu small\n",
+            (unsigned long long)ps.chunks_zeroed, (unsigned long long)ps.chunks_covered,
+            (unsigned long long)ps.writes_streamed, (unsigned long long)ps.writes_random);
+    ck_assert_uint_eq(ps.chunks_covered, 8);
+    ck_assert_uint_eq(ps.chunks_zeroed, 0);
+    ck_assert_uint_eq(ps.bytes_zeroed, 0);
+    ck_assert_uint_eq(ps.writes_streamed, 8 + 4 * CHUNK / PIECE);
+    ck_assert_uint_eq(ps.chunks_pending, N / CHUNK - 8);
+    ck_assert(has_hole(fd, 12 * CHUNK, N));
+
+    /* Small writes out of the stream (4 KiB, scattered): zeroing ahead resumes at once, long
+     * before the stream's window ends. */
+    for (unsigned k = 0; k < 8; k++)
+        write_pattern(be, (uint64_t)(13 + 2 * k) * CHUNK + 5, 1, 900 + k);
+    for (int k = 0; k < 200 && ps.chunks_pending > 0; k++) {
+        be->ops->poll(be, 0);
+        usleep(10000);
+        plx_backend_prepare_stats(be, &ps);
+    }
+    ck_assert_uint_eq(ps.chunks_pending, 0);
+    ck_assert_uint_eq(ps.writes_random, 8);
+    ck_assert(!has_hole(fd, 0, N));
+    ck_assert(has_hole(fd, N, 2 * N));
+    for (unsigned c = 0; c < 8; c++)
+        ck_assert(has_pattern(be, (uint64_t)c * CHUNK, CHUNK, 700 + c));
+    for (unsigned k = 0; k < 4 * CHUNK / PIECE; k++)
+        ck_assert(has_pattern(be, 8 * CHUNK + (uint64_t)k * PIECE, PIECE, 800 + k));
+    for (unsigned k = 0; k < 8; k++) {
+        ck_assert(has_pattern(be, (uint64_t)(13 + 2 * k) * CHUNK + 5, 1, 900 + k));
+        ck_assert(is_zero(be, (uint64_t)(13 + 2 * k) * CHUNK, 5));
+    }
+    ck_assert(is_zero(be, 12 * CHUNK, CHUNK));
+    close_sparse(be, fd, path);
+    unsetenv("PARALLAX_ZERO_STREAM_MS");
+}
+END_TEST
+
 /* A zero write that fails (the medium full, or an I/O error) ends zeroing ahead: the writes
  * succeed (the file has room for them here), nothing hangs, and later ranges are refused with
  * the error. */
@@ -566,6 +628,7 @@ static Suite *prepare_suite(void)
     tcase_add_test(tc, test_prepare_racing_writes);
     tcase_add_test(tc, test_prepare_writes_go_ahead);
     tcase_add_test(tc, test_prepare_busy_chunk_waits);
+    tcase_add_test(tc, test_prepare_stands_aside_for_streams);
     tcase_add_test(tc, test_prepare_enospc);
     tcase_add_test(tc, test_prepare_eio);
     tcase_add_test(tc, test_prepare_close_while_zeroing);
