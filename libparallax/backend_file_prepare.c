@@ -156,12 +156,17 @@ static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n, int 
  * no zeros: its own writes fill the chunks, and zeroing ahead of it only makes the medium write
  * everything twice. With a snapshot every 10 ms that cost a 1 MiB writer a quarter of its speed
  * (bench/README.md, issue 16, "Snapshots every 10 ms"). So while writes into chunks not done
- * arrive as streams (each starting where an earlier write ended, or large) and fewer than
+ * arrive as streams (each of 64 KiB or more starting where an earlier write ended, or large,
+ * or covering a chunk whole) and fewer than
  * PREP_RANDOM_N small writes out of any stream land in such chunks within prep_stream_ns, the
  * thread zeroes only urgent chunks (those small writes' chunks) and leaves the rest pending; it
  * zeroes ahead again once the streams stop or small writes come. Only the choice of what to zero
  * changes, never the rules that keep zero writes and data writes apart. */
 #define PREP_LARGE (PREP_CHUNK / 4) /* blocks: a write this large is a stream on its own */
+/* Blocks: a sequential write smaller than this is no stream. Each small write into a hole pays
+ * for its allocation on ext4 (the reason for zeroing ahead), sequential or not, so a small
+ * sequential writer keeps having its chunks zeroed as it reaches them. */
+#define PREP_SEQ_MIN 16u
 
 struct touch {
     unsigned chunks, whole;
@@ -182,21 +187,22 @@ static void count_touch(struct file_backend *f, struct prep_range *r, uint64_t i
  * streams into chunks not done (1) or is a small write out of any stream (0). */
 static int prep_classify(struct file_backend *f, uint64_t block, uint64_t n, uint64_t now)
 {
-    int stream = n >= PREP_LARGE;
-    for (unsigned k = 0; k < PREP_STREAMS && !stream; k++)
+    int seq = 0, stream;
+    for (unsigned k = 0; k < PREP_STREAMS && !seq; k++)
         if (f->prep_ends[k] == block && block != 0) {
             f->prep_ends[k] = block + n;
-            stream = 1;
+            seq = 1;
         }
-    if (!stream || n >= PREP_LARGE) {
+    if (!seq) {
         f->prep_ends[f->prep_ends_next] = block + n;
         f->prep_ends_next = (f->prep_ends_next + 1) % PREP_STREAMS;
     }
     struct touch t = {0, 0};
     for_chunks(f, block, n, count_touch, &t);
+    stream = n >= PREP_LARGE || (seq && n >= PREP_SEQ_MIN) || t.whole > 0;
     if (t.chunks == 0)
         return stream;
-    if (stream || t.whole > 0) {
+    if (stream) {
         f->prep_streamed_at = now;
         f->prep_stats.writes_streamed++;
         return 1;

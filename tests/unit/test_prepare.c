@@ -418,6 +418,34 @@ START_TEST(test_prepare_stands_aside_for_streams)
 }
 END_TEST
 
+/* Small sequential writes (4 KiB, each where the last ended) are no stream: each pays for its
+ * allocation on ext4 like a random one, so their chunk is zeroed first, as before. */
+START_TEST(test_prepare_small_sequential_no_stream)
+{
+    enum { N = 4 * CHUNK };
+    char path[4096];
+    int fd;
+    plx_backend *be = open_sparse(N, &fd, path, sizeof path);
+    plx_backend_prepare_test(be, 0, 1);
+    ck_assert_int_eq(plx_backend_prepare(be, 0, N), 0);
+    for (unsigned k = 0; k < 16; k++)
+        write_pattern(be, 2 * CHUNK + 40 + k, 1, 950 + k);
+    struct plx_prepare_stats ps;
+    plx_backend_prepare_stats(be, &ps);
+    ck_assert_uint_eq(ps.writes_streamed, 0);
+    ck_assert_uint_eq(ps.writes_random, 16);
+    plx_backend_prepare_test(be, 0, 0);
+    wait_prepared(be);
+    plx_backend_prepare_stats(be, &ps);
+    ck_assert_uint_eq(ps.urgent_zeroed, 1); /* chunk 2, before the others */
+    ck_assert(!has_hole(fd, 0, N));
+    for (unsigned k = 0; k < 16; k++)
+        ck_assert(has_pattern(be, 2 * CHUNK + 40 + k, 1, 950 + k));
+    ck_assert(is_zero(be, 2 * CHUNK, 40));
+    close_sparse(be, fd, path);
+}
+END_TEST
+
 /* A zero write that fails (the medium full, or an I/O error) ends zeroing ahead: the writes
  * succeed (the file has room for them here), nothing hangs, and later ranges are refused with
  * the error. */
@@ -629,6 +657,7 @@ static Suite *prepare_suite(void)
     tcase_add_test(tc, test_prepare_writes_go_ahead);
     tcase_add_test(tc, test_prepare_busy_chunk_waits);
     tcase_add_test(tc, test_prepare_stands_aside_for_streams);
+    tcase_add_test(tc, test_prepare_small_sequential_no_stream);
     tcase_add_test(tc, test_prepare_enospc);
     tcase_add_test(tc, test_prepare_eio);
     tcase_add_test(tc, test_prepare_close_while_zeroing);
