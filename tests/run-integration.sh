@@ -67,6 +67,7 @@ trap 'exit 130' INT TERM
 
 passed=0 failed=0 skipped=0
 failed_names=()
+times=() # "SECONDS NAME" of every finished script, for the table of the slowest
 
 # finish PID RC: report a finished script and remove its temp dir.
 finish() {
@@ -78,6 +79,9 @@ finish() {
     elif [[ $rc -eq 137 ]]; then
         echo "run-integration: killed (SIGKILL; timed out and ignored SIGTERM?)" >>"$log"
     fi
+    local alone=""
+    grep -q '^# plx-test: alone' "tests/integration/$name.sh" && alone=" (alone)"
+    times+=("$secs $name$alone")
     if [[ $rc -eq 0 ]]; then
         echo "PASS $name (${secs}s)"
         passed=$((passed + 1))
@@ -139,6 +143,11 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
 done
 wait_below 1
 
+# Where the time went: the slowest scripts (an alone script holds up every other one).
+if [[ ${#times[@]} -gt 0 ]]; then
+    echo "integration: slowest (seconds):"
+    printf '%s\n' "${times[@]}" | sort -rn | head -n 10 | sed 's/^/    /'
+fi
 if [[ $failed -gt 0 ]]; then
     echo "failed: ${failed_names[*]}"
 fi
