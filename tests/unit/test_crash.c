@@ -41,7 +41,6 @@
  * to replay it: the same workload and seed give the same event log.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -3522,23 +3521,8 @@ static Suite *crash_suite(void)
     return s;
 }
 
-/* Every crash image runs plx_check, which takes an 8 MiB read buffer (check.c: CK_RUN blocks
- * times the read depth) and zeroes it. Under glibc's defaults each such buffer was a fresh mmap
- * whose 2048 pages all faulted in, and that was about 80% of the harness's time (4.7 million
- * page faults for one workload run, 19 s against 3.5 s). Large blocks come from the heap and
- * stay there instead; the same images are checked in the same way. (The sanitized build ignores
- * this: ASan has its own allocator, and it catches a use after free of such a buffer anyway.) */
-static void keep_large_buffers(void)
-{
-#ifdef __GLIBC__
-    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* the largest glibc accepts */
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
-}
-
 int main(void)
 {
-    keep_large_buffers();
     void *shared = mmap(NULL, sizeof(struct totals), PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     g_tot = shared != MAP_FAILED ? shared : &g_tot_local;
