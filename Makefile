@@ -131,9 +131,9 @@ unit-san: $(UNIT_SAN_BINS)
 	@tests/run-unit.sh $(UNIT_SAN_BINS)
 
 # Both builds in one run, one binary per CPU at a time, the longest first so that no long one
-# runs alone at the end: the crash harness (in two shards), then the next longest (about 50, 25
-# and 12 s on 2 cores), then the rest.
-UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit/test_gc $(B)/unit/test_model
+# runs alone at the end: the crash harness (in two shards), then the next longest (about 50 and
+# 12 s), then the rest.
+UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit/test_model
 unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
 	@tests/run-unit.sh "env PLX_CRASH_SHARD=0/2 $(B)/unit/test_crash" \
 	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" $(UNIT_LONG) \
