@@ -113,7 +113,7 @@ finish() {
         echo "run-integration: killed (SIGKILL; timed out and ignored SIGTERM?)" >>"$log"
     fi
     local alone=""
-    grep -q '^# plx-test: alone' "tests/integration/$name.sh" && alone=" (alone)"
+    is_alone "tests/integration/$name.sh" && alone=" (alone)"
     times+=("$secs $name$alone")
     if [[ $rc -eq 0 ]]; then
         echo "PASS $name (${secs}s)"
