@@ -155,13 +155,13 @@ static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n, int 
  * written, and after every snapshot a sequential writer's copy-on-write into fresh slots) needs
  * no zeros: its own writes fill the chunks, and zeroing ahead of it only makes the medium write
  * everything twice. With a snapshot every 10 ms that cost a 1 MiB writer a quarter of its speed
- * (bench/README.md, issue 16, "Snapshots every 10 ms"). So while writes into chunks not done
- * arrive as streams (each of 64 KiB or more starting where an earlier write ended, or large,
- * or covering a chunk whole) and fewer than
- * PREP_RANDOM_N small writes out of any stream land in such chunks within prep_stream_ns, the
- * thread zeroes only urgent chunks (those small writes' chunks) and leaves the rest pending; it
- * zeroes ahead again once the streams stop or small writes come. Only the choice of what to zero
- * changes, never the rules that keep zero writes and data writes apart. */
+ * (bench/README.md, issue 16, "Zeroing ahead stands aside for streams"). So while writes into
+ * chunks not done arrive as streams (each of 64 KiB or more starting where an earlier write
+ * ended, or large, or covering a chunk whole) and fewer than PREP_RANDOM_N small writes out of
+ * any stream land in such chunks within prep_stream_ns, the thread zeroes only urgent chunks
+ * (those small writes' chunks) and leaves the rest pending; it zeroes ahead again once the
+ * streams stop or small writes come. Only the choice of what to zero changes, never the rules
+ * that keep zero writes and data writes apart. */
 #define PREP_LARGE (PREP_CHUNK / 4) /* blocks: a write this large is a stream on its own */
 /* Blocks: a sequential write smaller than this is no stream. Each small write into a hole pays
  * for its allocation on ext4 (the reason for zeroing ahead), sequential or not, so a small
