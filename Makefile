@@ -130,12 +130,14 @@ unit: $(UNIT_BINS)
 unit-san: $(UNIT_SAN_BINS)
 	@tests/run-unit.sh $(UNIT_SAN_BINS)
 
-# Both builds in one run, one binary per CPU at a time, the crash harness (the longest, in two
-# shards) first.
+# Both builds in one run, one binary per CPU at a time, the longest first so that no long one
+# runs alone at the end: the crash harness (in two shards), then the next longest (about 50 and
+# 12 s), then the rest.
+UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit/test_model
 unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
 	@tests/run-unit.sh "env PLX_CRASH_SHARD=0/2 $(B)/unit/test_crash" \
-	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" \
-	    $(filter-out $(B)/unit/test_crash,$(UNIT_BINS)) $(UNIT_SAN_BINS)
+	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" $(UNIT_LONG) \
+	    $(filter-out $(B)/unit/test_crash $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -162,9 +164,28 @@ lint: builddeps
 format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
-check: deps all unit-all integration lint bench-smoke bench-suite-smoke bench-clones-smoke \
-       bench-cluster-smoke
+# make check in three phases, each keeping every CPU busy (one target after the other, the build
+# ran on one CPU and the bench smokes after the integration scripts, which mostly wait):
+# 1. everything the tests run is built at once, cppcheck beside the compiler;
+# 2. the unit tests, plain and sanitized (unit-all);
+# 3. the integration scripts, the alone ones first, then the others with the bench smokes in one
+#    of their job slots: the smokes judge no times, the alone scripts do, so nothing runs beside
+#    those (tests/run-integration.sh --beside).
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-v1 \
+               $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
+# (The smokes' make is named through BESIDE_MAKE: a line naming $(MAKE) itself would run the
+# integration scripts even under make -n.)
+BESIDE_MAKE = $(MAKE) --no-print-directory
+check: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
+	@$(MAKE) --no-print-directory unit-all
+	@tests/run-integration.sh --beside '$(BESIDE_MAKE) bench-smokes'
 	@echo "make check: all passed"
+
+# The smoke runs of the benchmarks, one after the other (make check runs them beside the
+# integration scripts).
+bench-smokes: bench-smoke bench-suite-smoke bench-clones-smoke bench-cluster-smoke
 
 # The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
 # dpkg-buildpackage has already checked Build-Depends.
@@ -289,4 +310,4 @@ include mk/install.mk
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
 .PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke FORCE \
-        bench-suite-smoke bench-clones bench-clones-smoke bench-wcache
+        bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

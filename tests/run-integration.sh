@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Run the integration scripts tests/integration/*.sh (lib.sh excluded), sorted by name.
+# Run the integration scripts tests/integration/*.sh (lib.sh excluded): the alone ones first (see
+# below), then the others, each group sorted by name.
 #
 #   tests/run-integration.sh            run them all
 #   tests/run-integration.sh NAME...    run only these (with or without the .sh)
+#   tests/run-integration.sh --beside CMD [NAME...]
+#                                       also run the shell command CMD (make check: the bench
+#                                       smokes) in one of the job slots, beside the scripts that
+#                                       may share the machine and never beside an alone one; its
+#                                       output is passed through, and the run fails if it fails
 #
 # Each script runs with bash in a fresh, empty directory that is its cwd and is exported as
 # PLX_TEST_TMP (removed afterwards), with PARALLAX pointing at build/parallax, stdin from
@@ -12,7 +18,9 @@
 # Scripts run PLX_TEST_JOBS at a time (default: the number of CPUs): most of their time is spent
 # waiting on servers, targets and guests, and each picks its own ports, sockets and temp files.
 # A script whose header has the line `# plx-test: alone` runs with no other script beside it:
-# one that boots guests, or asserts how long something may take.
+# one that boots guests, or asserts how long something may take. The alone scripts run first, so
+# that the machine is never drained for one in the middle of the run (each drain left a CPU idle
+# while the last script before it finished).
 #
 # Exit 0 = pass, 77 = skip (a required tool or facility is missing), anything else = fail.
 # A skip is never counted as a pass. With PLX_TEST_STRICT=1 a skip counts as a failure.
@@ -34,6 +42,13 @@ if [[ ! -x $PARALLAX ]]; then
 fi
 mkdir -p "$tmp_base" "$log_dir"
 
+beside=""
+if [[ ${1:-} == --beside ]]; then
+    [[ $# -ge 2 ]] || { echo "run-integration: --beside needs a command" >&2; exit 2; }
+    beside=$2
+    shift 2
+fi
+
 scripts=()
 if [[ $# -gt 0 ]]; then
     for name in "$@"; do
@@ -47,15 +62,33 @@ else
     done < <(find tests/integration -maxdepth 1 -name '*.sh' -type f | LC_ALL=C sort)
 fi
 
+is_alone() { grep -q '^# plx-test: alone' "$1"; }
+
+# The alone scripts first, in the order given; then the others.
+ordered=()
+for f in ${scripts[@]+"${scripts[@]}"}; do
+    if is_alone "$f"; then ordered+=("$f"); fi
+done
+for f in ${scripts[@]+"${scripts[@]}"}; do
+    if ! is_alone "$f"; then ordered+=("$f"); fi
+done
+scripts=(${ordered[@]+"${ordered[@]}"})
+
 jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || jobs=1
 
 declare -A job_name=() job_tmp=() job_start=()
+# The --beside command while it runs (its own session, so that all of it can be stopped), and how
+# it ended.
+beside_pid="" beside_start=0 beside_rc=""
 cleanup_all() {
     local pid
     for pid in "${!job_tmp[@]}"; do
         kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     done
+    if [[ -n $beside_pid ]]; then
+        kill -TERM -- "-$beside_pid" 2>/dev/null || kill -TERM "$beside_pid" 2>/dev/null || true
+    fi
     wait 2>/dev/null || true
     for pid in "${!job_tmp[@]}"; do
         rm -rf --one-file-system "${job_tmp[$pid]}" 2>/dev/null ||
@@ -67,6 +100,7 @@ trap 'exit 130' INT TERM
 
 passed=0 failed=0 skipped=0
 failed_names=()
+times=() # "SECONDS NAME" of every finished script, for the table of the slowest
 
 # finish PID RC: report a finished script and remove its temp dir.
 finish() {
@@ -78,6 +112,9 @@ finish() {
     elif [[ $rc -eq 137 ]]; then
         echo "run-integration: killed (SIGKILL; timed out and ignored SIGTERM?)" >>"$log"
     fi
+    local alone=""
+    is_alone "tests/integration/$name.sh" && alone=" (alone)"
+    times+=("$secs $name$alone")
     if [[ $rc -eq 0 ]]; then
         echo "PASS $name (${secs}s)"
         passed=$((passed + 1))
@@ -106,23 +143,46 @@ finish() {
     fi
 }
 
-# wait_below N: wait until fewer than N scripts are running.
+# running: how many job slots are taken (the scripts, and the --beside command).
+running() { echo $((${#job_name[@]} + (${#beside_pid} > 0 ? 1 : 0))); }
+
+# wait_below N: wait until fewer than N jobs are running.
 wait_below() {
     local pid rc
-    while [[ ${#job_name[@]} -ge $1 ]]; do
+    while [[ $(running) -ge $1 ]]; do
         rc=0
-        wait -n -p pid "${!job_name[@]}" || rc=$?
-        [[ -n ${pid:-} && -n ${job_name[$pid]:-} ]] && finish "$pid" "$rc"
+        pid=""
+        wait -n -p pid "${!job_name[@]}" $beside_pid || rc=$?
+        if [[ -n $pid && $pid == "$beside_pid" ]]; then
+            beside_pid=""
+            beside_rc=$rc
+            times+=("$((SECONDS - beside_start)) beside: $beside")
+            [[ $rc -eq 0 ]] || echo "FAIL beside: $beside (exit $rc)"
+        elif [[ -n $pid && -n ${job_name[$pid]:-} ]]; then
+            finish "$pid" "$rc"
+        fi
     done
+}
+
+# start_beside: start the --beside command in a job slot, once, when the first script that may
+# share the machine is due (the longest job, so it starts first).
+start_beside() {
+    [[ -n $beside && -z $beside_rc && -z $beside_pid ]] || return 0
+    wait_below "$jobs"
+    echo "RUN  beside: $beside"
+    setsid -w bash -c "$beside" </dev/null &
+    beside_pid=$!
+    beside_start=$SECONDS
 }
 
 n=0
 for f in ${scripts[@]+"${scripts[@]}"}; do
     name=$(basename "$f" .sh)
     n=$((n + 1))
-    if grep -q '^# plx-test: alone' "$f"; then
+    if is_alone "$f"; then
         wait_below 1
     else
+        start_beside
         wait_below "$jobs"
     fi
     # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
@@ -133,16 +193,23 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
     job_name[$!]=$name
     job_tmp[$!]=$tmp
     job_start[$!]=$SECONDS
-    if grep -q '^# plx-test: alone' "$f"; then
+    if is_alone "$f"; then
         wait_below 1
     fi
 done
+start_beside # when every script was an alone one
 wait_below 1
 
+# Where the time went: the slowest scripts (an alone script holds up every other one).
+if [[ ${#times[@]} -gt 0 ]]; then
+    echo "integration: slowest (seconds):"
+    printf '%s\n' "${times[@]}" | sort -rn | head -n 10 | sed 's/^/    /'
+fi
 if [[ $failed -gt 0 ]]; then
     echo "failed: ${failed_names[*]}"
 fi
 summary="integration: $passed passed, $failed failed"
 [[ $skipped -gt 0 ]] && summary+=", $skipped skipped"
 echo "$summary"
+[[ -z $beside || $beside_rc -eq 0 ]] || { echo "integration: FAILED beside: $beside"; exit 1; }
 [[ $failed -eq 0 ]]

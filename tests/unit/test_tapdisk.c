@@ -1170,8 +1170,24 @@ START_TEST(test_open_waits_for_holder)
     ck_assert_mem_eq(back2, c, 8 * SEC);
     ck_assert_msg(tdd_log_contains("handed over after"), "no handover log line: %s",
                   tdd_log_last());
-    /* The destination holds it now: the source cannot take it back, and commands reach it. */
-    ck_assert_int_eq(plx_vdi_open(src, "web1", 0, &sv), -EBUSY);
+    /* The destination holds it now: the source cannot take it back, and commands reach it.
+     * The destination may still hold the admin lock for a claim of extents ahead (alloc.c),
+     * whose I/O completes only when this thread runs the destination's loop: the source's try
+     * then waits out PARALLAX_LOCK_TIMEOUT (30 s) and fails with EBUSY for the wrong reason.
+     * So the source tries with a short lock timeout, the loop runs between tries, and the
+     * refusal must name the holder. */
+    setenv("PARALLAX_LOCK_TIMEOUT", "0.2", 1);
+    int rc = 0;
+    for (int i = 0; i < 50; i++) {
+        rc = plx_vdi_open(src, "web1", 0, &sv);
+        if (rc != -EBUSY || !strstr(plx_store_errmsg(src), "admin lock"))
+            break;
+        tdd_fire_ready(20);
+    }
+    unsetenv("PARALLAX_LOCK_TIMEOUT");
+    ck_assert_int_eq(rc, -EBUSY);
+    ck_assert_msg(strstr(plx_store_errmsg(src), "already open for writing by"),
+                  "the source's open failed for another reason: %s", plx_store_errmsg(src));
     ck_assert_int_eq(io_sync(drv, TD_OP_READ, back, 16, 8), 0);
     ck_assert_mem_eq(back, b, 8 * SEC);
     char line[64], reply[256];
