@@ -292,6 +292,10 @@ bench-cluster-smoke: $(B)/bench-handover $(B)/bench-lun-writers deps all
 $(B)/bench-fua: $(B)/obj/bench/fua.o $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lnbd -o $@
 
+# The write cache's own cost in this process against libaio on the local disk (bench/wcache.sh).
+$(B)/bench-wcache-engine: $(B)/obj/bench/wcache-engine.o $(B)/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
+
 # The writer that bench/gc.sh runs beside the collector.
 $(B)/bench-gc-writer: $(B)/obj/bench/gc-writer.o $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@

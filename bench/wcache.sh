@@ -17,14 +17,21 @@
 #      fsync at the end, with the cache off and on; the burst's completion time, and with the
 #      cache on the time until the log has drained and the VDIs are closed (the server closes a
 #      departed client's VDI once drained; `cache status` lists it until then);
-#   4. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
+#   4. the burst again in PAIRS-1 more rounds of local disk, nbdkit, cache on: the ratios use
+#      each one's mean over the rounds. Each cache-on burst starts with the log drained (the
+#      target is for a burst that fits the log; the last burst's drain is waited for);
+#   4b. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
 #      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
 #      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;
-#   4b. the burst again in PAIRS-1 more rounds of local disk, nbdkit, cache on: the ratios use
-#      each one's mean over the rounds;
+#      the log's use after each cache-on round is printed (a full log makes writers wait for the
+#      drain: QD1 writes fill the ring twice as fast as their data, a header block each);
 #   5. the burst and the QD1 run again with the cache in its automatic mode
 #      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
-#      once the store's write latency has stayed above the threshold for a second.
+#      once the store's write latency has stayed above the threshold for a second;
+#   6. the engine without the NBD transport (build/bench-wcache-engine, bench/wcache-engine.c):
+#      the same burst shape (WRITERS x BURST, QD 8 each, a flush at the end) with 4 KiB, 64 KiB
+#      and 1 MiB writes through the library with the cache on, against libaio + O_DIRECT on a
+#      file on the local disk, and 4 KiB QD1 writes the same way, PAIRS rounds alternating.
 # The load average is recorded at the start and the end. Results:
 # bench/results/wcache-HOST-STAMP.txt and .dat (not committed); the figure (thesis figures
 # 5.10/5.11: burst time with its drain, and QD1 latency, for the local disk, serve over a local
@@ -55,7 +62,7 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
 [[ -d /sys/fs/cgroup/blkio ]] || { echo "bench/wcache.sh: no cgroup v1 blkio controller" >&2; exit 1; }
 command -v nbdkit >/dev/null || { echo "bench/wcache.sh: needs nbdkit (make deps)" >&2; exit 1; }
-make -s all
+make -s all build/bench-wcache-engine
 P=$root/build/parallax
 
 work=$(mktemp -d "$dir/plx-bench-wcache.XXXXXX")
@@ -224,17 +231,9 @@ read -r off_lat off_p50 <<<"$(lat_run)"
 stop_server
 start_server --write-cache "$work/wlog" --write-cache-size 1G
 read -r on_s on_bw on_d <<<"$(burst_run)"
-# QD1 with the cache on, interleaved with the local disk's and nbdkit's: local, nbdkit, on, ...
-on_lats=() local_lats=() on_p50s=() local_p50s=() nbd_lats=() nbd_p50s=()
-for ((i = 0; i < pairs; i++)); do
-    read -r m p <<<"$(local_qd1)"
-    local_lats+=("$m") local_p50s+=("$p")
-    read -r m p <<<"$(nbdkit_qd1)"
-    nbd_lats+=("$m") nbd_p50s+=("$p")
-    read -r m p <<<"$(lat_run)"
-    on_lats+=("$m") on_p50s+=("$p")
-done
 # The burst again in PAIRS-1 more rounds (local, nbdkit, cache on): it moves from run to run too.
+# Before the QD1 rounds, whose records can fill the log: burst_run waits for the drain after
+# each burst, so each cache-on burst starts with an empty log (a burst that fits the log).
 local_bws=("$local_bw") nbd_bws=("$nbd_bw") on_bws=("$on_bw")
 for ((i = 1; i < pairs; i++)); do
     local_bws+=("$(local_burst)")
@@ -242,6 +241,19 @@ for ((i = 1; i < pairs; i++)); do
     nbd_bws+=("$b")
     read -r _ b _ <<<"$(burst_run)"
     on_bws+=("$b")
+done
+# QD1 with the cache on, interleaved with the local disk's and nbdkit's: local, nbdkit, on, ...
+# After each cache-on round, how full the log is (MiB used of the ring; a full log holds writers
+# to the drain's pace).
+on_lats=() local_lats=() on_p50s=() local_p50s=() nbd_lats=() nbd_p50s=() on_used=()
+for ((i = 0; i < pairs; i++)); do
+    read -r m p <<<"$(local_qd1)"
+    local_lats+=("$m") local_p50s+=("$p")
+    read -r m p <<<"$(nbdkit_qd1)"
+    nbd_lats+=("$m") nbd_p50s+=("$p")
+    read -r m p <<<"$(lat_run)"
+    on_lats+=("$m") on_p50s+=("$p")
+    on_used+=("$("$P" -b "$store" cache status --json 2>/dev/null | jq '[.[].used_bytes] | max // 0 | . / 1048576 | floor')")
 done
 stop_server
 # The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
@@ -251,6 +263,9 @@ start_server --write-cache "$work/wlog" --write-cache-size 1G --write-cache-mode
 read -r auto_s auto_bw auto_d <<<"$(burst_run)"
 read -r auto_lat auto_p50 <<<"$(lat_run)"
 stop_server
+# The engine without the transport: its own VDIs (created and deleted), log and local file.
+engine_out=$("$root/build/bench-wcache-engine" --store "$store" --log "$work/wlog-engine" \
+    --local "$work/local-engine.bin" --writers "$writers" --burst "$burst" --rounds "$pairs")
 kill "$nbdkit_pid"
 wait "$nbdkit_pid" 2>/dev/null || true
 nbdkit_pid=""
@@ -292,9 +307,9 @@ lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@
     printf '4 KiB QD1 write, mean (median): cache off %.0f us (%.0f), parallax over a local file %.0f us (%.0f)\n' \
         "$off_lat" "$off_p50" "$file_lat" "$file_p50"
     for ((i = 0; i < pairs; i++)); do
-        printf '4 KiB QD1 write, round %d, mean (median): local disk %.0f us (%.0f), over NBD %.0f us (%.0f), cache on %.0f us (%.0f); on / local: %s (%s); on / over NBD: %s (%s)\n' \
+        printf '4 KiB QD1 write, round %d, mean (median): local disk %.0f us (%.0f), over NBD %.0f us (%.0f), cache on %.0f us (%.0f), log then %s MiB used; on / local: %s (%s); on / over NBD: %s (%s)\n' \
             $((i + 1)) "${local_lats[i]}" "${local_p50s[i]}" "${nbd_lats[i]}" "${nbd_p50s[i]}" \
-            "${on_lats[i]}" "${on_p50s[i]}" \
+            "${on_lats[i]}" "${on_p50s[i]}" "${on_used[i]}" \
             "$(ratio "${on_lats[i]}" "${local_lats[i]}")" "$(ratio "${on_p50s[i]}" "${local_p50s[i]}")" \
             "$(ratio "${on_lats[i]}" "${nbd_lats[i]}")" "$(ratio "${on_p50s[i]}" "${nbd_p50s[i]}")"
     done
@@ -302,6 +317,8 @@ lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@
         "$pairs" "$lm" "$lp" "$nm" "$np" "$om" "$op"
     printf '  cache on / local disk: %s, of the medians %s (target <= 1.2); / local disk over NBD: %s, of the medians %s\n' \
         "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")" "$(ratio "$om" "$nm")" "$(ratio "$op" "$np")"
+    echo "the engine alone (build/bench-wcache-engine, no NBD; local disk: libaio, O_DIRECT):"
+    echo "$engine_out" | sed 's/^/  /'
     echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
     echo "the write log and tgtd's LUN file are on the same disk ($majmin)"
 } | tee -a "$base.txt"

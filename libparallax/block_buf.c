@@ -7,7 +7,7 @@
 
 #include "backend.h"
 
-void *plx_block_alloc(size_t nblocks)
+static void *block_alloc(size_t nblocks, int zero)
 {
     void *p = NULL;
     size_t len;
@@ -27,8 +27,19 @@ void *plx_block_alloc(size_t nblocks)
         fprintf(stderr, "parallax: out of memory allocating %zu bytes\n", len);
         abort();
     }
-    memset(p, 0, len);
+    if (zero)
+        memset(p, 0, len);
     return p;
+}
+
+void *plx_block_alloc(size_t nblocks)
+{
+    return block_alloc(nblocks, 1);
+}
+
+void *plx_block_alloc_unzeroed(size_t nblocks)
+{
+    return block_alloc(nblocks, 0);
 }
 
 void plx_block_free(void *p)

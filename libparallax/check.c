@@ -1394,7 +1394,7 @@ int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_ch
     c.dup = calloc(words, sizeof(uint64_t));
     c.alloc = calloc(words, sizeof(uint64_t));
     c.read_depth = o.read_depth == 0 || o.read_depth > CK_QD_MAX ? CK_QD_MAX : o.read_depth;
-    c.iobuf = plx_block_alloc((size_t)CK_RUN * c.read_depth);
+    c.iobuf = plx_block_alloc_unzeroed((size_t)CK_RUN * c.read_depth);
     c.blkbuf = plx_block_alloc(1);
     int rc = 0;
     if (!c.types || !c.bm_ok || !c.reach || !c.wr || !c.wl || !c.dup || !c.alloc) {
