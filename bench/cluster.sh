@@ -39,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/cluster.sh: tgtd needs root" >&2; exit 1; }
-fio --enghelp 2>/dev/null | grep -qw nbd || { echo "bench/cluster.sh: fio has no nbd engine" >&2; exit 1; }
+grep -qw nbd <<<"$(fio --enghelp 2>/dev/null)" || { echo "bench/cluster.sh: fio has no nbd engine" >&2; exit 1; }
 make -s all build/bench-handover build/bench-lun-writers
 PLX=$root/build/parallax
 

@@ -46,7 +46,7 @@ done
 missing=()
 for p in build-essential autoconf automake libtool pkg-config libaio-dev uuid-dev zlib1g-dev \
     libssl-dev libxen-dev libglib2.0-dev libcmocka-dev; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q " ok installed" || missing+=("$p")
+    [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *" ok installed" ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "$0: missing Debian packages: ${missing[*]} (apt-get install them first)" >&2

@@ -40,7 +40,7 @@ grep -Eq '^lock manager +none$' <<<"$human" || fail "info: lock manager line mis
 
 expect_fail 1 plx format --size 256M --extent-size 16M
 plx vdi-create keep --size 1M >/dev/null
-plx format --size 256M --extent-size 16M --force | grep -q "^formatted $store: " || fail "format --force"
+plx format --size 256M --extent-size 16M --force | contains "^formatted $store: " || fail "format --force"
 json=$(plx info --json)
 assert_eq 0 "$(field .vdi_count)" "vdi_count after reformat"
 

@@ -63,7 +63,7 @@ has "snapshot gold@2 was deleted"
 expect_fail 1 plx vdi-export gold@9 "$T/x"
 has "numbered 1 to 2"
 assert_eq true "$(plx vdi-list --json | jq '.[] | select(.name == "c") | .parent_snap_deleted')" "clone's source deleted"
-plx vdi-list | grep -q 'gold@2 (deleted)' || fail "vdi-list does not mark the deleted source: $(plx vdi-list)"
+plx vdi-list | contains 'gold@2 (deleted)' || fail "vdi-list does not mark the deleted source: $(plx vdi-list)"
 
 # Columns by display width: the SIZE column starts at the same column on every row.
 plx vdi-create 'héllo' --size 1M >/dev/null

@@ -26,24 +26,24 @@ tty_lines() { tr '\r' '\n' <"$T/tty.out" | sed 's/\x1b\[K//g'; }
 
 # ---- on a terminal: a progress line ---------------------------------------------------------
 on_tty vdi-import disk "$T/in.raw"
-tty_lines | grep -Eq '^vdi-import: [0-9.]+ [KMG]iB of 24\.0 MiB \([0-9]+%\)' ||
+tty_lines | contains -E '^vdi-import: [0-9.]+ [KMG]iB of 24\.0 MiB \([0-9]+%\)' ||
     fail "vdi-import on a terminal drew no progress line: $(tty_lines | head -5)"
-tty_lines | grep -Eq '^vdi-import: 24\.0 MiB of 24\.0 MiB \(100%\)' || fail "vdi-import never reached 100%"
+tty_lines | contains -E '^vdi-import: 24\.0 MiB of 24\.0 MiB \(100%\)' || fail "vdi-import never reached 100%"
 
 on_tty vdi-export disk "$T/out.raw"
-tty_lines | grep -Eq '^vdi-export: 64\.0 MiB of 64\.0 MiB \(100%\)' ||
+tty_lines | contains -E '^vdi-export: 64\.0 MiB of 64\.0 MiB \(100%\)' ||
     fail "vdi-export on a terminal drew no final progress line: $(tty_lines | head -5)"
 cmp -n $((24 << 20)) "$T/in.raw" "$T/out.raw" || fail "exported image differs"
 
 on_tty check
-tty_lines | grep -Eq '^check: (reading bitmaps|reading snapshot logs|walking trees)' ||
+tty_lines | contains -E '^check: (reading bitmaps|reading snapshot logs|walking trees)' ||
     fail "check on a terminal drew no progress line: $(tty_lines | head -5)"
-tty_lines | grep -q '^check: 0 errors' || fail "check's summary missing on a terminal"
+tty_lines | contains '^check: 0 errors' || fail "check's summary missing on a terminal"
 
 on_tty gc --dry-run
-tty_lines | grep -Eq '^gc: (checkpoint|marking|sweeping)' ||
+tty_lines | contains -E '^gc: (checkpoint|marking|sweeping)' ||
     fail "gc on a terminal drew no progress line: $(tty_lines | head -5)"
-tty_lines | grep -q '^gc: would free' || fail "gc's summary missing on a terminal"
+tty_lines | contains '^gc: would free' || fail "gc's summary missing on a terminal"
 
 # ---- --quiet on a terminal: none ---------------------------------------------------------------
 on_tty vdi-import --quiet disk "$T/in.raw"
@@ -51,9 +51,9 @@ on_tty vdi-import --quiet disk "$T/in.raw"
 on_tty vdi-export disk "$T/out2.raw" --quiet
 [[ ! -s $T/tty.out ]] || fail "vdi-export --quiet wrote to the terminal: $(tty_lines | head -3)"
 on_tty check --quiet
-! tty_lines | grep -Eq '^check: (reading|walking|counting)' || fail "check --quiet drew progress"
+! tty_lines | contains -E '^check: (reading|walking|counting)' || fail "check --quiet drew progress"
 on_tty gc --dry-run --quiet
-! tty_lines | grep -Eq '^gc: (checkpoint|marking|sweeping)' || fail "gc --quiet drew progress"
+! tty_lines | contains -E '^gc: (checkpoint|marking|sweeping)' || fail "gc --quiet drew progress"
 
 # ---- stderr a pipe or a file: none, on any command ---------------------------------------------
 plx vdi-import disk "$T/in.raw" 2>"$T/err" | cat

@@ -39,7 +39,7 @@ grep -q "parallax upgrade" <<<"$PLX_LAST_STDERR" || fail "vdi-export did not nam
 
 out=$(plx upgrade)
 grep -qi "version 2" <<<"$out" || fail "upgrade said: $out"
-plx upgrade | grep -q "already current" || fail "a second upgrade did something"
+plx upgrade | contains "already current" || fail "a second upgrade did something"
 
 # After: names, snapshots, labels, clones and data survive.
 list=$(plx vdi-list --json)

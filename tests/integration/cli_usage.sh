@@ -39,6 +39,6 @@ for cmd in format info vdi-create vdi-delete vdi-snapshot vdi-list snap-list sna
     grep -q -- "^  $cmd " <<<"$out" || fail "--help does not list $cmd"
 done
 assert_eq "$out" "$("$PARALLAX" help)" "help and --help differ"
-"$PARALLAX" help vdi-create | grep -q -- '--from SNAP' || fail "help vdi-create"
-plx vdi-create --help | grep -q '^usage: parallax .*vdi-create NAME' || fail "vdi-create --help"
-"$PARALLAX" --version | grep -Eq '^parallax [0-9]' || fail "--version"
+"$PARALLAX" help vdi-create | contains -- '--from SNAP' || fail "help vdi-create"
+plx vdi-create --help | contains '^usage: parallax .*vdi-create NAME' || fail "vdi-create --help"
+"$PARALLAX" --version | contains -E '^parallax [0-9]' || fail "--version"

@@ -13,8 +13,8 @@ plx format --size 256M --extent-size 16M >/dev/null
 read -r name gold <<<"$(plx vdi-create gold --size 64M)"
 assert_eq gold "$name" "vdi-create output"
 [[ $gold =~ ^[0-9]+$ ]] || fail "vdi-create printed no id: $gold"
-plx vdi-list | grep -Eq "^$gold +gold +64\.0 MiB +0 +- +-$" || fail "vdi-list: $(plx vdi-list)"
-plx vdi-list | head -n1 | grep -Eq '^ID +NAME +SIZE +SNAPS +PARENT +LOCKED-BY$' ||
+plx vdi-list | contains -E "^$gold +gold +64\.0 MiB +0 +- +-$" || fail "vdi-list: $(plx vdi-list)"
+plx vdi-list | head -n1 | contains -E '^ID +NAME +SIZE +SNAPS +PARENT +LOCKED-BY$' ||
     fail "vdi-list header"
 expect_fail 1 plx vdi-create gold --size 1M
 
@@ -23,11 +23,11 @@ assert_eq gold@1 "$(plx vdi-snapshot gold)" "first snapshot"
 assert_eq gold@2 "$(plx vdi-snapshot --label pristine gold)" "labelled snapshot"
 assert_eq gold@3 "$(plx vdi-snapshot "$gold" --label third)" "snapshot by id"
 snaps=$(plx snap-list gold)
-head -n1 <<<"$snaps" | grep -Eq '^N +TIME +LABEL$' || fail "snap-list header: $snaps"
+head -n1 <<<"$snaps" | contains -E '^N +TIME +LABEL$' || fail "snap-list header: $snaps"
 grep -Eq "^1 +$iso +-$" <<<"$snaps" || fail "snap-list @1: $snaps"
 grep -Eq "^2 +$iso +pristine$" <<<"$snaps" || fail "snap-list @2: $snaps"
 plx snap-label gold@1 first
-plx snap-list gold | grep -Eq "^1 +$iso +first$" || fail "snap-label did not stick"
+plx snap-list gold | contains -E "^1 +$iso +first$" || fail "snap-label did not stick"
 expect_fail 1 plx snap-label gold@2 first # labels are unique within a VDI
 if ((have_jq)); then
     assert_eq "first pristine third" "$(plx snap-list gold --json | jq -r 'map(.label) | join(" ")')"
@@ -48,8 +48,8 @@ read -r name web1 <<<"$(plx vdi-create web1 --from gold@pristine)"
 assert_eq web1 "$name" "clone output"
 read -r name web2 <<<"$(plx vdi-create --from gold@1 web2)"
 assert_eq web2 "$name" "clone output"
-plx vdi-list | grep -Eq "^$web1 +web1 +64\.0 MiB +0 +gold@2 +-$" || fail "vdi-list web1"
-plx vdi-list | grep -Eq "^$web2 +web2 +64\.0 MiB +0 +gold@1 +-$" || fail "vdi-list web2"
+plx vdi-list | contains -E "^$web1 +web1 +64\.0 MiB +0 +gold@2 +-$" || fail "vdi-list web1"
+plx vdi-list | contains -E "^$web2 +web2 +64\.0 MiB +0 +gold@1 +-$" || fail "vdi-list web2"
 if ((have_jq)); then
     got=$(plx vdi-list --json | jq -r '.[] | select(.name == "web1") | "\(.parent) \(.parent_snap)"')
     assert_eq "$gold 2" "$got" "vdi-list --json parent of web1"
@@ -73,8 +73,8 @@ if command -v dot >/dev/null 2>&1; then
 fi
 
 plx vdi-delete web2
-plx vdi-list | grep -q web2 && fail "vdi-list still shows the deleted web2"
-plx vdi-tree | grep -q web2 && fail "vdi-tree still shows the deleted web2"
+plx vdi-list | contains web2 && fail "vdi-list still shows the deleted web2"
+plx vdi-tree | contains web2 && fail "vdi-tree still shows the deleted web2"
 if ((have_jq)); then
     assert_eq "gold web1" "$(plx vdi-list --json | jq -r 'map(.name) | join(" ")')"
 fi
@@ -110,7 +110,7 @@ if ((have_jq)); then
 fi
 [[ -n $ids ]] || fail "vdi-list printed no ids"
 # The store is current: upgrade has nothing to do.
-plx upgrade | grep -q "already current" || fail "upgrade of a current store"
+plx upgrade | contains "already current" || fail "upgrade of a current store"
 
 # Commands that are over in milliseconds use blocking I/O: a kernel aio context alone costs ~30 ms
 # to tear down at exit. Imports, exports and gc (its mark phase keeps 32 reads in flight), which

@@ -62,9 +62,9 @@ dups=$(cat "$T"/parallax.files "$T"/libparallax1.files "$T"/libparallax-dev.file
 # Package metadata.
 dev_deps=$(dpkg-deb -f "$T/pkg/libparallax-dev_${deb_version}_${arch}.deb" Depends)
 [[ $dev_deps == *"libparallax1 (= $deb_version)"* ]] || fail "libparallax-dev Depends: $dev_deps"
-dpkg-deb -I "$T/pkg/libparallax1_${deb_version}_${arch}.deb" shlibs | grep -q '^libparallax 1 libparallax1' ||
+dpkg-deb -I "$T/pkg/libparallax1_${deb_version}_${arch}.deb" shlibs | contains '^libparallax 1 libparallax1' ||
     fail "libparallax1 has no shlibs entry for libparallax.so.1"
-dpkg-deb -I "$T/pkg/parallax_${deb_version}_${arch}.deb" conffiles | grep -qx /etc/parallax/serve/qemu-nbd.conf ||
+dpkg-deb -I "$T/pkg/parallax_${deb_version}_${arch}.deb" conffiles | contains -x /etc/parallax/serve/qemu-nbd.conf ||
     fail "the serve settings are not a conffile"
 grep -qx 'ExecStart=/usr/bin/parallax serve $PARALLAX_SERVE_ARGS' "$root/lib/systemd/system/parallax-serve@.service" ||
     fail "the packaged unit does not run /usr/bin/parallax"
@@ -74,7 +74,7 @@ assert_eq "parallax $version" "$("$root/usr/bin/parallax" --version)" "packaged 
 "$root/usr/bin/parallax" -b "$T/store.img" format --size 64M --extent-size 1M >/dev/null ||
     fail "packaged parallax format"
 "$root/usr/bin/parallax" -b "$T/store.img" vdi-create web1 --size 4M >/dev/null
-"$root/usr/bin/parallax" -b "$T/store.img" vdi-list | grep -q '^1 *web1 ' || fail "packaged vdi-list"
+"$root/usr/bin/parallax" -b "$T/store.img" vdi-list | contains '^1 *web1 ' || fail "packaged vdi-list"
 
 # The packaged library and its development files.
 libdir="$root/usr/lib/$multiarch"
@@ -84,7 +84,7 @@ export PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$libdir/pkgconfig" PKG_
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$src/tests/integration/install_prog.c" \
     -o "$T/prog" $(pkg-config --libs parallax) || fail "building against libparallax-dev"
-LD_LIBRARY_PATH="$libdir" ldd "$T/prog" | grep -q "libparallax.so.1 => $libdir/libparallax.so.1 " ||
+LD_LIBRARY_PATH="$libdir" ldd "$T/prog" | contains "libparallax.so.1 => $libdir/libparallax.so.1 " ||
     fail "the program does not load the packaged libparallax.so.1"
 out=$(LD_LIBRARY_PATH="$libdir" "$T/prog" "$T/prog.img") || fail "program against the packages"
 [[ $out == "ok "* ]] || fail "program said: $out"

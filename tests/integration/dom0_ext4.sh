@@ -89,7 +89,7 @@ if grep -q FAILED "$T/snaps.txt"; then
     fail "a live snapshot failed"
 fi
 ((n_bonnie >= 3)) || fail "only $n_bonnie snapshots were taken during Bonnie++"
-sed -n '1p;$p' "$T/snaps.txt" | tr '\n' ' ' | grep -Eq '^disk@1 disk@[0-9]+ $' ||
+sed -n '1p;$p' "$T/snaps.txt" | tr '\n' ' ' | contains -E '^disk@1 disk@[0-9]+ $' ||
     fail "unexpected snapshot names: $(cat "$T/snaps.txt")"
 
 umount "$T/fs"
@@ -106,7 +106,7 @@ fsck_snap() {
     local img=$T/snap.img rc=0
     rm -f "$img"
     plx vdi-export "$1" "$img"
-    if dumpe2fs -h "$img" 2>/dev/null | grep -q needs_recovery; then
+    if dumpe2fs -h "$img" 2>/dev/null | contains needs_recovery; then
         # For the record: the same check without the replay (it can legitimately find the
         # in-place metadata behind the journal, so it is not a criterion).
         fsck.ext4 -n -f "$img" >"$T/fsck-noreplay.out" 2>&1 || rc=$?
@@ -129,6 +129,6 @@ for s in $picks; do
     fsck_snap "$s"
 done
 fsck_snap "$synced"
-debugfs -R "cat /pm/marker" "$T/snap.img" 2>/dev/null | grep -q '^marker$' ||
+debugfs -R "cat /pm/marker" "$T/snap.img" 2>/dev/null | contains '^marker$' ||
     fail "$synced lacks a file synced before it was taken"
 fsck_snap disk

@@ -107,7 +107,7 @@ out=$("$T/prog-static" "$T/store-static.img") || fail "program (static)"
 
 # ---- the installed command ---------------------------------------------------------------------
 assert_eq "parallax $version" "$("$root/bin/parallax" --version)" "parallax --version"
-"$root/bin/parallax" -b "$T/store-shared.img" vdi-list | grep -q '^1 *disk ' ||
+"$root/bin/parallax" -b "$T/store-shared.img" vdi-list | contains '^1 *disk ' ||
     fail "the installed command does not see the VDI the program made"
 
 # ---- uninstall ---------------------------------------------------------------------------------

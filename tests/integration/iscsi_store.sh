@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 
 require_cmd fio qemu-io jq nbdinfo
-fio --enghelp 2>/dev/null | grep -qw nbd || skip "fio has no nbd engine"
+fio --enghelp 2>/dev/null | contains -w nbd || skip "fio has no nbd engine"
 tgt_start
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
@@ -23,7 +23,7 @@ expect_fail 1 lun format --extent-size 16M
 [[ $PLX_LAST_STDERR == *"already"* || $PLX_LAST_STDERR == *"--force"* ]] ||
     fail "second format: $PLX_LAST_STDERR"
 assert_eq 536870912 "$(lun info --json | jq .size_bytes)" "store size = LUN size"
-lun info | grep -q "^blockstore      $URL\$" || fail "info names the LUN: $(lun info)"
+lun info | contains "^blockstore      $URL\$" || fail "info names the LUN: $(lun info)"
 
 # Admin commands, and the blockstore named in the configuration file.
 echo "# this host's blockstore" >"$T/blockstore.conf"

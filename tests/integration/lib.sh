@@ -16,6 +16,11 @@
 #   expect_fail CODE CMD...          CMD must exit with CODE and its stderr must start
 #                                    with "parallax:"; stderr is left in $PLX_LAST_STDERR
 #   assert_eq EXPECTED ACTUAL [MSG]  fail unless the two strings are equal
+#   contains GREP-ARGS...            true if grep GREP-ARGS matches a line of stdin, which it
+#                                    reads to the end: use it, never `CMD | grep -q`, whose
+#                                    early exit kills CMD with SIGPIPE when CMD writes after
+#                                    the match, and pipefail then fails the check (the CI run
+#                                    of 7e9bcd3 failed deb_package so on ldd's output)
 #   bg_pid PID                       kill PID (TERM, then KILL after 5 s) when the script exits
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
@@ -38,6 +43,12 @@
 # Do not set your own EXIT trap: use on_exit. Note that `fail` inside $(...) or ( ... ) only
 # leaves that subshell; with set -e the script still stops, but prefer calling it directly.
 set -euo pipefail
+
+contains() {
+    local input
+    input=$(cat)
+    grep -q "$@" <<<"$input"
+}
 
 _plx_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 : "${PARALLAX:=$_plx_lib_dir/../../build/parallax}"

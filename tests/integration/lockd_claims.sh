@@ -96,6 +96,6 @@ kill $srv
 wait $srv 2>/dev/null || true
 grep -q "extent claims: [1-9][0-9]* spares taken ready" "$T/h1.log" ||
     fail "no spare extent was taken: $(grep 'extent claims' "$T/h1.log")"
-for ((i = 0; i < 100; i++)); do plx lockd-status | grep -q '^GRACE' || break; sleep 0.2; done
+for ((i = 0; i < 100; i++)); do plx lockd-status | contains '^GRACE' || break; sleep 0.2; done
 plx check --json >"$T/check.json" || fail "check: $(cat "$T/check.json")"
 echo ok

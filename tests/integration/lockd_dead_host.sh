@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 
 require_cmd fio jq python3 ss qemu-io
-fio --enghelp 2>/dev/null | grep -qw nbd || skip "fio has no nbd engine"
+fio --enghelp 2>/dev/null | contains -w nbd || skip "fio has no nbd engine"
 LOCKD=$(dirname "$PARALLAX")/parallax-lockd
 [[ -x $LOCKD ]] || fail "parallax-lockd not built"
 T=$PLX_TEST_TMP
@@ -103,8 +103,8 @@ kill $HOLE
 wait $HOLE 2>/dev/null || true
 start_lockd
 for ((i = 0; i < 100; i++)); do
-    plx lockd-status 2>/dev/null | grep -q "^HOST h1 " && break
+    plx lockd-status 2>/dev/null | contains "^HOST h1 " && break
     sleep 0.1
 done
-plx lockd-status | grep -q "^HOST h1 " || fail "h1 did not reconnect to lockd: $(plx lockd-status)"
+plx lockd-status | contains "^HOST h1 " || fail "h1 did not reconnect to lockd: $(plx lockd-status)"
 echo ok

@@ -120,7 +120,7 @@ for round in 1 2 3 4; do
     write h3 c "3$round" & w3=$!
     PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" gc --quiet >"$T/gc.log" 2>&1 & g=$!
     wait $w1 && wait $w2 && wait $w3 || fail "concurrent writes, round $round"
-    wait $g || grep -q "another collection" "$T/gc.log" || fail "gc on h4: $(cat "$T/gc.log")"
+    wait $g || contains "another collection" "$T/gc.log" || fail "gc on h4: $(cat "$T/gc.log")"
     snap=$(PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" vdi-snapshot d)
     PARALLAX_HOST_ID=h4 "$PARALLAX" -b "$STORE" snap-delete "$snap" >/dev/null
 done
@@ -130,7 +130,7 @@ if [[ -n ${PLX_LOCKD_ON_ISCSI:-} ]]; then
     sessions=$(tgt_adm --op show --mode target)
     for h in h1 h2 h3; do
         grep -q "Initiator: iqn.2026-11.org.parallax:$h " <<<"$sessions" ||
-            grep -q "Initiator: iqn.2026-11.org.parallax:$h\$" <<<"$sessions" ||
+            contains "Initiator: iqn.2026-11.org.parallax:$h\$" <<<"$sessions" ||
             fail "no session with initiator name ...:$h: $sessions"
     done
     echo "each host has its own initiator name"
@@ -223,7 +223,7 @@ for v in a b c d; do
     cmp -s "$T/model-$v.img" "$T/final.img" || fail "$v: the final image differs from the model"
 done
 # Holders lockd has not seen since its restart count as alive until its grace period ends.
-for ((i = 0; i < 100; i++)); do plx lockd-status | grep -q '^GRACE' || break; sleep 0.2; done
+for ((i = 0; i < 100; i++)); do plx lockd-status | contains '^GRACE' || break; sleep 0.2; done
 plx gc >/dev/null
 plx check --json >"$T/check.json" || fail "check: $(cat "$T/check.json")"
 assert_eq 0 "$(jq .errors "$T/check.json")" "check errors"

@@ -41,7 +41,7 @@ qio() {
     [[ $u == *@* ]] && a+=(-r) # snapshots are read-only exports
     for c in "$@"; do a+=(-c "$c"); done
     out=$(qemu-io -f raw "${a[@]}" "$u" 2>&1) || rc=$?
-    if [[ $rc -ne 0 ]] || grep -Eqi 'fail|error' <<<"$out"; then
+    if [[ $rc -ne 0 ]] || contains -Ei 'fail|error' <<<"$out"; then
         printf '%s\n' "$out" >&2
         fail "qemu-io on $u (exit $rc): $*"
     fi
@@ -80,7 +80,7 @@ bg_pid "$holder"
 exec 3>"$T/hold.fifo"
 for ((i = 0; i < 100; i++)); do grep -q 'qemu-io>' "$T/hold.log" && break; sleep 0.1; done
 grep -q 'qemu-io>' "$T/hold.log" || fail "qemu-io did not open the VDI: $(cat "$T/hold.log")"
-plx vdi-list | grep -q "^1 .* pid $SERVER_PID\$" || fail "the server does not hold disk: $(plx vdi-list)"
+plx vdi-list | contains "^1 .* pid $SERVER_PID\$" || fail "the server does not hold disk: $(plx vdi-list)"
 assert_eq disk@1 "$(plx vdi-snapshot disk --label one)" "live snapshot"
 echo quit >&3
 exec 3>&-

@@ -50,7 +50,7 @@ qio() { # URI CMD...: fails the test unless every command succeeds
     [[ $u == *@* ]] && a+=(-r)
     for c in "$@"; do a+=(-c "$c"); done
     out=$(qemu-io -f raw "${a[@]}" "$u" 2>&1) || rc=$?
-    if [[ $rc -ne 0 ]] || grep -Eqi 'fail|error' <<<"$out"; then
+    if [[ $rc -ne 0 ]] || contains -Ei 'fail|error' <<<"$out"; then
         printf '%s\n' "$out" >&2
         fail "qemu-io on $u (exit $rc): $*"
     fi
@@ -208,8 +208,8 @@ start_server
 qio "$(uri disk)" "read -P 0x44 0 4M" "read -P 0x45 4M 64k" "read -P 0x21 $((size - 4096)) 4k"
 qio "$(uri disk)" "write -P 0x47 12M 1M" "flush" "read -P 0x47 12M 1M" # the stale lock is taken over
 # The last connection gone, the server closes the VDI (soon: the close runs after the client left).
-for ((i = 0; i < 50; i++)); do plx vdi-list | grep -q "^1 .* pid $SERVER_PID\$" || break; sleep 0.1; done
-plx vdi-list | grep -q "^1 .* pid $SERVER_PID\$" && fail "the VDI stays locked 5 s after its client left"
+for ((i = 0; i < 50; i++)); do plx vdi-list | contains "^1 .* pid $SERVER_PID\$" || break; sleep 0.1; done
+plx vdi-list | contains "^1 .* pid $SERVER_PID\$" && fail "the VDI stays locked 5 s after its client left"
 stop_server
 head -c 8192 /dev/urandom >"$T/head.raw"
 plx vdi-import disk "$T/head.raw" || fail "vdi-import after the restarted server stopped"

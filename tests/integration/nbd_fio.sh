@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 require_cmd nbdinfo fio jq
-fio --enghelp 2>/dev/null | grep -qw nbd || skip "fio has no nbd engine"
+fio --enghelp 2>/dev/null | contains -w nbd || skip "fio has no nbd engine"
 
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run

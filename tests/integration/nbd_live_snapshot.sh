@@ -64,7 +64,7 @@ qio() {
     qio_wait
 }
 qio_wait
-plx vdi-list | grep -q "^1 .* pid $server\$" || fail "the server does not hold disk: $(plx vdi-list)"
+plx vdi-list | contains "^1 .* pid $server\$" || fail "the server does not hold disk: $(plx vdi-list)"
 
 # Expected images of the first half, built with the same writes on plain files.
 want() { qemu-io -f raw -c "$1" "$T/$2" >/dev/null; }
@@ -113,10 +113,10 @@ assert_eq "disk disk@1 disk@2 disk@x " "$(list_names)" "exports with two snapsho
 
 # ---- snap-label and snap-delete through the server ---------------------------------------------
 plx snap-label disk@2 y || fail "live snap-label"
-plx snap-list disk | grep -Eq '^2 +[0-9TZ:-]+ +y$' || fail "label not set: $(plx snap-list disk)"
+plx snap-list disk | contains -E '^2 +[0-9TZ:-]+ +y$' || fail "label not set: $(plx snap-list disk)"
 cmp_export disk@y want2
 plx snap-delete disk@x || fail "live snap-delete"
-plx snap-list disk | grep -q '^1 ' && fail "snapshot 1 still listed: $(plx snap-list disk)"
+plx snap-list disk | contains '^1 ' && fail "snapshot 1 still listed: $(plx snap-list disk)"
 assert_eq "disk disk@2 disk@y " "$(list_names)" "exports after snap-label and snap-delete"
 if nbdinfo "$(uri disk@x)" >/dev/null 2>&1; then fail "deleted snapshot still exported"; fi
 
@@ -151,4 +151,4 @@ wait "$server" || true
 plx check >"$T/check.out" || { cat "$T/check.out" >&2; fail "check"; }
 plx vdi-export disk@y "$T/y.raw"
 cmp -n $half "$T/y.raw" "$T/want2" || fail "vdi-export of disk@y after the server stopped"
-plx vdi-list | grep -q '^1 .* -$' || fail "lock not released: $(plx vdi-list)"
+plx vdi-list | contains '^1 .* -$' || fail "lock not released: $(plx vdi-list)"

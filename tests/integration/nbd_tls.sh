@@ -38,7 +38,7 @@ psktool -u alice -p "$T/badpsk/keys.psk" >/dev/null # same identity, another key
 cmp -s "$T/psk/keys.psk" "$T/badpsk/keys.psk" && fail "psktool made the same key twice"
 
 # GnuTLS is loaded only by a server started with TLS: short commands do not pay for it.
-if ldd "$PARALLAX" | grep -q libgnutls; then fail "parallax links GnuTLS (it must dlopen it)"; fi
+if ldd "$PARALLAX" | contains libgnutls; then fail "parallax links GnuTLS (it must dlopen it)"; fi
 
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create disk --size 64M >/dev/null
@@ -101,7 +101,7 @@ expect_fail 1 plx serve --port "$(free_port)" --tls=on --tls-psk "$T/psk/keys.ps
 # ---- X.509, --tls=require ------------------------------------------------------------------------
 start_server --tls=require --tls-certificates "$pki"
 assert_eq 67108864 "$(nbdinfo --size "$(x509_uri)")" "size over TLS"
-nbdinfo "$(x509_uri)" | grep -q "protocol:.*with TLS" || fail "nbdinfo does not report TLS"
+nbdinfo "$(x509_uri)" | contains "protocol:.*with TLS" || fail "nbdinfo does not report TLS"
 qio_x509 "write -P 0x5a 16M 256k" "read -P 0x5a 16M 256k" "flush"
 head -c 4M /dev/urandom >"$T/in.raw"
 nbdcopy "$T/in.raw" "$(x509_uri)"

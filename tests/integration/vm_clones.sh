@@ -140,7 +140,7 @@ rm -f "$T/live.raw"
 plx vdi-export live@mid "$T/mid.raw"
 # The snapshot was taken with the file system mounted (so it needs recovery, as after a power
 # cut): replay its journal (only that), then it must check clean.
-dumpe2fs -h "$T/mid.raw" 2>/dev/null | grep -q '^Filesystem features:.*needs_recovery' ||
+dumpe2fs -h "$T/mid.raw" 2>/dev/null | contains '^Filesystem features:.*needs_recovery' ||
     fail "live@mid does not look like a mounted file system (no needs_recovery)"
 e2fsck -E journal_only -y "$T/mid.raw" >"$T/replay.out" 2>&1 || true
 fsck_clean "$T/mid.raw" "live@mid after journal replay"

@@ -103,7 +103,7 @@ took=$(awk '/^b-done/ {print $2}' "$T/b.out")
 
 # A again, while a is still closing (its drain takes seconds): the open VDI serves it.
 timeout 60 qemu-io -f raw -c "read -P 0x5a 0 6M" "nbd+unix:///a?socket=$T/s.sock" |
-    grep -q "^read 6291456/6291456" || fail "A's data did not read back while a was closing"
+    contains "^read 6291456/6291456" || fail "A's data did not read back while a was closing"
 
 # Drained, then closed: no server holds a or b any more. (`cache status` opens the store, which
 # may itself wait for the throttled store: only the end is timed.)

@@ -86,7 +86,7 @@ qemu-io -f raw -c "write -P 0x5a 0 2M" -c flush "$(uri "$T/b.sock")" >/dev/null
 hold_vdi "$T/b.sock"
 wait_status '.[0].mode == "on" and .[0].log_bytes == 8388608'
 kill "$HOLDER_PID"
-qemu-io -f raw -c "read -P 0x5a 0 2M" "$(uri "$T/b.sock")" | grep -q "^read 2097152/2097152" ||
+qemu-io -f raw -c "read -P 0x5a 0 2M" "$(uri "$T/b.sock")" | contains "^read 2097152/2097152" ||
     fail "the write did not read back"
 stop_server
 plx check --quiet || fail "check after a clean stop"
@@ -102,8 +102,8 @@ start_server "$T/d.sock" "$T/d.log"
 hold_vdi "$T/d.sock"
 # The local file store is fast: automatic, and off.
 wait_status '.[0].mode == "auto" and .[0].auto_threshold_ms == 250 and .[0].cache_on == false'
-plx cache status | grep -q "^vm .*cache off (auto: on above 250 ms" || fail "status: $(plx cache status)"
-plx cache auto vm --threshold 40 | grep -q "write cache automatic (on above 40 ms" ||
+plx cache status | contains "^vm .*cache off (auto: on above 250 ms" || fail "status: $(plx cache status)"
+plx cache auto vm --threshold 40 | contains "write cache automatic (on above 40 ms" ||
     fail "cache auto"
 wait_status '.[0].mode == "auto" and .[0].auto_threshold_ms == 40'
 plx cache status --json | jq -e '.[0].store_write_latency_ms >= 0' >/dev/null ||

@@ -40,7 +40,7 @@ for ((i = 0; i < 600; i++)); do
 done
 [[ -S $T/b.sock ]] || fail "the server after the crash did not listen: $(cat "$T/b.log")"
 qemu-io -f raw -c "write -P 0x3c 0 1M" -c flush -c "read -P 0x3c 0 1M" \
-    "nbd+unix:///vm?socket=$T/b.sock" | grep -q "^read 1048576/1048576" ||
+    "nbd+unix:///vm?socket=$T/b.sock" | contains "^read 1048576/1048576" ||
     fail "writes through the log made after the crash"
 [[ -z $(find "$T" -maxdepth 1 -name '.wlog.*') ]] || fail "the temporary file was left: $(ls -a "$T")"
 kill $pid

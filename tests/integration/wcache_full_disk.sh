@@ -49,7 +49,7 @@ used_kib=$(du -k "$T/disk/wlog" | cut -f1)
 fallocate -l "$(($(df -k --output=avail "$T/disk" | tail -1 | tr -d ' ') - 64))K" \
     "$T/disk/filler2" 2>/dev/null || true
 qemu-io -f raw -c "write -P 0x5c 0 12M" -c flush -c "read -P 0x5c 0 12M" \
-    "nbd+unix:///vm?socket=$T/a.sock" | grep -q "^read 12582912/12582912" ||
+    "nbd+unix:///vm?socket=$T/a.sock" | contains "^read 12582912/12582912" ||
     fail "writes through a log on a full disk"
 kill $pid
 wait $pid 2>/dev/null || true

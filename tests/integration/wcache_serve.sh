@@ -77,16 +77,16 @@ for ((i = 0; i < 100; i++)); do
 done
 grep -q connected "$T/hold.out" || fail "the holder did not connect: $(cat "$T/hold.out")"
 for ((i = 0; i < 50; i++)); do
-    plx cache status | grep -q "^vm .*cache on" && break
+    plx cache status | contains "^vm .*cache on" && break
     sleep 0.1
 done
-plx cache status | grep -q "^vm .*cache on .*wlog" || fail "status: $(plx cache status)"
+plx cache status | contains "^vm .*cache on .*wlog" || fail "status: $(plx cache status)"
 plx cache status --json | jq -e '.[0].mode == "on" and .[0].log_bytes == 8388608' >/dev/null ||
     fail "status --json: $(plx cache status --json)"
-plx cache disable vm | grep -q "off (drained)" || fail "disable"
+plx cache disable vm | contains "off (drained)" || fail "disable"
 plx cache status --json | jq -e '.[0].mode == "off" and .[0].backlog_bytes == 0' >/dev/null ||
     fail "status after disable: $(plx cache status --json)"
-plx cache enable vm | grep -q "write cache on" || fail "enable"
+plx cache enable vm | contains "write cache on" || fail "enable"
 kill $holder
 wait $holder 2>/dev/null || true
 kill "$SERVER_PID"
@@ -129,7 +129,7 @@ echo "== replay"
 start_server "$T/c.sock" "$T/c.log" --write-cache "$T/wlog"
 grep -q "replayed" "$T/c.log" || fail "no replay: $(cat "$T/c.log")"
 qemu-io -f raw -c "read -P 0x22 0 3M" -c "read -P 0x33 3M 1M" "$(uri "$T/c.sock")" |
-    grep -q "^read 1048576/1048576" || fail "flushed writes lost after kill -9 and replay"
+    contains "^read 1048576/1048576" || fail "flushed writes lost after kill -9 and replay"
 kill "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 plx check --quiet || fail "check after replay"

@@ -144,7 +144,7 @@ grep -qx "export web1 size 16777216 readonly-wanted false" "$FAKE_CALLS" ||
 assert_eq /dev/nbd0 "$(cat "$FAKE_XS/$b1/physical-device-path")" "device"
 assert_eq connected "$(cat "$FAKE_XS/$b1/hotplug-status")" "hotplug-status"
 pid=$(cat "$PARALLAX_RUNDIR/serve.pid")
-tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q ' serve ' ||
+tr '\0' ' ' <"/proc/$pid/cmdline" | contains ' serve ' ||
     fail "serve.pid ($pid) is not \`parallax serve\`: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
 for fd in /proc/"$pid"/fd/*; do
     [[ $(readlink "$fd") != *hotplug.lock ]] || fail "the server holds the hotplug lock ($fd)"

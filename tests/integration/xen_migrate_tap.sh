@@ -157,7 +157,7 @@ grep -q "requests are held, waiting for it" <(log dest "$bd") ||
 guest dest "$bd" "read 128 8 0x42" # the source writes this below; nothing may answer yet
 guest dest "$bd" "write 256 8 0x43"
 sleep 1
-! out dest "$bd" | grep -qv '^open' ||
+! out dest "$bd" | contains -v '^open' ||
     fail "the destination answered while the source held the VDI: $(out dest "$bd")"
 
 # 3. The guest still runs on the source while its memory is copied.

@@ -85,9 +85,9 @@ vm_wait() {
 vm_wait_line() {
     local log=$1 re=$2 secs=$3 pid=$4 i
     for ((i = 0; i < secs * 20; i++)); do
-        { tr -d '\r' <"$log"; } 2>/dev/null | grep -Eq "$re" && return 0
+        grep -Eq "$re" <<<"$(tr -d '\r' 2>/dev/null <"$log")" && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
     done
-    { tr -d '\r' <"$log"; } 2>/dev/null | grep -Eq "$re"
+    grep -Eq "$re" <<<"$(tr -d '\r' 2>/dev/null <"$log")"
 }
