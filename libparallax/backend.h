@@ -18,6 +18,14 @@
  * the disk. */
 #define PLX_BACKEND_BUFFERED 8u
 
+/* An I/O flag beyond the public PLX_IO_FUA, set by the engine on the small writes that order
+ * others (radix nodes, allocation bitmaps and claims, snapshot log blocks, VDI records): a
+ * commit, and a snapshot, wait for them. A hint, never needed for correctness: the file backend
+ * gives them the real-time I/O priority class, so the kernel's I/O scheduler hands them to the
+ * device ahead of data writes queued before them (DESIGN.md, "Commit writes go first"); other
+ * backends ignore it. */
+#define PLX_IO_URGENT 0x100u
+
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */
 const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
 /* Overwrite a block directly (tests: corrupt a block). data NULL = zero it. */

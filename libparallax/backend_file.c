@@ -7,10 +7,12 @@
  * slots free up, as are I/Os that io_submit refused with EAGAIN.
  *
  * Flushes and FUA writes must not block the single-threaded engine, so fdatasync is never
- * called inline. Flushes go to the kernel as IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC. Kernels
- * before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them with EINVAL; then the backend falls
- * back for good to running fdatasync on a helper thread, which reports completion through the
- * same eventfd, and a FUA write becomes a plain write followed by such a flush.
+ * called inline. By default fdatasync runs on a helper thread, which reports completion through
+ * the same eventfd and has the real-time I/O priority class, and a FUA write is a plain write
+ * followed by such a flush; the writes a commit waits for (PLX_IO_URGENT) get that class too
+ * (DESIGN.md, "Commit writes go first"). With $PARALLAX_IOPRIO=0, flushes go to the kernel as
+ * IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13 (per-I/O
+ * flags) refuse them with EINVAL, and then the backend falls back for good to the helper thread.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
  * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
@@ -42,11 +44,18 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "backend.h"
 #include "backend_file_internal.h"
 #include "backend_mem_internal.h"
+
+/* <linux/aio_abi.h> and <linux/ioprio.h> (not included: the first clashes with libaio.h). */
+#ifndef IOCB_FLAG_IOPRIO
+#define IOCB_FLAG_IOPRIO (1 << 1)
+#endif
+#define PLX_IOPRIO_RT ((1 << 13) | 4) /* IOPRIO_PRIO_VALUE(IOPRIO_CLASS_RT, 4) */
 
 #define FILE_MAX_SLOTS 1024
 #define REAP_BATCH 256
@@ -81,7 +90,6 @@ static struct file_slot *list_pop(struct slot_list *l)
     }
     return s;
 }
-
 
 static void efd_drain(int efd)
 {
@@ -121,6 +129,13 @@ static int transfer_progress(struct file_backend *f, struct file_slot *s, long r
 static void *sync_thread(void *arg)
 {
     struct file_backend *f = arg;
+
+    /* The metadata that fdatasync writes (ext4 without a journal writes the bitmaps and extent
+     * blocks that writes into holes dirtied, then the inode) is submitted from this thread with
+     * its I/O priority: real-time, so that it passes the data writes queued in the kernel, as
+     * the commit's own writes do (PLX_IO_URGENT). */
+    if (f->sync_rt) /* refused without CAP_SYS_NICE: then it flushes as any thread would */
+        (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, PLX_IOPRIO_RT);
 
     pthread_mutex_lock(&f->mu);
     for (;;) {
@@ -201,6 +216,16 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
         io_prep_pwrite(&s->cb, f->fd, buf, len, off);
     io_set_eventfd(&s->cb, f->efd);
     s->cb.data = s;
+    /* A write a commit waits for (PLX_IO_URGENT) must not queue behind the data writes in the
+     * kernel's I/O scheduler: mq-deadline hands writes to the device in sector order, so a
+     * small write below a stream of data writes waited for the stream to pause, up to 0.5 s
+     * with a 1 MiB writer (DESIGN.md, "Commit writes go first"). Real-time class requests are
+     * dispatched before best-effort ones. */
+    if (f->ioprio_rt && s->stage == ST_RW && io->op == PLX_IO_WRITE &&
+        (io->flags & PLX_IO_URGENT)) {
+        s->cb.u.c.flags |= IOCB_FLAG_IOPRIO;
+        s->cb.aio_reqprio = (short)PLX_IOPRIO_RT;
+    }
 }
 
 /* Blocking mode: run the slot's I/O to the end here and now. Returns its status. */
@@ -290,6 +315,12 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
             return 1;
         if (rc == -EINTR)
             continue;
+        if ((rc == -EPERM || rc == -EINVAL) && (s->cb.u.c.flags & IOCB_FLAG_IOPRIO)) {
+            /* Not allowed the real-time class (no CAP_SYS_NICE), or a kernel without
+             * per-request priorities: the write goes as any other, and so do the later ones. */
+            f->ioprio_rt = 0;
+            continue;
+        }
         if (rc == -EINVAL && s->stage == ST_SYNC) {
             f->aio_fdsync = 0;
             continue;
@@ -776,6 +807,13 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
     const char *trace = getenv("PARALLAX_SNAP_TRACE");
     f->trace = trace && *trace && strcmp(trace, "0") != 0;
+    const char *ioprio = getenv("PARALLAX_IOPRIO");
+    f->ioprio_rt = f->direct && !f->blocking && !(ioprio && strcmp(ioprio, "0") == 0);
+    /* Flushes, and the flush after a FUA write, from the helper thread, which has the
+     * real-time I/O priority: an aio FDSYNC runs in a kernel worker that does not. */
+    f->sync_rt = f->ioprio_rt;
+    if (f->sync_rt)
+        f->aio_fdsync = f->rwf_dsync = 0;
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)

@@ -93,6 +93,11 @@ struct file_backend {
     struct plx_io *held_head, *held_tail; /* writes waiting for their chunks */
     uint64_t held_n, held_since_ns;       /* how many, and since when that many (wait_ns) */
     int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
+    /* PLX_IO_URGENT writes go to the kernel with the real-time I/O priority class: 1 until the
+     * kernel refuses it (no CAP_SYS_NICE, or a kernel without per-request priorities) or
+     * $PARALLAX_IOPRIO=0 turns it off. */
+    int ioprio_rt;
+    int sync_rt; /* the fdatasync helper thread asks for the real-time class */
 };
 
 /* A prepared range: blocks [first, end), cut at absolute 1 MiB boundaries into chunks c0.. */

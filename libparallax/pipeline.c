@@ -288,7 +288,7 @@ static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_
 {
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
-    ev->io.flags = flags;
+    ev->io.flags = flags | PLX_IO_URGENT; /* a commit waits for it: ahead of data writes */
     ev->io.block = blk;
     ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
     ev->io.buf = buf;

@@ -142,7 +142,7 @@ static void submit(struct plx_req *r, struct plx_ev *ev, enum plx_io_op op, unsi
 {
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
-    ev->io.flags = flags;
+    ev->io.flags = flags | PLX_IO_URGENT; /* a log block or record: ahead of data writes */
     ev->io.block = block;
     ev->io.nblocks = buf ? 1 : 0;
     ev->io.buf = buf;

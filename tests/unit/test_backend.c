@@ -30,19 +30,21 @@
 enum kind {
     K_MEM,
     K_FAULT,
-    K_FILE,        /* O_DIRECT temp file, aio fdsync / RWF_DSYNC */
+    K_FILE,        /* O_DIRECT temp file, aio fdsync / RWF_DSYNC ($PARALLAX_IOPRIO=0) */
     K_FILE_THREAD, /* the same with the fdatasync helper-thread fallback forced */
     K_FILE_SHM,    /* tmpfs: O_DIRECT may be refused there, exercising buffered I/O */
     K_FILE_BLOCK,  /* PLX_BACKEND_BLOCKING: pread/pwrite/fdatasync, no aio context */
     K_FILE_BUF,    /* PLX_BACKEND_BUFFERED (the write log): page cache, aio fdsync for FUA too */
+    K_FILE_RT,     /* the default: urgent writes in the real-time I/O class, flushes (and FUA's)
+                    * from the helper thread, which has that class too */
     K_ISCSI,       /* a LUN of a tgtd on loopback, 512-byte logical blocks, libiscsi async */
     K_ISCSI_BLOCK, /* the same with 4096-byte logical blocks, libiscsi's synchronous calls */
     K_COUNT,
 };
 
-static const char *kind_name[K_COUNT] = {"mem",           "fault",    "file",
-                                         "file-thread",   "file-shm", "file-blocking",
-                                         "file-buffered", "iscsi",    "iscsi-blocking"};
+static const char *kind_name[K_COUNT] = {
+    "mem",           "fault",         "file",    "file-thread", "file-shm",
+    "file-blocking", "file-buffered", "file-rt", "iscsi",       "iscsi-blocking"};
 
 /* The contract runs on the iSCSI kinds only when main() could start tgtd. */
 static int kind_count = K_COUNT;
@@ -94,7 +96,9 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         be = plx_fault_create(NULL, nblocks);
         break;
     case K_FILE:
+        setenv("PARALLAX_IOPRIO", "0", 1);
         be = open_temp_file(tu_tmpdir(), nblocks);
+        unsetenv("PARALLAX_IOPRIO");
         break;
     case K_FILE_THREAD:
         be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_FLUSH_THREAD);
@@ -107,6 +111,9 @@ static plx_backend *make_backend(int kind, uint64_t nblocks)
         break;
     case K_FILE_BUF:
         be = open_temp_file_flags(tu_tmpdir(), nblocks, PLX_BACKEND_BUFFERED);
+        break;
+    case K_FILE_RT:
+        be = open_temp_file(tu_tmpdir(), nblocks);
         break;
     case K_ISCSI:
         be = open_iscsi_lun(nblocks, 512, 0);
@@ -599,8 +606,12 @@ static struct {
     int eagain_next;   /* the next n calls fail with EAGAIN */
     int refuse_fdsync; /* IO_CMD_FDSYNC: EINVAL, as before Linux 4.18 */
     int refuse_rwf;    /* per-I/O RWF_ flags: EINVAL, as before Linux 4.13 */
+    int refuse_prio;   /* a per-I/O priority: EPERM, as without CAP_SYS_NICE for the RT class */
     unsigned calls, eagains, refused;
+    unsigned fdsyncs, prio_rt, prio_other; /* submitted: FDSYNCs, I/Os with a priority */
 } aio_fault;
+
+#define TEST_IOCB_FLAG_IOPRIO (1 << 1) /* <linux/aio_abi.h>, which clashes with libaio.h */
 
 int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
 {
@@ -618,8 +629,21 @@ int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
             aio_fault.refused++;
             return -EINVAL;
         }
+        if (aio_fault.refuse_prio && (ios[i]->u.c.flags & TEST_IOCB_FLAG_IOPRIO)) {
+            aio_fault.refused++;
+            return -EPERM;
+        }
     }
     long rc = syscall(SYS_io_submit, ctx, nr, ios);
+    for (long i = 0; i < rc; i++) {
+        aio_fault.fdsyncs += ios[i]->aio_lio_opcode == IO_CMD_FDSYNC;
+        if (ios[i]->u.c.flags & TEST_IOCB_FLAG_IOPRIO) {
+            if ((ios[i]->aio_reqprio >> 13) == 1) /* IOPRIO_CLASS_RT */
+                aio_fault.prio_rt++;
+            else
+                aio_fault.prio_other++;
+        }
+    }
     return rc < 0 ? -errno : (int)rc;
 }
 
@@ -695,6 +719,56 @@ START_TEST(test_file_old_kernel_fallbacks)
     ck_assert(has_pattern(be, 2, 3, 62));
     for (int i = 0; i < 40; i++)
         ck_assert(has_pattern(be, 10 + (uint64_t)i, 1, 70 + (uint64_t)i));
+    be->ops->destroy(be);
+}
+END_TEST
+
+/* The writes a commit waits for (PLX_IO_URGENT) go to the kernel in the real-time I/O class, so
+ * that the I/O scheduler does not queue them behind data writes; no other I/O does; and flushes
+ * go through the helper thread (its fdatasync writes ext4's metadata in that class too), not as
+ * an aio FDSYNC run by a kernel worker. */
+START_TEST(test_file_urgent_ioprio)
+{
+    plx_backend *be = make_backend(K_FILE_RT, 64);
+    memset(&aio_fault, 0, sizeof aio_fault);
+    write_pattern(be, 1, 1, 81, PLX_IO_URGENT);
+    ck_assert_uint_eq(aio_fault.prio_rt, 1);
+    write_pattern(be, 2, 4, 82, 0);
+    write_pattern(be, 8, 1, 83, PLX_IO_FUA);
+    ck_assert_uint_eq(aio_fault.prio_rt, 1);
+    write_pattern(be, 9, 1, 84, PLX_IO_URGENT | PLX_IO_FUA);
+    ck_assert_uint_eq(aio_fault.prio_rt, 2);
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    ck_assert(has_pattern(be, 1, 1, 81));
+    ck_assert(has_pattern(be, 2, 4, 82));
+    ck_assert(has_pattern(be, 8, 1, 83));
+    ck_assert(has_pattern(be, 9, 1, 84));
+    ck_assert_uint_eq(aio_fault.prio_rt, 2);
+    ck_assert_uint_eq(aio_fault.prio_other, 0);
+    ck_assert_uint_eq(aio_fault.fdsyncs, 0);
+    be->ops->destroy(be);
+}
+END_TEST
+
+/* Without CAP_SYS_NICE the kernel refuses the real-time class (EPERM at io_submit): the write
+ * goes as any other, and the backend asks no more. */
+START_TEST(test_file_urgent_ioprio_refused)
+{
+    plx_backend *be = make_backend(K_FILE_RT, 64);
+    memset(&aio_fault, 0, sizeof aio_fault);
+    aio_fault.refuse_prio = 1;
+    write_pattern(be, 1, 1, 91, PLX_IO_URGENT);
+    ck_assert_uint_eq(aio_fault.refused, 1);
+    for (int i = 0; i < 10; i++)
+        write_pattern(be, 2 + (uint64_t)i, 1, 92 + (uint64_t)i,
+                      PLX_IO_URGENT | (i % 2 ? PLX_IO_FUA : 0));
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    ck_assert_uint_eq(aio_fault.refused, 1);
+    ck_assert_uint_eq(aio_fault.prio_rt + aio_fault.prio_other, 0);
+    ck_assert(has_pattern(be, 1, 1, 91));
+    for (int i = 0; i < 10; i++)
+        ck_assert(has_pattern(be, 2 + (uint64_t)i, 1, 92 + (uint64_t)i));
+    aio_fault.refuse_prio = 0;
     be->ops->destroy(be);
 }
 END_TEST
@@ -1748,6 +1822,8 @@ static Suite *backend_suite(void)
     tcase_add_loop_test(tc, test_file_short_read_is_eio, 0, 2);
     tcase_add_test(tc, test_file_eagain);
     tcase_add_test(tc, test_file_old_kernel_fallbacks);
+    tcase_add_test(tc, test_file_urgent_ioprio);
+    tcase_add_test(tc, test_file_urgent_ioprio_refused);
     tcase_add_test(tc, test_file_blocking_no_aio_context);
     tcase_add_test(tc, test_file_blocking_fua_and_flush);
     tcase_add_test(tc, test_store_blocking_io);
