@@ -446,7 +446,6 @@ static void claim_submit(plx_store *st, struct plx_claim *c, enum claim_step ste
     c->step = step;
     memset(&c->ev, 0, sizeof c->ev);
     c->ev.io.op = op;
-    c->ev.io.flags = PLX_IO_URGENT; /* a write that needs the extent waits for the claim */
     c->ev.io.block = block;
     c->ev.io.nblocks = n;
     c->ev.io.buf = buf;
@@ -1215,7 +1214,6 @@ static void sync_round_start(plx_store *st)
             bw->buf = plx_block_alloc(1);
             memcpy(bw->buf, x->bitmap + b * PLX_BLOCK_SIZE, PLX_BLOCK_SIZE);
             bw->ev.io.op = PLX_IO_WRITE;
-            bw->ev.io.flags = PLX_IO_URGENT; /* a commit's stage A waits for it */
             bw->ev.io.block = e * eb(st) + b;
             bw->ev.io.nblocks = 1;
             bw->ev.io.buf = bw->buf;

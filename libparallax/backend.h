@@ -18,12 +18,11 @@
  * the disk. */
 #define PLX_BACKEND_BUFFERED 8u
 
-/* An I/O flag beyond the public PLX_IO_FUA, set by the engine on the small writes that order
- * others (radix nodes, allocation bitmaps and claims, snapshot log blocks, VDI records): a
- * commit, and a snapshot, wait for them. A hint, never needed for correctness: the file backend
- * gives them the real-time I/O priority class, so the kernel's I/O scheduler hands them to the
- * device ahead of data writes queued before them (DESIGN.md, "Commit writes go first"); other
- * backends ignore it. */
+/* An I/O flag beyond the public PLX_IO_FUA, set by the engine on the writes and flushes of a
+ * commit that a snapshot, a flush or a FUA write waits for (radix nodes, snapshot log blocks,
+ * VDI records). A hint, never needed for correctness: the file backend gives them the real-time
+ * I/O priority class, so the kernel's I/O scheduler hands them to the device ahead of data
+ * writes queued before them (DESIGN.md, "Commit writes go first"); other backends ignore it. */
 #define PLX_IO_URGENT 0x100u
 
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */

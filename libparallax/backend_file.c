@@ -8,11 +8,13 @@
  *
  * Flushes and FUA writes must not block the single-threaded engine, so fdatasync is never
  * called inline. By default fdatasync runs on a helper thread, which reports completion through
- * the same eventfd and has the real-time I/O priority class, and a FUA write is a plain write
- * followed by such a flush; the writes a commit waits for (PLX_IO_URGENT) get that class too
- * (DESIGN.md, "Commit writes go first"). With $PARALLAX_IOPRIO=0, flushes go to the kernel as
- * IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13 (per-I/O
- * flags) refuse them with EINVAL, and then the backend falls back for good to the helper thread.
+ * the same eventfd and takes the real-time I/O priority class for urgent flushes, and a FUA
+ * write is a plain write
+ * followed by such a flush; the writes a snapshot, flush or FUA write waits for (PLX_IO_URGENT)
+ * get that class too (DESIGN.md, "Commit writes go first"). With $PARALLAX_IOPRIO=0, flushes go to
+ * the kernel as IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13
+ * (per-I/O flags) refuse them with EINVAL, and then the backend falls back for good to the helper
+ * thread.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
  * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
@@ -130,13 +132,7 @@ static void *sync_thread(void *arg)
 {
     struct file_backend *f = arg;
 
-    /* The metadata that fdatasync writes (ext4 without a journal writes the bitmaps and extent
-     * blocks that writes into holes dirtied, then the inode) is submitted from this thread with
-     * its I/O priority: real-time, so that it passes the data writes queued in the kernel, as
-     * the commit's own writes do (PLX_IO_URGENT). */
-    if (f->sync_rt) /* refused without CAP_SYS_NICE: then it flushes as any thread would */
-        (void)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, PLX_IOPRIO_RT);
-
+    int rt = 0; /* this thread's I/O class is real-time */
     pthread_mutex_lock(&f->mu);
     for (;;) {
         while (f->thr_jobs.head == NULL && !f->thr_stop)
@@ -148,6 +144,18 @@ static void *sync_thread(void *arg)
         struct slot_list jobs = f->thr_jobs;
         f->thr_jobs.head = f->thr_jobs.tail = NULL;
         pthread_mutex_unlock(&f->mu);
+        /* The metadata that fdatasync writes (ext4 without a journal writes the bitmaps and
+         * extent blocks that writes into holes dirtied, then the inode) is submitted from this
+         * thread with its I/O class: real-time when an urgent flush is among the jobs
+         * (PLX_IO_URGENT), so that it passes the data writes queued in the kernel as the
+         * commit's own writes do; else the default, not to hold the data writes back. Refused
+         * without CAP_SYS_NICE: then it flushes as any thread would. */
+        int urgent = 0;
+        for (const struct file_slot *j = jobs.head; j; j = j->next)
+            urgent |= (j->io->flags & PLX_IO_URGENT) != 0;
+        if (f->sync_rt && urgent != rt &&
+            syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, urgent ? PLX_IOPRIO_RT : 0) == 0)
+            rt = urgent;
         int rc = fdatasync(f->fd) < 0 ? -errno : 0;
         pthread_mutex_lock(&f->mu);
         struct file_slot *s;
@@ -216,8 +224,8 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
         io_prep_pwrite(&s->cb, f->fd, buf, len, off);
     io_set_eventfd(&s->cb, f->efd);
     s->cb.data = s;
-    /* A write a commit waits for (PLX_IO_URGENT) must not queue behind the data writes in the
-     * kernel's I/O scheduler: mq-deadline hands writes to the device in sector order, so a
+    /* A write a snapshot or flush waits for (PLX_IO_URGENT) must not queue behind the data writes
+     * in the kernel's I/O scheduler: mq-deadline hands writes to the device in sector order, so a
      * small write below a stream of data writes waited for the stream to pause, up to 0.5 s
      * with a 1 MiB writer (DESIGN.md, "Commit writes go first"). Real-time class requests are
      * dispatched before best-effort ones. */
@@ -809,8 +817,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->trace = trace && *trace && strcmp(trace, "0") != 0;
     const char *ioprio = getenv("PARALLAX_IOPRIO");
     f->ioprio_rt = f->direct && !f->blocking && !(ioprio && strcmp(ioprio, "0") == 0);
-    /* Flushes, and the flush after a FUA write, from the helper thread, which has the
-     * real-time I/O priority: an aio FDSYNC runs in a kernel worker that does not. */
+    /* Flushes, and the flush after a FUA write, from the helper thread, which takes the
+     * real-time I/O class for urgent ones: an aio FDSYNC runs in a kernel worker. */
     f->sync_rt = f->ioprio_rt;
     if (f->sync_rt)
         f->aio_fdsync = f->rwf_dsync = 0;

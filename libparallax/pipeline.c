@@ -288,7 +288,10 @@ static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_
 {
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
-    ev->io.flags = flags | PLX_IO_URGENT; /* a commit waits for it: ahead of data writes */
+    /* A snapshot, a flush or a FUA write waits for this batch: its writes and flushes go ahead of
+     * data writes (PLX_IO_URGENT). Not a plain batch's: the device serves nothing else while an
+     * urgent write is in flight (mq-deadline), which cost random writers half their speed. */
+    ev->io.flags = flags | (b->snap || b->final_flush ? PLX_IO_URGENT : 0);
     ev->io.block = blk;
     ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
     ev->io.buf = buf;
