@@ -1214,6 +1214,8 @@ static void sync_round_start(plx_store *st)
             bw->buf = plx_block_alloc(1);
             memcpy(bw->buf, x->bitmap + b * PLX_BLOCK_SIZE, PLX_BLOCK_SIZE);
             bw->ev.io.op = PLX_IO_WRITE;
+            /* A snapshot's or flush's commit waits for them (pipeline.c, batch_submit_flags). */
+            bw->ev.io.flags = st->durable_waiters ? PLX_IO_URGENT : 0;
             bw->ev.io.block = e * eb(st) + b;
             bw->ev.io.nblocks = 1;
             bw->ev.io.buf = bw->buf;

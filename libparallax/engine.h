@@ -119,6 +119,11 @@ struct plx_store {
     uint64_t wpass_copy_bytes;
     /* $PARALLAX_SNAP_TRACE set: each snapshot prints where its time went (pipeline.c). */
     bool snap_trace;
+    /* Snapshots, flushes and FUA writes submitted to the pipeline and not yet complete: while
+     * there are any, the commits they wait for (the batches ahead of theirs included) and the
+     * allocator's bitmap writes go to the medium as PLX_IO_URGENT (DESIGN.md, "Commit writes go
+     * first"). */
+    unsigned durable_waiters;
 };
 
 /* Set the store's error message; returns err. */

@@ -288,10 +288,12 @@ static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_
 {
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
-    /* A snapshot, a flush or a FUA write waits for this batch: its writes and flushes go ahead of
-     * data writes (PLX_IO_URGENT). Not a plain batch's: the device serves nothing else while an
-     * urgent write is in flight (mq-deadline), which cost random writers half their speed. */
-    ev->io.flags = flags | (b->snap || b->final_flush ? PLX_IO_URGENT : 0);
+    /* A snapshot, a flush or a FUA write waits for this batch, or for one behind it (which
+     * waits for this one): its writes and flushes go ahead of data writes (PLX_IO_URGENT). Not
+     * otherwise: the device serves nothing else while an urgent write is in flight
+     * (mq-deadline), which cost random writers half their speed. */
+    bool urgent = b->snap || b->final_flush || b->v->st->durable_waiters;
+    ev->io.flags = flags | (urgent ? PLX_IO_URGENT : 0);
     ev->io.block = blk;
     ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
     ev->io.buf = buf;
@@ -1389,6 +1391,10 @@ static void req_deliver(struct plx_deferred *d)
 void plx_complete(plx_store *st, struct plx_req *r)
 {
     r->state = RQ_DONE;
+    if (r->durable_waiter) {
+        r->durable_waiter = false;
+        st->durable_waiters--;
+    }
     r->done.run = req_deliver;
     plx_defer(st, &r->done);
 }
@@ -1401,6 +1407,9 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->seq = v->next_seq++;
     r->submit_ns = plx_mono_ns();
     r->state = RQ_WAIT_RANGE;
+    r->durable_waiter = r->op == REQ_SNAPSHOT || r->op == REQ_FLUSH ||
+                        (r->op == REQ_WRITE && (r->flags & PLX_WRITE_FUA));
+    v->st->durable_waiters += r->durable_waiter;
     if (r->trace) {
         r->trace->queued_ns = plx_mono_ns();
         for (const struct plx_req *e = v->active_head; e; e = e->next) {

@@ -100,6 +100,7 @@ struct plx_req {
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */
     struct plx_snap_trace *trace; /* REQ_SNAPSHOT with $PARALLAX_SNAP_TRACE, else NULL */
+    bool durable_waiter;          /* counted in st->durable_waiters until complete */
 };
 
 enum plx_batch_state {

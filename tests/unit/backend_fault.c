@@ -71,6 +71,7 @@ struct fault_backend {
     uint64_t nwrites, nflushes;
 
     uint64_t io_count, errors;
+    uint64_t urgent_writes; /* writes submitted with PLX_IO_URGENT */
     struct nth_rule *nth;
     size_t nnth;
     struct fail_rule *rules;
@@ -187,6 +188,11 @@ uint64_t plx_fault_io_count(const plx_backend *be)
     return fault_of(be)->io_count;
 }
 
+uint64_t plx_fault_urgent_writes(const plx_backend *be)
+{
+    return fault_of(be)->urgent_writes;
+}
+
 uint64_t plx_fault_errors_injected(const plx_backend *be)
 {
     return fault_of(be)->errors;
@@ -286,6 +292,7 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
          * image may contain it. */
         f->errors++;
     } else if (io->op == PLX_IO_WRITE) {
+        f->urgent_writes += (io->flags & PLX_IO_URGENT) != 0;
         /* Copied now: a crash before completion may still have landed the data as it was at
          * submission. */
         r->ev = f->log_len;

@@ -37,6 +37,8 @@ void plx_fault_clear(plx_backend *be);
 uint64_t plx_fault_io_count(const plx_backend *be);
 /* Errors injected so far. */
 uint64_t plx_fault_errors_injected(const plx_backend *be);
+/* Writes submitted with PLX_IO_URGENT (the engine's hint: a snapshot or flush waits for them). */
+uint64_t plx_fault_urgent_writes(const plx_backend *be);
 
 /* ---- Holding I/O ---------------------------------------------------------------------------- */
 

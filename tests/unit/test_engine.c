@@ -1595,6 +1595,40 @@ START_TEST(test_snapshot_fold_does_not_block)
 }
 END_TEST
 
+/* The commit writes a snapshot waits for go to the medium marked urgent (the file backend gives
+ * them the real-time I/O class); plain commits are not marked, since while an urgent write is
+ * in flight mq-deadline serves nothing else (DESIGN.md, "Commit writes go first"). */
+START_TEST(test_urgent_only_with_a_waiter)
+{
+    plx_backend *mem = new_medium(32 * MiB);
+    plx_backend *fault = plx_fault_create(mem, 0);
+    mem->ops->destroy(mem);
+    plx_store *st = open_kept(fault);
+    create_vdi(st, "u", 2 * MiB);
+    plx_vdi *v = open_vdi(st, "u", 0);
+    unsigned char *buf = plx_block_alloc(1);
+    uint64_t idx = 0, u0 = plx_fault_urgent_writes(fault);
+    for (unsigned i = 0; i < 16; i++) {
+        pattern(buf, BS, i, 0);
+        pwrite_ok(st, v, buf, (uint64_t)i * 29 * BS, BS);
+    }
+    ck_assert_uint_eq(plx_fault_urgent_writes(fault), u0);
+    OK(st, plx_vdi_snapshot_open(v, "", &idx));
+    uint64_t u1 = plx_fault_urgent_writes(fault);
+    ck_assert_uint_ge(u1, u0 + 2); /* at least the log block and the VDI record */
+    for (unsigned i = 0; i < 16; i++) {
+        pattern(buf, BS, 100 + i, 0);
+        pwrite_ok(st, v, buf, (uint64_t)i * 29 * BS, BS); /* copy-on-write: new leaves */
+    }
+    ck_assert_uint_eq(plx_fault_urgent_writes(fault), u1);
+    close_vdi(st, v);
+    check_clean(st, "urgent writes");
+    close_ok(st);
+    plx_block_free(buf);
+    fault->ops->destroy(fault);
+}
+END_TEST
+
 /* Two snapshots submitted back to back, the second labelled: both succeed, in order, and the
  * second label is unique. */
 START_TEST(test_async_two_snapshots)
@@ -2402,6 +2436,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_snapshot_between_batches);
     tcase_add_test(tc, test_snapshot_does_not_drain);
     tcase_add_test(tc, test_snapshot_fold_does_not_block);
+    tcase_add_test(tc, test_urgent_only_with_a_waiter);
     tcase_add_test(tc, test_snapshot_beside_batch_one_flush);
     tcase_add_test(tc, test_async_two_snapshots);
     tcase_add_test(tc, test_async_snapshot_burst);
