@@ -119,6 +119,9 @@ struct plx_store {
     uint64_t wpass_copy_bytes;
     /* $PARALLAX_SNAP_TRACE set: each snapshot prints where its time went (pipeline.c). */
     bool snap_trace;
+    /* Merged reads that failed and were read again without merging (pipeline.c,
+     * read_retry_exact): their error may have been in a stale block they did not need. */
+    uint64_t reads_retried;
 };
 
 /* Set the store's error message; returns err. */
