@@ -183,6 +183,7 @@ struct plx_wlog {
     int drain_error;
     char error[256];
     uint64_t backlog_records, backlog_blocks, drained_bytes, attach_ns, replayed_records;
+    uint64_t zc_bytes; /* appended without a copy and written */
     struct plx_wlog_vdi *vdis;
     int lock_fd;
 };
@@ -546,6 +547,7 @@ static void batch_done(struct plx_wlog *wl, struct wbatch *b, int status)
         if (!b->memory_only) {
             buf_put(wl, b->buf);
             b->buf = NULL;
+            wl->zc_bytes += (uint64_t)b->zc_blocks * BS;
             for (uint32_t i = 0; i < b->nent; i++)
                 b->ent[i].zc = NULL; /* the requests are answered below */
             for (uint32_t i = 0; i < b->nent; i++)
@@ -2542,6 +2544,7 @@ void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out)
     out->drained_bytes = wl->drained_bytes;
     out->attach_ns = wl->attach_ns;
     out->replayed_records = wl->replayed_records;
+    out->zc_bytes = wl->zc_bytes;
     snprintf(out->desc, sizeof out->desc, "%s", wl->desc);
     snprintf(out->error, sizeof out->error, "%s", wl->error);
 }
