@@ -34,6 +34,11 @@
 #define BS PLX_BLOCK_SIZE
 #define MAX_DATA 256u      /* data blocks per batch (1 MiB) */
 #define MAX_FLYING 4u      /* batch writes in flight */
+/* ... when the batch holds records written from the writers' buffers: those wait for the disk,
+ * where a write through the page cache completes at once, and four 1 MiB writes in flight did
+ * not keep the disk busy (3 writers x 64 MiB of 1 MiB writes, the drain held: 914-984 MiB/s,
+ * with 16 969-1669 MiB/s). */
+#define MAX_FLYING_ZC 16u
 #define MAX_SEALED 2u      /* sealed batches waiting for room or a write slot */
 #define ROUND_BLOCKS 4096u /* data blocks per drain round (16 MiB) */
 #define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
@@ -675,12 +680,17 @@ static void write_batch(struct plx_wlog *wl, struct wbatch *b)
     }
 }
 
+static unsigned flying_max(const struct wbatch *b)
+{
+    return b->zc_blocks ? MAX_FLYING_ZC : MAX_FLYING;
+}
+
 static void kick_run(struct plx_deferred *d)
 {
     struct plx_wlog *wl = (struct plx_wlog *)((char *)d - offsetof(struct plx_wlog, kick));
     wl->kick_queued = false;
     bool moved = false; /* a gather slot came free: stalled queues may go on */
-    if (wl->gather && wl->gather->nent && wl->flying < MAX_FLYING) {
+    if (wl->gather && wl->gather->nent && wl->flying < flying_max(wl->gather)) {
         seal(wl, wl->gather);
         moved = true;
     }
@@ -694,7 +704,7 @@ static void kick_run(struct plx_deferred *d)
             moved = true;
             continue;
         }
-        if (wl->flying >= MAX_FLYING || !place(wl, b))
+        if (wl->flying >= flying_max(b) || !place(wl, b))
             break;
         write_batch(wl, b);
         moved = true;
