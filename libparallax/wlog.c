@@ -6,8 +6,8 @@
  * header block listing up to 126 records followed by their data (docs/FORMAT.md §12).
  *
  * Life of a cached write: it waits in its VDI's queue (FIFO, so sub-block writes can read the
- * edges of their blocks first), is copied into the gathering batch and indexed, and completes
- * when its batch is written. A batch is sealed and written at the end of the service pass that
+ * edges of their blocks first), is copied into the gathering batch (a large one is not: ZC_MIN)
+ * and indexed, and completes when its batch is written. A batch is sealed and written at the end of the service pass that
  * filled it, up to MAX_FLYING at once; while those fly, the next one gathers. A flush completes
  * after a log flush issued once every batch sealed before it was written. The drain takes the
  * oldest written batches (a round; a round never spans a guest flush), reads their data back,
