@@ -12,6 +12,7 @@
 #   client's VDI once drained): a QD1 run of 10 s fills a 1 GiB ring (two blocks a write), and
 #   writers then wait for the drain, which is not what the target is about.
 # Prints each run and the ratios of the means: cache / local disk, cache / nbdkit, B / A.
+# --seconds 0 leaves the QD1 runs out.
 #
 #   bench/wcache-ab.sh --a DIR [--b DIR] [--dir DIR] [--writers N] [--burst SIZE] [--bs LIST]
 #                      [--seconds N] [--slow MIB/S] [--pairs N]
@@ -183,8 +184,10 @@ for ((r = 1; r <= pairs; r++)); do
         L[$r,$bs]=$(local_burst "$bs")
         N[$r,$bs]=$(nbdkit_burst "$bs")
     done
-    L[$r,qd1]=$(local_qd1)
-    N[$r,qd1]=$(nbdkit_qd1)
+    if ((seconds > 0)); then
+        L[$r,qd1]=$(local_qd1)
+        N[$r,qd1]=$(nbdkit_qd1)
+    fi
     order="A B"
     ((r % 2 == 0)) && order="B A"
     for which in $order; do
@@ -195,8 +198,10 @@ for ((r = 1; r <= pairs; r++)); do
             read -r bw cpu <<<"$(cache_burst "$bs")"
             if [[ $which == A ]]; then CA[$r,$bs]=$bw UA[$r,$bs]=$cpu; else CB[$r,$bs]=$bw UB[$r,$bs]=$cpu; fi
         done
-        p=$(cache_qd1)
-        if [[ $which == A ]]; then CA[$r,qd1]=$p; else CB[$r,qd1]=$p; fi
+        if ((seconds > 0)); then
+            p=$(cache_qd1)
+            if [[ $which == A ]]; then CA[$r,qd1]=$p; else CB[$r,qd1]=$p; fi
+        fi
         stop_server
     done
     for bs in $bss; do
@@ -204,8 +209,8 @@ for ((r = 1; r <= pairs; r++)); do
             "$(mib "${L[$r,$bs]}")" "$(mib "${N[$r,$bs]}")" "$(mib "${CA[$r,$bs]}")" "${UA[$r,$bs]}" \
             "$(mib "${CB[$r,$bs]}")" "${UB[$r,$bs]}"
     done
-    printf 'round %d, 4 KiB QD1 median: local %s us, nbdkit %s, A %s, B %s\n' "$r" "${L[$r,qd1]}" \
-        "${N[$r,qd1]}" "${CA[$r,qd1]}" "${CB[$r,qd1]}"
+    ((seconds > 0)) && printf 'round %d, 4 KiB QD1 median: local %s us, nbdkit %s, A %s, B %s\n' "$r" \
+        "${L[$r,qd1]}" "${N[$r,qd1]}" "${CA[$r,qd1]}" "${CB[$r,qd1]}"
 done
 mean() { # ARRAY-NAME KEY
     local -n arr=$1
@@ -221,6 +226,7 @@ for bs in $bss; do
         "$(mean UB "$bs")" "$(ratio "$ca" "$l")" "$(ratio "$cb" "$l")" "$(ratio "$ca" "$n")" \
         "$(ratio "$cb" "$n")" "$(ratio "$cb" "$ca")"
 done
+((seconds > 0)) || { echo "load average (1, 5, 15 min): $load_start at the start, $(load) at the end"; exit 0; }
 l=$(mean L qd1) n=$(mean N qd1) ca=$(mean CA qd1) cb=$(mean CB qd1)
 printf '4 KiB QD1 median, mean of %d: local %s us, nbdkit %s, A %s, B %s; A/local %s, B/local %s; A/nbdkit %s, B/nbdkit %s\n' \
     "$pairs" "$l" "$n" "$ca" "$cb" "$(ratio "$ca" "$l")" "$(ratio "$cb" "$l")" "$(ratio "$ca" "$n")" \
