@@ -17,6 +17,13 @@
  * write becomes a write and such a flush. Reads of data still in the page cache do not go to
  * the disk. */
 #define PLX_BACKEND_BUFFERED 8u
+/* An I/O flag beside the public PLX_IO_FUA, for a PLX_BACKEND_BUFFERED file backend: this read
+ * or write bypasses the page cache (the backend keeps a second descriptor opened O_DIRECT for
+ * it; the kernel writes back and drops cached pages of the range around such a write, so the
+ * two stay coherent). The write log writes large records with it straight from the writer's
+ * buffer (wlog.c): no copy into the page cache. Every other backend ignores it (a file opened
+ * O_DIRECT already is; a memory medium has no cache); the buffer is block-aligned as always. */
+#define PLX_IO_DIRECT 0x100u
 
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */
 const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
