@@ -24,7 +24,9 @@
 #      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
 #      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;
 #      the log's use after each cache-on round is printed (a full log makes writers wait for the
-#      drain: QD1 writes fill the ring twice as fast as their data, a header block each);
+#      drain: QD1 writes fill the ring twice as fast as their data, a header block each), and the
+#      next round waits until the log has drained: 10 s rounds (the default until 2026-11-26)
+#      filled the 1 GiB log in each, so most of each round measured the drain's pace;
 #   5. the burst and the QD1 run again with the cache in its automatic mode
 #      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
 #      once the store's write latency has stayed above the threshold for a second;
@@ -45,7 +47,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=/var/tmp writers=3 burst=64M seconds=10 slow_mibs="" pairs=3 auto_ms=20
+dir=/var/tmp writers=3 burst=64M seconds=2 slow_mibs="" pairs=3 auto_ms=20
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -254,6 +256,12 @@ for ((i = 0; i < pairs; i++)); do
     read -r m p <<<"$(lat_run)"
     on_lats+=("$m") on_p50s+=("$p")
     on_used+=("$("$P" -b "$store" cache status --json 2>/dev/null | jq '[.[].used_bytes] | max // 0 | . / 1048576 | floor')")
+    # The next round starts with the log drained (the server closes the departed client's VDI
+    # once its records are in the store).
+    for ((k = 0; k < 3000; k++)); do
+        [[ $("$P" -b "$store" cache status --json 2>/dev/null | jq length) == 0 ]] && break
+        sleep 0.1
+    done
 done
 stop_server
 # The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.

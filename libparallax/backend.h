@@ -17,13 +17,20 @@
  * write becomes a write and such a flush. Reads of data still in the page cache do not go to
  * the disk. */
 #define PLX_BACKEND_BUFFERED 8u
+/* An I/O flag beside the public PLX_IO_FUA, for a PLX_BACKEND_BUFFERED file backend: this read
+ * or write bypasses the page cache (the backend keeps a second descriptor opened O_DIRECT for
+ * it; the kernel writes back and drops cached pages of the range around such a write, so the
+ * two stay coherent). The write log writes large records with it straight from the writer's
+ * buffer (wlog.c): no copy into the page cache. Every other backend ignores it (a file opened
+ * O_DIRECT already is; a memory medium has no cache); the buffer is block-aligned as always. */
+#define PLX_IO_DIRECT 0x100u
 
 /* An I/O flag beyond the public PLX_IO_FUA, set by the engine on the writes and flushes of a
  * commit that a snapshot, a flush or a FUA write waits for (radix nodes, snapshot log blocks,
  * VDI records). A hint, never needed for correctness: the file backend gives them the real-time
  * I/O priority class, so the kernel's I/O scheduler hands them to the device ahead of data
  * writes queued before them (DESIGN.md, "Commit writes go first"); other backends ignore it. */
-#define PLX_IO_URGENT 0x100u
+#define PLX_IO_URGENT 0x200u
 
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */
 const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);

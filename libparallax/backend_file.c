@@ -93,6 +93,12 @@ static struct file_slot *list_pop(struct slot_list *l)
     return s;
 }
 
+/* A buffered backend's PLX_IO_DIRECT transfer goes through the O_DIRECT descriptor. */
+static int slot_direct(const struct file_backend *f, const struct file_slot *s)
+{
+    return f->dfd >= 0 && s->stage == ST_RW && (s->io->flags & PLX_IO_DIRECT);
+}
+
 static void efd_drain(int efd)
 {
     uint64_t v;
@@ -119,7 +125,7 @@ static int transfer_progress(struct file_backend *f, struct file_slot *s, long r
     s->done += (size_t)res;
     if (s->done > s->total)
         return -EIO;
-    if (s->done < s->total && f->direct && s->done % PLX_BLOCK_SIZE != 0) {
+    if (s->done < s->total && (f->direct || slot_direct(f, s)) && s->done % PLX_BLOCK_SIZE != 0) {
         /* O_DIRECT stops mid-block only at end of file; the rest cannot be read aligned. */
         return -EIO;
     }
@@ -211,17 +217,18 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
     unsigned char *buf = (unsigned char *)io->buf + s->done;
     size_t len = s->total - s->done;
     long long off = (long long)(io->block * PLX_BLOCK_SIZE + s->done);
+    int fd = slot_direct(f, s) ? f->dfd : f->fd;
 
     if (s->stage == ST_SYNC)
         io_prep_fdsync(&s->cb, f->fd);
     else if (io->op == PLX_IO_READ)
-        io_prep_pread(&s->cb, f->fd, buf, len, off);
+        io_prep_pread(&s->cb, fd, buf, len, off);
     else if (s->dsync) {
         s->iov.iov_base = buf;
         s->iov.iov_len = len;
-        io_prep_pwritev2(&s->cb, f->fd, &s->iov, 1, off, RWF_DSYNC);
+        io_prep_pwritev2(&s->cb, fd, &s->iov, 1, off, RWF_DSYNC);
     } else
-        io_prep_pwrite(&s->cb, f->fd, buf, len, off);
+        io_prep_pwrite(&s->cb, fd, buf, len, off);
     io_set_eventfd(&s->cb, f->efd);
     s->cb.data = s;
     /* A write a snapshot or flush waits for (PLX_IO_URGENT) must not queue behind the data writes
@@ -251,12 +258,13 @@ static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
         unsigned char *buf = (unsigned char *)io->buf + s->done;
         size_t len = s->total - s->done;
         off_t off = (off_t)(io->block * PLX_BLOCK_SIZE + s->done);
+        int fd = slot_direct(f, s) ? f->dfd : f->fd;
         ssize_t r;
         if (io->op == PLX_IO_READ) {
-            r = pread(f->fd, buf, len, off);
+            r = pread(fd, buf, len, off);
         } else if (s->dsync) {
             struct iovec iov = {.iov_base = buf, .iov_len = len};
-            r = pwritev2(f->fd, &iov, 1, off, RWF_DSYNC);
+            r = pwritev2(fd, &iov, 1, off, RWF_DSYNC);
             if (r < 0 && (errno == EINVAL || errno == EOPNOTSUPP)) {
                 /* Before Linux 4.13: a plain write, then fdatasync. */
                 f->rwf_dsync = 0;
@@ -264,7 +272,7 @@ static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
                 continue;
             }
         } else {
-            r = pwrite(f->fd, buf, len, off);
+            r = pwrite(fd, buf, len, off);
         }
         if (r < 0 && errno == EINTR)
             continue;
@@ -515,7 +523,7 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         return;
     }
     if (rc == 1) {
-        if (f->buffered && s->io->op == PLX_IO_WRITE)
+        if (f->buffered && s->io->op == PLX_IO_WRITE && !slot_direct(f, s))
             writeback_note(f, s);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
@@ -648,6 +656,8 @@ static void file_destroy(plx_backend *be)
         io_destroy(f->ctx);
     close(f->efd);
     close(f->fd);
+    if (f->dfd >= 0)
+        close(f->dfd);
     free(f->slots);
     free(f);
 }
@@ -852,6 +862,16 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     pthread_cond_init(&f->prep_done_cv, NULL);
     f->prep_ok = S_ISREG(st.st_mode) && direct && !rdonly && !f->blocking;
 
+    /* PLX_IO_DIRECT (backend.h): where O_DIRECT is refused (tmpfs) such I/Os use the page cache
+     * like the rest. */
+    f->dfd = -1;
+    if (f->buffered && S_ISREG(st.st_mode)) {
+        f->dfd = open(path, oflags | O_DIRECT);
+        if (f->dfd >= 0 && size >= PLX_BLOCK_SIZE && direct_io_refused(f->dfd)) {
+            close(f->dfd);
+            f->dfd = -1;
+        }
+    }
     f->base.ops = &file_ops;
     f->base.nblocks = size / PLX_BLOCK_SIZE;
     if (direct || f->buffered)

@@ -46,6 +46,7 @@ struct file_backend {
     int fd, efd;
     int direct, rdonly;
     int buffered; /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
+    int dfd;      /* buffered: the same file opened O_DIRECT, for PLX_IO_DIRECT (else -1) */
     uint64_t wb_off, wb_len; /* buffered: written bytes whose writeback is not started yet */
     int blocking;            /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
     io_context_t ctx;

@@ -124,6 +124,9 @@ struct plx_store {
      * allocator's bitmap writes go to the medium as PLX_IO_URGENT (DESIGN.md, "Commit writes go
      * first"). */
     unsigned durable_waiters;
+    /* Merged reads that failed and were read again without merging (pipeline.c,
+     * read_retry_exact): their error may have been in a stale block they did not need. */
+    uint64_t reads_retried;
 };
 
 /* Set the store's error message; returns err. */

@@ -202,6 +202,12 @@ static void req_finish(struct plx_req *r)
     }
     plx_block_free(r->bounce);
     r->bounce = NULL;
+    plx_read_plan_free(r->rplan);
+    r->rplan = NULL;
+    plx_block_free(r->rscratch);
+    r->rscratch = NULL;
+    free(r->rphys);
+    r->rphys = NULL;
     free(r->ios);
     r->ios = NULL;
     free(r->relinks);
@@ -676,15 +682,15 @@ static struct plx_node *walk(struct plx_vdi *v, struct plx_req *r, uint64_t vb, 
 
 static void data_io_done(plx_store *st, struct plx_ev *ev);
 
-static void submit_data(struct plx_req *r, enum plx_io_op op, uint64_t vb0, uint64_t pb,
-                        uint32_t n)
+static void submit_data_buf(struct plx_req *r, enum plx_io_op op, uint8_t *buf, uint64_t pb,
+                            uint32_t n)
 {
     struct plx_ev *ev = &r->ios[r->nios++];
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
     ev->io.block = pb;
     ev->io.nblocks = n;
-    ev->io.buf = r->io_buf + (vb0 - r->b0) * PLX_BLOCK_SIZE;
+    ev->io.buf = buf;
     ev->handler = data_io_done;
     ev->ctx = r;
     int rc = plx_submit(r->v->st, ev);
@@ -696,6 +702,34 @@ static void submit_data(struct plx_req *r, enum plx_io_op op, uint64_t vb0, uint
     r->ios_waiting++;
     if (r->batch && op == PLX_IO_WRITE)
         r->batch->data_pending++;
+}
+
+static void submit_data(struct plx_req *r, enum plx_io_op op, uint64_t vb0, uint64_t pb, uint32_t n)
+{
+    submit_data_buf(r, op, r->io_buf + (vb0 - r->b0) * PLX_BLOCK_SIZE, pb, n);
+}
+
+/* Every read of a merged request has completed: copy the blocks read into scratch into place
+ * and zero the holes, over the stale blocks the direct reads brought along. A failed request
+ * must not hand those over either (they may be another VDI's): its buffer is zeroed. */
+static void read_fixup(struct plx_req *r)
+{
+    const struct plx_read_plan *p = r->rplan;
+    if (!p)
+        return;
+    if (r->status) {
+        if (p->merged)
+            memset(r->io_buf, 0, (r->b1 - r->b0) * PLX_BLOCK_SIZE);
+        return;
+    }
+    for (size_t k = 0; k < p->nfixes; k++) {
+        const struct plx_read_fix *f = &p->fixes[k];
+        uint8_t *dst = r->io_buf + f->dst * PLX_BLOCK_SIZE;
+        if (f->zero)
+            memset(dst, 0, f->n * PLX_BLOCK_SIZE);
+        else
+            memcpy(dst, r->rscratch + f->src * PLX_BLOCK_SIZE, f->n * PLX_BLOCK_SIZE);
+    }
 }
 
 /* Read the old contents of a partially written edge block (its path is in the cache). */
@@ -717,6 +751,54 @@ static int ensure_ios(struct plx_req *r, size_t n)
     r->ios = calloc(n ? n : 1, sizeof *r->ios);
     r->nios = 0;
     return r->ios ? 0 : -ENOMEM;
+}
+
+/* Reads over several runs (read_plan.c): spans joined across gaps of up to max_gap blocks,
+ * straight into the request's buffer or into a scratch buffer; read_fixup puts every block in
+ * place afterwards. Takes phys (freed with the request). */
+static void read_merged(struct plx_req *r, uint64_t *phys, uint64_t nb, unsigned max_gap)
+{
+    r->rphys = phys;
+    struct plx_read_plan *p = plx_read_plan_make(phys, nb, max_gap);
+    if (!p || ensure_ios(r, p->nios)) {
+        plx_read_plan_free(p);
+        r->status = -ENOMEM;
+        req_finish(r);
+        return;
+    }
+    r->rplan = p;
+    if (p->scratch_blocks)
+        r->rscratch = plx_block_alloc_unzeroed(p->scratch_blocks);
+    for (size_t k = 0; k < p->nios; k++) {
+        const struct plx_read_io *io = &p->ios[k];
+        uint8_t *buf = io->direct ? r->io_buf + io->first * PLX_BLOCK_SIZE
+                                  : r->rscratch + io->scratch * PLX_BLOCK_SIZE;
+        submit_data_buf(r, PLX_IO_READ, buf, io->block, io->nblocks);
+    }
+    if (!r->ios_waiting) {
+        read_fixup(r);
+        req_finish(r);
+    }
+}
+
+/* A merged read failed: the error may be in a block it read but does not need (a bad sector
+ * under a stale copy). Read again, only the request's own blocks, once; true when it does.
+ * The blocks have not moved: a write to them waits for this read, and the collector frees no
+ * block the VDI reaches. */
+static bool read_retry_exact(struct plx_req *r)
+{
+    if (!r->rplan || !r->rplan->merged || r->read_exact)
+        return false;
+    r->read_exact = true;
+    r->status = 0;
+    r->v->st->reads_retried++;
+    memset(r->io_buf, 0, (r->b1 - r->b0) * PLX_BLOCK_SIZE); /* no stale block left behind */
+    plx_read_plan_free(r->rplan);
+    r->rplan = NULL;
+    plx_block_free(r->rscratch);
+    r->rscratch = NULL;
+    read_merged(r, r->rphys, r->b1 - r->b0, 0);
+    return true;
 }
 
 static void do_read(struct plx_req *r)
@@ -742,7 +824,16 @@ static void do_read(struct plx_req *r)
         return;
     }
     r->state = RQ_IO;
-    if (ensure_ios(r, nb)) {
+    /* More than one run: the merged reads of read_plan.c. One run (every 4 KiB read, a read of
+     * blocks in place): read it as it is. */
+    unsigned runs = 0;
+    for (uint64_t i = 0; i < nb && runs < 2; i++)
+        runs += phys[i] && (i == 0 || phys[i] != phys[i - 1] + 1 || i % PLX_READ_MAX_IO == 0);
+    if (runs > 1) {
+        read_merged(r, phys, nb, PLX_READ_MERGE_GAP);
+        return;
+    }
+    if (ensure_ios(r, 1)) {
         free(phys);
         r->status = -ENOMEM;
         req_finish(r);
@@ -755,7 +846,7 @@ static void do_read(struct plx_req *r)
             continue;
         }
         uint64_t j = i + 1;
-        while (j < nb && phys[j] == phys[i] + (j - i) && j - i < 2048)
+        while (j < nb && phys[j] == phys[i] + (j - i))
             j++;
         submit_data(r, PLX_IO_READ, r->b0 + i, phys[i], (uint32_t)(j - i));
         i = j;
@@ -1287,6 +1378,9 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
         return;
     }
     if (r->op == REQ_READ) {
+        if (r->status && read_retry_exact(r))
+            return;
+        read_fixup(r);
         req_finish(r);
         return;
     }

@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "cache.h"
 #include "engine.h"
+#include "read_plan.h"
 #include "snaplog.h"
 
 enum plx_req_op {
@@ -76,6 +77,10 @@ struct plx_req {
     void *ubuf;                  /* caller's buffer */
     uint8_t *bounce;             /* block-aligned staging buffer, or NULL when ubuf is used */
     uint8_t *io_buf;             /* bounce or ubuf: what data I/O reads/writes */
+    struct plx_read_plan *rplan; /* REQ_READ of several runs: its reads (read_plan.h), */
+    uint8_t *rscratch;           /* the scratch buffer of those not read in place, */
+    uint64_t *rphys;             /* the store block of each block (0: hole), */
+    bool read_exact;             /* and whether it is read again without merging */
     bool head_partial, tail_partial, old_data_read;
     plx_done_fn cb;
     void *arg;

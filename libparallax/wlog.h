@@ -111,6 +111,7 @@ struct plx_wlog_stats {
     uint64_t drained_bytes; /* since attach */
     uint64_t attach_ns;
     uint64_t replayed_records; /* by the replay at attach */
+    uint64_t zc_bytes;         /* written from the writers' buffers (ZC_MIN, wlog.c) */
     char desc[128];
     char error[256];
 };

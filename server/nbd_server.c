@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -628,6 +629,70 @@ static void log_request_error(struct conn *c, const struct req *r, int status)
             strerror(-status), msg);
 }
 
+/* A request buffer: block-aligned, so that the engine does the I/O straight into and out of it
+ * (an unaligned buffer costs a bounce buffer and one more copy of every byte). One of 1 MiB or
+ * more lies in a transparent huge page where the kernel has one: the kernel builds an O_DIRECT
+ * request from the buffer's pages, one segment per physically contiguous piece, and a device
+ * takes only so many segments per request (virtio-blk here: 254), so a 1 MiB read into 256
+ * scattered 4 KiB pages reached the disk as two requests and merged with none of its
+ * neighbours; whether the pages were contiguous was luck, and it moved 1 MiB reads by 20-30 %
+ * from one server process to the next (bench/README.md, issue 16). */
+#define REQ_BUF_HUGE (1u << 20)
+#define HUGE_PAGE (2u << 20)
+static size_t req_buf_size(uint32_t len)
+{
+    size_t size = (len + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE;
+    return size < REQ_BUF_HUGE ? size : (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+}
+
+/* Write buffers of NBD_DIRECT_MIN and more are kept for the next request of the same size (up
+ * to BUF_POOL_N of them, BUF_POOL_BYTES in all; engine thread only). From the heap, an aligned
+ * 1 MiB buffer seldom fitted the hole a freed one left (the alignment needs more), so the heap
+ * kept growing into fresh pages, each zeroed by the kernel on its first touch, the receive's
+ * copy: 15,000-31,000 page faults in a 192 MiB burst of 1 MiB writes, 15-20% of serve's CPU
+ * time once the write log wrote large records from the request buffers (perf). */
+#define BUF_POOL_N 64
+#define BUF_POOL_BYTES (64u << 20)
+static struct {
+    char *p[BUF_POOL_N];
+    size_t size[BUF_POOL_N];
+    unsigned n;
+    size_t bytes;
+} buf_pool;
+
+static char *req_buf_alloc(uint32_t len)
+{
+    size_t size = req_buf_size(len);
+    for (unsigned i = buf_pool.n; i-- > 0;)
+        if (buf_pool.size[i] == size) {
+            char *p = buf_pool.p[i];
+            buf_pool.n--;
+            buf_pool.p[i] = buf_pool.p[buf_pool.n];
+            buf_pool.size[i] = buf_pool.size[buf_pool.n];
+            buf_pool.bytes -= size;
+            return p;
+        }
+    if (size < REQ_BUF_HUGE)
+        return aligned_alloc(PLX_BLOCK_SIZE, size);
+    char *p = aligned_alloc(HUGE_PAGE, size);
+    if (p)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: without it, the buffer is as before */
+    return p;
+}
+
+static void req_buf_free(char *p, uint32_t len)
+{
+    size_t size = req_buf_size(len);
+    if (p && len >= NBD_DIRECT_MIN && buf_pool.n < BUF_POOL_N &&
+        buf_pool.bytes + size <= BUF_POOL_BYTES) {
+        buf_pool.p[buf_pool.n] = p;
+        buf_pool.size[buf_pool.n++] = size;
+        buf_pool.bytes += size;
+        return;
+    }
+    free(p);
+}
+
 static void req_finish(struct req *r, int status)
 {
     struct conn *c = r->c;
@@ -639,7 +704,7 @@ static void req_finish(struct req *r, int status)
         r->buf = NULL;
     } else
         reply_simple(c, r->handle, 0, NULL, 0);
-    free(r->buf);
+    req_buf_free(r->buf, r->len);
     free(r);
     c->outstanding--;
     conn_kick(c);
@@ -854,14 +919,6 @@ static int retry_arm(struct nbd_server *srv)
         srv->retry_armed = 1;
     }
     return 0;
-}
-
-/* A request buffer: block-aligned, so that the engine does the I/O straight into and out of it
- * (an unaligned buffer costs a bounce buffer and one more copy of every byte). */
-static char *req_buf_alloc(uint32_t len)
-{
-    return aligned_alloc(PLX_BLOCK_SIZE,
-                         (len + PLX_BLOCK_SIZE - 1) / PLX_BLOCK_SIZE * PLX_BLOCK_SIZE);
 }
 
 /* One request (header fields and, for a write, its payload). A write's payload is either in
@@ -1979,6 +2036,9 @@ void nbd_server_stop(struct nbd_server *srv)
     }
     struct srv_job j = {.job.fn = stop_job, .srv = srv};
     et_call(srv->et, &j.job);
+    while (buf_pool.n) /* every connection is gone: nothing takes from it any more */
+        free(buf_pool.p[--buf_pool.n]);
+    buf_pool.bytes = 0;
     nbd_tls_free(srv->tls);
     free(srv);
 }

@@ -224,6 +224,44 @@ START_TEST(test_read_after_write)
 }
 END_TEST
 
+/* PLX_IO_DIRECT (backend.h) mixed with plain I/O over the same blocks: every read, with the flag
+ * or without, sees the newest write, whichever way it went (a buffered file backend: through its
+ * O_DIRECT descriptor or the page cache). Every other backend ignores the flag. */
+static int has_pattern_flags(plx_backend *be, uint64_t block, uint32_t n, uint64_t seed,
+                             unsigned flags)
+{
+    void *buf = plx_block_alloc(n), *want = plx_block_alloc(n);
+    tu_fill(want, (size_t)n * BS, seed);
+    ck_assert_int_eq(tu_io(be, PLX_IO_READ, block, n, buf, flags), 0);
+    int same = memcmp(buf, want, (size_t)n * BS) == 0;
+    plx_block_free(buf);
+    plx_block_free(want);
+    return same;
+}
+
+START_TEST(test_direct_flag)
+{
+    plx_backend *be = make_backend(_i, 64);
+    write_pattern(be, 0, 64, 1, 0); /* through the page cache, when there is one */
+    ck_assert(has_pattern_flags(be, 0, 64, 1, PLX_IO_DIRECT));
+    write_pattern(be, 8, 16, 2, PLX_IO_DIRECT);
+    ck_assert_msg(has_pattern_flags(be, 8, 16, 2, 0), "%s: plain read after a direct write",
+                  kind_name[_i]);
+    ck_assert(has_pattern_flags(be, 0, 8, 1, 0));
+    write_pattern(be, 10, 1, 3, 0);
+    ck_assert_msg(has_pattern_flags(be, 10, 1, 3, PLX_IO_DIRECT),
+                  "%s: direct read after a plain write", kind_name[_i]);
+    ck_assert(has_pattern_flags(be, 11, 13, 0, 0) == 0);
+    write_pattern(be, 11, 2, 4, PLX_IO_DIRECT | PLX_IO_FUA);
+    ck_assert(has_pattern_flags(be, 11, 2, 4, 0));
+    ck_assert(has_pattern_flags(be, 11, 2, 4, PLX_IO_DIRECT));
+    ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
+    ck_assert(has_pattern_flags(be, 10, 1, 3, 0));
+    ck_assert_uint_eq(be->ops->inflight(be), 0);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_unwritten_zero)
 {
     plx_backend *be = make_backend(_i, 16);
@@ -1808,6 +1846,7 @@ static Suite *backend_suite(void)
     tcase_add_loop_test(tc, test_many_concurrent, 0, kind_count);
     tcase_add_loop_test(tc, test_poll_timeout, 0, kind_count);
     tcase_add_loop_test(tc, test_trim, 0, kind_count);
+    tcase_add_loop_test(tc, test_direct_flag, 0, kind_count);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("mem");

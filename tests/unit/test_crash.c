@@ -2367,6 +2367,10 @@ static void wl_wcache(struct wl *wl)
             return;
     }
     run_phase(wl, &mx, scale(60), (1u << a) | (1u << b));
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(wl->st, &ws);
+    if (!ws.zc_bytes && getenv("PARALLAX_WCACHE_ZC_MIN"))
+        violation(wl, "no record was written from its writer's buffer (ZC_MIN)");
 }
 
 struct workload {
@@ -2427,7 +2431,12 @@ END_TEST
 
 START_TEST(test_crash_wcache)
 {
+    /* Records of 8 blocks and more (of block-aligned buffers, most of this harness's) are
+     * written from the writer's buffer, their batch in pieces (wlog.c, ZC_MIN; 256 KiB outside
+     * tests): crash images fall between the pieces too. */
+    setenv("PARALLAX_WCACHE_ZC_MIN", "8", 1);
     run_workload(&wcache_workload, NWORKLOADS, (uint64_t)_i, WCACHE_LOG_BLOCKS);
+    unsetenv("PARALLAX_WCACHE_ZC_MIN");
 }
 END_TEST
 
@@ -2838,6 +2847,7 @@ START_TEST(test_eio_nth)
         snprintf(wl.where, sizeof wl.where, "I/O #%u fails", n);
         uint64_t inj0 = plx_fault_errors_injected(wl.fb), io0 = plx_fault_io_count(wl.fb);
         uint64_t claims_failed0 = wl.st->alloc->claims_failed;
+        uint64_t retried0 = wl.st->reads_retried;
         size_t w0 = wl.nw, f0 = wl.nf, s0 = wl.ns;
         plx_fault_fail_nth(wl.fb, n, -EIO);
         run_phase(&wl, &mixes[_i], 40, 1u << a);
@@ -2853,7 +2863,11 @@ START_TEST(test_eio_nth)
         /* A commit that failed after all of its writes were acknowledged fails the VDI: the
          * next flush (reopen_failed's) reports it. */
         bool vdi_failed = wl.v[a].h && wl.v[a].h->failed;
-        if (injected && nfail == 0 && wl.failed_reqs == 0 && !claim_hit && !vdi_failed)
+        /* A merged read that failed is read again without merging, and may then succeed (the
+         * error may have been in a stale block it did not need; here it was a one-off). */
+        bool read_retried = wl.st->reads_retried > retried0;
+        if (injected && nfail == 0 && wl.failed_reqs == 0 && !claim_hit && !vdi_failed &&
+            !read_retried)
             violation(&wl, "I/O #%u failed but every request succeeded", n);
         eio_after(&wl, a);
         eio_finish(&wl);

@@ -14,6 +14,9 @@
  * - EIO on the log: writes go through to the store, nothing acknowledged is lost;
  * - bad input: a log too small for one batch, a file that is not a log;
  * - plx_vdi_try_close does not wait for the drain (a server's other VDIs go on meanwhile).
+ * The first four run twice: as they are (writes from unaligned buffers, all copied into their
+ * batches) and with block-aligned buffers and $PARALLAX_WCACHE_ZC_MIN=8, so that records of 8
+ * blocks and more are written from the writer's buffer in a batch written in pieces (zc_mode).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -53,6 +56,30 @@ static plx_store *open_store(plx_backend *medium, const char *host)
     int rc = plx_store_open_backend(tu_keep_wrap(medium), &o, &st, err, sizeof err);
     ck_assert_msg(rc == 0, "open store: %d %s", rc, err);
     return st;
+}
+
+/* Loop tests: _i 1 writes from block-aligned buffers, and the log writes records of 8 blocks
+ * and more straight from them (wlog.c, ZC_MIN). */
+static bool g_zc;
+
+static void zc_mode(int i)
+{
+    g_zc = i == 1;
+    if (g_zc)
+        setenv("PARALLAX_WCACHE_ZC_MIN", "8", 1);
+    else
+        unsetenv("PARALLAX_WCACHE_ZC_MIN");
+}
+
+/* In zc_mode, records were written from the writers' buffers. */
+static void check_zc(plx_store *st)
+{
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    if (g_zc)
+        ck_assert_uint_gt(ws.zc_bytes, 0);
+    else
+        ck_assert_uint_eq(ws.zc_bytes, 0);
 }
 
 static int attach(plx_store *st, plx_backend *log_medium, int init)
@@ -123,7 +150,7 @@ static void random_write(plx_vdi *v, struct shadow *sh, bool unaligned, unsigned
         c->sh = sh;
         c->b0 = e0;
         c->b1 = e1;
-        c->buf = malloc(len);
+        c->buf = g_zc ? aligned_alloc(BS, (len + BS - 1) / BS * BS) : malloc(len);
         tu_fill(c->buf, len, tu_rand(&sh->rng));
         memcpy(sh->bytes + off, c->buf, len);
         for (uint64_t b = e0; b < e1; b++)
@@ -269,6 +296,7 @@ static void check_clean(plx_store *st)
 
 START_TEST(test_cached_writes_read_back_and_drain)
 {
+    zc_mode(_i);
     plx_backend *smem = new_store_medium();
     plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
     plx_store *st = open_store(smem, "host-a");
@@ -281,6 +309,7 @@ START_TEST(test_cached_writes_read_back_and_drain)
     shadow_init(&sh, 42);
     /* About 3 log sizes of data: the ring wraps while writers wait for the drain. */
     run_writes(st, v, &sh, 600, 32, 20, 5);
+    check_zc(st);
     ck_assert_uint_eq(sh.failed, 0);
     verify(v, &sh, "through the cache");
     struct plx_wlog_stats ws;
@@ -316,6 +345,7 @@ static plx_backend *durable_image(plx_backend *fault)
 
 START_TEST(test_replay_after_crash)
 {
+    zc_mode(_i);
     plx_backend *smem = new_store_medium();
     plx_backend *sfault = plx_fault_create(smem, 0);
     plx_backend *lfault = plx_fault_create(NULL, LOG_BLOCKS);
@@ -335,6 +365,7 @@ START_TEST(test_replay_after_crash)
     /* The second half stays in the log: a crash leaves it only there. */
     plx_wlog_pause_drain(st, 1);
     run_writes(st, v, &sh, 40, 16, 20, 0);
+    check_zc(st);
     ck_assert_int_eq(plx_vdi_flush(v), 0);
     /* Everything is acknowledged and flushed: a crash now loses none of it, whatever the drain
      * has done. Both images are taken before anything else happens. */
@@ -389,6 +420,7 @@ END_TEST
 
 START_TEST(test_reads_see_acknowledged_writes)
 {
+    zc_mode(_i);
     plx_backend *smem = new_store_medium();
     plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
     plx_store *st = open_store(smem, "host-a");
@@ -402,12 +434,64 @@ START_TEST(test_reads_see_acknowledged_writes)
     sh.read_pct = 30;
     sh.trim_pct = 3;
     run_writes(st, v, &sh, 2000, 32, 10, 3);
+    check_zc(st);
     ck_assert_uint_eq(sh.failed, 0);
     verify(v, &sh, "after reads, writes and trims");
     ck_assert_int_eq(plx_vdi_close(v), 0);
     check_clean(st);
     ck_assert_int_eq(plx_store_close(st), 0);
     shadow_free(&sh);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
+/* A read and a sub-block write submitted right behind a large write of the same blocks, before
+ * its batch is written: both see its data (in zc_mode, from the writer's buffer; the sub-block
+ * write reads its edge from there too). */
+static void count_done(void *arg, int status)
+{
+    ck_assert_int_eq(status, 0);
+    (*(unsigned *)arg)--;
+}
+
+START_TEST(test_read_behind_a_write_in_flight)
+{
+    zc_mode(_i);
+    plx_backend *smem = new_store_medium();
+    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(smem, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    const size_t len = 64 * BS;
+    uint8_t *w = g_zc ? aligned_alloc(BS, len) : malloc(len + 1) + 1;
+    uint8_t *r = malloc(len), *expect = malloc(len);
+    tu_fill(w, len, 77);
+    memcpy(expect, w, len);
+    uint8_t small[100];
+    tu_fill(small, sizeof small, 78);
+    memcpy(expect + 10 * BS + 5, small, sizeof small);
+    unsigned pending = 3;
+    ck_assert_int_eq(plx_vdi_submit_write(v, w, BS, len, 0, count_done, &pending), 0);
+    ck_assert_int_eq(plx_vdi_submit_read(v, r, BS, len, count_done, &pending), 0);
+    ck_assert_int_eq(
+        plx_vdi_submit_write(v, small, BS + 10 * BS + 5, sizeof small, 0, count_done, &pending), 0);
+    while (pending)
+        ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_msg(memcmp(r, w, len) == 0, "the read did not return the write before it");
+    uint8_t *now = malloc(len);
+    ck_assert_int_eq(plx_vdi_pread(v, now, BS, len), 0);
+    ck_assert_msg(memcmp(now, expect, len) == 0, "the sub-block write lost its edge");
+    check_zc(st);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    free(g_zc ? w : w - 1);
+    free(r);
+    free(expect);
+    free(now);
     smem->ops->destroy(smem);
     lmem->ops->destroy(lmem);
 }
@@ -488,6 +572,7 @@ END_TEST
 
 START_TEST(test_log_eio_falls_back_to_write_through)
 {
+    zc_mode(_i);
     plx_backend *smem = new_store_medium();
     plx_backend *lfault = plx_fault_create(NULL, LOG_BLOCKS);
     plx_store *st = open_store(smem, "host-a");
@@ -502,6 +587,7 @@ START_TEST(test_log_eio_falls_back_to_write_through)
     /* From now on every write to the log fails. */
     plx_fault_fail_blocks(lfault, PLX_IO_WRITE, 0, LOG_BLOCKS, -EIO, -1);
     run_writes(st, v, &sh, 200, 16, 10, 5);
+    check_zc(st);
     ck_assert_uint_eq(sh.failed, 0); /* nothing failed: they went through to the store */
     ck_assert_uint_gt(plx_fault_errors_injected(lfault), 0);
     struct plx_wlog_stats ws;
@@ -985,12 +1071,13 @@ static Suite *wlog_suite(void)
     Suite *s = suite_create("wlog");
     TCase *tc = tcase_create("wlog");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_cached_writes_read_back_and_drain);
-    tcase_add_test(tc, test_replay_after_crash);
-    tcase_add_test(tc, test_reads_see_acknowledged_writes);
+    tcase_add_loop_test(tc, test_cached_writes_read_back_and_drain, 0, 2);
+    tcase_add_loop_test(tc, test_replay_after_crash, 0, 2);
+    tcase_add_loop_test(tc, test_reads_see_acknowledged_writes, 0, 2);
+    tcase_add_loop_test(tc, test_read_behind_a_write_in_flight, 0, 2);
     tcase_add_test(tc, test_log_of_another_store_or_too_small);
     tcase_add_test(tc, test_snapshot_holds_acknowledged_writes);
-    tcase_add_test(tc, test_log_eio_falls_back_to_write_through);
+    tcase_add_loop_test(tc, test_log_eio_falls_back_to_write_through, 0, 2);
     tcase_add_test(tc, test_auto_mode_follows_store_latency);
     tcase_add_test(tc, test_try_close_does_not_wait_for_the_drain);
     tcase_add_test(tc, test_auto_on_does_not_wait_for_queued_store_writes);
