@@ -57,6 +57,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -909,6 +910,20 @@ static void lock_path_for(struct iscsi_backend *b, const char *desc)
              (unsigned long long)h);
 }
 
+/* libiscsi writes to its socket without MSG_NOSIGNAL, so a target that hangs up while PDUs are
+ * queued raises SIGPIPE, and its default action kills the process: every acknowledged write
+ * still in the write cache's memory, every client of a server, gone because a target went away
+ * (test_iscsi_gives_up died so under ASan in CI). The engine handles the hang-up (EPIPE, log in
+ * again), so a process that left SIGPIPE at its default gets it ignored when it first opens an
+ * iSCSI store; a disposition the process chose itself is left alone. */
+static void ignore_default_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+        sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
 plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, char *errbuf,
                                     size_t errlen)
 {
@@ -918,6 +933,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     if (rc < 0)
         return open_fail(err, errbuf, errlen, -rc, "%s", msg);
 
+    ignore_default_sigpipe();
     struct iscsi_backend *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);

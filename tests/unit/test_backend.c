@@ -3,6 +3,7 @@
  * backend.h and backend_fault.h.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -1774,6 +1775,38 @@ START_TEST(test_iscsi_reconnect_idle)
 }
 END_TEST
 
+/* libiscsi writes to its socket without MSG_NOSIGNAL: a target that hangs up while PDUs are
+ * queued raised SIGPIPE, whose default action killed the process (test_iscsi_gives_up died so
+ * under ASan in CI, 2026-11-26). Opening an iSCSI store ignores SIGPIPE when the process left it
+ * at the default, and leaves a handler of the process's own alone. */
+static void own_sigpipe_handler(int sig)
+{
+    (void)sig;
+}
+
+START_TEST(test_iscsi_open_ignores_sigpipe)
+{
+    char url[512], errbuf[1024] = "";
+    int err = 0;
+    ck_assert_int_gt(tu_tgtd_new_lun(16 * BS, 512, url, sizeof(url)), 0);
+    struct sigaction sa;
+    signal(SIGPIPE, SIG_DFL);
+    plx_backend *be = plx_backend_iscsi_open(url, 0, &err, errbuf, sizeof(errbuf));
+    ck_assert_msg(be != NULL, "%s", errbuf);
+    ck_assert_int_eq(sigaction(SIGPIPE, NULL, &sa), 0);
+    ck_assert_msg(sa.sa_handler == SIG_IGN, "SIGPIPE still kills the process");
+    be->ops->destroy(be);
+
+    signal(SIGPIPE, own_sigpipe_handler);
+    be = plx_backend_iscsi_open(url, 0, &err, errbuf, sizeof(errbuf));
+    ck_assert_msg(be != NULL, "%s", errbuf);
+    ck_assert_int_eq(sigaction(SIGPIPE, NULL, &sa), 0);
+    ck_assert_msg(sa.sa_handler == own_sigpipe_handler, "the process's own handler was replaced");
+    be->ops->destroy(be);
+    signal(SIGPIPE, SIG_DFL);
+}
+END_TEST
+
 /* When logging in again keeps failing, I/O fails with -EIO (never reported done), and so does
  * later I/O; nothing hangs. */
 START_TEST(test_iscsi_gives_up)
@@ -1877,6 +1910,7 @@ static Suite *backend_suite(void)
         tcase_add_test(tc, test_iscsi_reconnect);
         tcase_add_loop_test(tc, test_iscsi_reconnect_idle, 0, 2);
         tcase_add_test(tc, test_iscsi_gives_up);
+        tcase_add_test(tc, test_iscsi_open_ignores_sigpipe);
         suite_add_tcase(s, tc);
     }
 
