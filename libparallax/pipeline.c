@@ -111,6 +111,11 @@ uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v)
 
 static void active_remove(struct plx_vdi *v, struct plx_req *r)
 {
+    v->nwait -= r->state == RQ_WAIT_RANGE;
+    v->nsnap -= r->op == REQ_SNAPSHOT;
+    /* A kick under way counts the waiting requests it passed: walk again from the head. */
+    if (v->kicking)
+        v->kick_again = true;
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -1256,6 +1261,7 @@ static void do_resolve(struct plx_req *r)
     }
     if (v->needs_reload) {
         r->state = RQ_WAIT_RANGE; /* start again on the reloaded tree */
+        v->nwait++;
         return;
     }
     if (!v->root) {
@@ -1409,14 +1415,20 @@ void plx_pipeline_kick(struct plx_vdi *v)
     v->kicking = true;
     do {
         v->kick_again = false;
-        for (struct plx_req *r = v->active_head; r;) {
+        /* Waiting requests passed in this walk that still wait: once that is all of them and
+         * no snapshot is active, nothing further down the list has anything to start. */
+        unsigned passed = 0;
+        for (struct plx_req *r = v->active_head; r && (v->nsnap || passed < v->nwait);) {
             struct plx_req *next = r->next;
             if (r->state == RQ_WAIT_RANGE && may_start(v, r)) {
                 r->state = RQ_RESOLVE;
+                v->nwait--;
                 do_resolve(r);
                 next = r->next;
-                if (r->state == RQ_DONE)
-                    v->kick_again = true; /* the list changed under us */
+                if (r->state == RQ_WAIT_RANGE)
+                    passed++; /* back to waiting (a reload) */
+            } else if (r->state == RQ_WAIT_RANGE) {
+                passed++;
             } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT && !r->loads.pending) {
                 do_resolve(r);
             }
@@ -1501,6 +1513,8 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->seq = v->next_seq++;
     r->submit_ns = plx_mono_ns();
     r->state = RQ_WAIT_RANGE;
+    v->nwait++;
+    v->nsnap += r->op == REQ_SNAPSHOT;
     r->durable_waiter = r->op == REQ_SNAPSHOT || r->op == REQ_FLUSH ||
                         (r->op == REQ_WRITE && (r->flags & PLX_WRITE_FUA));
     v->st->durable_waiters += r->durable_waiter;

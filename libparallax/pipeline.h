@@ -161,6 +161,11 @@ struct plx_vdi {
     struct plx_snaplog_spine *spine; /* writable VDIs: the log's skip path (snaplog.h) */
     struct plx_label_set labels;     /* writable VDIs: labels, read from the log when first needed */
     struct plx_req *active_head, *active_tail;
+    /* Active requests in RQ_WAIT_RANGE, and snapshots: the only ones plx_pipeline_kick acts on.
+     * With neither it returns at once, and it stops walking once it has passed them all: the
+     * drain of the write cache keeps thousands of requests active, and every submission and
+     * completion kicks. */
+    unsigned nwait, nsnap;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;
