@@ -993,7 +993,7 @@ static void touch(struct plx_wlog *wl, struct plx_vdi *v)
 /* Submit the round's next records to the pipeline, in log order, APPLY_RECORDS or
  * APPLY_BLOCKS at most, and leave the rest to the next service pass: submitting a whole round
  * (up to 4096 records of 4 KiB) in one pass kept a server's loop from its sockets for 100-400
- * ms, the tail of QD1 writes with the cache on (bench/README.md, "Write cache"). Nor more
+ * ms, the tail of QD1 writes with the cache on (bench/README.md, "Write cache"). And no more
  * than APPLY_INFLIGHT records in the pipeline at once. The round's round_pending holds one
  * count for the steps until the last one. */
 static void round_apply_step(struct plx_wlog *wl)
