@@ -489,9 +489,14 @@ static void pump(struct file_backend *f)
 /* PLX_BACKEND_BUFFERED: start writing the pages of completed writes to the disk without
  * waiting, so that they reach it while the next ones are copied and a flush finds little left
  * (a burst's final flush would otherwise write all of it then). sync_file_range submits the
- * pages' I/O inside the call, a few microseconds: it is issued at the start of the next poll,
- * after the completions (and the replies they lead to) have run, with adjacent writes merged
- * into one range. Failures are only a hint: the flush still writes the pages and reports them. */
+ * pages' I/O inside the call, a few microseconds: it is issued at the start of a poll, after the
+ * completions (and the replies they lead to) have run, with adjacent writes merged into one
+ * range, and only once the range holds WB_BATCH bytes: a QD1 stream of small records paid one
+ * call (and a device kick) per record. What stays below that is at most WB_BATCH of dirty pages,
+ * which a flush's fdatasync or the kernel's flusher writes. Failures are only a hint: the flush
+ * still writes the pages and reports them. */
+#define WB_BATCH (256u << 10)
+
 static void writeback_start(struct file_backend *f)
 {
     if (!f->wb_len)
@@ -574,7 +579,8 @@ static int file_poll(plx_backend *be, int timeout_ms)
     struct file_backend *f = (struct file_backend *)be;
     int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
 
-    writeback_start(f);
+    if (f->wb_len >= WB_BATCH)
+        writeback_start(f);
     for (;;) {
         /* Drain first: anything completing after the reap below signals the eventfd again. */
         efd_drain(f->efd);
