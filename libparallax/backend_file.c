@@ -109,6 +109,14 @@ static void efd_drain(int efd)
     }
 }
 
+/* Signal our own eventfd from the loop's thread (the helper and zeroing threads call
+ * plx_file_efd_signal, while efd_clear is 0: see poll). */
+static void efd_signal(struct file_backend *f)
+{
+    f->efd_clear = 0;
+    plx_file_efd_signal(f->efd);
+}
+
 static void slot_finish(struct file_backend *f, struct file_slot *s, int status)
 {
     s->status = status;
@@ -185,7 +193,7 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
         if (rc != 0) {
             /* Without a thread the only way left is to block; better than losing durability. */
             slot_finish(f, s, fdatasync(f->fd) < 0 ? -errno : 0);
-            plx_file_efd_signal(f->efd);
+            efd_signal(f);
             return;
         }
         f->thr_started = 1;
@@ -193,6 +201,7 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
     pthread_mutex_lock(&f->mu);
     list_push(&f->thr_jobs, s);
     f->thr_busy++;
+    f->efd_clear = 0;
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
 }
@@ -312,7 +321,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         /* poll() drains the eventfd and signals again if it leaves anything ready, so the
          * eventfd is readable whenever the list is not empty. */
         if (was_empty)
-            plx_file_efd_signal(f->efd);
+            efd_signal(f);
         return 0;
     }
     for (;;) {
@@ -328,6 +337,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
             trace_submit(f, s, mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
+            f->efd_clear = 0;
             return 0;
         }
         if (rc == -EAGAIN)
@@ -381,7 +391,7 @@ static void slot_release(struct file_backend *f, struct file_slot *s)
 static void kick_if_stalled(struct file_backend *f)
 {
     if (f->stalled.head != NULL && f->in_kernel == 0 && f->thr_busy == 0)
-        plx_file_efd_signal(f->efd);
+        efd_signal(f);
 }
 
 /* Start an accepted I/O (a slot, or the queue waiting for one). */
@@ -582,8 +592,14 @@ static int file_poll(plx_backend *be, int timeout_ms)
     if (f->wb_len >= WB_BATCH)
         writeback_start(f);
     for (;;) {
-        /* Drain first: anything completing after the reap below signals the eventfd again. */
-        efd_drain(f->efd);
+        /* Drain first: anything completing after the reap below signals the eventfd again.
+         * Nothing to drain if the count is known to be 0; after a drain it is when nothing
+         * left could signal it from another thread or the kernel. */
+        int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep_started;
+        if (!f->efd_clear || !quiet) {
+            efd_drain(f->efd);
+            f->efd_clear = quiet;
+        }
         int rc = reap_kernel(f);
         if (rc < 0)
             return rc;
@@ -632,7 +648,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
     }
     pump(f);
     if (f->ready.head != NULL)
-        plx_file_efd_signal(f->efd);
+        efd_signal(f);
     return n;
 }
 

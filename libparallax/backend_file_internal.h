@@ -57,7 +57,11 @@ struct file_backend {
     struct slot_list ready;               /* finished, callback not yet run */
     unsigned inflight;                    /* accepted and callback not yet run */
     unsigned in_kernel;                   /* iocbs the kernel holds */
-    int aio_fdsync, rwf_dsync;            /* cleared when the kernel refuses them */
+    /* The eventfd's count is known to be 0: drained when nothing could signal it later (no iocb
+     * with the kernel, no job with the helper thread, no zeroing thread), and nothing signalled
+     * since. poll() then skips its read: a QD1 stream paid one per idle poll. */
+    int efd_clear;
+    int aio_fdsync, rwf_dsync; /* cleared when the kernel refuses them */
 
     /* fdatasync helper thread, started on first need */
     int thr_started, thr_stop;
