@@ -4,8 +4,9 @@
 # and with one every INTERVAL through the control socket (suite.py snaploop, as the suite's
 # frequency section does). Each round runs, for each build in turn, the writer alone and then
 # with snapshots, each on a fresh store; prints one line per run (MiB/s, snapshots taken @ their
-# achieved mean interval, snapshot latency p50 / p99 / max, load average) and the summed ratio
-# with/without per build. A snapshot that takes longer than the interval delays the next, so
+# achieved mean interval, snapshot latency p50 / p99 / max, load average) and, per build, the
+# summed ratio with/without and the median, lowest and highest of the rounds' ratios (one slow
+# run without snapshots moves the sum: the median of paired rounds does not). A snapshot that takes longer than the interval delays the next, so
 # compare the achieved intervals too.
 #
 #   bench/snapwrite.sh [--rounds N] [--size SIZE] [--loops N] [--interval S] [--dir DIR]
@@ -85,7 +86,7 @@ one() {
     printf '%.1f %s\n' "$bw" "$snaps"
 }
 
-declare -A SUM_NONE SUM_SNAP
+declare -A SUM_NONE SUM_SNAP RATIOS
 for ((r = 1; r <= ROUNDS; r++)); do
     for b in "${BUILDS[@]}"; do
         name=${b%%=*}
@@ -98,14 +99,19 @@ for ((r = 1; r <= ROUNDS; r++)); do
                 "$r" "$name" "$iv" "$bw" "$n" "$p50" "$p99" "$max" "$load"
             if [[ $iv == none ]]; then
                 SUM_NONE[$name]=$(echo "${SUM_NONE[$name]:-0} + $bw" | bc -l)
+                bw_none=$bw
             else
                 SUM_SNAP[$name]=$(echo "${SUM_SNAP[$name]:-0} + $bw" | bc -l)
+                RATIOS[$name]+=" $(echo "$bw / $bw_none" | bc -l)"
             fi
         done
     done
 done
 for b in "${BUILDS[@]}"; do
     name=${b%%=*}
-    printf '%-8s with snapshots / without, summed over %d rounds: %.3f\n' "$name" "$ROUNDS" \
-        "$(echo "${SUM_SNAP[$name]} / ${SUM_NONE[$name]}" | bc -l)"
+    read -r med lo hi < <(tr ' ' '\n' <<<"${RATIOS[$name]}" | sed '/^$/d' | sort -g |
+        awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+              printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }')
+    printf '%-8s with snapshots / without, summed over %d rounds: %.3f; per round: median %s, lowest %s, highest %s\n' \
+        "$name" "$ROUNDS" "$(echo "${SUM_SNAP[$name]} / ${SUM_NONE[$name]}" | bc -l)" "$med" "$lo" "$hi"
 done
