@@ -23,6 +23,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/lib/tgtd.sh"
 cd "$root"
 dir=/var/tmp seconds=10 hops=100 size=512M plot=bench/plots/cluster.png hosts="1 2 4 8" smoke=
 while [[ $# -gt 0 ]]; do
@@ -63,19 +64,7 @@ vdi_bytes=$(numfmt --from=iec "$size")
 truncate -s $((vdi_bytes * 20 + (1 << 30))) "$work/lun.img"
 max_hosts=$(tr ' ' '\n' <<<"$hosts" | sort -n | tail -1)
 truncate -s $((vdi_bytes * max_hosts)) "$work/raw.img"
-for try in 1 2 3 4 5; do
-    port=$(free_port)
-    ctl=$((20000 + RANDOM % 12000))
-    tgtd -f -C "$ctl" --iscsi portal="127.0.0.1:$port" >"$work/tgtd.log" 2>&1 &
-    tgtd_pid=$!
-    for ((i = 0; i < 50; i++)); do
-        tgtadm -C "$ctl" --op show --mode sys >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    kill -0 "$tgtd_pid" 2>/dev/null && break
-    tgtd_pid=""
-done
-[[ -n $tgtd_pid ]] || { echo "tgtd did not start: $(tail -3 "$work/tgtd.log")" >&2; exit 1; }
+tgtd_start "$work/tgtd.log"
 iqn=iqn.2026-11.org.parallax.bench:cluster
 adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }
 adm --op new --mode target --tid 1 -T "$iqn"

@@ -56,6 +56,7 @@
 
 #include "backend.h"
 #include "parallax.h"
+#include "size.h"
 
 #define KiB (1024ull)
 #define MiB (1024ull * 1024)
@@ -171,48 +172,6 @@ static uint64_t splitmix64(uint64_t *state)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -1;
-    uint64_t mult = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mult = KiB;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mult = MiB;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mult = GiB;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mult = 1024 * GiB;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' || *end == 'I')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0')
-        return -1;
-    *out = (uint64_t)(v * (double)mult);
-    return 0;
 }
 
 static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
@@ -2298,11 +2257,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
     if (repeat != NULL &&
         ((o->repeat = (unsigned)strtoul(repeat, NULL, 10)) == 0 || o->repeat > MAX_REPEAT))
         die("--repeat %s: want 1 .. %d", repeat, MAX_REPEAT);
-    if (size != NULL && parse_size(size, &o->size) < 0)
+    if (size != NULL && plx_size_parse(size, &o->size) < 0)
         die("--size %s: not a size", size);
-    if (freq != NULL && parse_size(freq, &o->freq_size) < 0)
+    if (freq != NULL && plx_size_parse(freq, &o->freq_size) < 0)
         die("--freq-size %s: not a size", freq);
-    if (cache != NULL && parse_size(cache, &o->cache_bytes) < 0)
+    if (cache != NULL && plx_size_parse(cache, &o->cache_bytes) < 0)
         die("--cache %s: not a size", cache);
     if (runtime != NULL && ((o->runtime = strtod(runtime, NULL)) <= 0 || o->runtime > 3600))
         die("--runtime %s: want seconds in (0, 3600]", runtime);

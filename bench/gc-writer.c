@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "parallax.h"
+#include "size.h"
 
 #define KiB (1024ull)
 #define MiB (1024ull * KiB)
@@ -64,44 +65,20 @@ static uint64_t rnd(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* A size argument (bytes, or with K, M, G or T), or the program stops. */
+static uint64_t size_arg(const char *s)
+{
+    uint64_t v;
+    if (plx_size_parse(s, &v) < 0)
+        die("bad size %s", s);
+    return v;
+}
+
 static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K':
-    case 'k':
-        v *= KiB;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        v *= MiB;
-        end++;
-        break;
-    case 'G':
-    case 'g':
-        v *= GiB;
-        end++;
-        break;
-    case 'T':
-    case 't':
-        v *= 1024 * GiB;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (end == s || *end)
-        die("bad size: %s", s);
-    return v;
 }
 
 static plx_store *open_store(const char *path)
@@ -174,7 +151,7 @@ static int cmd_populate(const char *path, int argc, char **argv)
         if (!strcmp(a, "--vdis"))
             nvdis = (unsigned)atoi(v);
         else if (!strcmp(a, "--vdi-size"))
-            vsize = parse_size(v);
+            vsize = size_arg(v);
         else if (!strcmp(a, "--snaps"))
             snaps = (unsigned)atoi(v);
         else if (!strcmp(a, "--scatter"))
@@ -284,7 +261,7 @@ static int cmd_write(const char *path, int argc, char **argv)
         else if (!strcmp(a, "--seconds"))
             seconds = atof(v);
         else if (!strcmp(a, "--size"))
-            vsize = parse_size(v);
+            vsize = size_arg(v);
         else if (!strcmp(a, "--depth"))
             depth = (unsigned)atoi(v);
         else

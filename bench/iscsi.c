@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "parallax.h"
+#include "size.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)
@@ -248,30 +249,13 @@ static double vdi_run(plx_store *st, plx_vdi *v, enum workload w, uint64_t size,
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
-static uint64_t parse_size(const char *s)
+/* A size argument (bytes, or with K, M, G or T), or the program stops. */
+static uint64_t size_arg(const char *s)
 {
-    char *end;
-    double v = strtod(s, &end);
-    uint64_t m = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        m = KiB;
-        break;
-    case 'm':
-    case 'M':
-        m = MiB;
-        break;
-    case 'g':
-    case 'G':
-        m = 1024 * MiB;
-        break;
-    case '\0':
-        break;
-    default:
+    uint64_t v;
+    if (plx_size_parse(s, &v) < 0)
         die("bad size %s", s);
-    }
-    return (uint64_t)(v * (double)m);
+    return v;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -338,7 +322,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
-            size = parse_size(argv[++i]);
+            size = size_arg(argv[++i]);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)

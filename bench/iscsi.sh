@@ -12,6 +12,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/lib/tgtd.sh"
 cd "$root"
 dir=/var/tmp seconds=5 size=1G rounds=3
 while [[ $# -gt 0 ]]; do
@@ -39,19 +40,7 @@ trap cleanup EXIT
 # region of SIZE.
 lun_bytes=$(numfmt --from=iec "$size")
 truncate -s $((lun_bytes * 3)) "$work/lun.img"
-for try in 1 2 3 4 5; do
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    ctl=$((20000 + RANDOM % 12000))
-    tgtd -f -C "$ctl" --iscsi portal="127.0.0.1:$port" >"$work/tgtd.log" 2>&1 &
-    tgtd_pid=$!
-    for ((i = 0; i < 50; i++)); do
-        tgtadm -C "$ctl" --op show --mode sys >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    kill -0 "$tgtd_pid" 2>/dev/null && break
-    tgtd_pid=""
-done
-[[ -n $tgtd_pid ]] || { echo "tgtd did not start: $(tail -3 "$work/tgtd.log")" >&2; exit 1; }
+tgtd_start "$work/tgtd.log"
 iqn=iqn.2026-11.org.parallax.bench:lun
 adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }
 adm --op new --mode target --tid 1 -T "$iqn"

@@ -46,6 +46,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/lib/tgtd.sh"
 cd "$root"
 dir=/var/tmp writers=3 burst=64M seconds=2 slow_mibs="" pairs=3 auto_ms=20
 while [[ $# -gt 0 ]]; do
@@ -120,19 +121,7 @@ majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$work" | sed 's/[0-9]*$//;
 mkdir "$cg"
 echo "$majmin $slow" >"$cg/blkio.throttle.write_bps_device"
 truncate -s 2G "$work/lun.img"
-for try in 1 2 3 4 5; do
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    ctl=$((20000 + RANDOM % 12000))
-    tgtd -f -C "$ctl" --iscsi portal="127.0.0.1:$port" >"$work/tgtd.log" 2>&1 &
-    tgtd_pid=$!
-    for ((i = 0; i < 50; i++)); do
-        tgtadm -C "$ctl" --op show --mode sys >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    kill -0 "$tgtd_pid" 2>/dev/null && break
-    tgtd_pid=""
-done
-[[ -n $tgtd_pid ]] || { echo "tgtd did not start: $(tail -3 "$work/tgtd.log")" >&2; exit 1; }
+tgtd_start "$work/tgtd.log"
 echo "$tgtd_pid" >"$cg/cgroup.procs"
 iqn=iqn.2026-11.org.parallax.bench:wcache
 adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }

@@ -11,39 +11,19 @@
 #include <string.h>
 
 #include "parallax.h"
+#include "size.h"
 
 #define WCACHE_CONF_DEFAULT "/etc/parallax/write-cache"
 
-/* A decimal byte count with an optional K, M, G or T suffix (powers of 1024, optionally "iB"),
- * as the command line takes sizes (tools/size.c; the library cannot call up into tools/). */
+/* The value of a "write-cache-size=" line (not NUL-terminated), in the command line's syntax. */
 static int parse_size(const char *s, size_t n, uint64_t *out)
 {
-    uint64_t v = 0;
-    size_t i = 0;
-    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (i == 0)
+    char buf[32];
+    if (n >= sizeof buf)
         return -1;
-    static const char units[] = "kKmMgGtT";
-    unsigned shift = 0;
-    if (i < n) {
-        const char *u = s[i] ? strchr(units, s[i]) : NULL;
-        if (!u)
-            return -1;
-        shift = 10 * (unsigned)((u - units) / 2 + 1);
-        i++;
-        if (i + 2 == n && s[i] == 'i' && (s[i + 1] == 'B' || s[i + 1] == 'b'))
-            i += 2;
-        if (i != n)
-            return -1;
-    }
-    if (shift && v > (UINT64_MAX >> shift))
-        return -1;
-    *out = v << shift;
-    return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return plx_size_parse(buf, out);
 }
 
 int plx_wcache_config_set(struct plx_wcache_config *c, const char *setting, size_t len, char *err,

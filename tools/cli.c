@@ -167,7 +167,7 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv, const struct cli_opt *
 
 int cli_parse_size(const struct cli_ctx *ctx, const char *opt, const char *value, uint64_t *out)
 {
-    if (size_parse(value, out) < 0)
+    if (plx_size_parse(value, out) < 0)
         return cli_usage_error(ctx, "bad size '%s' for %s (bytes, or a number with K, M, G or T)",
                                value, opt);
     return EXIT_OK;

@@ -215,10 +215,10 @@ static int status(plx_store *st, int json)
             printf("%-20s pid %-7u  cache off (no write log attached)\n", v[i].name, v[i].lock_pid);
             continue;
         }
-        size_format(logb, sz[0], sizeof sz[0]);
-        size_format(used, sz[1], sizeof sz[1]);
-        size_format(backlog, sz[2], sizeof sz[2]);
-        size_format(rate, sz[3], sizeof sz[3]);
+        plx_size_format(logb, sz[0], sizeof sz[0]);
+        plx_size_format(used, sz[1], sizeof sz[1]);
+        plx_size_format(backlog, sz[2], sizeof sz[2]);
+        plx_size_format(rate, sz[3], sizeof sz[3]);
         char shown[64];
         if (failed)
             snprintf(shown, sizeof shown, "failed, writing through");

@@ -143,7 +143,7 @@ static int vdi_row(plx_store *st, struct table *t, const struct plx_vdi_info *v,
     attached_cell(v->name, attached, sizeof attached);
 
     snprintf(id, sizeof id, "%llu", (unsigned long long)v->id);
-    size_format(v->size, size, sizeof size);
+    plx_size_format(v->size, size, sizeof size);
     snprintf(snaps, sizeof snaps, "%llu", (unsigned long long)x->live_snaps);
     if (v->parent_id != 0) {
         /* A deleted parent still has a name to show. */

@@ -32,8 +32,8 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
     int err = plx_store_info(st, &info);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
-    size_format(info.size_bytes, size, sizeof size);
-    size_format(info.extent_size, extent, sizeof extent);
+    plx_size_format(info.size_bytes, size, sizeof size);
+    plx_size_format(info.extent_size, extent, sizeof extent);
     char shown[PATH_MAX];
     printf("formatted %s: %s, %llu extents of %s\n", cli_blockstore_shown(path, shown, sizeof shown), size,
            (unsigned long long)info.extent_count, extent);
@@ -141,8 +141,8 @@ static void info_human(const char *path, const struct plx_store_info *in)
 {
     char size[32], extent[32];
 
-    size_format(in->size_bytes, size, sizeof size);
-    size_format(in->extent_size, extent, sizeof extent);
+    plx_size_format(in->size_bytes, size, sizeof size);
+    plx_size_format(in->extent_size, extent, sizeof extent);
     char shown[PATH_MAX];
     printf("blockstore      %s\n", cli_blockstore_shown(path, shown, sizeof shown));
     printf("format version  %u\n", (unsigned)in->format_version);

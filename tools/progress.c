@@ -50,10 +50,10 @@ void progress_bytes(struct progress *p, uint64_t done, uint64_t total)
         return;
     char d[32], t[32], r[32];
     double secs = now() - p->start;
-    size_format(done, d, sizeof d);
-    size_format(secs > 0 ? (uint64_t)((double)done / secs) : 0, r, sizeof r);
+    plx_size_format(done, d, sizeof d);
+    plx_size_format(secs > 0 ? (uint64_t)((double)done / secs) : 0, r, sizeof r);
     if (total) {
-        size_format(total, t, sizeof t);
+        plx_size_format(total, t, sizeof t);
         snprintf(p->line, sizeof p->line, "%s: %s of %s (%d%%), %s/s", p->what, d, t,
                  percent(done, total), r);
     } else {

@@ -16,6 +16,7 @@
 #include "format.h"
 #include "parallax.h"
 #include "read_plan.h" /* plx_read_plan_make */
+#include "size.h"      /* plx_size_parse */
 #include "snaplog.h"   /* PLX_LABELS_FOLD_TAIL */
 #include "testutil.h"
 
@@ -316,6 +317,47 @@ END_TEST
 /* CRC-32C: the check value of "123456789", and the hardware form (crc32 instruction, where the
  * CPU has it) against the table on every length up to a few blocks, at every alignment and with
  * any seed: a difference would make every checksum written before an upgrade look corrupt. */
+/* Sizes as the command line, /etc/parallax/write-cache and the benchmarks take them: one parser. */
+START_TEST(test_size_parse)
+{
+    static const struct {
+        const char *s;
+        int ok;
+        uint64_t v;
+    } cases[] = {
+        {"0", 1, 0},
+        {"4096", 1, 4096},
+        {"8M", 1, 8ull << 20},
+        {"8m", 1, 8ull << 20},
+        {"2GiB", 1, 2ull << 30},
+        {"1t", 1, 1ull << 40},
+        {"16777215T", 1, 16777215ull << 40},
+        {"16777216T", 0, 0}, /* 2^64: beyond 64 bits */
+        {"18446744073709551615", 1, UINT64_MAX},
+        {"18446744073709551616", 0, 0},
+        {"", 0, 0},
+        {"-1", 0, 0},
+        {" 1", 0, 0},
+        {"1.5G", 0, 0},
+        {"8X", 0, 0},
+        {"8MB", 0, 0},
+        {"8Mi", 0, 0},
+        {"lots", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t v = 12345;
+        int rc = plx_size_parse(cases[i].s, &v);
+        ck_assert_msg(cases[i].ok ? rc == 0 && v == cases[i].v : rc < 0 && v == 12345,
+                      "\"%s\": rc %d value %llu", cases[i].s, rc, (unsigned long long)v);
+    }
+    char buf[32];
+    plx_size_format(512, buf, sizeof buf);
+    ck_assert_str_eq(buf, "512 B");
+    plx_size_format(3ull << 29, buf, sizeof buf);
+    ck_assert_str_eq(buf, "1.5 GiB");
+}
+END_TEST
+
 START_TEST(test_crc32c)
 {
     ck_assert_uint_eq(plx_crc32c(0, "123456789", 9), 0xe3069283u);
@@ -2635,6 +2677,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_open_bad_magic);
     tcase_add_test(tc, test_open_bad_checksum);
     tcase_add_test(tc, test_crc32c);
+    tcase_add_test(tc, test_size_parse);
     tcase_add_test(tc, test_open_wrong_version);
     tcase_add_test(tc, test_open_truncated);
     tcase_add_test(tc, test_reopen_file);

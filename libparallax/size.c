@@ -28,7 +28,7 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-int size_parse(const char *s, uint64_t *out)
+int plx_size_parse(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
     const char *p = s;
@@ -54,7 +54,7 @@ int size_parse(const char *s, uint64_t *out)
     return 0;
 }
 
-void size_format(uint64_t bytes, char *buf, size_t len)
+void plx_size_format(uint64_t bytes, char *buf, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     unsigned u = 0;
