@@ -555,10 +555,33 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A poll without waiting where nothing can have happened: the session is up, the socket's
+ * registration in the epoll set matches what libiscsi wants now, and that set (the eventfd of
+ * completions, the clock, the socket) has nothing ready. One epoll_wait answers what a
+ * service() round asks with three system calls; the engine polls between every two steps of
+ * its service loop, several times for each request a server answers. */
+static int nothing_ready(struct iscsi_backend *b)
+{
+    if (b->blocking || b->rejoin || b->dead || b->conn != CONN_UP || b->ready.head != NULL)
+        return 0;
+    int fd = iscsi_get_fd(b->iscsi);
+    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
+    int ev = (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
+    if (fd < 0 || ev == 0 || fd != b->sock_fd || ev != b->sock_events)
+        return 0;
+    struct epoll_event e;
+    return epoll_wait(b->epfd, &e, 1, 0) == 0;
+}
+
 static int iscsi_poll(plx_backend *be, int timeout_ms)
 {
     struct iscsi_backend *b = (struct iscsi_backend *)be;
     int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+
+    if (timeout_ms == 0 && nothing_ready(b)) {
+        plx_iscsi_set_ticking(b, b->inflight > 0);
+        return 0;
+    }
 
     for (;;) {
         plx_iscsi_efd_drain(b->efd);

@@ -109,8 +109,58 @@ uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v)
 
 /* ---- Active list and conflicts ------------------------------------------------------------ */
 
+/* r enters RQ_WAIT_RANGE: into the waiting list, in request order (a reload puts requests
+ * back, so not always at the tail). */
+static void wait_add(struct plx_vdi *v, struct plx_req *r)
+{
+    struct plx_req *after = v->wait_tail;
+    while (after && after->seq > r->seq)
+        after = after->wprev;
+    r->wprev = after;
+    r->wnext = after ? after->wnext : v->wait_head;
+    if (r->wnext)
+        r->wnext->wprev = r;
+    else
+        v->wait_tail = r;
+    if (after)
+        after->wnext = r;
+    else
+        v->wait_head = r;
+    r->blocker = NULL;
+    v->wait_gen++;
+}
+
+static void wait_remove(struct plx_vdi *v, struct plx_req *r)
+{
+    if (r->wprev)
+        r->wprev->wnext = r->wnext;
+    else
+        v->wait_head = r->wnext;
+    if (r->wnext)
+        r->wnext->wprev = r->wprev;
+    else
+        v->wait_tail = r->wprev;
+    r->wnext = r->wprev = NULL;
+    if (r->blocker)
+        r->blocker->nblocked--;
+    r->blocker = NULL;
+    v->wait_gen++;
+}
+
 static void active_remove(struct plx_vdi *v, struct plx_req *r)
 {
+    if (r->state == RQ_WAIT_RANGE)
+        wait_remove(v, r);
+    v->nsnap -= r->op == REQ_SNAPSHOT;
+    if (r->nblocked) {
+        /* The requests it blocked may start now: the kick asks them again. */
+        for (struct plx_req *w = v->wait_head; w; w = w->wnext)
+            if (w->blocker == r)
+                w->blocker = NULL;
+        r->nblocked = 0;
+        if (v->kicking)
+            v->kick_again = true;
+    }
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -127,8 +177,9 @@ static bool mutated(const struct plx_req *r)
     return r->state == RQ_IO || r->state == RQ_WAIT_BATCH || r->state == RQ_DONE;
 }
 
-/* May r start, given the earlier active requests? */
-static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
+/* May r start, given the earlier active requests? When it may not because its range overlaps
+ * an earlier request's, *blocker is that request (it stays in the way while it is active). */
+static bool may_start(const struct plx_vdi *v, const struct plx_req *r, struct plx_req **blocker)
 {
     if (v->needs_reload)
         return false;
@@ -163,8 +214,10 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r)
             continue;
         if (!is_write(r) && !is_write(e))
             continue;
-        if (e->b0 < r->b1 && r->b0 < e->b1)
+        if (e->b0 < r->b1 && r->b0 < e->b1) {
+            *blocker = (struct plx_req *)(uintptr_t)e;
             return false;
+        }
     }
     return true;
 }
@@ -1256,6 +1309,7 @@ static void do_resolve(struct plx_req *r)
     }
     if (v->needs_reload) {
         r->state = RQ_WAIT_RANGE; /* start again on the reloaded tree */
+        wait_add(v, r);
         return;
     }
     if (!v->root) {
@@ -1399,6 +1453,25 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
         req_finish(r);
 }
 
+/* Ask a waiting request whether it may start now; true if it was started. */
+static bool try_start(struct plx_vdi *v, struct plx_req *r)
+{
+    struct plx_req *blocker = NULL;
+    if (r->blocker)
+        return false;
+    if (!may_start(v, r, &blocker)) {
+        if (blocker) {
+            r->blocker = blocker;
+            blocker->nblocked++;
+        }
+        return false;
+    }
+    wait_remove(v, r);
+    r->state = RQ_RESOLVE;
+    do_resolve(r);
+    return true;
+}
+
 /* Start every waiting request that may now start. */
 void plx_pipeline_kick(struct plx_vdi *v)
 {
@@ -1409,17 +1482,31 @@ void plx_pipeline_kick(struct plx_vdi *v)
     v->kicking = true;
     do {
         v->kick_again = false;
-        for (struct plx_req *r = v->active_head; r;) {
-            struct plx_req *next = r->next;
-            if (r->state == RQ_WAIT_RANGE && may_start(v, r)) {
-                r->state = RQ_RESOLVE;
-                do_resolve(r);
-                next = r->next;
-                if (r->state == RQ_DONE)
-                    v->kick_again = true; /* the list changed under us */
-            } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT && !r->loads.pending) {
-                do_resolve(r);
+        if (v->nsnap) {
+            /* A snapshot in RQ_RESOLVE is driven from here too: the whole active list. */
+            for (struct plx_req *r = v->active_head; r;) {
+                struct plx_req *next = r->next;
+                if (r->state == RQ_WAIT_RANGE && try_start(v, r)) {
+                    next = r->next;
+                    if (r->state == RQ_DONE)
+                        v->kick_again = true; /* the list changed under us */
+                } else if (r->state == RQ_RESOLVE && r->op == REQ_SNAPSHOT &&
+                           !r->loads.pending) {
+                    do_resolve(r);
+                }
+                if (v->kick_again)
+                    break;
+                r = next;
             }
+            continue;
+        }
+        for (struct plx_req *r = v->wait_head; r;) {
+            struct plx_req *next = r->wnext;
+            uint64_t gen = v->wait_gen;
+            /* Starting removes r from the list (one change); any other change, or a snapshot
+             * submitted meanwhile, and the walk starts over. */
+            if (try_start(v, r) && (v->wait_gen != gen + 1 || v->nsnap))
+                v->kick_again = true;
             if (v->kick_again)
                 break;
             r = next;
@@ -1501,6 +1588,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     r->seq = v->next_seq++;
     r->submit_ns = plx_mono_ns();
     r->state = RQ_WAIT_RANGE;
+    v->nsnap += r->op == REQ_SNAPSHOT;
     r->durable_waiter = r->op == REQ_SNAPSHOT || r->op == REQ_FLUSH ||
                         (r->op == REQ_WRITE && (r->flags & PLX_WRITE_FUA));
     v->st->durable_waiters += r->durable_waiter;
@@ -1518,6 +1606,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     else
         v->active_head = r;
     v->active_tail = r;
+    wait_add(v, r);
     plx_pipeline_kick(v);
     return 0;
 }

@@ -102,6 +102,12 @@ struct plx_req {
      * finishes r (set by snap_edit.c, the layer-5 peer above the pipeline's stream). */
     void (*edit_start)(struct plx_req *r);
     struct plx_req *next, *prev; /* vdi active list */
+    /* RQ_WAIT_RANGE: the VDI's list of waiting requests (in request order), and the earlier
+     * active request whose range overlaps this one's (NULL: not known): while it is active this
+     * one cannot start, so the kick does not ask again. nblocked: waiting requests naming this
+     * one. */
+    struct plx_req *wnext, *wprev, *blocker;
+    unsigned nblocked;
     struct plx_req *batch_next;  /* batch membership */
     struct plx_deferred done;    /* queued when complete: delivers the callback */
     struct plx_snap_trace *trace; /* REQ_SNAPSHOT with $PARALLAX_SNAP_TRACE, else NULL */
@@ -161,6 +167,14 @@ struct plx_vdi {
     struct plx_snaplog_spine *spine; /* writable VDIs: the log's skip path (snaplog.h) */
     struct plx_label_set labels;     /* writable VDIs: labels, read from the log when first needed */
     struct plx_req *active_head, *active_tail;
+    /* The active requests in RQ_WAIT_RANGE (in request order), and the number of active
+     * snapshots: without a snapshot, plx_pipeline_kick walks only the waiting ones, and skips
+     * those whose blocker is still active. The drain of the write cache keeps thousands of
+     * requests active, and every submission and completion kicks. wait_gen counts changes of
+     * the waiting list (a kick's walk starts over when one happened under it). */
+    struct plx_req *wait_head, *wait_tail;
+    unsigned nsnap;
+    uint64_t wait_gen;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;

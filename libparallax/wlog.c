@@ -43,6 +43,12 @@
 #define ROUND_BLOCKS 4096u /* data blocks per drain round (16 MiB) */
 #define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
 #define APPLY_BLOCKS 1024u /* ... or data blocks (4 MiB) */
+/* Records of a drain round in the pipeline at once: past that the round's next records wait
+ * until half of those have completed. A whole round in flight (4096 records of 4 KiB to a slow
+ * store) cost the engine thread, which also answers the guest, time per submission and
+ * completion growing with it: the pipeline's conflict checks and libiscsi's command queue walk
+ * the requests in flight. (A round of large records is far fewer records than this.) */
+#define APPLY_INFLIGHT 256u
 #define MIN_LOG_BLOCKS (1u + 2u * (1u + MAX_DATA))
 /* A record of at least this many blocks whose data lies block-aligned in the writer's buffer is
  * not copied into its batch: the batch is written in pieces, that record straight from the
@@ -175,6 +181,7 @@ struct plx_wlog {
     bool round_crc_bad;        /* a record read back did not match its checksum */
     uint32_t apply_i;
     struct plx_deferred apply_next;
+    bool apply_held;           /* round_apply_step stopped at APPLY_INFLIGHT */
     struct plx_ev head_ev;
     struct plx_vdi **touched;
     size_t ntouched, captouched;
@@ -913,6 +920,8 @@ static void round_commit(struct plx_wlog *wl)
     }
 }
 
+static void round_all_done(struct plx_wlog *wl);
+
 static void round_step_done(void *arg, int status)
 {
     struct plx_wlog *wl = arg;
@@ -920,6 +929,24 @@ static void round_step_done(void *arg, int status)
         wl->round_status = status;
     if (--wl->round_pending)
         return;
+    round_all_done(wl);
+}
+
+/* A record of the round written by the pipeline: the held apply resumes once half of
+ * APPLY_INFLIGHT is free (round_pending: the apply's own count and the records in flight). */
+static void apply_write_done(void *arg, int status)
+{
+    struct plx_wlog *wl = arg;
+    if (wl->apply_held && wl->round_pending - 2 <= APPLY_INFLIGHT / 2) {
+        wl->apply_held = false;
+        plx_defer_turn(wl->st, &wl->apply_next);
+    }
+    round_step_done(wl, status);
+}
+
+/* Every record of the round is written to the store (or failed): flush, then commit. */
+static void round_all_done(struct plx_wlog *wl)
+{
     if (wl->ntouched && !wl->round_status) {
         /* The writes are in; now make them durable in the store, one flush per VDI. */
         size_t n = wl->ntouched;
@@ -966,8 +993,9 @@ static void touch(struct plx_wlog *wl, struct plx_vdi *v)
 /* Submit the round's next records to the pipeline, in log order, APPLY_RECORDS or
  * APPLY_BLOCKS at most, and leave the rest to the next service pass: submitting a whole round
  * (up to 4096 records of 4 KiB) in one pass kept a server's loop from its sockets for 100-400
- * ms, the tail of QD1 writes with the cache on (bench/README.md, "Write cache"). The round's
- * round_pending holds one count for the steps until the last one. */
+ * ms, the tail of QD1 writes with the cache on (bench/README.md, "Write cache"). And no more
+ * than APPLY_INFLIGHT records in the pipeline at once. The round's round_pending holds one
+ * count for the steps until the last one. */
 static void round_apply_step(struct plx_wlog *wl)
 {
     unsigned recs = 0, blocks = 0;
@@ -980,6 +1008,10 @@ static void round_apply_step(struct plx_wlog *wl)
         }
         if (recs >= APPLY_RECORDS || blocks >= APPLY_BLOCKS) {
             plx_defer_turn(wl->st, &wl->apply_next);
+            return;
+        }
+        if (wl->round_pending - 1 >= APPLY_INFLIGHT) {
+            wl->apply_held = true; /* apply_write_done resumes */
             return;
         }
         const struct went *e = &b->ent[wl->apply_i++];
@@ -1001,7 +1033,7 @@ static void round_apply_step(struct plx_wlog *wl)
             touch(wl, v);
             wl->round_pending++;
             rc = plx_vdi_direct_write(v, b->rbuf + (size_t)BS * e->data_off, e->vblock * BS,
-                                      (size_t)e->nblocks * BS, 0, round_step_done, wl);
+                                      (size_t)e->nblocks * BS, 0, apply_write_done, wl);
             if (rc)
                 wl->round_pending--;
         }
@@ -1024,6 +1056,7 @@ static void round_apply(struct plx_wlog *wl)
         return;
     }
     wl->round_pending = 1;
+    wl->apply_held = false;
     wl->apply_b = wl->first;
     wl->apply_i = 0;
     wl->apply_next.run = apply_next_run;

@@ -106,11 +106,13 @@ void et_unwatch(struct et *et, struct et_fd_handler *h)
     epoll_ctl(et->epoll_fd, EPOLL_CTL_DEL, h->fd, NULL);
 }
 
-static struct et_job *take_jobs(struct et *et, int *stopping)
+static struct et_job *take_jobs(struct et *et, int signalled, int *stopping)
 {
     uint64_t n;
-    if (read(et->job_fd, &n, sizeof n) < 0) {
-        /* EAGAIN: woken for another reason. */
+    /* Only when epoll said so: every turn of the loop looks at the list anyway, and a read per
+     * turn was a system call per request served. */
+    if (signalled && read(et->job_fd, &n, sizeof n) < 0) {
+        /* EAGAIN: taken by an earlier turn. */
     }
     pthread_mutex_lock(&et->lock);
     struct et_job *jobs = et->head;
@@ -135,7 +137,9 @@ static void *engine_main(void *arg)
             cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             rq0 = runq_ns(et->schedstat_fd);
         }
+        int signalled = 0;
         for (int i = 0; i < n; i++) {
+            signalled |= ev[i].data.ptr == &et->job_fd;
             if (ev[i].data.ptr && ev[i].data.ptr != &et->job_fd) {
                 struct et_fd_handler *h = ev[i].data.ptr;
                 h->revents = ev[i].events;
@@ -144,7 +148,7 @@ static void *engine_main(void *arg)
         }
         if (et->trace)
             t[1] = clock_ns(CLOCK_MONOTONIC);
-        struct et_job *jobs = take_jobs(et, &stopping);
+        struct et_job *jobs = take_jobs(et, signalled, &stopping);
         while (jobs) {
             struct et_job *j = jobs;
             jobs = j->next;

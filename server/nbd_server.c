@@ -14,8 +14,9 @@
  * Life of a connection: its socket is watched for input while it may take more requests (fewer
  * than NBD_MAX_INFLIGHT outstanding, output not piling up); complete requests in the input
  * buffer are submitted to the engine; completion callbacks queue the reply and put the
- * connection on the dirty list; the engine loop's idle hook (after plx_store_service) writes
- * the replies out, resumes parsing, and frees connections that are finished: ones that hung up,
+ * connection on the dirty list (the reply of its last request in flight is also sent at once,
+ * req_finish); the engine loop's idle hook (after plx_store_service) writes the replies out,
+ * resumes parsing, and frees connections that are finished: ones that hung up,
  * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
  * there means no callback and no pending epoll event can refer to a freed connection.
  */
@@ -708,6 +709,11 @@ static void req_finish(struct req *r, int status)
     free(r);
     c->outstanding--;
     conn_kick(c);
+    /* The connection's last request in flight (QD 1): no other reply will share the sendmsg,
+     * so send it now rather than from the idle hook, which runs only after the rest of the
+     * service pass (the log's writeback start, the store's poll, the drain's work). */
+    if (c->outstanding == 0 && c->tls_state == TLS_PLAIN)
+        conn_flush(c);
 }
 
 static void req_done(void *arg, int status)

@@ -30,6 +30,7 @@
 #include "engine.h"
 #include "format.h"
 #include "parallax.h"
+#include "pipeline.h"
 #include "testutil.h"
 #include "wlog.h"
 
@@ -1007,6 +1008,68 @@ START_TEST(test_drain_refuses_a_record_that_reads_back_wrong)
 }
 END_TEST
 
+/* A drain round holds at most 256 records in the pipeline (wlog.c, APPLY_INFLIGHT): with the
+ * store completing nothing, 600 cached 4 KiB writes (one round) all went into the pipeline
+ * at once, and every submission and completion then paid for that many requests in flight
+ * (the pipeline's conflict check, libiscsi's command queue). */
+START_TEST(test_drain_keeps_few_records_in_the_pipeline)
+{
+    enum { NREC = 600, LOG = 4096 };
+    plx_backend *smem = new_store_medium();
+    plx_backend *sfault = plx_fault_create(smem, 0);
+    plx_backend *lmem = plx_backend_mem_create(LOG);
+    plx_store *st = open_store(sfault, "host-a");
+    ck_assert_int_eq(attach(st, lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    /* Every block written once first, so that the drain's writes need no extent claim (a
+     * synchronous write, which would wait for the held store). */
+    uint8_t *buf = plx_block_alloc(VDI_BYTES / BS);
+    memset(buf, 0, VDI_BYTES);
+    ck_assert_int_eq(plx_vdi_pwrite(v, buf, 0, VDI_BYTES, 0), 0);
+    ck_assert_int_eq(plx_vdi_flush(v), 0);
+    ck_assert_int_eq(plx_wlog_vdi_enable(v), 0);
+    plx_wlog_pause_drain(st, 1);
+    for (unsigned i = 0; i < NREC; i++) {
+        memset(buf, (int)(i % 251) + 1, BS);
+        ck_assert_int_eq(plx_vdi_pwrite(v, buf, (uint64_t)i * BS, BS, 0), 0);
+    }
+    plx_fault_hold_blocks(sfault, PLX_IO_WRITE, 0, STORE_BLOCKS, 10000);
+    plx_wlog_pause_drain(st, 0);
+    unsigned most = 0;
+    for (int pass = 0; pass < 100; pass++) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        unsigned n = plx_vdi_active_before(v, plx_vdi_next_seq(v));
+        most = n > most ? n : most;
+    }
+    ck_assert_msg(most > 128, "the drain put only %u records into the pipeline", most);
+    ck_assert_msg(most <= 256, "%u records of the drain in the pipeline at once", most);
+    plx_fault_release(sfault);
+    struct plx_wlog_stats ws;
+    for (int i = 0; i < 5000; i++) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        plx_wlog_stats(st, &ws);
+        if (!ws.backlog_records)
+            break;
+        usleep(1000);
+    }
+    ck_assert_uint_eq(ws.backlog_records, 0);
+    ck_assert_str_eq(ws.error, "");
+    for (unsigned i = 0; i < NREC; i++) {
+        ck_assert_int_eq(plx_vdi_pread(v, buf, (uint64_t)i * BS, BS), 0);
+        ck_assert_uint_eq(buf[0], i % 251 + 1);
+        ck_assert_uint_eq(buf[BS - 1], i % 251 + 1);
+    }
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(buf);
+    sfault->ops->destroy(sfault);
+    smem->ops->destroy(smem);
+    lmem->ops->destroy(lmem);
+}
+END_TEST
+
 /* The rule used to look only at completed writes: at the start of a burst against a slow store
  * nothing completes for a while (a batch of queued writes completes at once), and the cache
  * stayed off meanwhile. A write in flight for longer than the threshold counts as well: with
@@ -1084,6 +1147,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_auto_off_when_idle_and_store_fast);
     tcase_add_test(tc, test_auto_on_before_any_write_completes);
     tcase_add_test(tc, test_drain_refuses_a_record_that_reads_back_wrong);
+    tcase_add_test(tc, test_drain_keeps_few_records_in_the_pipeline);
     suite_add_tcase(s, tc);
     return s;
 }
