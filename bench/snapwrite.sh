@@ -4,12 +4,19 @@
 # and with one every INTERVAL through the control socket (suite.py snaploop, as the suite's
 # frequency section does). Each round runs, for each build in turn, the writer alone and then
 # with snapshots, each on a fresh store; prints one line per run (MiB/s, snapshots taken @ their
-# achieved mean interval, snapshot latency p50 / p99 / max, load average) and the summed ratio
-# with/without per build. A snapshot that takes longer than the interval delays the next, so
-# compare the achieved intervals too.
+# achieved mean interval, snapshot latency p50 / p99 / max, load average) and, per build, the
+# summed ratio with/without and the median, lowest and highest of the rounds' ratios (one slow
+# run without snapshots moves the sum: the median of paired rounds does not). A snapshot that
+# takes longer than the interval delays the next, so compare the achieved intervals too.
 #
 #   bench/snapwrite.sh [--rounds N] [--size SIZE] [--loops N] [--interval S] [--dir DIR]
-#                      [--logs DIR] NAME=PARALLAX-BINARY...
+#                      [--logs DIR] [--prewrite] NAME=PARALLAX-BINARY...
+#
+# --prewrite writes the whole store file through (zeros, O_DIRECT) before formatting it, so the
+# runs write into space the medium has written before, as on a block device or a store in use;
+# by default the store is a fresh sparse file, and on this VM's disk a write into space the file
+# system allocates fresh is about 1.45x slower than one into written space (bench/README.md,
+# "Fresh space").
 #
 # --logs DIR keeps each server's stderr as DIR/NAME-rROUND-INTERVAL.log (with
 # PARALLAX_SNAP_TRACE=1 in the environment: one line per snapshot, where its time went).
@@ -25,7 +32,7 @@ SUITE_DIR=$ROOT/bench/suite
 # shellcheck source=bench/suite/lib.sh
 . "$SUITE_DIR/lib.sh"
 
-ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp KEEP_LOGS=""
+ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp KEEP_LOGS="" PREWRITE=0
 BUILDS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -35,9 +42,10 @@ while [[ $# -gt 0 ]]; do
     --interval) INTERVAL=$2 && shift ;;
     --dir) BASE_DIR=$2 && shift ;;
     --logs) KEEP_LOGS=$2 && shift ;;
+    --prewrite) PREWRITE=1 ;;
     *=*) BUILDS+=("$1") ;;
     *)
-        sed -n '2,19p' "$0" >&2
+        sed -n '2,25p' "$0" >&2
         exit 2
         ;;
     esac
@@ -52,10 +60,16 @@ trap 'suite_cleanup; rm -rf "$SUITE_TMP"' EXIT
 
 # one NAME INTERVAL: prints "MiB/s snapshots p50 p99 max" (ms; "- - - -" without snapshots)
 one() {
-    local iv=$1 d=$SUITE_TMP/d lp="" store
+    local iv=$1 d=$SUITE_TMP/d lp="" store bytes
     rm -rf "$d" && mkdir -p "$d"
     store=$d/store.img
-    plx_format "$store" $(($(numfmt --from=iec "$SIZE") * 4 + (1 << 30)))
+    bytes=$(($(numfmt --from=iec "$SIZE") * 4 + (1 << 30)))
+    if ((PREWRITE)); then
+        dd if=/dev/zero of="$store" bs=1M count=$((bytes >> 20)) oflag=direct status=none
+        "$PARALLAX" -b "$store" format --extent-size "${PLX_EXTENT:-256M}" >/dev/null # keeps the file
+    else
+        plx_format "$store" "$bytes"
+    fi
     "$PARALLAX" -b "$store" vdi-create v --size "$SIZE" >/dev/null
     plx_start "$store" "$d/nbd.sock" "$d/serve.log"
     local spid=$PLX_PID ctl=$PLX_CTL
@@ -85,7 +99,7 @@ one() {
     printf '%.1f %s\n' "$bw" "$snaps"
 }
 
-declare -A SUM_NONE SUM_SNAP
+declare -A SUM_NONE SUM_SNAP RATIOS
 for ((r = 1; r <= ROUNDS; r++)); do
     for b in "${BUILDS[@]}"; do
         name=${b%%=*}
@@ -98,14 +112,19 @@ for ((r = 1; r <= ROUNDS; r++)); do
                 "$r" "$name" "$iv" "$bw" "$n" "$p50" "$p99" "$max" "$load"
             if [[ $iv == none ]]; then
                 SUM_NONE[$name]=$(echo "${SUM_NONE[$name]:-0} + $bw" | bc -l)
+                bw_none=$bw
             else
                 SUM_SNAP[$name]=$(echo "${SUM_SNAP[$name]:-0} + $bw" | bc -l)
+                RATIOS[$name]+=" $(echo "$bw / $bw_none" | bc -l)"
             fi
         done
     done
 done
 for b in "${BUILDS[@]}"; do
     name=${b%%=*}
-    printf '%-8s with snapshots / without, summed over %d rounds: %.3f\n' "$name" "$ROUNDS" \
-        "$(echo "${SUM_SNAP[$name]} / ${SUM_NONE[$name]}" | bc -l)"
+    read -r med lo hi < <(tr ' ' '\n' <<<"${RATIOS[$name]}" | sed '/^$/d' | sort -g |
+        awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+              printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }')
+    printf '%-8s with snapshots / without, summed over %d rounds: %.3f; per round: median %s, lowest %s, highest %s\n' \
+        "$name" "$ROUNDS" "$(echo "${SUM_SNAP[$name]} / ${SUM_NONE[$name]}" | bc -l)" "$med" "$lo" "$hi"
 done

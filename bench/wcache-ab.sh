@@ -44,9 +44,9 @@ work=$(mktemp -d "$dir/plx-bench-wcache-ab.XXXXXX")
 cg=/sys/fs/cgroup/blkio/plx-wcache-ab-$$
 tgtd_pid="" srv_pid="" nbdkit_pid=""
 cleanup() {
-    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null || true; fi
-    if [[ -n $nbdkit_pid ]]; then kill -9 "$nbdkit_pid" 2>/dev/null; wait "$nbdkit_pid" 2>/dev/null || true; fi
-    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null; wait "$tgtd_pid" 2>/dev/null || true; fi
+    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null || true; wait "$srv_pid" 2>/dev/null || true; fi
+    if [[ -n $nbdkit_pid ]]; then kill -9 "$nbdkit_pid" 2>/dev/null || true; wait "$nbdkit_pid" 2>/dev/null || true; fi
+    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null || true; wait "$tgtd_pid" 2>/dev/null || true; fi
     if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
 }

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "parallax.h"
+#include "size.h"
 
 #define KiB ((uint64_t)1024)
 #define MiB ((uint64_t)1024 * 1024)
@@ -84,38 +85,6 @@ static uint64_t rng_next(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        v *= KiB;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        v *= MiB;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        v *= 1024 * MiB;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static void *aligned(size_t len)
@@ -388,14 +357,14 @@ int main(int argc, char **argv)
             local_path = optarg;
             break;
         case 'S':
-            if (parse_size(optarg, &log_size))
+            if (plx_size_parse(optarg, &log_size))
                 die("bad --log-size");
             break;
         case 'w':
             writers = (unsigned)atoi(optarg);
             break;
         case 'b':
-            if (parse_size(optarg, &burst))
+            if (plx_size_parse(optarg, &burst))
                 die("bad --burst");
             break;
         case 'B':
@@ -427,7 +396,7 @@ int main(int argc, char **argv)
     unsigned nbs = 0;
     for (char *list = strdup(bs_list), *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         uint64_t b;
-        if (nbs == MAX_BS || parse_size(tok, &b) || !b || b % 4096 || b > 32 * MiB || burst % b)
+        if (nbs == MAX_BS || plx_size_parse(tok, &b) || !b || b % 4096 || b > 32 * MiB || burst % b)
             die("bad --bs %s (multiples of 4k dividing --burst)", tok);
         bss[nbs++] = (size_t)b;
     }

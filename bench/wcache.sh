@@ -74,9 +74,9 @@ tgtd_pid="" srv_pid="" nbdkit_pid=""
 # (set -e holds in the trap too: a killed process's wait status must not end it early, which
 # left the work directory and the cgroup behind.)
 cleanup() {
-    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null || true; fi
-    if [[ -n $nbdkit_pid ]]; then kill -9 "$nbdkit_pid" 2>/dev/null; wait "$nbdkit_pid" 2>/dev/null || true; fi
-    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null; wait "$tgtd_pid" 2>/dev/null || true; fi
+    if [[ -n $srv_pid ]]; then kill -9 "$srv_pid" 2>/dev/null || true; wait "$srv_pid" 2>/dev/null || true; fi
+    if [[ -n $nbdkit_pid ]]; then kill -9 "$nbdkit_pid" 2>/dev/null || true; wait "$nbdkit_pid" 2>/dev/null || true; fi
+    if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null || true; wait "$tgtd_pid" 2>/dev/null || true; fi
     if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
 }
