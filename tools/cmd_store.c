@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "preallocate.h"
 #include "progress.h"
 #include "size.h"
 
@@ -40,13 +42,34 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
     return cli_close_store(st, EXIT_OK);
 }
 
+/* --preallocate after a successful format: the store's holes written through with zeros. A new
+ * file that cannot be written through is removed (a refused format leaves no file behind); an
+ * existing one stays a formatted, usable store, sparse where the zeros did not reach. */
+static int format_preallocate(const char *path, int existed)
+{
+    char err[ERRBUF_MAX] = "";
+    uint64_t written = 0;
+    int ret = preallocate_holes(path, &written, err, sizeof err);
+    if (ret == 0)
+        return EXIT_OK;
+    if (!existed) {
+        unlink(path);
+        return cli_error("%s; %s removed", err, path);
+    }
+    char w[32];
+    plx_size_format(written, w, sizeof w);
+    return cli_error("%s; the store is formatted and usable, %s written through, the rest sparse",
+                     err, w);
+}
+
 int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *size_arg = NULL, *extent_arg = NULL, *path = NULL;
-    int force = 0;
+    int force = 0, preallocate = 0;
     const struct cli_opt opts[] = {{"size", 1, &size_arg, NULL},
                                    {"extent-size", 1, &extent_arg, NULL},
                                    {"force", 0, NULL, &force},
+                                   {"preallocate", 0, NULL, &preallocate},
                                    {0}};
     uint64_t size = 0, extent = 0;
     char err[ERRBUF_MAX] = "";
@@ -60,9 +83,15 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
         rc = cli_blockstore(ctx, &path);
     if (rc != EXIT_OK)
         return rc;
+    struct stat sb;
+    int existed = stat(path, &sb) == 0;
+    if (preallocate && (strncmp(path, "iscsi://", 8) == 0 || (existed && !S_ISREG(sb.st_mode))))
+        return cli_usage_error(ctx, "--preallocate is for a blockstore in a file, not %s", path);
     int ret = plx_format(path, size, extent, force, err, sizeof err);
     if (ret < 0)
         return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
+    if (preallocate && (rc = format_preallocate(path, existed)) != EXIT_OK)
+        return rc;
     return report_format(ctx, path);
 }
 

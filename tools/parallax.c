@@ -15,8 +15,8 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"format", cmd_format, "[--size SIZE] [--extent-size SIZE] [--force]",
-     "create a blockstore (a sparse file if absent)"},
+    {"format", cmd_format, "[--size SIZE] [--extent-size SIZE] [--force] [--preallocate]",
+     "create a blockstore (a sparse file if absent; --preallocate: written through)"},
     {"info", cmd_info, "[--json]", "show the blockstore's geometry and usage"},
     {"upgrade", cmd_upgrade, "",
      "convert a blockstore of an older format version (stop every older process first)"},
