@@ -58,6 +58,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # the EXIT trap then stops what was started (an untrapped TERM would skip it)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 vdi_bytes=$(numfmt --from=iec "$size")

@@ -35,6 +35,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # the EXIT trap then stops what was started (an untrapped TERM would skip it)
 
 # The LUN is three times SIZE: a blockstore of 2 x SIZE (the VDI, metadata, extents) and a raw
 # region of SIZE.

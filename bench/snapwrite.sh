@@ -57,6 +57,7 @@ SUITE_TMP=$(mktemp -d "$BASE_DIR/snapwrite.XXXXXX")
 export PARALLAX_RUN_DIR=$SUITE_TMP/run
 mkdir -p "$PARALLAX_RUN_DIR"
 trap 'suite_cleanup; rm -rf "$SUITE_TMP"' EXIT
+trap 'exit 143' INT TERM
 
 # one NAME INTERVAL: prints "MiB/s snapshots p50 p99 max" (ms; "- - - -" without snapshots)
 one() {

@@ -51,6 +51,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # the EXIT trap then stops what was started (an untrapped TERM would skip it)
 export PARALLAX_RUN_DIR=$work/run
 mkdir -p "$PARALLAX_RUN_DIR"
 P=$b/parallax

@@ -64,6 +64,7 @@ cleanup() {
     rm -rf "$WORK/store" "$WORK/raw" "$SUITE_TMP"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # the EXIT trap then stops what was started (an untrapped TERM would skip it)
 
 size_mib=$(numfmt --from=iec "$SIZE")
 size_mib=$((size_mib >> 20))
