@@ -184,6 +184,11 @@ struct conn {
     unsigned char pay_hdr[28];
     char *pay;
     uint32_t pay_len, pay_have;
+    /* After a large write's payload, read only as far as the next request's header (conn_read):
+     * a read of the whole chunk took up to 256 KiB of the next payload into the input buffer,
+     * copied from there into the request's buffer again (conn_parse's memcpy, 3-4% of serve's
+     * samples in a burst of 1 MiB writes). Cleared by a request handled from the input buffer. */
+    int hdr_only;
     size_t chunk; /* input buffer growth: doubles while reads fill it, up to NBD_READ_CHUNK */
     struct msg *out_head, *out_tail;
     size_t out_bytes;
@@ -661,6 +666,17 @@ static struct {
     size_t bytes;
 } buf_pool;
 
+/* A buffer of `size` (req_buf_size) from the heap. */
+static char *req_buf_new(size_t size)
+{
+    if (size < REQ_BUF_HUGE)
+        return aligned_alloc(PLX_BLOCK_SIZE, size);
+    char *p = aligned_alloc(HUGE_PAGE, size);
+    if (p)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: without it, the buffer is as before */
+    return p;
+}
+
 static char *req_buf_alloc(uint32_t len)
 {
     size_t size = req_buf_size(len);
@@ -673,12 +689,30 @@ static char *req_buf_alloc(uint32_t len)
             buf_pool.bytes -= size;
             return p;
         }
-    if (size < REQ_BUF_HUGE)
-        return aligned_alloc(PLX_BLOCK_SIZE, size);
-    char *p = aligned_alloc(HUGE_PAGE, size);
-    if (p)
-        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: without it, the buffer is as before */
-    return p;
+    return req_buf_new(size);
+}
+
+/* A server with a write cache starts with BUF_POOL_WARM buffers for 1 MiB writes in the pool,
+ * their pages touched (a huge page each): three writers at QD 8, what bench/wcache.sh sends.
+ * The pool keeps what a burst left anyway, for the server's life; filled at the start, a fresh
+ * server's first burst does not take the kernel's zeroing of 48 MiB of new pages in its receive
+ * copies on the engine thread (26-28% of serve's samples in a 3 x 64 MiB burst of 1 MiB writes
+ * with the cache on, perf; what the cache is for is taking such a burst at the local disk's
+ * speed). Without a write cache the store is the bound, and the server's memory stays small
+ * (bench/serve-memory.py). The rest of the pool (16 MiB) is for other sizes. */
+#define BUF_POOL_WARM 24
+static void buf_pool_warm(void)
+{
+    size_t size = req_buf_size(REQ_BUF_HUGE);
+    while (buf_pool.n < BUF_POOL_WARM && buf_pool.bytes + size <= BUF_POOL_BYTES) {
+        char *p = req_buf_new(size);
+        if (!p)
+            return;
+        memset(p, 0, size);
+        buf_pool.p[buf_pool.n] = p;
+        buf_pool.size[buf_pool.n++] = size;
+        buf_pool.bytes += size;
+    }
 }
 
 static void req_buf_free(char *p, uint32_t len)
@@ -1320,6 +1354,7 @@ static void conn_parse(struct conn *c, plx_store *st)
             const unsigned char *h = c->pay_hdr;
             char *buf = c->pay;
             c->pay = NULL;
+            c->hdr_only = 1;
             handle_request(c, get16(h + 4), get16(h + 6), get64(h + 8), get64(h + 16), c->pay_len,
                            NULL, buf);
             continue;
@@ -1382,6 +1417,7 @@ static void conn_parse(struct conn *c, plx_store *st)
             if (avail < c->need)
                 break;
             c->in_off += c->need;
+            c->hdr_only = 0;
             handle_request(c, get16(p + 4), type, get64(p + 8), get64(p + 16), len, p + 28, NULL);
         }
     }
@@ -1440,8 +1476,11 @@ static void conn_read(struct conn *c)
         c->in = n;
         c->in_cap = c->in_len + room;
     }
+    size_t max = c->in_cap - c->in_len;
+    if (c->hdr_only && c->need > have && c->need - have < max)
+        max = c->need - have;
     if (c->tls_state == TLS_UP) {
-        ssize_t r = nbd_tls_recv(c->tls, c->in + c->in_len, c->in_cap - c->in_len);
+        ssize_t r = nbd_tls_recv(c->tls, c->in + c->in_len, max);
         if (r > 0)
             c->in_len += (size_t)r;
         else if (r == 0)
@@ -1454,7 +1493,7 @@ static void conn_read(struct conn *c)
             conn_kick(c);
         return;
     }
-    ssize_t r = recv(c->h.fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+    ssize_t r = recv(c->h.fd, c->in + c->in_len, max, MSG_DONTWAIT);
     if (r > 0 && (size_t)r == c->in_cap - c->in_len && c->chunk < NBD_READ_CHUNK)
         c->chunk *= 2; /* the client sends faster than one chunk per read */
     if (r > 0)
@@ -1795,6 +1834,8 @@ static void start_job(struct et_job *job, plx_store *st)
     int rc = 0;
     the_server = srv;
     et_set_idle(srv->et, server_idle, srv);
+    if (cache_all)
+        buf_pool_warm();
     rc = wauto_start(srv);
     for (int i = 0; i < srv->nlis && !rc; i++) {
         srv->lis[i].on_ready = listener_ready;
