@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fio's nbd engine against `parallax serve`: 4 KiB random writes at queue depth 32 from two jobs,
 # each on its own connection to the same VDI (multi-conn), then every block read back and
-# checked (crc32c headers); afterwards the blockstore checks clean.
+# checked (crc32c headers); then one connection mixing 4 KiB to 2 MiB writes, verified the same
+# way; afterwards the blockstore checks clean.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -46,6 +47,24 @@ for j in 0 1; do
 done
 echo "fio: $(jq -r '[.jobs[].write.iops] | add | floor' "$T/fio.clean.json") write IOPS," \
     "$(jq -r '[.jobs[].read.iops] | add | floor' "$T/fio.clean.json") verify-read IOPS"
+
+# One connection mixing small and large writes (4 KiB to 2 MiB) at depth 8 on the last 32 MiB,
+# every byte read back: a large write's payload goes straight into its own buffer and the read
+# after it takes only the next request's header (conn_read), so small requests after large ones
+# and large after small are both parsed from what each read left.
+rc=0
+fio --name=mixed --ioengine=nbd --uri="nbd+unix:///disk?socket=$sock" --rw=randwrite \
+    --bssplit=4k/30:12k/10:64k/20:1m/30:2m/10 --iodepth=8 --offset=$((2 * per_job)) --size=32M \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json \
+    --output="$T/fio-mixed.json" >"$T/fio-mixed.out" 2>&1 || rc=$?
+if [[ $rc -ne 0 ]]; then
+    cat "$T/fio-mixed.out" >&2
+    fail "mixed sizes: fio exited $rc (a verify error or an I/O error)"
+fi
+sed -n '/^{/,$p' "$T/fio-mixed.json" >"$T/fio-mixed.clean.json"
+assert_eq '{"error":0,"w":33554432,"r":33554432}' \
+    "$(jq -c '.jobs[0] | {error, w: .write.io_bytes, r: .read.io_bytes}' "$T/fio-mixed.clean.json")" \
+    "mixed sizes written and verified"
 
 kill -TERM "$server"
 wait "$server" || true
