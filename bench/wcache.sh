@@ -2,9 +2,14 @@
 # The write cache against a slow shared store (bench/README.md, "Write cache"; thesis §3.4.5 and
 # figures 5.10/5.11). The shared store is a tgtd LUN whose tgtd is throttled with cgroup v1 blkio
 # (write_bps_device) to a fifth of what this host's disk writes; `parallax serve` reaches it over
-# iSCSI, and its write log is a file on the (unthrottled) local disk. In one run:
-#   1. the local disk alone (fio, O_DIRECT): 1 MiB sequential writes at QD 8, 4 KiB random writes
-#      at QD 1: the reference the issue's targets name;
+# iSCSI, and its write log is a file on the (unthrottled) local disk, sized to hold the burst
+# twice (at least 1 GiB). Every burst below is the same: WRITERS fio jobs in one fio process,
+# each writing BURST sequentially, 1 MiB at QD 8, fsync at the end (default 3 x 256 MiB: at
+# 1.5 GiB/s the 3 x 64 MiB of the runs before 2026-11-27 lasted 0.13 s, and fio's start and a
+# round's noise were as large as what was measured). In one run:
+#   1. the local disk alone (fio, libaio, O_DIRECT): the burst (the WRITERS jobs on their own
+#      regions of one file written through once, as the log is), the reference the issue's
+#      targets name; 4 KiB random writes at QD 1. A first burst sets the store's throttle;
 #   1b. the local disk over NBD: a file on it served by nbdkit's file plugin on a unix socket and
 #      measured with the same fio nbd-engine jobs as the cache (the burst, and QD1 interleaved
 #      with the cache's), so the ratio against it leaves out what the NBD transport costs (fio's
@@ -13,13 +18,12 @@
 #      (sync_file_range) and evicts behind: the closest it has, and what the write log does too;
 #   2. the second reference, what the serving path carries: `parallax serve` over a blockstore
 #      that is a plain file on the local disk (no iSCSI, no cache), the same burst and QD1 runs;
-#   3. a burst: WRITERS fio clients (NBD) each write BURST to their own VDI, 1 MiB at QD 8, and
-#      fsync at the end, with the cache off and on; the burst's completion time, and with the
-#      cache on the time until the log has drained and the VDIs are closed (the server closes a
-#      departed client's VDI once drained; `cache status` lists it until then);
-#   4. the burst again in PAIRS-1 more rounds of local disk, nbdkit, cache on: the ratios use
-#      each one's mean over the rounds. Each cache-on burst starts with the log drained (the
-#      target is for a burst that fits the log; the last burst's drain is waited for);
+#   3. the burst through serve with the cache off (each writer its own VDI over NBD);
+#   4. the burst in PAIRS rounds of local disk, nbdkit, cache on, back to back (the local disk's
+#      own speed moved by 1.6x from one round to the next on this VM): each cache-on burst
+#      starts with the log drained (the target is for a burst that fits the log), and the first
+#      one's time until the log has drained and the VDIs are closed is printed (the server
+#      closes a departed client's VDI once drained; `cache status` lists it until then);
 #   4b. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
 #      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
 #      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;
@@ -31,9 +35,15 @@
 #      (--write-cache-mode auto, threshold AUTO_MS, default 20 ms): it starts off and turns on
 #      once the store's write latency has stayed above the threshold for a second;
 #   6. the engine without the NBD transport (build/bench-wcache-engine, bench/wcache-engine.c):
-#      the same burst shape (WRITERS x BURST, QD 8 each, a flush at the end) with 4 KiB, 64 KiB
-#      and 1 MiB writes through the library with the cache on, against libaio + O_DIRECT on a
-#      file on the local disk, and 4 KiB QD1 writes the same way, PAIRS rounds alternating.
+#      the burst's shape (WRITERS writers at QD 8, a flush at the end) with 4 KiB, 64 KiB and
+#      1 MiB writes through the library with the cache on, against libaio + O_DIRECT on a file
+#      on the local disk, and 4 KiB QD1 writes the same way, rounds alternating; at its own
+#      sizes (64 MiB a writer, 3 rounds; --quick: the quick burst, 1 round), since 256 MiB of
+#      4 KiB writes a writer would take minutes.
+# Each target's comparison is printed as the ratio of the means over the rounds and as the median
+# of the per-round ratios (each cache-on round against the local disk's round next to it), with
+# their min and max: on this VM single rounds fall on both sides of a target, and the two
+# statistics disagree when one round is far off.
 # The load average is recorded at the start and the end. Results:
 # bench/results/wcache-HOST-STAMP.txt and .dat (not committed); the figure (thesis figures
 # 5.10/5.11: burst time with its drain, and QD1 latency, for the local disk, serve over a local
@@ -48,7 +58,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/tgtd.sh"
 cd "$root"
-dir=/var/tmp writers=3 burst=64M seconds=2 slow_mibs="" pairs=3 auto_ms=20
+dir=/var/tmp writers=3 burst=256M seconds=2 slow_mibs="" pairs=6 auto_ms=20
+engine_burst=64M engine_rounds=3
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -58,7 +69,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
     --auto-ms) auto_ms=$2; shift 2 ;;
-    --quick) writers=2 burst=16M seconds=3 pairs=1; shift ;;
+    --quick) writers=2 burst=16M seconds=3 pairs=1 engine_burst=16M engine_rounds=1; shift ;;
     *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--quick]" >&2; exit 2 ;;
     esac
 done
@@ -89,11 +100,23 @@ fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 # ---- 1. the local disk ---------------------------------------------------------------------------
+burst_bytes=$(numfmt --from=iec "$burst")
+total=$((writers * burst_bytes))
+total_mib=$((total >> 20))
+((total_mib >= 256)) || total_mib=256 # (the QD1 runs use 256 MiB of each reference file)
+# The burst on the local disk: the writers side by side in one file written through once (the
+# log is too; an O_DIRECT write into a hole allocates), one fio process as for the cache.
+dd if=/dev/zero of="$work/local.bin" bs=1M count="$total_mib" oflag=direct status=none
 local_burst() {
-    fio_json --name=seq --filename="$work/local.bin" --size=256M --rw=write --bs=1M \
-        --iodepth=8 --ioengine=libaio --direct=1 | jq '.jobs[0].write.bw_bytes'
+    local w jobs=()
+    for ((w = 1; w <= writers; w++)); do
+        jobs+=(--name="w$w" --offset=$(((w - 1) * burst_bytes)))
+    done
+    fio_json --filename="$work/local.bin" --rw=write --bs=1M --iodepth=8 --ioengine=libaio \
+        --direct=1 --size="$burst" --end_fsync=1 --group_reporting "${jobs[@]}" |
+        jq '.jobs[0].write.bw_bytes'
 }
-local_bw=$(local_burst)
+local_bw=$(local_burst) # sets the throttle; not one of the rounds
 local_qd1() {
     fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \
         --iodepth=1 --ioengine=libaio --direct=1 --runtime="$seconds" --time_based |
@@ -102,9 +125,7 @@ local_qd1() {
 # ---- 1b. the local disk over NBD: nbdkit's file plugin on a unix socket ----------------------------
 # Its own file on the same disk, written through once like the log (not sparse), big enough for
 # the burst's writers side by side.
-nbd_mib=$(($(numfmt --from=iec "$burst") * writers >> 20))
-((nbd_mib >= 256)) || nbd_mib=256
-dd if=/dev/zero of="$work/nbd-local.bin" bs=1M count="$nbd_mib" oflag=direct status=none
+dd if=/dev/zero of="$work/nbd-local.bin" bs=1M count="$total_mib" oflag=direct status=none
 nbdkit -f -U "$work/nbdkit.sock" file "$work/nbd-local.bin" cache=none >"$work/nbdkit.log" 2>&1 &
 nbdkit_pid=$!
 for ((i = 0; i < 100; i++)); do [[ -S $work/nbdkit.sock ]] && break; sleep 0.1; done
@@ -121,7 +142,13 @@ slow=$((local_bw / 5))
 majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$work" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
 mkdir "$cg"
 echo "$majmin $slow" >"$cg/blkio.throttle.write_bps_device"
-truncate -s 2G "$work/lun.img"
+# The store holds the burst's VDIs, the QD1 VDI and the engine's (each sized as its writes).
+store_mib=$((2 * total_mib + 1024))
+((store_mib >= 2048)) || store_mib=2048
+# The log holds the burst twice over (its records' headers, the drain's lag), at least 1 GiB.
+log_mib=$((2 * total_mib))
+((log_mib >= 1024)) || log_mib=1024
+truncate -s "${store_mib}M" "$work/lun.img"
 tgtd_start "$work/tgtd.log"
 echo "$tgtd_pid" >"$cg/cgroup.procs"
 iqn=iqn.2026-11.org.parallax.bench:wcache
@@ -132,11 +159,11 @@ adm --op new --mode target --tid 1 -T "$iqn"
 adm --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img" --bsoflags direct
 adm --op bind --mode target --tid 1 -I ALL
 url=iscsi://127.0.0.1:$port/$iqn/1
-"$P" -b "$url" format --size 2G >/dev/null
+"$P" -b "$url" format --size "${store_mib}M" >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$url" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$url" vdi-create lat --size 256M >/dev/null
 # The second reference: the same VDIs in a blockstore that is a plain file on the local disk.
-"$P" -b "$work/file-store.img" format --size 2G >/dev/null
+"$P" -b "$work/file-store.img" format --size "${store_mib}M" >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$work/file-store.img" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$work/file-store.img" vdi-create lat --size 256M >/dev/null
 
@@ -182,7 +209,7 @@ burst_run() { # -> "WALL_SECONDS FIO_BYTES_PER_S DRAIN_SECONDS"
 nbdkit_burst() { # -> "WALL_SECONDS FIO_BYTES_PER_S"
     local t0 t1 w bw jobs=()
     for ((w = 1; w <= writers; w++)); do
-        jobs+=(--name="w$w" --offset=$(((w - 1) * $(numfmt --from=iec "$burst"))))
+        jobs+=(--name="w$w" --offset=$(((w - 1) * burst_bytes)))
     done
     t0=$(now)
     bw=$(fio_json --ioengine=nbd --uri="$nbdkit_uri" --rw=write --bs=1M --iodepth=8 \
@@ -203,13 +230,12 @@ mkdir -p bench/results
 base=bench/results/wcache-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ)
 {
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "local disk: $((local_bw >> 20)) MiB/s sequential (1 MiB, QD 8)"
+    echo "local disk: $((local_bw >> 20)) MiB/s for the burst (its first run, which set the throttle)"
     echo "local disk over NBD: nbdkit $(nbdkit --version | cut -d' ' -f2) file plugin, cache=none, unix socket"
     echo "shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s of writes (cgroup v1 blkio, $majmin)"
-    echo "burst: $writers writers x $burst (1 MiB, QD 8, fsync at the end); QD1: $seconds s"
+    echo "burst: $writers writers x $burst (1 MiB, QD 8, fsync at the end), write log $log_mib MiB; $pairs rounds; QD1: $pairs rounds of $seconds s"
 } | tee "$base.txt"
 
-read -r nbd_s nbd_bw <<<"$(nbdkit_burst)"
 # The second reference: the serving path over a plain file, no iSCSI, no cache.
 store=$work/file-store.img
 start_server
@@ -221,18 +247,21 @@ start_server
 read -r off_s off_bw _ <<<"$(burst_run)"
 read -r off_lat off_p50 <<<"$(lat_run)"
 stop_server
-start_server --write-cache "$work/wlog" --write-cache-size 1G
-read -r on_s on_bw on_d <<<"$(burst_run)"
-# The burst again in PAIRS-1 more rounds (local, nbdkit, cache on): it moves from run to run too.
+start_server --write-cache "$work/wlog" --write-cache-size "${log_mib}M"
+sync # (the new log was written through the page cache: not into the first burst)
+# The burst in PAIRS rounds (local, nbdkit, cache on), back to back: each moves from run to run.
 # Before the QD1 rounds, whose records can fill the log: burst_run waits for the drain after
-# each burst, so each cache-on burst starts with an empty log (a burst that fits the log).
-local_bws=("$local_bw") nbd_bws=("$nbd_bw") on_bws=("$on_bw")
-for ((i = 1; i < pairs; i++)); do
+# each burst, so each cache-on burst starts with an empty log (a burst that fits the log). The
+# first round's wall times and drain are printed.
+local_bws=() nbd_bws=() on_bws=()
+for ((i = 0; i < pairs; i++)); do
     local_bws+=("$(local_burst)")
-    read -r _ b <<<"$(nbdkit_burst)"
+    read -r s b <<<"$(nbdkit_burst)"
     nbd_bws+=("$b")
-    read -r _ b _ <<<"$(burst_run)"
+    ((i == 0)) && nbd_s=$s
+    read -r s b d <<<"$(burst_run)"
     on_bws+=("$b")
+    ((i == 0)) && on_s=$s on_d=$d
 done
 # QD1 with the cache on, interleaved with the local disk's and nbdkit's: local, nbdkit, on, ...
 # After each cache-on round, how full the log is (MiB used of the ring; a full log holds writers
@@ -256,14 +285,15 @@ done
 stop_server
 # The automatic mode: a fresh log (the last one's writes are drained), the same burst and QD1.
 rm -f "$work/wlog"
-start_server --write-cache "$work/wlog" --write-cache-size 1G --write-cache-mode auto \
+start_server --write-cache "$work/wlog" --write-cache-size "${log_mib}M" --write-cache-mode auto \
     --write-cache-threshold "$auto_ms"
+sync
 read -r auto_s auto_bw auto_d <<<"$(burst_run)"
 read -r auto_lat auto_p50 <<<"$(lat_run)"
 stop_server
 # The engine without the transport: its own VDIs (created and deleted), log and local file.
 engine_out=$("$root/build/bench-wcache-engine" --store "$store" --log "$work/wlog-engine" \
-    --local "$work/local-engine.bin" --writers "$writers" --burst "$burst" --rounds "$pairs")
+    --local "$work/local-engine.bin" --writers "$writers" --burst "$engine_burst" --rounds "$engine_rounds")
 kill "$nbdkit_pid"
 wait "$nbdkit_pid" 2>/dev/null || true
 nbdkit_pid=""
@@ -273,6 +303,25 @@ load_end=$(load)
 mb() { echo "scale=1; $1 / 1048576" | bc; }
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
+# paired NUM DEN: two arrays (by name) of per-round values: "RATIO_OF_MEANS MEDIAN MIN MAX" of
+# NUM over DEN: the ratio of their means, and the median, min and max of the per-round ratios
+# NUM[i] / DEN[i].
+paired() {
+    local -n pn=$1 pd=$2
+    local i
+    for ((i = 0; i < ${#pn[@]}; i++)); do echo "${pn[i]} ${pd[i]}"; done |
+        awk '{ sn += $1; sd += $2; r[NR] = $1 / $2 }
+             END { for (i = 2; i <= NR; i++) { v = r[i]; for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]; r[j + 1] = v }
+                   m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+                   printf "%.2f %.2f %.2f %.2f", sn / sd, m, r[1], r[NR] }'
+}
+# pstat LABEL NUM DEN TARGET: one line of paired's four numbers.
+pstat() {
+    local a b c d
+    read -r a b c d <<<"$(paired "$2" "$3")"
+    printf '  %s: ratio of the means %s, median of the %d per-round ratios %s (min %s, max %s)%s\n' \
+        "$1" "$a" "$pairs" "$b" "$c" "$d" "${4:+ (target $4)}"
+}
 lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
 lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
 nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
@@ -280,13 +329,13 @@ nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")
 lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@]}")
 {
     printf 'burst (fio aggregate; wall time with fio starting):\n'
-    printf '  local disk over NBD (nbdkit file, cache=none): %s MiB/s (%.2f s)\n' \
-        "$(mb "$nbd_bw")" "$nbd_s"
+    printf '  local disk over NBD (nbdkit file, cache=none), round 1: %s MiB/s (%.2f s)\n' \
+        "$(mb "${nbd_bws[0]}")" "$nbd_s"
     printf '  parallax over a local file (no iSCSI, no cache): %s MiB/s (%.2f s)\n' \
         "$(mb "$file_bw")" "$file_s"
     printf '  cache off: %s MiB/s (%.2f s)\n' "$(mb "$off_bw")" "$off_s"
-    printf '  cache on:  %s MiB/s (%.2f s), drained and closed %.2f s later\n' "$(mb "$on_bw")" \
-        "$on_s" "$on_d"
+    printf '  cache on, round 1 (a fresh server): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
+        "$(mb "${on_bws[0]}")" "$on_s" "$on_d"
     printf '  cache auto (on above %s ms): %s MiB/s (%.2f s), drained and closed %.2f s later\n' \
         "$auto_ms" "$(mb "$auto_bw")" "$auto_s" "$auto_d"
     for ((i = 0; i < pairs; i++)); do
@@ -296,9 +345,11 @@ lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@
     done
     printf 'burst, over %d rounds: local disk %s MiB/s, over NBD %s MiB/s, cache on %s MiB/s\n' \
         "$pairs" "$(mb "$lbw")" "$(mb "$nbw")" "$(mb "$obw")"
-    printf 'burst speed with the cache / local disk: %s (target >= 0.8); / local disk over NBD: %s; / parallax over a local file: %s; / cache off: %s\n' \
-        "$(ratio "$obw" "$lbw")" "$(ratio "$obw" "$nbw")" "$(ratio "$obw" "$file_bw")" \
-        "$(ratio "$obw" "$off_bw")"
+    printf 'burst speed with the cache (the mean over the rounds) / parallax over a local file: %s; / cache off: %s\n' \
+        "$(ratio "$obw" "$file_bw")" "$(ratio "$obw" "$off_bw")"
+    echo 'burst speed with the cache, paired with the round next to it:'
+    pstat 'cache on / local disk' on_bws local_bws '>= 0.8'
+    pstat 'cache on / local disk over NBD' on_bws nbd_bws
     printf 'burst speed in the automatic mode / local disk: %s; / cache off: %s\n' \
         "$(ratio "$auto_bw" "$lbw")" "$(ratio "$auto_bw" "$off_bw")"
     printf '4 KiB QD1 write, mean (median), automatic mode: %.0f us (%.0f)\n' "$auto_lat" "$auto_p50"
@@ -313,8 +364,11 @@ lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@
     done
     printf '4 KiB QD1 write, over %d rounds: local disk %s us (median %s), over NBD %s us (median %s), cache on %s us (median %s)\n' \
         "$pairs" "$lm" "$lp" "$nm" "$np" "$om" "$op"
-    printf '  cache on / local disk: %s, of the medians %s (target <= 1.2); / local disk over NBD: %s, of the medians %s\n' \
-        "$(ratio "$om" "$lm")" "$(ratio "$op" "$lp")" "$(ratio "$om" "$nm")" "$(ratio "$op" "$np")"
+    echo '4 KiB QD1 write latency with the cache, paired with the round next to it:'
+    pstat 'cache on / local disk, means' on_lats local_lats '<= 1.2'
+    pstat 'cache on / local disk, medians' on_p50s local_p50s '<= 1.2'
+    pstat 'cache on / local disk over NBD, means' on_lats nbd_lats
+    pstat 'cache on / local disk over NBD, medians' on_p50s nbd_p50s
     echo "the engine alone (build/bench-wcache-engine, no NBD; local disk: libaio, O_DIRECT):"
     echo "$engine_out" | sed 's/^/  /'
     echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
@@ -323,7 +377,6 @@ lbw=$(mean "${local_bws[@]}") nbw=$(mean "${nbd_bws[@]}") obw=$(mean "${on_bws[@
 # The figure's data: one row per configuration: burst seconds (the whole burst at fio's
 # aggregate bandwidth; local disk, over NBD and cache on: the mean over the rounds), drain
 # seconds after it (the first cache-on burst's), QD1 mean and median (us).
-total=$((writers * $(numfmt --from=iec "$burst")))
 secs() { echo "scale=3; $total / $1" | bc; }
 {
     echo "# index name burst_s drain_s qd1_mean_us qd1_median_us"
