@@ -302,7 +302,7 @@ load_end=$(load)
 
 mb() { echo "scale=1; $1 / 1048576" | bc; }
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
-ratio() { echo "scale=2; $1 / $2" | bc; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; } # (rounded, as paired's)
 # paired NUM DEN: two arrays (by name) of per-round values: "RATIO_OF_MEANS MEDIAN MIN MAX" of
 # NUM over DEN: the ratio of their means, and the median, min and max of the per-round ratios
 # NUM[i] / DEN[i].
