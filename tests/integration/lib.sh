@@ -31,6 +31,13 @@
 #                                    TGT_IQN (target 1) and TGT_PID; killed when the script exits
 #   tgt_add_lun N SIZE [FILE]        LUN N of target 1 on FILE (default $PLX_TEST_TMP/lunN.img,
 #                                    created sparse); prints its URL iscsi://127.0.0.1:PORT/IQN/N
+#   tgt_add_direct_lun N SIZE        the same, tgtd opening the file O_DIRECT (a throttled tgtd's
+#                                    buffered writes would reach the disk from the kernel's
+#                                    flusher, outside its group)
+#   tgt_throttle BYTES-PER-S         limit tgtd's writes to the disk under $PLX_TEST_TMP (cgroup
+#                                    v1 blkio; 0: no limit): a slow shared store. The first call
+#                                    makes the group and moves tgtd into it; skips when there is
+#                                    no blkio controller or no block device to throttle
 #   tgt_adm ARGS...                  tgtadm on this tgtd's control port
 #   tgt_drop_connections             close every iSCSI connection from the target's side
 #   tgt_restart [PAUSE]              kill -9 tgtd, wait PAUSE seconds (default 0), start it again
@@ -183,8 +190,9 @@ _tgt_configure() {
     fi
     local n file user pass
     if [[ -e $PLX_TEST_TMP/tgt.luns ]]; then
-        while read -r n file; do
-            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
+        local flags
+        while read -r n file flags; do
+            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file" ${flags:+--bsoflags "$flags"}
         done <"$PLX_TEST_TMP/tgt.luns"
     fi
     if [[ -e $PLX_TEST_TMP/tgt.chap ]]; then
@@ -226,6 +234,33 @@ tgt_add_lun() {
     tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
     echo "$n $file" >>"$PLX_TEST_TMP/tgt.luns"
     echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
+}
+
+tgt_add_direct_lun() {
+    local n=$1 size=$2 file=$PLX_TEST_TMP/lun$1.img
+    [[ -e $file ]] || truncate -s "$size" "$file"
+    tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file" --bsoflags direct
+    echo "$n $file direct" >>"$PLX_TEST_TMP/tgt.luns"
+    echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
+}
+
+_TGT_CG="" _TGT_MAJMIN=""
+# (tgt_stop runs before the group's rmdir: an exit command registered later runs first, and a
+# group with a process in it cannot be removed.)
+tgt_throttle() {
+    if [[ -z $_TGT_CG ]]; then
+        require_cmd lsblk findmnt
+        [[ -d /sys/fs/cgroup/blkio ]] || skip "no cgroup v1 blkio controller to slow the store down"
+        local dev
+        dev=$(findmnt -no SOURCE -T "$PLX_TEST_TMP" | sed 's/[0-9]*$//;s/p$//')
+        _TGT_MAJMIN=$(lsblk -dno MAJ:MIN "$dev" 2>/dev/null | tr -d ' ') || true
+        [[ $_TGT_MAJMIN =~ ^[0-9]+:[0-9]+$ ]] || skip "no block device under $PLX_TEST_TMP ($dev) to throttle"
+        _TGT_CG=/sys/fs/cgroup/blkio/plx-test-$$
+        mkdir "$_TGT_CG" || skip "cannot make a blkio cgroup"
+        on_exit "tgt_stop; rmdir $_TGT_CG 2>/dev/null || true"
+    fi
+    echo "$_TGT_MAJMIN $1" >"$_TGT_CG/blkio.throttle.write_bps_device"
+    echo "$TGT_PID" >"$_TGT_CG/cgroup.procs"
 }
 
 tgt_chap() {
