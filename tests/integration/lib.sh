@@ -47,6 +47,11 @@
 #   tgt_admit_all                    target 1 admits every initiator again
 #   tgt_chap USER PASSWORD           require CHAP login with USER/PASSWORD on target 1
 #
+# Xen without Xen, for the hotplug scripts' tests:
+#   xen_fake_xenstore BIN            write stand-ins for xenstore-read, -write and -rm into BIN:
+#                                    xenstore is the directory tree $FAKE_XS; each call is logged
+#                                    to $FAKE_CALLS when that is set
+#
 # Do not set your own EXIT trap: use on_exit. Note that `fail` inside $(...) or ( ... ) only
 # leaves that subshell; with set -e the script still stops, but prefer calling it directly.
 set -euo pipefail
@@ -306,4 +311,45 @@ tgt_admit_all() {
         done <"$PLX_TEST_TMP/tgt.only"
         rm -f "$PLX_TEST_TMP/tgt.only"
     fi
+}
+
+# ---- Xen stand-ins -----------------------------------------------------------------------------
+xen_fake_xenstore() {
+    local bin=$1
+    cat >"$bin/xenstore-read" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-read $*" >>"$FAKE_CALLS"
+rc=0
+for p in "$@"; do
+    f="$FAKE_XS/${p#/}"
+    if [[ -f $f ]]; then
+        cat "$f"
+        echo
+    else
+        echo "couldn't read path $p" >&2
+        rc=1
+    fi
+done
+exit $rc
+EOF
+    cat >"$bin/xenstore-write" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-write $*" >>"$FAKE_CALLS"
+if [[ $# -eq 0 || $(($# % 2)) -ne 0 ]]; then
+    echo "usage: xenstore-write key value [key value ...]" >&2
+    exit 1
+fi
+while [[ $# -gt 0 ]]; do
+    f="$FAKE_XS/${1#/}"
+    mkdir -p "$(dirname "$f")"
+    printf '%s' "$2" >"$f"
+    shift 2
+done
+EOF
+    cat >"$bin/xenstore-rm" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-rm $*" >>"$FAKE_CALLS"
+for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
+EOF
+    chmod +x "$bin/xenstore-read" "$bin/xenstore-write" "$bin/xenstore-rm"
 }
