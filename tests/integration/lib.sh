@@ -21,6 +21,9 @@
 #                                    early exit kills CMD with SIGPIPE when CMD writes after
 #                                    the match, and pipefail then fails the check (the CI run
 #                                    of 7e9bcd3 failed deb_package so on ldd's output)
+#   wait_socket SOCK PID LOG [SECS]  wait up to SECS (default 10) for the unix socket SOCK of the
+#                                    server PID; fail with LOG's contents if PID exits first or
+#                                    the time runs out
 #   bg_pid PID                       kill PID (TERM, then KILL after 5 s) when the script exits
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
@@ -147,6 +150,16 @@ assert_eq() {
 bg_pid() {
     [[ $1 =~ ^[0-9]+$ ]] || fail "bg_pid: not a pid: $1"
     _plx_bg_pids+=("$1")
+}
+
+wait_socket() {
+    local sock=$1 pid=$2 log=$3 tries=$((${4:-10} * 10)) i
+    for ((i = 0; i < tries; i++)); do
+        [[ -S $sock ]] && return 0
+        kill -0 "$pid" 2>/dev/null || fail "server $pid exited before its socket $sock appeared: $(cat "$log")"
+        sleep 0.1
+    done
+    fail "server $pid: no socket $sock after ${4:-10} s: $(cat "$log")"
 }
 
 on_exit() {

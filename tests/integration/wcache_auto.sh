@@ -25,11 +25,7 @@ plx vdi-create vm0 --size 64M >/dev/null
     --write-cache-size 64M --write-cache-mode auto --write-cache-threshold 200 >"$T/s.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/s.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "serve exited: $(cat "$T/s.log")"
-    sleep 0.1
-done
+wait_socket "$T/s.sock" "$srv" "$T/s.log"
 uri="nbd+unix:///vm0?socket=$T/s.sock"
 
 # A connection held open keeps the VDI open (and its mode) between the writes below.

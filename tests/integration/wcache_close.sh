@@ -32,11 +32,7 @@ P vdi-create b --size 16M >/dev/null
     >"$T/serve.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/s.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "server exited: $(cat "$T/serve.log")"
-    sleep 0.1
-done
+wait_socket "$T/s.sock" "$srv" "$T/serve.log"
 
 # Client B: connected first (its VDI's open and record writes are not what is measured); on
 # $T/go it writes 1 MiB and flushes, and prints how long that took.

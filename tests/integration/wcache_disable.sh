@@ -35,11 +35,7 @@ PARALLAX_WCACHE_HOLD_DRAIN=1 "$PARALLAX" -b "$url" serve --unix "$T/s.sock" --wr
     --write-cache-size 64M >"$T/serve.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/s.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "server exited: $(cat "$T/serve.log")"
-    sleep 0.1
-done
+wait_socket "$T/s.sock" "$srv" "$T/serve.log"
 
 # An NBD client: `client.py SOCK EXPORT SCRIPT`, where SCRIPT is a list of steps separated by
 # commas: wN:MIB:BYTE (write MIB MiB of BYTE at N MiB), f (flush), t (print the time the steps
