@@ -11,7 +11,7 @@
 #   fs         Bonnie++ and PostMark on ext4, cold and warm: the dom0 stack (figures 5.1-5.4)
 #   placement  reads of a VDI written in random vs sequential order (figure 5.5)
 #
-#   bench/suite/run.sh               full suite (about 18-20 min on 2 cores); results in
+#   bench/suite/run.sh               full suite (about 28 min on 2 cores); results in
 #                                    bench/results/suite-HOST-STAMP/, plots in bench/plots/,
 #                                    and the results block of bench/README.md rewritten
 #   bench/suite/run.sh --quick       smaller sizes and fewer points (~6 min); results in
