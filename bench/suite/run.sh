@@ -70,6 +70,9 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
+for w in $FREQ_WORKLOADS; do
+    [[ $w == build || $w == seqwrite || $w == trickle ]] || die "--freq: unknown workload $w (build, seqwrite, trickle)"
+done
 case $MODE in
 full)
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
