@@ -47,12 +47,7 @@ start_server() {
     "$PARALLAX" -b "$URL" serve "$@" --unix "$sock" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $sock ]] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited: $(cat "$T/serve.log")"
-        sleep 0.1
-    done
-    fail "server socket did not appear"
+    wait_socket "$sock" "$SERVER_PID" "$T/serve.log"
 }
 fio_verify() { # NAME SIZE [fio args]: random writes then every block read back and checked
     local name=$1 size=$2 rc=0

@@ -21,6 +21,9 @@
 #                                    early exit kills CMD with SIGPIPE when CMD writes after
 #                                    the match, and pipefail then fails the check (the CI run
 #                                    of 7e9bcd3 failed deb_package so on ldd's output)
+#   wait_socket SOCK PID LOG [SECS]  wait up to SECS (default 10) for the unix socket SOCK of the
+#                                    server PID; fail with LOG's contents if PID exits first or
+#                                    the time runs out
 #   bg_pid PID                       kill PID (TERM, then KILL after 5 s) when the script exits
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
@@ -31,6 +34,13 @@
 #                                    TGT_IQN (target 1) and TGT_PID; killed when the script exits
 #   tgt_add_lun N SIZE [FILE]        LUN N of target 1 on FILE (default $PLX_TEST_TMP/lunN.img,
 #                                    created sparse); prints its URL iscsi://127.0.0.1:PORT/IQN/N
+#   tgt_add_direct_lun N SIZE        the same, tgtd opening the file O_DIRECT (a throttled tgtd's
+#                                    buffered writes would reach the disk from the kernel's
+#                                    flusher, outside its group)
+#   tgt_throttle BYTES-PER-S         limit tgtd's writes to the disk under $PLX_TEST_TMP (cgroup
+#                                    v1 blkio; 0: no limit): a slow shared store. The first call
+#                                    makes the group and moves tgtd into it; skips when there is
+#                                    no blkio controller or no block device to throttle
 #   tgt_adm ARGS...                  tgtadm on this tgtd's control port
 #   tgt_drop_connections             close every iSCSI connection from the target's side
 #   tgt_restart [PAUSE]              kill -9 tgtd, wait PAUSE seconds (default 0), start it again
@@ -39,6 +49,11 @@
 #                                    (tgt's initiator-name ACL) until tgt_admit_all
 #   tgt_admit_all                    target 1 admits every initiator again
 #   tgt_chap USER PASSWORD           require CHAP login with USER/PASSWORD on target 1
+#
+# Xen without Xen, for the hotplug scripts' tests:
+#   xen_fake_xenstore BIN            write stand-ins for xenstore-read, -write and -rm into BIN:
+#                                    xenstore is the directory tree $FAKE_XS; each call is logged
+#                                    to $FAKE_CALLS when that is set
 #
 # Do not set your own EXIT trap: use on_exit. Note that `fail` inside $(...) or ( ... ) only
 # leaves that subshell; with set -e the script still stops, but prefer calling it directly.
@@ -137,6 +152,16 @@ bg_pid() {
     _plx_bg_pids+=("$1")
 }
 
+wait_socket() {
+    local sock=$1 pid=$2 log=$3 tries=$((${4:-10} * 10)) i
+    for ((i = 0; i < tries; i++)); do
+        [[ -S $sock ]] && return 0
+        kill -0 "$pid" 2>/dev/null || fail "server $pid exited before its socket $sock appeared: $(cat "$log")"
+        sleep 0.1
+    done
+    fail "server $pid: no socket $sock after ${4:-10} s: $(cat "$log")"
+}
+
 on_exit() {
     _plx_exit_cmds+=("$1")
 }
@@ -183,8 +208,9 @@ _tgt_configure() {
     fi
     local n file user pass
     if [[ -e $PLX_TEST_TMP/tgt.luns ]]; then
-        while read -r n file; do
-            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
+        local flags
+        while read -r n file flags; do
+            tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file" ${flags:+--bsoflags "$flags"}
         done <"$PLX_TEST_TMP/tgt.luns"
     fi
     if [[ -e $PLX_TEST_TMP/tgt.chap ]]; then
@@ -226,6 +252,33 @@ tgt_add_lun() {
     tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file"
     echo "$n $file" >>"$PLX_TEST_TMP/tgt.luns"
     echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
+}
+
+tgt_add_direct_lun() {
+    local n=$1 size=$2 file=$PLX_TEST_TMP/lun$1.img
+    [[ -e $file ]] || truncate -s "$size" "$file"
+    tgt_adm --op new --mode logicalunit --tid 1 --lun "$n" -b "$file" --bsoflags direct
+    echo "$n $file direct" >>"$PLX_TEST_TMP/tgt.luns"
+    echo "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/$n"
+}
+
+_TGT_CG="" _TGT_MAJMIN=""
+# (tgt_stop runs before the group's rmdir: an exit command registered later runs first, and a
+# group with a process in it cannot be removed.)
+tgt_throttle() {
+    if [[ -z $_TGT_CG ]]; then
+        require_cmd lsblk findmnt
+        [[ -d /sys/fs/cgroup/blkio ]] || skip "no cgroup v1 blkio controller to slow the store down"
+        local dev
+        dev=$(findmnt -no SOURCE -T "$PLX_TEST_TMP" | sed 's/[0-9]*$//;s/p$//')
+        _TGT_MAJMIN=$(lsblk -dno MAJ:MIN "$dev" 2>/dev/null | tr -d ' ') || true
+        [[ $_TGT_MAJMIN =~ ^[0-9]+:[0-9]+$ ]] || skip "no block device under $PLX_TEST_TMP ($dev) to throttle"
+        _TGT_CG=/sys/fs/cgroup/blkio/plx-test-$$
+        mkdir "$_TGT_CG" || skip "cannot make a blkio cgroup"
+        on_exit "tgt_stop; rmdir $_TGT_CG 2>/dev/null || true"
+    fi
+    echo "$_TGT_MAJMIN $1" >"$_TGT_CG/blkio.throttle.write_bps_device"
+    echo "$TGT_PID" >"$_TGT_CG/cgroup.procs"
 }
 
 tgt_chap() {
@@ -271,4 +324,45 @@ tgt_admit_all() {
         done <"$PLX_TEST_TMP/tgt.only"
         rm -f "$PLX_TEST_TMP/tgt.only"
     fi
+}
+
+# ---- Xen stand-ins -----------------------------------------------------------------------------
+xen_fake_xenstore() {
+    local bin=$1
+    cat >"$bin/xenstore-read" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-read $*" >>"$FAKE_CALLS"
+rc=0
+for p in "$@"; do
+    f="$FAKE_XS/${p#/}"
+    if [[ -f $f ]]; then
+        cat "$f"
+        echo
+    else
+        echo "couldn't read path $p" >&2
+        rc=1
+    fi
+done
+exit $rc
+EOF
+    cat >"$bin/xenstore-write" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-write $*" >>"$FAKE_CALLS"
+if [[ $# -eq 0 || $(($# % 2)) -ne 0 ]]; then
+    echo "usage: xenstore-write key value [key value ...]" >&2
+    exit 1
+fi
+while [[ $# -gt 0 ]]; do
+    f="$FAKE_XS/${1#/}"
+    mkdir -p "$(dirname "$f")"
+    printf '%s' "$2" >"$f"
+    shift 2
+done
+EOF
+    cat >"$bin/xenstore-rm" <<'EOF'
+#!/bin/bash
+[[ -n ${FAKE_CALLS:-} ]] && echo "xenstore-rm $*" >>"$FAKE_CALLS"
+for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
+EOF
+    chmod +x "$bin/xenstore-read" "$bin/xenstore-write" "$bin/xenstore-rm"
 }

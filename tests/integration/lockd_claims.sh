@@ -39,11 +39,7 @@ PARALLAX_HOST_ID=h1 PARALLAX_CLAIM_STATS=1 "$PARALLAX" -b "$T/store.img" serve -
     >"$T/h1.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/h1.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "serve exited: $(cat "$T/h1.log")"
-    sleep 0.1
-done
+wait_socket "$T/h1.sock" "$srv" "$T/h1.log"
 uri="nbd+unix:///v0?socket=$T/h1.sock"
 
 # A connection held open for the whole test keeps the VDI open in serve: a new open would need

@@ -34,8 +34,7 @@ plx vdi-create a --size 16M >/dev/null
 PARALLAX_HOST_ID=h1 "$PARALLAX" -b "$T/store.img" serve --unix "$T/h1.sock" >"$T/h1.log" 2>&1 &
 H1=$!
 bg_pid $H1
-for ((i = 0; i < 100; i++)); do [[ -S $T/h1.sock ]] && break; sleep 0.1; done
-[[ -S $T/h1.sock ]] || fail "h1 did not start: $(cat "$T/h1.log")"
+wait_socket "$T/h1.sock" "$H1" "$T/h1.log"
 
 # A client keeps the VDI open (opening it needs lockd; serving it does not).
 export PARALLAX_LOCK_TIMEOUT=3

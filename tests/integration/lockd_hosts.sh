@@ -57,12 +57,7 @@ start_host() { # HOST-ID
     PARALLAX_HOST_ID=$1 "$PARALLAX" -b "$STORE" serve --unix "$T/$1.sock" >"$T/$1.log" 2>&1 &
     SRV[$1]=$!
     bg_pid "${SRV[$1]}"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $T/$1.sock ]] && return 0
-        kill -0 "${SRV[$1]}" 2>/dev/null || fail "host $1 exited: $(cat "$T/$1.log")"
-        sleep 0.1
-    done
-    fail "host $1 did not start"
+    wait_socket "$T/$1.sock" "${SRV[$1]}" "$T/$1.log"
 }
 uri() { echo "nbd+unix:///$2?socket=$T/$1.sock"; }
 rm -f "$T"/h?.sock

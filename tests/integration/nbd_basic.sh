@@ -23,12 +23,7 @@ start_server() {
     "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >>"$T/serve.log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $sock ]] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$T/serve.log" >&2; fail "server exited"; }
-        sleep 0.1
-    done
-    fail "server socket did not appear within 10 s"
+    wait_socket "$sock" "$SERVER_PID" "$T/serve.log"
 }
 stop_server() {
     kill -TERM "$SERVER_PID"

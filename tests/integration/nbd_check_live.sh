@@ -24,8 +24,7 @@ sock=$T/nbd.sock
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"
-for ((i = 0; i < 100; i++)); do [[ -S $sock ]] && break; sleep 0.1; done
-[[ -S $sock ]] || fail "server did not start: $(cat "$T/serve.log")"
+wait_socket "$sock" "$server" "$T/serve.log"
 
 fio --name=hot --ioengine=nbd --uri="nbd+unix:///hot?socket=$sock" --rw=randwrite --bs=4k \
     --iodepth=32 --size=256M --time_based --runtime=${PLX_CHECK_LIVE_SECONDS:-12} \

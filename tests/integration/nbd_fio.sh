@@ -20,8 +20,7 @@ plx vdi-create disk --size 128M >/dev/null
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"
-for ((i = 0; i < 100; i++)); do [[ -S $sock ]] && break; sleep 0.1; done
-[[ -S $sock ]] || fail "server did not start: $(cat "$T/serve.log")"
+wait_socket "$sock" "$server" "$T/serve.log"
 assert_eq true "$(nbdinfo --json "nbd+unix:///disk?socket=$sock" | jq -r '.exports[0].can_multi_conn')" \
     "multi-conn advertised"
 

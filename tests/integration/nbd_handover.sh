@@ -25,12 +25,7 @@ start_server() { # SOCK LOG -> SERVER_PID
     "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$1" >"$2" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $1 ]] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited: $(cat "$2")"
-        sleep 0.1
-    done
-    fail "server socket $1 did not appear"
+    wait_socket "$1" "$SERVER_PID" "$2"
 }
 start_server "$T/s0.sock" "$T/s0.log"
 pid0=$SERVER_PID

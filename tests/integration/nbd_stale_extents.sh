@@ -22,8 +22,7 @@ plx vdi-create disk --size 64M >/dev/null
 "$PARALLAX" -b "$T/store.img" serve ${PLX_SERVE_ARGS:-} --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"
-for ((i = 0; i < 100; i++)); do [[ -S $sock ]] && break; sleep 0.1; done
-[[ -S $sock ]] || fail "server did not start: $(cat "$T/serve.log")"
+wait_socket "$sock" "$server" "$T/serve.log"
 
 qemu-io -f raw -c "write -P 0x41 0 64k" "$(uri disk)" >/dev/null || fail "first write"
 # The connection is closed: the VDI is not open, so the command takes the snapshot itself.

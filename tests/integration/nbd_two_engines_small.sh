@@ -19,12 +19,7 @@ start_server() { # STORE SOCK LOG -> SERVER_PID
     "$PARALLAX" -b "$1" serve ${PLX_SERVE_ARGS:-} --unix "$2" >"$3" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $2 ]] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited: $(cat "$3")"
-        sleep 0.1
-    done
-    fail "server socket $2 did not appear"
+    wait_socket "$2" "$SERVER_PID" "$3"
 }
 write() { # SOCK VDI -> qemu-io output; exit status of the write
     qemu-io -f raw -c "write -P 7 0 4M" -c flush "nbd+unix:///$2?socket=$1" 2>&1

@@ -30,12 +30,7 @@ for ((i = 0; i < N; i++)); do plx vdi-create "m$i" --size 256M >/dev/null; done
 "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >>"$T/serve.log" 2>&1 &
 SERVER_PID=$!
 bg_pid "$SERVER_PID"
-for ((i = 0; i < 100; i++)); do
-    [[ -S $sock ]] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$T/serve.log" >&2; fail "server exited"; }
-    sleep 0.1
-done
-[[ -S $sock ]] || fail "server socket did not appear within 10 s"
+wait_socket "$sock" "$SERVER_PID" "$T/serve.log"
 
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$SERVER_PID/status"; }
 

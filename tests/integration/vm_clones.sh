@@ -54,12 +54,7 @@ done
 "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve.log" 2>&1 &
 server=$!
 bg_pid "$server"
-for ((i = 0; i < 100; i++)); do
-    [[ -S $sock ]] && break
-    kill -0 "$server" 2>/dev/null || fail "server exited: $(cat "$T/serve.log")"
-    sleep 0.1
-done
-[[ -S $sock ]] || fail "no server socket after 10 s"
+wait_socket "$sock" "$server" "$T/serve.log"
 
 # ---- boot: three clones and the live writer, together ------------------------------------------
 declare -A pid

@@ -8,26 +8,15 @@
 . "$(dirname "$0")/lib.sh"
 
 require_cmd qemu-io nbdcopy jq lsblk findmnt
-[[ -d /sys/fs/cgroup/blkio ]] || skip "no cgroup v1 blkio controller (needed to slow the store)"
 
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
 
 tgt_start
-truncate -s 1G "$T/lun1.img"
-# O_DIRECT in tgtd: buffered writes would reach the disk from the kernel's flusher, outside the
-# throttled group.
-tgt_adm --op new --mode logicalunit --tid 1 --lun 1 -b "$T/lun1.img" --bsoflags direct
-STORE="iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1"
+STORE=$(tgt_add_direct_lun 1 1G)
 plx() { "$PARALLAX" -b "$STORE" "$@"; }
-
-cg=/sys/fs/cgroup/blkio/plx-test-wcache-auto-$$
-mkdir "$cg" || skip "cannot make a blkio cgroup"
-on_exit "tgt_stop; rmdir $cg 2>/dev/null || true" # tgtd leaves the group first
-majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$T" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
-echo "$TGT_PID" >"$cg/cgroup.procs"
-throttle() { echo "$majmin $1" >"$cg/blkio.throttle.write_bps_device"; } # 0: no limit
+tgt_throttle 0 # tgtd in its blkio group, no limit yet
 
 plx format --size 1G --extent-size 16M >/dev/null
 plx vdi-create vm0 --size 64M >/dev/null
@@ -36,11 +25,7 @@ plx vdi-create vm0 --size 64M >/dev/null
     --write-cache-size 64M --write-cache-mode auto --write-cache-threshold 200 >"$T/s.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/s.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "serve exited: $(cat "$T/s.log")"
-    sleep 0.1
-done
+wait_socket "$T/s.sock" "$srv" "$T/s.log"
 uri="nbd+unix:///vm0?socket=$T/s.sock"
 
 # A connection held open keeps the VDI open (and its mode) between the writes below.
@@ -73,7 +58,7 @@ cache_on false || fail "the cache is on before anything was written: $(plx cache
 
 # The store slows down to 1 MiB/s: writes take far longer than 200 ms, the cache turns on. (The
 # threshold is high because a loaded test machine gives the unthrottled LUN tens of ms too.)
-throttle $mib
+tgt_throttle $mib
 timeout 120 qemu-io -f raw -c "write -P 0x21 0 8M" "$uri" >"$T/w1.log" 2>&1 &
 w1=$!
 wait_for "the cache did not turn on with a slow store" 60 cache_on true
@@ -94,7 +79,7 @@ cache_on true || fail "the cache turned off while the store is slow and the log 
 # to stand at the last slow mean for good, and the cache stayed on).
 drained() { [[ $(status backlog_records) == 0 ]]; }
 wait_for "the log did not drain into the slow store" 90 drained
-throttle 0
+tgt_throttle 0
 wait_for "the cache did not turn off with a fast, idle store" 30 cache_on false
 echo "cache off (drained) after the store was fast again"
 [[ $(status backlog_records) -le 64 ]] || fail "backlog after turning off: $(plx cache status)"

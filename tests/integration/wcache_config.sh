@@ -26,12 +26,7 @@ start_server() { # SOCK LOG ARGS... -> SERVER_PID
     "$PARALLAX" -b "$T/store.img" serve --unix "$sock" "$@" >"$log" 2>&1 &
     SERVER_PID=$!
     bg_pid "$SERVER_PID"
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $sock ]] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited: $(cat "$log")"
-        sleep 0.1
-    done
-    fail "server socket $sock did not appear"
+    wait_socket "$sock" "$SERVER_PID" "$log"
 }
 stop_server() {
     kill "$SERVER_PID"

@@ -33,12 +33,7 @@ set -e
     --write-cache-size 64M >"$T/b.log" 2>&1 &
 pid=$!
 bg_pid $pid
-for ((i = 0; i < 600; i++)); do
-    [[ -S $T/b.sock ]] && break
-    kill -0 $pid 2>/dev/null || fail "the server after the crash did not start: $(cat "$T/b.log")"
-    sleep 0.1
-done
-[[ -S $T/b.sock ]] || fail "the server after the crash did not listen: $(cat "$T/b.log")"
+wait_socket "$T/b.sock" "$pid" "$T/b.log" 60
 qemu-io -f raw -c "write -P 0x3c 0 1M" -c flush -c "read -P 0x3c 0 1M" \
     "nbd+unix:///vm?socket=$T/b.sock" | contains "^read 1048576/1048576" ||
     fail "writes through the log made after the crash"

@@ -17,28 +17,17 @@
 
 require_cmd python3 jq lsblk findmnt
 [[ $(id -u) -eq 0 ]] || skip "tgtd and cgroups need root"
-[[ -d /sys/fs/cgroup/blkio ]] || skip "no cgroup v1 blkio controller to slow the store down"
 
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
 tgt_start
-truncate -s 512M "$T/lun1.img"
-# O_DIRECT in tgtd: buffered writes would reach the disk from the kernel's flusher, outside the
-# throttled group.
-tgt_adm --op new --mode logicalunit --tid 1 --lun 1 -b "$T/lun1.img" --bsoflags direct
-url=iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1
+url=$(tgt_add_direct_lun 1 512M)
+tgt_throttle 0 # tgtd in its blkio group, no limit yet
 P() { "$PARALLAX" -b "$url" "$@"; }
 P format --size 512M >/dev/null
 P vdi-create a --size 16M >/dev/null
 P vdi-create b --size 16M >/dev/null
-
-dev=$(findmnt -no SOURCE -T "$T" | sed 's/[0-9]*$//;s/p$//')
-majmin=$(lsblk -dno MAJ:MIN "$dev" 2>/dev/null | tr -d ' ') || true
-[[ $majmin =~ ^[0-9]+:[0-9]+$ ]] || skip "no block device under $T ($dev) to throttle"
-cg=/sys/fs/cgroup/blkio/plx-test-wcache-disable-$$
-mkdir "$cg"
-on_exit "tgt_stop; rmdir $cg 2>/dev/null"
 
 # The drain is held (PARALLAX_WCACHE_HOLD_DRAIN) until something waits for it, so that A's
 # writes are all in the log when `cache disable` or the stop begins.
@@ -46,11 +35,7 @@ PARALLAX_WCACHE_HOLD_DRAIN=1 "$PARALLAX" -b "$url" serve --unix "$T/s.sock" --wr
     --write-cache-size 64M >"$T/serve.log" 2>&1 &
 srv=$!
 bg_pid $srv
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/s.sock ]] && break
-    kill -0 $srv 2>/dev/null || fail "server exited: $(cat "$T/serve.log")"
-    sleep 0.1
-done
+wait_socket "$T/s.sock" "$srv" "$T/serve.log"
 
 # An NBD client: `client.py SOCK EXPORT SCRIPT`, where SCRIPT is a list of steps separated by
 # commas: wN:MIB:BYTE (write MIB MiB of BYTE at N MiB), f (flush), t (print the time the steps
@@ -134,8 +119,7 @@ done
 grep -q connected "$T/b.out" || fail "client B did not connect: $(cat "$T/b.out")"
 
 # From here the store writes 1 MiB/s.
-echo "$majmin $((1 << 20))" >"$cg/blkio.throttle.write_bps_device"
-echo "$TGT_PID" >"$cg/cgroup.procs"
+tgt_throttle $((1 << 20))
 
 client a "w0:6:0x5a,f,t,p:a-ready,g:$T/again,w6:6:0x5b,f,t,g:$T/never" >"$T/a.out" 2>&1 &
 apid=$!

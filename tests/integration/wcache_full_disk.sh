@@ -38,11 +38,7 @@ expect_fail 1 plx serve --unix "$T/x.sock" --write-cache "$T/disk/wlog" --write-
     --write-cache-size 4M >"$T/a.log" 2>&1 &
 pid=$!
 bg_pid $pid
-for ((i = 0; i < 100; i++)); do
-    [[ -S $T/a.sock ]] && break
-    kill -0 $pid 2>/dev/null || fail "server exited: $(cat "$T/a.log")"
-    sleep 0.1
-done
+wait_socket "$T/a.sock" "$pid" "$T/a.log"
 used_kib=$(du -k "$T/disk/wlog" | cut -f1)
 [[ $used_kib -ge 4096 ]] || fail "the log's space was not reserved: $used_kib KiB"
 # Take what is left of the disk: the log keeps working.

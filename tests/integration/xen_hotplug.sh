@@ -33,41 +33,7 @@ unset PARALLAX_BLOCKSTORE
 printf '# this host\n/srv/parallax/store.img\n' >"$PARALLAX_BLOCKSTORE_FILE"
 
 # ---- Stand-ins -----------------------------------------------------------------------------------
-cat >"$bin/xenstore-read" <<'EOF'
-#!/bin/bash
-echo "xenstore-read $*" >>"$FAKE_CALLS"
-rc=0
-for p in "$@"; do
-    f="$FAKE_XS/${p#/}"
-    if [[ -f $f ]]; then
-        cat "$f"
-        echo
-    else
-        echo "couldn't read path $p" >&2
-        rc=1
-    fi
-done
-exit $rc
-EOF
-cat >"$bin/xenstore-write" <<'EOF'
-#!/bin/bash
-echo "xenstore-write $*" >>"$FAKE_CALLS"
-if [[ $# -eq 0 || $(($# % 2)) -ne 0 ]]; then
-    echo "usage: xenstore-write key value [key value ...]" >&2
-    exit 1
-fi
-while [[ $# -gt 0 ]]; do
-    f="$FAKE_XS/${1#/}"
-    mkdir -p "$(dirname "$f")"
-    printf '%s' "$2" >"$f"
-    shift 2
-done
-EOF
-cat >"$bin/xenstore-rm" <<'EOF'
-#!/bin/bash
-echo "xenstore-rm $*" >>"$FAKE_CALLS"
-for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
-EOF
+xen_fake_xenstore "$bin"
 cat >"$bin/nbd-client" <<'EOF'
 #!/bin/bash
 echo "nbd-client $*" >>"$FAKE_CALLS"

@@ -42,28 +42,7 @@ plx vdi-create web2 --size 8M >/dev/null
 echo "$blockstore" >"$PARALLAX_BLOCKSTORE_FILE"
 
 # ---- Stand-ins: xenstore, the kernel side of nbd-client, stat, logger ---------------------------
-cat >"$bin/xenstore-read" <<'EOF'
-#!/bin/bash
-rc=0
-for p in "$@"; do
-    f="$FAKE_XS/${p#/}"
-    if [[ -f $f ]]; then cat "$f"; echo; else rc=1; fi
-done
-exit $rc
-EOF
-cat >"$bin/xenstore-write" <<'EOF'
-#!/bin/bash
-while [[ $# -ge 2 ]]; do
-    f="$FAKE_XS/${1#/}"
-    mkdir -p "$(dirname "$f")"
-    printf '%s' "$2" >"$f"
-    shift 2
-done
-EOF
-cat >"$bin/xenstore-rm" <<'EOF'
-#!/bin/bash
-for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
-EOF
+xen_fake_xenstore "$bin"
 cat >"$bin/nbd-client" <<'EOF'
 #!/bin/bash
 echo "nbd-client $*" >>"$FAKE_CALLS"

@@ -25,41 +25,7 @@ export PARALLAX_TAP_NBD_DIR="$T/blktap-control"
 : >"$FAKE_CALLS"
 
 # ---- Stand-ins -----------------------------------------------------------------------------------
-cat >"$bin/xenstore-read" <<'EOF'
-#!/bin/bash
-echo "xenstore-read $*" >>"$FAKE_CALLS"
-rc=0
-for p in "$@"; do
-    f="$FAKE_XS/${p#/}"
-    if [[ -f $f ]]; then
-        cat "$f"
-        echo
-    else
-        echo "couldn't read path $p" >&2
-        rc=1
-    fi
-done
-exit $rc
-EOF
-cat >"$bin/xenstore-write" <<'EOF'
-#!/bin/bash
-echo "xenstore-write $*" >>"$FAKE_CALLS"
-if [[ $# -eq 0 || $(($# % 2)) -ne 0 ]]; then
-    echo "usage: xenstore-write key value [key value ...]" >&2
-    exit 1
-fi
-while [[ $# -gt 0 ]]; do
-    f="$FAKE_XS/${1#/}"
-    mkdir -p "$(dirname "$f")"
-    printf '%s' "$2" >"$f"
-    shift 2
-done
-EOF
-cat >"$bin/xenstore-rm" <<'EOF'
-#!/bin/bash
-echo "xenstore-rm $*" >>"$FAKE_CALLS"
-for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
-EOF
+xen_fake_xenstore "$bin"
 # tap-ctl: create prints the device of minor $FAKE_TAP_MINOR (default 3) of tapdisk pid 777.
 cat >"$bin/tap-ctl" <<'EOF'
 #!/bin/bash

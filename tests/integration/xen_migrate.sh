@@ -29,20 +29,7 @@ plx vdi-create web1 --size 16M >/dev/null
 echo "$T/store.img" >"$PARALLAX_BLOCKSTORE_FILE"
 
 # ---- Stand-ins: xenstore, the kernel side of nbd-client (a held connection), stat -------------
-cat >"$bin/xenstore-read" <<'EOS'
-#!/bin/bash
-rc=0
-for p in "$@"; do f="$FAKE_XS/${p#/}"; if [[ -f $f ]]; then cat "$f"; echo; else rc=1; fi; done
-exit $rc
-EOS
-cat >"$bin/xenstore-write" <<'EOS'
-#!/bin/bash
-while [[ $# -ge 2 ]]; do f="$FAKE_XS/${1#/}"; mkdir -p "$(dirname "$f")"; printf '%s' "$2" >"$f"; shift 2; done
-EOS
-cat >"$bin/xenstore-rm" <<'EOS'
-#!/bin/bash
-for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
-EOS
+xen_fake_xenstore "$bin"
 # nbd-client SOCK /dev/nbdN -name EXPORT ...: connect the "device": a qemu-io session on a FIFO,
 # left running; nbd-client -d /dev/nbdN: disconnect it (quit, wait for the session to end).
 cat >"$bin/nbd-client" <<'EOS'

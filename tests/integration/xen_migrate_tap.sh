@@ -34,20 +34,7 @@ plx vdi-create web1 --size 16M >/dev/null
 echo "$T/store.img" >"$PARALLAX_BLOCKSTORE_FILE"
 
 # ---- Stand-ins: xenstore, tap-ctl ------------------------------------------------------------------
-cat >"$bin/xenstore-read" <<'EOS'
-#!/bin/bash
-rc=0
-for p in "$@"; do f="$FAKE_XS/${p#/}"; if [[ -f $f ]]; then cat "$f"; echo; else rc=1; fi; done
-exit $rc
-EOS
-cat >"$bin/xenstore-write" <<'EOS'
-#!/bin/bash
-while [[ $# -ge 2 ]]; do f="$FAKE_XS/${1#/}"; mkdir -p "$(dirname "$f")"; printf '%s' "$2" >"$f"; shift 2; done
-EOS
-cat >"$bin/xenstore-rm" <<'EOS'
-#!/bin/bash
-for p in "$@"; do rm -rf "${FAKE_XS:?}/${p#/}"; done
-EOS
+xen_fake_xenstore "$bin"
 # tap-ctl create -a parallax:PARAMS [-R]: one tapdisk stand-in process for the disk, its input a
 # FIFO kept open by a holder (the guest writes requests to it); list -m M: its pid; pause: a
 # no-op here (the stand-in has no NBD clients to quiesce); destroy: close the disk and wait for
