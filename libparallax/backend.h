@@ -32,6 +32,15 @@
  * writes queued before them (DESIGN.md, "Commit writes go first"); other backends ignore it. */
 #define PLX_IO_URGENT 0x200u
 
+/* An I/O flag beyond the public ones, set by the engine on the write log's I/O
+ * (plx_submit_side): the submitter accepts io->done from inside submit (its done callback only
+ * queues the completion), against the contract of parallax_backend.h. A PLX_BACKEND_BUFFERED file
+ * backend writes such a write that is neither FUA nor PLX_IO_DIRECT with pwrite inside submit:
+ * io_submit would copy it into the page cache inside the call just the same, and the completion
+ * then needs no eventfd signal and no io_getevents (a small record at QD 1 paid three system
+ * calls for them). Every other backend and I/O ignores it. */
+#define PLX_IO_INLINE 0x400u
+
 /* Direct access to a memory backend's block (NULL when never written = zeros). Tests only. */
 const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
 /* Overwrite a block directly (tests: corrupt a block). data NULL = zero it. */

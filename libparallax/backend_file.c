@@ -416,6 +416,39 @@ static void start_accepted(struct file_backend *f, struct plx_io *io)
     }
 }
 
+static void writeback_note(struct file_backend *f, uint64_t off, uint64_t len);
+
+/* PLX_IO_INLINE (backend.h): a buffered write done here with pwrite, and its completion
+ * delivered before submit returns. Only with nothing queued or stalled ahead of it (it would
+ * overtake them) and no zeroing ahead (which may have to hold it). */
+static bool write_inline_ok(const struct file_backend *f, const struct plx_io *io)
+{
+    return (io->flags & PLX_IO_INLINE) && io->op == PLX_IO_WRITE && f->buffered && !f->rdonly &&
+           !(io->flags & (PLX_IO_FUA | PLX_IO_DIRECT)) && f->prep_ranges == NULL &&
+           f->wait_head == NULL && f->stalled.head == NULL;
+}
+
+static void write_inline(struct file_backend *f, struct plx_io *io)
+{
+    const unsigned char *buf = io->buf;
+    size_t total = (size_t)io->nblocks * PLX_BLOCK_SIZE, done = 0;
+    uint64_t off = io->block * PLX_BLOCK_SIZE;
+    int status = 0;
+    while (done < total) {
+        ssize_t r = pwrite(f->fd, buf + done, total - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            status = r < 0 ? -errno : -EIO; /* 0: no progress, as transfer_progress */
+            break;
+        }
+        done += (size_t)r;
+    }
+    if (status == 0)
+        writeback_note(f, off, total);
+    io->done(io, status);
+}
+
 static int file_submit(plx_backend *be, struct plx_io *io)
 {
     struct file_backend *f = (struct file_backend *)be;
@@ -426,6 +459,10 @@ static int file_submit(plx_backend *be, struct plx_io *io)
         return -EBADF;
 
     io->be_next = NULL;
+    if (write_inline_ok(f, io)) {
+        write_inline(f, io);
+        return 0;
+    }
     if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && f->prep_ranges != NULL &&
         plx_file_prep_hold(f, io)) {
         f->inflight++;
@@ -517,9 +554,8 @@ static void writeback_start(struct file_backend *f)
     f->wb_len = 0;
 }
 
-static void writeback_note(struct file_backend *f, const struct file_slot *s)
+static void writeback_note(struct file_backend *f, uint64_t off, uint64_t len)
 {
-    uint64_t off = s->io->block * PLX_BLOCK_SIZE, len = s->total;
     if (f->wb_len && off == f->wb_off + f->wb_len) {
         f->wb_len += len;
         return;
@@ -542,7 +578,7 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
     }
     if (rc == 1) {
         if (f->buffered && s->io->op == PLX_IO_WRITE && !slot_direct(f, s))
-            writeback_note(f, s);
+            writeback_note(f, s->io->block * PLX_BLOCK_SIZE, s->total);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;

@@ -92,12 +92,22 @@ static void ev_io_done(struct plx_io *io, int status)
     st->ready_tail = ev;
 }
 
+/* Does work queued now need the wake-up (a write to wake_fd, and a read in the next service)?
+ * Not inside the service loop, which drains its queues before it returns, nor when the thread's
+ * loop said it services next (plx_store_will_service): a system call each, per request. */
+static bool wake_needed(const plx_store *st)
+{
+    return !st->in_service && !st->service_next;
+}
+
 int plx_submit(plx_store *st, struct plx_ev *ev)
 {
     if (st->fenced)
         return -ESTALE;
     ev->io.done = ev_io_done;
     ev->io.owner = st;
+    /* Not on the store: the write latency and in-flight counts below assume done comes later. */
+    ev->io.flags &= ~PLX_IO_INLINE;
     ev->write_submit_ns = ev->io.op == PLX_IO_WRITE ? plx_mono_ns() : 0;
     if (ev->write_submit_ns && !st->store_writes_inflight && st->write_lat_at_ns) {
         st->write_lat_ns = plx_store_write_lat_now(st); /* the idle decay, made permanent */
@@ -106,6 +116,7 @@ int plx_submit(plx_store *st, struct plx_ev *ev)
     int rc = st->be->ops->submit(st->be, &ev->io);
     if (rc == 0) {
         st->internal_ios++;
+        st->be_submits++;
         if (ev->write_submit_ns)
             st->store_writes_inflight++;
     } else if (rc == -ESTALE)
@@ -135,9 +146,17 @@ int plx_submit_side(plx_store *st, struct plx_ev *ev)
     ev->io.done = ev_io_done;
     ev->io.owner = st;
     ev->write_submit_ns = 0; /* the log is not the store: its latency is not sampled */
+    /* ev_io_done only queues the event, so the log's backend may complete it inside submit
+     * (backend.h, PLX_IO_INLINE): a small buffered record is then one pwrite, with no eventfd
+     * signal and no io_getevents to learn that it is done. */
+    ev->io.flags |= PLX_IO_INLINE;
     int rc = st->side_be->ops->submit(st->side_be, &ev->io);
-    if (rc == 0)
+    if (rc == 0) {
         st->internal_ios++;
+        /* Done already (it is the newest ready event): its handler needs a service pass. */
+        if (st->ready_tail == ev && wake_needed(st))
+            plx_wake(st);
+    }
     return rc;
 }
 
@@ -208,6 +227,7 @@ int plx_sync_io(plx_store *st, enum plx_io_op op, uint64_t block, uint32_t n, vo
 void plx_wake(plx_store *st)
 {
     uint64_t one = 1;
+    st->wake_pending = true;
     if (write(st->wake_fd, &one, sizeof one) < 0) {
         /* The counter cannot overflow in practice; a failed wake only delays work to the next
          * service call. */
@@ -222,10 +242,13 @@ void plx_defer(plx_store *st, struct plx_deferred *d)
     else
         st->deferred_head = d;
     st->deferred_tail = d;
-    /* Inside the service loop the queue is drained before it returns: a wake-up would only
-     * cost a system call per request. */
-    if (!st->in_service)
+    if (wake_needed(st))
         plx_wake(st);
+}
+
+void plx_store_will_service(plx_store *st)
+{
+    st->service_next = true;
 }
 
 void plx_defer_turn(plx_store *st, struct plx_deferred *d)
@@ -236,7 +259,9 @@ void plx_defer_turn(plx_store *st, struct plx_deferred *d)
     else
         st->turn_head = d;
     st->turn_tail = d;
-    plx_wake(st);
+    /* Before the promised service (plx_store_will_service), that pass is the next one. */
+    if (!st->service_next)
+        plx_wake(st);
 }
 
 int plx_store_fd(const plx_store *st)
@@ -258,9 +283,15 @@ void plx_run_ready(plx_store *st)
 
 int plx_store_service(plx_store *st)
 {
-    uint64_t junk;
-    if (read(st->wake_fd, &junk, sizeof junk) < 0) {
-        /* EAGAIN: nothing was signalled. */
+    /* Only this thread writes wake_fd (plx_wake): no write since the last read, nothing to
+     * clear (a read per pass was a system call per request). */
+    st->service_next = false;
+    if (st->wake_pending) {
+        uint64_t junk;
+        st->wake_pending = false;
+        if (read(st->wake_fd, &junk, sizeof junk) < 0) {
+            /* EAGAIN: taken already. */
+        }
     }
     if (st->service_tick)
         st->service_tick(st);
@@ -275,8 +306,19 @@ int plx_store_service(plx_store *st)
     }
     int ran = 0;
     st->in_service = true;
+    /* The store's medium is polled once per pass, and again only after the pass handed it I/O:
+     * what completes meanwhile keeps plx_store_fd() readable for the next pass. A poll per
+     * round of deferred callbacks was three per request served (a system call each on iSCSI),
+     * finding nothing: the write cache's requests complete from the log, not from the store. */
+    uint64_t polled_at = st->be_submits;
+    bool poll_main = true;
     for (;;) {
-        int rc = st->be->ops->poll(st->be, 0);
+        int rc = 0;
+        if (poll_main || st->be_submits != polled_at) {
+            polled_at = st->be_submits;
+            poll_main = false;
+            rc = st->be->ops->poll(st->be, 0);
+        }
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
             st->in_service = false;
             return plx_err(st, rc, "polling %s: %s", st->be->desc, strerror(-rc));

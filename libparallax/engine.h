@@ -96,9 +96,13 @@ struct plx_store {
     struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */
     struct plx_deferred *turn_head, *turn_tail;         /* plx_defer_turn: the next pass's */
     unsigned internal_ios;                              /* engine I/O in flight */
-    bool in_service; /* inside plx_store_service: completions need no wake */
-    int fatal;       /* nonzero: the store stopped (negative errno) */
-    bool fenced;     /* lease lost: no I/O may reach the medium any more */
+    uint64_t be_submits; /* I/Os handed to `be` (plx_submit): has the service pass more to reap? */
+    bool in_service;     /* inside plx_store_service: completions need no wake */
+    /* plx_store_will_service: the caller's loop services before it waits: no wake either */
+    bool service_next;
+    bool wake_pending; /* wake_fd was written since plx_store_service last read it */
+    int fatal;         /* nonzero: the store stopped (negative errno) */
+    bool fenced;       /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
 
     /* The layers above, each owning its state. */

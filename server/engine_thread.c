@@ -137,6 +137,9 @@ static void *engine_main(void *arg)
             cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             rq0 = runq_ns(et->schedstat_fd);
         }
+        /* This turn ends in plx_store_service: what the handlers and jobs below queue needs no
+         * wake-up of the store's descriptor. */
+        plx_store_will_service(et->st);
         int signalled = 0;
         for (int i = 0; i < n; i++) {
             signalled |= ev[i].data.ptr == &et->job_fd;

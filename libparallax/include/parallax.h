@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 3
+#define PLX_API_VERSION_MINOR 4
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -153,6 +153,11 @@ int plx_store_fd(const plx_store *st);
 /* Reap completed I/O, advance requests and run callbacks. Never blocks. Returns the number of
  * callbacks run, or a negative errno if the medium failed in a way that stops the store. */
 int plx_store_service(plx_store *st);
+/* A promise from a loop that serves the store: the calling thread will call plx_store_service()
+ * before it next waits for plx_store_fd(). Until that call, work queued from this thread does
+ * not make the descriptor readable (which costs two system calls per request); a server's loop
+ * calls it when it wakes, before it hands the store the requests it received. (API 1.4) */
+void plx_store_will_service(plx_store *st);
 /* Nonzero while any request or internal I/O is outstanding. */
 int plx_store_busy(const plx_store *st);
 /* Block until `*done` becomes nonzero (set by a callback), servicing the store. */

@@ -304,6 +304,56 @@ START_TEST(test_out_of_range)
 }
 END_TEST
 
+/* PLX_IO_INLINE (backend.h, the write log's I/O from plx_submit_side): a buffered file backend
+ * completes a plain write inside submit (pwrite: no eventfd signal, nothing for poll to reap);
+ * FUA and PLX_IO_DIRECT writes, reads and every other backend keep the contract (done from
+ * poll only). */
+START_TEST(test_inline_flag)
+{
+    plx_backend *be = make_backend(_i, 64);
+    unsigned char *buf = plx_block_alloc(4);
+    struct rec r[4];
+    int count = 0;
+    int inline_ok = _i == K_FILE_BUF;
+
+    tu_fill(buf, 4 * BS, 91);
+    for (int i = 0; i < 4; i++)
+        r[i].counter = &count;
+    ck_assert_int_eq(rec_submit(be, &r[0], PLX_IO_WRITE, 3, 2, buf, PLX_IO_INLINE), 0);
+    ck_assert_msg(count == inline_ok, "%s: %d completions inside submit", kind_name[_i], count);
+    if (inline_ok) {
+        ck_assert_int_eq(r[0].status, 0);
+        ck_assert_uint_eq(be->ops->inflight(be), 0);
+        /* Nothing signalled: an engine waiting on the fd would not wake for it. */
+        struct pollfd pfd = {.fd = be->ops->fd(be), .events = POLLIN};
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+        ck_assert_int_eq(be->ops->poll(be, 0), 0);
+    }
+    drain(be);
+    ck_assert_int_eq(count, 1);
+    ck_assert_int_eq(r[0].calls, 1);
+    ck_assert_int_eq(r[0].status, 0);
+    ck_assert(has_pattern_flags(be, 3, 2, 91, 0));
+    ck_assert(has_pattern_flags(be, 3, 2, 91, PLX_IO_DIRECT));
+
+    /* Never inline: FUA (it waits for the disk), direct, and reads. */
+    count = 0;
+    ck_assert_int_eq(rec_submit(be, &r[1], PLX_IO_WRITE, 8, 1, buf, PLX_IO_INLINE | PLX_IO_FUA), 0);
+    ck_assert_int_eq(
+        rec_submit(be, &r[2], PLX_IO_WRITE, 9, 1, buf + BS, PLX_IO_INLINE | PLX_IO_DIRECT), 0);
+    ck_assert_int_eq(rec_submit(be, &r[3], PLX_IO_READ, 3, 1, buf + 2 * BS, PLX_IO_INLINE), 0);
+    ck_assert_int_eq(count, 0);
+    drain(be);
+    ck_assert_int_eq(count, 3);
+    for (int i = 1; i < 4; i++)
+        ck_assert_int_eq(r[i].status, 0);
+    ck_assert(has_pattern_flags(be, 8, 2, 91, 0));
+    ck_assert_uint_eq(be->ops->inflight(be), 0);
+    plx_block_free(buf);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_no_callback_in_submit)
 {
     enum { N = 16 };
@@ -1880,6 +1930,7 @@ static Suite *backend_suite(void)
     tcase_add_loop_test(tc, test_poll_timeout, 0, kind_count);
     tcase_add_loop_test(tc, test_trim, 0, kind_count);
     tcase_add_loop_test(tc, test_direct_flag, 0, kind_count);
+    tcase_add_loop_test(tc, test_inline_flag, 0, kind_count);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("mem");

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1915,6 +1916,54 @@ START_TEST(test_defer_turn_runs_in_the_next_pass)
 }
 END_TEST
 
+/* plx_store_will_service: work queued before the promised service pass does not make
+ * plx_store_fd() readable (a wake-up is two system calls per request); work that only a later
+ * pass runs (plx_defer_turn from inside the pass) still does, and so does everything queued
+ * without the promise. */
+static int fd_readable(plx_store *st)
+{
+    struct pollfd pfd = {.fd = plx_store_fd(st), .events = POLLIN};
+    return poll(&pfd, 1, 0);
+}
+
+START_TEST(test_will_service_skips_the_wake)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    plx_store *st = open_kept(mem);
+    struct turn t = {.st = st};
+    t.now.run = turn_now;
+    ck_assert_int_eq(fd_readable(st), 0);
+    plx_store_will_service(st);
+    plx_defer(st, &t.now);
+    ck_assert_int_eq(fd_readable(st), 0);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_now, 1);
+    /* turn_now queued the next pass's work from inside this one: that needs the wake-up. */
+    ck_assert_int_eq(fd_readable(st), 1);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_later, 1);
+    ck_assert_int_eq(fd_readable(st), 0);
+    /* The promise ended with that pass: a plain defer wakes again. */
+    plx_defer(st, &t.now);
+    ck_assert_int_eq(fd_readable(st), 1);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_now, 2);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_later, 2);
+    ck_assert_int_eq(fd_readable(st), 0);
+    /* A turn queued before the promised pass runs in it: no wake-up either. */
+    plx_store_will_service(st);
+    t.later.run = turn_later;
+    plx_defer_turn(st, &t.later);
+    ck_assert_int_eq(fd_readable(st), 0);
+    ck_assert_int_ge(plx_store_service(st), 1);
+    ck_assert_int_eq(t.ran_later, 3);
+    ck_assert(!plx_engine_busy(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 START_TEST(test_async_flush_trim_fua)
 {
     plx_backend *mem = new_medium(16 * MiB);
@@ -2729,6 +2778,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_duplicate_label_in_flight);
     tcase_add_test(tc, test_async_flush_trim_fua);
     tcase_add_test(tc, test_defer_turn_runs_in_the_next_pass);
+    tcase_add_test(tc, test_will_service_skips_the_wake);
     suite_add_tcase(s, tc);
     return s;
 }
