@@ -10,13 +10,17 @@
 # takes longer than the interval delays the next, so compare the achieved intervals too.
 #
 #   bench/snapwrite.sh [--rounds N] [--size SIZE] [--loops N] [--interval S] [--dir DIR]
-#                      [--logs DIR] [--prewrite] NAME=PARALLAX-BINARY...
+#                      [--logs DIR] [--prewrite] [--loop] NAME=PARALLAX-BINARY...
 #
 # --prewrite writes the whole store file through (zeros, O_DIRECT) before formatting it, so the
 # runs write into space the medium has written before, as on a block device or a store in use;
 # by default the store is a fresh sparse file, and on this VM's disk a write into space the file
 # system allocates fresh is about 1.45x slower than one into written space (bench/README.md,
 # "Fresh space").
+#
+# --loop puts the store on a block device: a loop device (direct I/O) over a file under --dir
+# written through with zeros once, formatted again (--force) for every run, so that the file
+# system's allocation is out of the writer's path (needs root and a free loop device).
 #
 # --logs DIR keeps each server's stderr as DIR/NAME-rROUND-INTERVAL.log (with
 # PARALLAX_SNAP_TRACE=1 in the environment: one line per snapshot, where its time went).
@@ -32,7 +36,7 @@ SUITE_DIR=$ROOT/bench/suite
 # shellcheck source=bench/suite/lib.sh
 . "$SUITE_DIR/lib.sh"
 
-ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp KEEP_LOGS="" PREWRITE=0
+ROUNDS=3 SIZE=1G LOOPS=2 INTERVAL=0.01 BASE_DIR=/var/tmp KEEP_LOGS="" PREWRITE=0 LOOPDEV=0
 BUILDS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -43,9 +47,10 @@ while [[ $# -gt 0 ]]; do
     --dir) BASE_DIR=$2 && shift ;;
     --logs) KEEP_LOGS=$2 && shift ;;
     --prewrite) PREWRITE=1 ;;
+    --loop) LOOPDEV=1 ;;
     *=*) BUILDS+=("$1") ;;
     *)
-        sed -n '2,25p' "$0" >&2
+        sed -n '2,30p' "$0" >&2
         exit 2
         ;;
     esac
@@ -56,8 +61,14 @@ done
 SUITE_TMP=$(mktemp -d "$BASE_DIR/snapwrite.XXXXXX")
 export PARALLAX_RUN_DIR=$SUITE_TMP/run
 mkdir -p "$PARALLAX_RUN_DIR"
-trap 'suite_cleanup; rm -rf "$SUITE_TMP"' EXIT
+LOOP=""
+trap 'suite_cleanup; [[ -n $LOOP ]] && losetup -d "$LOOP"; rm -rf "$SUITE_TMP"' EXIT
 trap 'exit 143' INT TERM
+if ((LOOPDEV)); then
+    bytes=$(($(numfmt --from=iec "$SIZE") * 4 + (1 << 30)))
+    dd if=/dev/zero of="$SUITE_TMP/loop.img" bs=1M count=$((bytes >> 20)) oflag=direct status=none
+    LOOP=$(losetup --direct-io=on --show -f "$SUITE_TMP/loop.img") || die "losetup failed"
+fi
 
 # one NAME INTERVAL: prints "MiB/s snapshots p50 p99 max" (ms; "- - - -" without snapshots)
 one() {
@@ -65,7 +76,10 @@ one() {
     rm -rf "$d" && mkdir -p "$d"
     store=$d/store.img
     bytes=$(($(numfmt --from=iec "$SIZE") * 4 + (1 << 30)))
-    if ((PREWRITE)); then
+    if [[ -n $LOOP ]]; then
+        store=$LOOP
+        "$PARALLAX" -b "$store" format --force --extent-size "${PLX_EXTENT:-256M}" >/dev/null
+    elif ((PREWRITE)); then
         dd if=/dev/zero of="$store" bs=1M count=$((bytes >> 20)) oflag=direct status=none
         "$PARALLAX" -b "$store" format --extent-size "${PLX_EXTENT:-256M}" >/dev/null # keeps the file
     else

@@ -11,7 +11,7 @@
 #   fs         Bonnie++ and PostMark on ext4, cold and warm: the dom0 stack (figures 5.1-5.4)
 #   placement  reads of a VDI written in random vs sequential order (figure 5.5)
 #
-#   bench/suite/run.sh               full suite (about 18-20 min on 2 cores); results in
+#   bench/suite/run.sh               full suite (about 28 min on 2 cores); results in
 #                                    bench/results/suite-HOST-STAMP/, plots in bench/plots/,
 #                                    and the results block of bench/README.md rewritten
 #   bench/suite/run.sh --quick       smaller sizes and fewer points (~6 min); results in
@@ -23,6 +23,8 @@
 #            --out DIR (results and plots go to DIR and DIR/plots; bench/ is left alone)
 #            --only "depth latency ..." (sections to run; a partial full run keeps its figures
 #            beside its results in bench/results/suite-HOST-STAMP-partial/)
+#            --freq "build seqwrite trickle" (the frequency section's workloads to run; fewer
+#            makes the run partial, as --only does)
 #            --keep (keep smoke output)
 #   environment: PARALLAX (another build), PLX_PLACEMENT=leaf|arrival (data placement of the
 #            server, parallax serve --placement; default the server's)
@@ -44,6 +46,7 @@ SUITE_DIR=$ROOT/bench/suite
 MODE=full
 BASE_DIR=/var/tmp
 ONLY="depth latency frequency fs placement"
+FREQ_WORKLOADS="build seqwrite trickle"
 KEEP=0
 OUT_ARG=""
 while [[ $# -gt 0 ]]; do
@@ -52,25 +55,29 @@ while [[ $# -gt 0 ]]; do
     --quick) MODE=quick ;;
     --dir) BASE_DIR=$2 && shift ;;
     --only) ONLY=$2 && shift ;;
+    --freq) FREQ_WORKLOADS=$2 && shift ;;
     --out) OUT_ARG=$2 && shift ;;
     --keep) KEEP=1 ;;
     -h | --help)
-        sed -n '2,33p' "$0"
+        sed -n '2,35p' "$0"
         exit 0
         ;;
     *)
-        echo "usage: bench/suite/run.sh [--smoke|--quick] [--dir DIR] [--out DIR] [--only SECTIONS] [--keep]" >&2
+        echo "usage: bench/suite/run.sh [--smoke|--quick] [--dir DIR] [--out DIR] [--only SECTIONS] [--freq WORKLOADS] [--keep]" >&2
         exit 2
         ;;
     esac
     shift
 done
 
+for w in $FREQ_WORKLOADS; do
+    [[ $w == build || $w == seqwrite || $w == trickle ]] || die "--freq: unknown workload $w (build, seqwrite, trickle)"
+done
 case $MODE in
 full)
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
-    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 TRICKLE_S=10 FREQ_VDI=1G FREQ_LOOPS=2
+    INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 PAIR_ROUNDS=6 TRICKLE_S=5 FREQ_VDI=1G FREQ_LOOPS=2
     BUILD_VDI=1G BUILD_COPIES=3 BUILD_INTERVALS="1 0.1 0.02 0.01" BUILD_ROUNDS=3
     FS_VDI=2G BONNIE_S=512 BONNIE_R=256 PM_FILES=20000 PM_TX=50000 DD_MB=512 FS_DIRTY=64
     PLACE=512M
@@ -78,7 +85,7 @@ full)
 quick)
     VDI=256M RUNTIME=2 REPS=1 DEPTHS="1 10 100" GROW_KIB=8 QCOW2_BUDGET=60 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=100 LAT_CLI=30 LAT_BUSY=50 LAT_BUSY_CLI=20
-    INTERVALS="1 0.1 0.01" ROUNDS=1 TRICKLE_S=5 FREQ_VDI=256M FREQ_LOOPS=2
+    INTERVALS="1 0.1 0.01" ROUNDS=1 PAIR_ROUNDS=3 TRICKLE_S=5 FREQ_VDI=256M FREQ_LOOPS=2
     BUILD_VDI=512M BUILD_COPIES=1 BUILD_INTERVALS="1 0.01" BUILD_ROUNDS=1
     FS_VDI=1G BONNIE_S=128 BONNIE_R=64 PM_FILES=2000 PM_TX=5000 DD_MB=128 FS_DIRTY=64
     PLACE=128M
@@ -86,7 +93,7 @@ quick)
 smoke)
     VDI=32M RUNTIME=1 REPS=1 DEPTHS="2" GROW_KIB=4 QCOW2_BUDGET=20 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=10 LAT_CLI=3 LAT_BUSY=5 LAT_BUSY_CLI=2
-    INTERVALS="0.05" ROUNDS=1 TRICKLE_S=1 FREQ_VDI=32M FREQ_LOOPS=1
+    INTERVALS="0.05" ROUNDS=1 PAIR_ROUNDS=2 TRICKLE_S=1 FREQ_VDI=32M FREQ_LOOPS=1
     BUILD_VDI=256M BUILD_COPIES=1 BUILD_INTERVALS="0.05" BUILD_ROUNDS=1
     FS_VDI=128M BONNIE_S=16 BONNIE_R=8 PM_FILES=100 PM_TX=200 DD_MB=16 FS_DIRTY=16
     PLACE=8M
@@ -145,7 +152,8 @@ elif [[ $MODE == smoke ]]; then
 elif [[ $MODE == quick ]]; then
     OUT=$ROOT/bench/results/suite-$HOST-$STAMP-quick
     PLOTS=$OUT/plots
-elif [[ $(tr ' ' '\n' <<<"$ONLY" | sort -u | xargs) != "depth frequency fs latency placement" ]]; then
+elif [[ $(tr ' ' '\n' <<<"$ONLY" | sort -u | xargs) != "depth frequency fs latency placement" ||
+    $(tr ' ' '\n' <<<"$FREQ_WORKLOADS" | sort -u | xargs) != "build seqwrite trickle" ]]; then
     # a partial run: its figures stay beside its results, bench/plots and the README keep the
     # last full run's
     OUT=$ROOT/bench/results/suite-$HOST-$STAMP-partial
@@ -202,11 +210,20 @@ sys_start() {
         local ssize=$(($(bytes "$size") * 16 + (1 << 30)))
         if ((${PLX_WRITTEN:-0})); then
             # written through with zeros before format: the writes then land in space the disk
-            # has written before, as on a block device or a store in use (frequency section)
+            # has written before, as on a block device or a store in use (frequency section).
+            # Written once per section ($DATA/written.img, put back by run_freq after each run)
+            # and formatted again for every run: format rewrites the metadata and leaves the
+            # data space as it is, written.
             ssize=$(($(bytes "$size") * 4 + (1 << 30)))
-            rm -f "$d/store.img"
-            dd if=/dev/zero of="$d/store.img" bs=1M count=$((ssize >> 20)) oflag=direct status=none
-            "$PARALLAX" -b "$d/store.img" format --extent-size "${PLX_EXTENT:-256M}" >/dev/null
+            local force=()
+            if [[ -f $DATA/written.img && $(stat -c %s "$DATA/written.img") -eq $ssize ]]; then
+                mv "$DATA/written.img" "$d/store.img"
+                force=(--force)
+            else
+                rm -f "$d/store.img" "$DATA/written.img"
+                dd if=/dev/zero of="$d/store.img" bs=1M count=$((ssize >> 20)) oflag=direct status=none
+            fi
+            "$PARALLAX" -b "$d/store.img" format "${force[@]}" --extent-size "${PLX_EXTENT:-256M}" >/dev/null
         else
             plx_format "$d/store.img" "$ssize"
         fi
@@ -541,15 +558,21 @@ run_freq() {
           snap_latency_ns: ($loop[0].latency_ns // [])}' >"$RAW/freq/$wl-$label-$iv-r$r.json"
     log "frequency $wl $label every $iv (round $r): $value $unit, $(jq .snapshots "$RAW/freq/$wl-$label-$iv-r$r.json") snapshots${failed:+; FAILED: $failed}"
     [[ -n $failed ]] && note "frequency: $wl on $label, a snapshot every $iv s (round $r) failed: $failed"
+    if ((written)); then
+        stop_pid "$fr_hold"
+        stop_pid "$fr_pid"
+        mv "$fr_store" "$DATA/written.img"
+    fi
     sys_stop fr
 }
 
 section_frequency() {
-    ((CAN_FS)) && make_tarball
+    local want=" $FREQ_WORKLOADS "
+    [[ $want == *" build "* ]] && ((CAN_FS)) && make_tarball
     note "qcow2 chains are capped at $QCOW2_MAX_CHAIN live snapshots per frequency run: qemu-storage-daemon ($(qemu-storage-daemon --version | head -1 | cut -d' ' -f4-)) crashed with SIGSEGV when a chain reached about 1090 images while ext4 was being written on it (seen twice here). After the cap a run takes no more snapshots; its achieved interval counts the time up to the cap."
     local r iv sys
     # (a) unpack and build a source tree on ext4 (figure 5.8)
-    if ((CAN_FS)); then
+    if ((CAN_FS)) && [[ $want == *" build "* ]]; then
         for ((r = 1; r <= BUILD_ROUNDS; r++)); do
             for iv in none $BUILD_INTERVALS; do
                 for sys in parallax qcow2; do
@@ -565,27 +588,41 @@ section_frequency() {
     # overwrites in place; this VM's disk writes fresh space about 1.45x slower than written space
     # (bench/README.md, "Fresh space"), so Parallax also runs without snapshots and at the fastest
     # interval on a store file written through first (parallax-written), as on a block device.
-    for ((r = 1; r <= ROUNDS; r++)); do
+    # Every row runs ROUNDS rounds; Parallax's pairs (no snapshots, the fastest interval, on both
+    # stores) run PAIR_ROUNDS: one run takes 1-2 s and single runs move by 20-30 % here, so the
+    # targets use the median of the per-round ratios (suite.py assemble), and a median wants more
+    # than two.
+    local rounds=$((PAIR_ROUNDS > ROUNDS ? PAIR_ROUNDS : ROUNDS))
+    for ((r = 1; r <= rounds; r++)); do
+        [[ $want == *" seqwrite "* ]] || break
         for iv in none $INTERVALS; do
             for sys in parallax qcow2; do
-                run_freq seqwrite "$sys" "$iv" "$r"
+                if ((r <= ROUNDS)) || [[ $sys == parallax && ($iv == none || $iv == "$fastest") ]]; then
+                    run_freq seqwrite "$sys" "$iv" "$r"
+                fi
             done
         done
-        for iv in none "$fastest"; do
-            run_freq seqwrite parallax "$iv" "$r" 1
-        done
+        if ((r <= PAIR_ROUNDS)); then
+            for iv in none "$fastest"; do
+                run_freq seqwrite parallax "$iv" "$r" 1
+            done
+        fi
     done
     # (c) The thesis's kernel build wrote about 0.6 MB/s on average (396 MB in about 11 minutes):
     # a writer at that rate gives the metadata per snapshot at a comparable amount of data per
     # snapshot (one round, no snapshots and the fastest interval).
-    for iv in none "$fastest"; do
-        for sys in parallax qcow2; do
-            run_freq trickle "$sys" "$iv" 1
+    if [[ $want == *" trickle "* ]]; then
+        for iv in none "$fastest"; do
+            for sys in parallax qcow2; do
+                run_freq trickle "$sys" "$iv" 1
+            done
         done
-    done
+    fi
     jq -n --arg iv "$INTERVALS" --arg rounds "$ROUNDS" --arg size "$FREQ_VDI" --arg loops "$FREQ_LOOPS" \
+        --arg pr "$PAIR_ROUNDS" --arg wls "$FREQ_WORKLOADS" \
         --arg bv "$BUILD_VDI" --arg biv "$BUILD_INTERVALS" --arg brounds "$BUILD_ROUNDS" --arg ts "$TRICKLE_S" \
-        '{intervals: ($iv|split(" ")), rounds: ($rounds|tonumber), seqwrite_size: $size,
+        '{intervals: ($iv|split(" ")), rounds: ($rounds|tonumber), pair_rounds: ($pr|tonumber),
+          workloads: ($wls|split(" ")|map(select(. != ""))), seqwrite_size: $size,
           seqwrite_loops: ($loops|tonumber), build_vdi: $bv, build_intervals: ($biv|split(" ")),
           build_rounds: ($brounds|tonumber), trickle_seconds: ($ts|tonumber)}' >"$RAW/freq/params.json"
 }
