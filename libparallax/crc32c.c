@@ -35,6 +35,42 @@ static uint32_t crc_table_run(uint32_t c, const uint8_t *p, size_t len)
     return c;
 }
 
+/* a * b modulo the polynomial, both bit-reflected like the register (bit 31 is x^0). Some 32
+ * steps: twice per 3 * LANE bytes in crc_hw_run, a few dozen times in plx_crc32c_reseed. */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            p ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0x82f63b78u : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 * len) modulo the polynomial (reflected), by squaring: x^8, x^16, x^32, ... */
+static uint32_t xpow8n(uint64_t len)
+{
+    uint32_t r = 1u << 31; /* x^0 */
+    uint32_t p = 1u << 23; /* x^8 */
+    for (; len; len >>= 1) {
+        if (len & 1)
+            r = gf2_mulmod(r, p);
+        p = gf2_mulmod(p, p);
+    }
+    return r;
+}
+
+/* The register after len bytes is linear in the seed and the data: run(c, D) = c * x^(8 len) xor
+ * run(0, D). plx_crc32c inverts the seed on the way in and the register on the way out, and
+ * the two inversions of ~s1 and ~s2 cancel in the difference, so plx_crc32c(s2, D) =
+ * plx_crc32c(s1, D) xor (s1 xor s2) * x^(8 len): the checksum with another seed, without D. */
+uint32_t plx_crc32c_reseed(uint32_t crc, uint32_t seed_old, uint32_t seed_new, uint64_t len)
+{
+    uint32_t d = seed_old ^ seed_new;
+    return d ? crc ^ gf2_mulmod(d, xpow8n(len)) : crc;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CRC_HW 1
 /* The crc32 instruction computes CRC-32C (the same reflected polynomial, no inversions). */
@@ -48,18 +84,6 @@ static uint32_t crc_table_run(uint32_t c, const uint8_t *p, size_t len)
  * x^0 multiplied by x 32768 times. test_engine's test_crc32c checks the lanes against the
  * table. */
 #define LANE_SHIFT 0x35d73a62u
-
-/* a * b modulo the polynomial (reflected). Some 32 steps: twice per 3 * LANE bytes. */
-static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
-{
-    uint32_t p = 0;
-    for (uint32_t m = 1u << 31; m; m >>= 1) {
-        if (a & m)
-            p ^= b;
-        b = (b & 1) ? (b >> 1) ^ 0x82f63b78u : b >> 1;
-    }
-    return p;
-}
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t c, const uint8_t *p,
                                                              size_t len)

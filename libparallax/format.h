@@ -348,6 +348,10 @@ static_assert(sizeof(struct plx_wlog_batch) <= PLX_BLOCK_SIZE, "write log batch 
 uint32_t plx_crc32c(uint32_t seed, const void *data, size_t len);
 /* The same computed from a table, byte at a time, on any CPU (tests compare the two). */
 uint32_t plx_crc32c_table(uint32_t seed, const void *data, size_t len);
+/* crc, plx_crc32c(seed_old, D) of some len bytes D, turned into plx_crc32c(seed_new, D) without
+ * reading D (the write cache checksums a record when its data arrives, before its seed, the
+ * batch's seq, is known). */
+uint32_t plx_crc32c_reseed(uint32_t crc, uint32_t seed_old, uint32_t seed_new, uint64_t len);
 /* Fill hdr (magic, self, crc) of a block buffer before writing it. */
 void plx_blkhdr_seal(void *block, uint32_t magic, uint64_t self);
 /* 0 if the block carries `magic`, names `self` and its checksum matches; -EUCLEAN otherwise

@@ -391,6 +391,34 @@ START_TEST(test_crc32c)
 }
 END_TEST
 
+/* plx_crc32c_reseed against checksumming the data again with the new seed: the write cache
+ * checksums a record with seed 0 when it arrives and stores the checksum with the batch's seq,
+ * which replay and the drain check with plx_crc32c. Every length from 0 to a few hundred bytes
+ * (each bit of the length picks a power of x), random longer ones up to 1 MiB, random seeds. */
+START_TEST(test_crc32c_reseed)
+{
+    enum { BIG = (1 << 20) + 8 };
+    uint8_t *buf = malloc(BIG);
+    tu_fill(buf, BIG, 7);
+    uint64_t rng = 13;
+    for (int i = 0; i < 1000; i++) {
+        size_t off = (size_t)(tu_rand(&rng) % 8);
+        size_t len = i < 600   ? (size_t)i
+                     : i < 610 ? (size_t)(4096u << (i - 600)) % (BIG - 7)
+                               : (size_t)(tu_rand(&rng) % (BIG - 8));
+        uint32_t s1 = i % 3 == 0 ? 0 : (uint32_t)tu_rand(&rng);
+        uint32_t s2 = (uint32_t)tu_rand(&rng);
+        uint32_t c1 = plx_crc32c(s1, buf + off, len), c2 = plx_crc32c(s2, buf + off, len);
+        ck_assert_msg(plx_crc32c_reseed(c1, s1, s2, len) == c2,
+                      "length %zu, seed %08x to %08x: %08x, want %08x", len, s1, s2,
+                      plx_crc32c_reseed(c1, s1, s2, len), c2);
+        ck_assert_uint_eq(plx_crc32c_reseed(c2, s2, s1, len), c1);
+        ck_assert_uint_eq(plx_crc32c_reseed(c1, s1, s1, len), c1);
+    }
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_open_wrong_version)
 {
     plx_backend *mem = new_medium(8 * MiB);
@@ -2726,6 +2754,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_open_bad_magic);
     tcase_add_test(tc, test_open_bad_checksum);
     tcase_add_test(tc, test_crc32c);
+    tcase_add_test(tc, test_crc32c_reseed);
     tcase_add_test(tc, test_size_parse);
     tcase_add_test(tc, test_open_wrong_version);
     tcase_add_test(tc, test_open_truncated);
