@@ -689,8 +689,7 @@ static void write_batch(struct plx_wlog *wl, struct wbatch *b)
         h->entries[i].nblocks = e->nblocks;
         h->entries[i].op = PLX_WLOG_OP_WRITE;
         /* append took it with seed 0; written, as FORMAT.md says, with the batch's seq. */
-        b->ent[i].crc =
-            plx_crc32c_reseed(e->crc, 0, (uint32_t)b->seq, (uint64_t)e->nblocks * BS);
+        b->ent[i].crc = plx_crc32c_reseed(e->crc, 0, (uint32_t)b->seq, (uint64_t)e->nblocks * BS);
         h->entries[i].data_crc = b->ent[i].crc;
     }
     plx_blkhdr_seal(h, PLX_MAGIC_WLOG_BATCH, b->pos);
