@@ -104,12 +104,19 @@ struct wbatch {
     struct wbatch *next;
 };
 
-/* Index: (VDI, virtual block) -> the newest record of it not yet drained. */
+/* Index: (VDI, virtual block) -> the newest record of it not yet drained, ICHUNK blocks per
+ * entry. One entry per block cost a hash lookup and an allocation per 4 KiB at append and at
+ * the drain: 12% of serve's samples in a burst of 1 MiB writes, which now look up 16 entries
+ * each, not 256. Each block keeps its own slot, so a later write of some of a chunk's blocks
+ * replaces just those (newest wins), and the drain clears just the slots still naming the
+ * drained batch. A lone 4 KiB record costs an entry of some 200 bytes instead of 40. */
+#define ICHUNK 16u
 struct ient {
-    uint64_t vdi_id, vblock;
-    struct wbatch *b;
-    uint32_t blk; /* data block within the batch */
+    uint64_t vdi_id, chunk; /* virtual blocks chunk * ICHUNK ... + ICHUNK - 1 */
     struct ient *next;
+    uint32_t used;          /* bit k: block chunk * ICHUNK + k has a record in b[k] */
+    uint16_t blk[ICHUNK];   /* its data block within the batch */
+    struct wbatch *b[ICHUNK];
 };
 
 enum qkind { Q_WRITE, Q_TRIM, Q_SNAP, Q_READ };
@@ -220,21 +227,34 @@ static void flush_kick(struct plx_wlog *wl);
 
 /* ---- Index ------------------------------------------------------------------------------------ */
 
-static size_t ihash(const struct plx_wlog *wl, uint64_t vdi, uint64_t vb)
+static size_t ihash(const struct plx_wlog *wl, uint64_t vdi, uint64_t chunk)
 {
-    uint64_t x = vdi * 0x9e3779b97f4a7c15ull ^ vb * 0xc2b2ae3d27d4eb4full;
+    uint64_t x = vdi * 0x9e3779b97f4a7c15ull ^ chunk * 0xc2b2ae3d27d4eb4full;
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ull;
     x ^= x >> 29;
     return (size_t)x & wl->mask;
 }
 
-static struct ient *ifind(const struct plx_wlog *wl, uint64_t vdi, uint64_t vb)
+static struct ient *ichunk(const struct plx_wlog *wl, uint64_t vdi, uint64_t chunk)
 {
-    for (struct ient *e = wl->tab[ihash(wl, vdi, vb)]; e; e = e->next)
-        if (e->vdi_id == vdi && e->vblock == vb)
+    for (struct ient *e = wl->tab[ihash(wl, vdi, chunk)]; e; e = e->next)
+        if (e->vdi_id == vdi && e->chunk == chunk)
             return e;
     return NULL;
+}
+
+/* The batch holding the newest record of (vdi, vb), and in *blk its data block there; NULL if
+ * none is in the log. */
+static struct wbatch *ifind(const struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint32_t *blk)
+{
+    const struct ient *e = ichunk(wl, vdi, vb / ICHUNK);
+    uint32_t k = (uint32_t)(vb % ICHUNK);
+    if (!e || !(e->used & (1u << k)))
+        return NULL;
+    if (blk)
+        *blk = e->blk[k];
+    return e->b[k];
 }
 
 static void igrow(struct plx_wlog *wl)
@@ -250,45 +270,61 @@ static void igrow(struct plx_wlog *wl)
     for (size_t i = 0; i < oldn; i++)
         for (struct ient *e = old[i], *nx; e; e = nx) {
             nx = e->next;
-            size_t h = ihash(wl, e->vdi_id, e->vblock);
+            size_t h = ihash(wl, e->vdi_id, e->chunk);
             e->next = tab[h];
             tab[h] = e;
         }
     free(old);
 }
 
-static int iset(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, struct wbatch *b, uint32_t blk)
+/* Blocks vb ... vb + n - 1 of vdi: newest in batch b, data blocks blk ... blk + n - 1. */
+static int iset(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n, struct wbatch *b,
+                uint32_t blk)
 {
-    struct ient *e = ifind(wl, vdi, vb);
-    if (!e) {
-        e = malloc(sizeof *e);
-        if (!e)
-            return -ENOMEM;
-        e->vdi_id = vdi;
-        e->vblock = vb;
-        size_t h = ihash(wl, vdi, vb);
-        e->next = wl->tab[h];
-        wl->tab[h] = e;
-        if (++wl->nidx > wl->mask + 1)
-            igrow(wl);
+    for (uint64_t end = vb + n; vb < end;) {
+        uint64_t chunk = vb / ICHUNK;
+        struct ient *e = ichunk(wl, vdi, chunk);
+        if (!e) {
+            e = malloc(sizeof *e);
+            if (!e)
+                return -ENOMEM;
+            e->vdi_id = vdi;
+            e->chunk = chunk;
+            e->used = 0;
+            size_t h = ihash(wl, vdi, chunk);
+            e->next = wl->tab[h];
+            wl->tab[h] = e;
+            if (++wl->nidx > wl->mask + 1)
+                igrow(wl);
+        }
+        for (; vb < end && vb / ICHUNK == chunk; vb++, blk++) {
+            uint32_t k = (uint32_t)(vb % ICHUNK);
+            e->used |= 1u << k;
+            e->b[k] = b;
+            e->blk[k] = (uint16_t)blk;
+        }
     }
-    e->b = b;
-    e->blk = blk;
     return 0;
 }
 
-/* Forget (vdi, vb) if its newest record is in batch b. */
-static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, const struct wbatch *b)
+/* Forget those of blocks vb ... vb + n - 1 of vdi whose newest record is in batch b. */
+static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n, const struct wbatch *b)
 {
-    for (struct ient **pp = &wl->tab[ihash(wl, vdi, vb)]; *pp; pp = &(*pp)->next) {
+    for (uint64_t end = vb + n; vb < end;) {
+        uint64_t chunk = vb / ICHUNK;
+        struct ient **pp = &wl->tab[ihash(wl, vdi, chunk)];
+        while (*pp && !((*pp)->vdi_id == vdi && (*pp)->chunk == chunk))
+            pp = &(*pp)->next;
         struct ient *e = *pp;
-        if (e->vdi_id == vdi && e->vblock == vb) {
-            if (e->b == b) {
-                *pp = e->next;
-                free(e);
-                wl->nidx--;
-            }
-            return;
+        for (; vb < end && vb / ICHUNK == chunk; vb++) {
+            uint32_t k = (uint32_t)(vb % ICHUNK);
+            if (e && e->b[k] == b)
+                e->used &= ~(1u << k);
+        }
+        if (e && !e->used) {
+            *pp = e->next;
+            free(e);
+            wl->nidx--;
         }
     }
 }
@@ -865,8 +901,7 @@ static void release_round(struct plx_wlog *wl)
         struct wbatch *nx = b->next;
         for (uint32_t i = 0; i < b->nent; i++) {
             struct went *e = &b->ent[i];
-            for (uint32_t k = 0; k < e->nblocks; k++)
-                idrop(wl, e->vdi_id, e->vblock + k, b);
+            idrop(wl, e->vdi_id, e->vblock, e->nblocks, b);
             struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
             if (v && v->wc)
                 v->wc->records--;
@@ -1292,9 +1327,8 @@ static bool append(struct plx_wlog *wl, struct plx_wlog_vdi *w, struct wreq *r)
             e->zc = NULL;
             e->crc = copy_crc(g->buf + (size_t)BS * (1 + g->ndata), src, (size_t)n * BS);
         }
-        for (uint32_t k = 0; k < n; k++)
-            if (iset(wl, e->vdi_id, e->vblock + k, g, e->data_off + k))
-                r->status = -ENOMEM; /* reads could miss it: the write reports failure */
+        if (iset(wl, e->vdi_id, e->vblock, n, g, e->data_off))
+            r->status = -ENOMEM; /* reads could miss it: the write reports failure */
         g->ndata += (uint32_t)n;
         r->pieces++;
         w->records++;
@@ -1537,7 +1571,7 @@ static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx
     unsigned hits = 0;
     if (off + len <= v->rec.size)
         for (uint64_t b = b0; b < b1; b++)
-            if (ifind(wl, id, b))
+            if (ifind(wl, id, b, NULL))
                 hits++;
     if (!hits)
         return plx_vdi_direct_read(v, buf, off, len, cb, arg);
@@ -1556,10 +1590,11 @@ static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx
     rd->pending = 1;
     unsigned k = 0;
     for (uint64_t b = b0; b < b1;) {
-        struct ient *e = ifind(wl, id, b);
-        if (!e) {
+        uint32_t blk;
+        struct wbatch *eb = ifind(wl, id, b, &blk);
+        if (!eb) {
             uint64_t end = b + 1;
-            while (end < b1 && !ifind(wl, id, end))
+            while (end < b1 && !ifind(wl, id, end, NULL))
                 end++;
             rd->pending++;
             int rc = plx_vdi_direct_read(v, rd->bounce + (b - b0) * BS, b * BS,
@@ -1572,12 +1607,12 @@ static int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx
             continue;
         }
         uint8_t *dst = rd->bounce + (b - b0) * BS;
-        if (e->b->buf) {
-            memcpy(dst, batch_data(e->b, e->blk), BS);
+        if (eb->buf) {
+            memcpy(dst, batch_data(eb, blk), BS);
         } else {
             struct plx_ev *ev = &rd->evs[k++];
             ev->io = (struct plx_io){
-                .op = PLX_IO_READ, .block = e->b->pos + 1 + e->blk, .nblocks = 1, .buf = dst};
+                .op = PLX_IO_READ, .block = eb->pos + 1 + blk, .nblocks = 1, .buf = dst};
             ev->handler = wread_log_done;
             ev->ctx = rd;
             rd->pending++;
@@ -2085,9 +2120,9 @@ int plx_wlog_block_status(struct plx_vdi *v, uint64_t off, uint64_t *len)
     /* At most SCAN blocks are looked at; the answer covers no more than that. */
     enum { SCAN = 65536 };
     uint64_t b = off / BS, end = off + *len;
-    bool hit = ifind(wl, v->rec.id, b) != NULL;
+    bool hit = ifind(wl, v->rec.id, b, NULL) != NULL;
     uint64_t e = b + 1;
-    while (e * BS < end && e - b < SCAN && (ifind(wl, v->rec.id, e) != NULL) == hit)
+    while (e * BS < end && e - b < SCAN && (ifind(wl, v->rec.id, e, NULL) != NULL) == hit)
         e++;
     if (e * BS < end)
         *len = e * BS - off;
