@@ -114,8 +114,8 @@ struct wbatch {
 struct ient {
     uint64_t vdi_id, chunk; /* virtual blocks chunk * ICHUNK ... + ICHUNK - 1 */
     struct ient *next;
-    uint32_t used;          /* bit k: block chunk * ICHUNK + k has a record in b[k] */
-    uint16_t blk[ICHUNK];   /* its data block within the batch */
+    uint32_t used;        /* bit k: block chunk * ICHUNK + k has a record in b[k] */
+    uint16_t blk[ICHUNK]; /* its data block within the batch */
     struct wbatch *b[ICHUNK];
 };
 
@@ -308,7 +308,8 @@ static int iset(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n, stru
 }
 
 /* Forget those of blocks vb ... vb + n - 1 of vdi whose newest record is in batch b. */
-static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n, const struct wbatch *b)
+static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n,
+                  const struct wbatch *b)
 {
     for (uint64_t end = vb + n; vb < end;) {
         uint64_t chunk = vb / ICHUNK;
