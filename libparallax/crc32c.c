@@ -48,17 +48,30 @@ static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
     return p;
 }
 
-/* x^(8 * len) modulo the polynomial (reflected), by squaring: x^8, x^16, x^32, ... */
-static uint32_t xpow8n(uint64_t len)
+/* x^(8 * 2^k) modulo the polynomial (reflected), k = 0 ... 63: x^8, x^16, x^32, ... each the
+ * square of the one before (gf2_mulmod; entry 12 is LANE_SHIFT). From a table, so that changing
+ * the seed of a 4 KiB or 1 MiB record (one bit set in its length) costs a single
+ * multiplication, less than checksumming the 4 KiB again. */
+static const uint32_t x8pow2[64] = {
+    0x00800000u, 0x00008000u, 0x82f63b78u, 0x6ea2d55cu, 0x18b8ea18u, 0x510ac59au, 0xb82be955u,
+    0xb8fdb1e7u, 0x88e56f72u, 0x74c360a4u, 0xe4172b16u, 0x0d65762au, 0x35d73a62u, 0x28461564u,
+    0xbf455269u, 0xe2ea32dcu, 0xfe7740e6u, 0xf946610bu, 0x3c204f8fu, 0x538586e3u, 0x59726915u,
+    0x734d5309u, 0xbc1ac763u, 0x7d0722ccu, 0xd289cabeu, 0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u,
+    0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u, 0x00008000u, 0x82f63b78u, 0x6ea2d55cu,
+    0x18b8ea18u, 0x510ac59au, 0xb82be955u, 0xb8fdb1e7u, 0x88e56f72u, 0x74c360a4u, 0xe4172b16u,
+    0x0d65762au, 0x35d73a62u, 0x28461564u, 0xbf455269u, 0xe2ea32dcu, 0xfe7740e6u, 0xf946610bu,
+    0x3c204f8fu, 0x538586e3u, 0x59726915u, 0x734d5309u, 0xbc1ac763u, 0x7d0722ccu, 0xd289cabeu,
+    0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u, 0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u,
+    0x00008000u,
+};
+
+/* v * x^(8 * len) modulo the polynomial: one multiplication per bit set in len. */
+static uint32_t shift8n(uint32_t v, uint64_t len)
 {
-    uint32_t r = 1u << 31; /* x^0 */
-    uint32_t p = 1u << 23; /* x^8 */
-    for (; len; len >>= 1) {
+    for (unsigned k = 0; len; len >>= 1, k++)
         if (len & 1)
-            r = gf2_mulmod(r, p);
-        p = gf2_mulmod(p, p);
-    }
-    return r;
+            v = gf2_mulmod(x8pow2[k], v);
+    return v;
 }
 
 /* The register after len bytes is linear in the seed and the data: run(c, D) = c * x^(8 len) xor
@@ -68,7 +81,7 @@ static uint32_t xpow8n(uint64_t len)
 uint32_t plx_crc32c_reseed(uint32_t crc, uint32_t seed_old, uint32_t seed_new, uint64_t len)
 {
     uint32_t d = seed_old ^ seed_new;
-    return d ? crc ^ gf2_mulmod(d, xpow8n(len)) : crc;
+    return d ? crc ^ shift8n(d, len) : crc;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
