@@ -315,9 +315,6 @@ START_TEST(test_open_bad_checksum)
 }
 END_TEST
 
-/* CRC-32C: the check value of "123456789", and the hardware form (crc32 instruction, where the
- * CPU has it) against the table on every length up to a few blocks, at every alignment and with
- * any seed: a difference would make every checksum written before an upgrade look corrupt. */
 /* Sizes as the command line, /etc/parallax/write-cache and the benchmarks take them: one parser. */
 START_TEST(test_size_parse)
 {
@@ -359,6 +356,9 @@ START_TEST(test_size_parse)
 }
 END_TEST
 
+/* CRC-32C: the check value of "123456789", and the hardware form (crc32 instruction, where the
+ * CPU has it) against the table on every length up to a few blocks, at every alignment and with
+ * any seed: a difference would make every checksum written before an upgrade look corrupt. */
 START_TEST(test_crc32c)
 {
     ck_assert_uint_eq(plx_crc32c(0, "123456789", 9), 0xe3069283u);
