@@ -28,41 +28,38 @@ assert_eq true "$(nbdinfo --json "nbd+unix:///disk?socket=$sock" | jq -r '.expor
 # Two jobs (threads, one NBD connection each) on disjoint 48 MiB halves: each block written once
 # in random order, then the verify phase reads every block back.
 per_job=$((48 << 20))
-rc=0
-fio --name=plx --ioengine=nbd --uri="nbd+unix:///disk?socket=$sock" --thread --numjobs=2 \
-    --rw=randwrite --bs=4k --iodepth=32 --size=$per_job --offset_increment=$per_job \
-    --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json \
-    --output="$T/fio.json" >"$T/fio.out" 2>&1 || rc=$?
-if [[ $rc -ne 0 ]]; then
-    cat "$T/fio.out" >&2
-    fail "fio exited $rc (a verify error or an I/O error)"
-fi
-# fio may print a line before the JSON: parse from the first '{'.
-sed -n '/^{/,$p' "$T/fio.json" >"$T/fio.clean.json"
-assert_eq 2 "$(jq '.jobs | length' "$T/fio.clean.json")" "fio jobs"
+# fio_verify NAME ARGS...: random writes to the VDI with crc32c verification, every block read
+# back; fails on fio's error; its JSON (from the first '{': fio may print a line before it) in
+# $T/NAME.clean.json.
+fio_verify() {
+    local name=$1 rc=0
+    shift
+    fio --name="$name" --ioengine=nbd --uri="nbd+unix:///disk?socket=$sock" --rw=randwrite \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json \
+        --output="$T/$name.json" "$@" >"$T/$name.out" 2>&1 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        cat "$T/$name.out" >&2
+        fail "$name: fio exited $rc (a verify error or an I/O error)"
+    fi
+    sed -n '/^{/,$p' "$T/$name.json" >"$T/$name.clean.json"
+}
+fio_verify plx --thread --numjobs=2 --bs=4k --iodepth=32 --size=$per_job --offset_increment=$per_job
+assert_eq 2 "$(jq '.jobs | length' "$T/plx.clean.json")" "fio jobs"
 for j in 0 1; do
-    job=$(jq -c ".jobs[$j] | {error, w: .write.io_bytes, r: .read.io_bytes}" "$T/fio.clean.json")
+    job=$(jq -c ".jobs[$j] | {error, w: .write.io_bytes, r: .read.io_bytes}" "$T/plx.clean.json")
     assert_eq "{\"error\":0,\"w\":$per_job,\"r\":$per_job}" "$job" "job $j wrote and verified its half"
 done
-echo "fio: $(jq -r '[.jobs[].write.iops] | add | floor' "$T/fio.clean.json") write IOPS," \
-    "$(jq -r '[.jobs[].read.iops] | add | floor' "$T/fio.clean.json") verify-read IOPS"
+echo "fio: $(jq -r '[.jobs[].write.iops] | add | floor' "$T/plx.clean.json") write IOPS," \
+    "$(jq -r '[.jobs[].read.iops] | add | floor' "$T/plx.clean.json") verify-read IOPS"
 
 # One connection mixing small and large writes (4 KiB to 2 MiB) at depth 8 on the last 32 MiB,
 # every byte read back: a large write's payload goes straight into its own buffer and the read
 # after it takes only the next request's header (conn_read), so small requests after large ones
 # and large after small are both parsed from what each read left.
-rc=0
-fio --name=mixed --ioengine=nbd --uri="nbd+unix:///disk?socket=$sock" --rw=randwrite \
-    --bssplit=4k/30:12k/10:64k/20:1m/30:2m/10 --iodepth=8 --offset=$((2 * per_job)) --size=32M \
-    --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json \
-    --output="$T/fio-mixed.json" >"$T/fio-mixed.out" 2>&1 || rc=$?
-if [[ $rc -ne 0 ]]; then
-    cat "$T/fio-mixed.out" >&2
-    fail "mixed sizes: fio exited $rc (a verify error or an I/O error)"
-fi
-sed -n '/^{/,$p' "$T/fio-mixed.json" >"$T/fio-mixed.clean.json"
+fio_verify mixed --bssplit=4k/30:12k/10:64k/20:1m/30:2m/10 --iodepth=8 --offset=$((2 * per_job)) \
+    --size=32M
 assert_eq '{"error":0,"w":33554432,"r":33554432}' \
-    "$(jq -c '.jobs[0] | {error, w: .write.io_bytes, r: .read.io_bytes}' "$T/fio-mixed.clean.json")" \
+    "$(jq -c '.jobs[0] | {error, w: .write.io_bytes, r: .read.io_bytes}' "$T/mixed.clean.json")" \
     "mixed sizes written and verified"
 
 kill -TERM "$server"
