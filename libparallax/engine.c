@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 #include "engine.h"
@@ -269,6 +270,79 @@ int plx_store_fd(const plx_store *st)
     return st->epoll_fd;
 }
 
+/* ---- Timers ------------------------------------------------------------------------------------ */
+
+/* Program the timerfd for at_ns (0: disarm). timerfd_settime also clears an expiry not yet
+ * read, so the fd is never left readable with nothing due (a busy loop in the host). */
+static void timer_fd_set(plx_store *st, uint64_t at_ns)
+{
+    struct itimerspec its = {0};
+    if (at_ns) {
+        its.it_value.tv_sec = (time_t)(at_ns / 1000000000ull);
+        its.it_value.tv_nsec = (long)(at_ns % 1000000000ull);
+    }
+    if (timerfd_settime(st->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        return; /* (cannot fail with valid arguments; the service pass checks the clock too) */
+    st->timer_fd_at = at_ns;
+}
+
+void plx_timer_arm(plx_store *st, struct plx_timer *t, uint64_t at_ns)
+{
+    if (!at_ns)
+        at_ns = 1;
+    if (!t->at_ns) {
+        t->next = st->timers;
+        st->timers = t;
+    }
+    t->at_ns = at_ns;
+    if (!st->timer_fd_at || at_ns < st->timer_fd_at)
+        timer_fd_set(st, at_ns);
+}
+
+void plx_timer_cancel(plx_store *st, struct plx_timer *t)
+{
+    if (!t->at_ns)
+        return;
+    for (struct plx_timer **pp = &st->timers; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    t->at_ns = 0;
+    t->next = NULL;
+    /* The timerfd may still fire for it: that pass finds nothing due and programs it anew. */
+}
+
+/* Run the timers that are due, and keep the timerfd programmed for the earliest left. The
+ * clock decides, not the fd: a caller that calls plx_store_service in a loop without waiting
+ * on plx_store_fd() gets its timers too. */
+static void run_timers(plx_store *st)
+{
+    uint64_t now = plx_mono_ns();
+    bool fd_due = st->timer_fd_at && st->timer_fd_at <= now;
+    for (;;) {
+        struct plx_timer *due = NULL;
+        for (struct plx_timer **pp = &st->timers; *pp; pp = &(*pp)->next)
+            if ((*pp)->at_ns <= now) {
+                due = *pp;
+                *pp = due->next;
+                break;
+            }
+        if (!due)
+            break;
+        due->at_ns = 0;
+        due->next = NULL;
+        due->run(due); /* (may arm timers again: a deadline in the past runs in this loop) */
+        now = plx_mono_ns();
+    }
+    uint64_t next = 0;
+    for (const struct plx_timer *t = st->timers; t; t = t->next)
+        if (!next || t->at_ns < next)
+            next = t->at_ns;
+    if (fd_due || (next && (!st->timer_fd_at || next < st->timer_fd_at)))
+        timer_fd_set(st, next);
+}
+
 void plx_run_ready(plx_store *st)
 {
     while (st->ready_head) {
@@ -306,6 +380,8 @@ int plx_store_service(plx_store *st)
     }
     int ran = 0;
     st->in_service = true;
+    if (st->timers || st->timer_fd_at)
+        run_timers(st);
     /* The store's medium is polled once per pass, and again only after the pass handed it I/O:
      * what completes meanwhile keeps plx_store_fd() readable for the next pass. A poll per
      * round of deferred callbacks was three per request served (a system call each on iSCSI),
@@ -405,10 +481,12 @@ int plx_engine_init(plx_store *st)
 {
     st->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (st->wake_fd < 0 || st->epoll_fd < 0)
+    st->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (st->wake_fd < 0 || st->epoll_fd < 0 || st->timer_fd < 0)
         return plx_err(st, -errno, "creating event descriptors: %s", strerror(errno));
     struct epoll_event e = {.events = EPOLLIN};
-    if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, st->wake_fd, &e) != 0)
+    if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, st->wake_fd, &e) != 0 ||
+        epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, st->timer_fd, &e) != 0)
         return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
     int bfd = st->be->ops->fd(st->be);
     if (bfd >= 0 && epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, bfd, &e) != 0)
@@ -422,7 +500,11 @@ void plx_engine_free(plx_store *st)
         close(st->wake_fd);
     if (st->epoll_fd >= 0)
         close(st->epoll_fd);
-    st->wake_fd = st->epoll_fd = -1;
+    if (st->timer_fd >= 0)
+        close(st->timer_fd);
+    st->wake_fd = st->epoll_fd = st->timer_fd = -1;
+    st->timers = NULL;
+    st->timer_fd_at = 0;
 }
 
 bool plx_engine_busy(const plx_store *st)

@@ -60,6 +60,16 @@ struct plx_deferred {
     struct plx_deferred *next;
 };
 
+/* A deadline on the engine's clock (plx_mono_ns): run() is called from the first service pass
+ * at or after at_ns. One-shot: run() may arm it again. The layers above ask the engine for a
+ * wake-up this way (the write cache's deferred drain) instead of relying on their callers'
+ * loops to poll them: every user of plx_store_fd() gets it. */
+struct plx_timer {
+    void (*run)(struct plx_timer *t);
+    uint64_t at_ns; /* 0: not armed */
+    struct plx_timer *next;
+};
+
 struct plx_store {
     /* The medium and what is known of it (system.c, alloc.c). */
     plx_backend *be;
@@ -90,7 +100,7 @@ struct plx_store {
     bool fencing; /* our key is registered at the medium (plx_fence_join) */
 
     /* The event loop (engine.c). */
-    int epoll_fd;                                       /* plx_store_fd(): backend fd + wake_fd */
+    int epoll_fd;                                       /* plx_store_fd(): backend, wake and timer fds */
     int wake_fd;                                        /* eventfd: callbacks are ready to run */
     struct plx_ev *ready_head, *ready_tail;             /* I/O completed, handler not yet run */
     struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */
@@ -101,6 +111,13 @@ struct plx_store {
     /* plx_store_will_service: the caller's loop services before it waits: no wake either */
     bool service_next;
     bool wake_pending; /* wake_fd was written since plx_store_service last read it */
+    /* Armed plx_timers, and the timerfd in the epoll set that makes plx_store_fd() readable
+     * when the earliest is due: programmed for timer_fd_at (0: disarmed). It is moved only
+     * earlier when a timer is armed (no system call for a later deadline); a wake-up for a
+     * deadline that moved later programs it again. */
+    struct plx_timer *timers;
+    int timer_fd;
+    uint64_t timer_fd_at;
     int fatal;         /* nonzero: the store stopped (negative errno) */
     bool fenced;       /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
@@ -171,6 +188,10 @@ void plx_defer(plx_store *st, struct plx_deferred *d);
  * write log's drain) runs in steps with the loop's other work (a server's sockets) between. */
 void plx_defer_turn(plx_store *st, struct plx_deferred *d);
 void plx_wake(plx_store *st);
+/* Arm t for at_ns (monotonic ns), or move it if armed; cancel it. Timers run from
+ * plx_store_service, at its start (not from blocking internal waits). */
+void plx_timer_arm(plx_store *st, struct plx_timer *t, uint64_t at_ns);
+void plx_timer_cancel(plx_store *st, struct plx_timer *t);
 /* Run the handlers of completed engine I/O (not deferred callbacks). */
 void plx_run_ready(plx_store *st);
 /* Blocking internal wait: poll and run I/O handlers until *flag is set. Deferred callbacks are

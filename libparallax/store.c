@@ -54,7 +54,7 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool up
         return -ENOMEM;
     }
     st->be = be;
-    st->wake_fd = st->epoll_fd = -1;
+    st->wake_fd = st->epoll_fd = st->timer_fd = -1;
     st->read_only = opts ? opts->read_only : 0;
     st->upgrading = upgrading;
     plx_identity_init(st, opts ? opts->host : NULL);

@@ -138,6 +138,12 @@ int plx_vdi_wcache_tick(plx_vdi *v)
         if (oldest && oldest < now && (now - oldest) / 1000 > lat_us)
             lat_us = (now - oldest) / 1000;
     }
+    /* Fast again: the deferred drain (wlog.c, drain_defer) would keep the VDI's backlog above
+     * AUTO_OFF_MAX_BACKLOG while the guest writes, so it drains at once until it is turned
+     * off or the store is slow again. (Deferral also lets the latency decay with no writes to
+     * the store: the drain's writes then sample it afresh.) */
+    if (cached)
+        plx_wlog_vdi_hurry(v, lat_us < v->wauto.off_us);
     bool want_switch =
         cached ? lat_us < v->wauto.off_us && plx_wlog_vdi_backlog(v) <= AUTO_OFF_MAX_BACKLOG
                : lat_us > v->wauto.on_us;

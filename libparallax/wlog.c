@@ -64,6 +64,12 @@
  * for the disk. $PARALLAX_WCACHE_ZC_MIN (blocks, 0 = never) overrides it: measurements, and the
  * crash harness, whose writes are smaller. */
 #define ZC_MIN 64u
+/* The deferred drain (drain_defer): it starts once no record has been appended for
+ * DRAIN_DELAY_MS, or its oldest record is DRAIN_MAX_AGE_MS old, or the log is half full, or
+ * someone waits for it. $PARALLAX_WCACHE_DRAIN_DELAY_MS and $PARALLAX_WCACHE_DRAIN_MAX_AGE_MS
+ * override them (0: drain at once). */
+#define DRAIN_DELAY_MS 50u
+#define DRAIN_MAX_AGE_MS 2000u
 
 enum bstate { B_GATHER, B_SEALED, B_FLYING, B_WRITTEN, B_DRAINING };
 
@@ -85,6 +91,7 @@ struct went {
 struct wbatch {
     struct plx_wlog *wl;
     uint64_t seq, pos;
+    uint64_t born_ns; /* when its first record was appended (monotonic): the drain's max age */
     uint32_t ndata, nent;
     enum bstate state;
     bool barrier;        /* a guest flush lies between it and the batches before: drain flushes */
@@ -171,6 +178,9 @@ struct plx_wlog_vdi {
     /* Writes from before the cache turned on that were put in the log as well (wpass_rescue)
      * and whose pipeline write has not finished: a guest flush needs no store flush for them. */
     unsigned rescued_inflight;
+    /* Someone waits for v's records to reach the store (plx_wlog_vdi_hurry, a handover's
+     * plx_wlog_vdi_draining): the drain does not defer until they have (drain_wanted). */
+    bool hurry;
     struct plx_wlog_vdi *next;
 };
 
@@ -210,6 +220,14 @@ struct plx_wlog {
     /* index */
     struct ient **tab;
     size_t mask, nidx;
+    /* The deferred drain (drain_defer): the idle window and max age (0: drain at once), the
+     * last append, and the engine timer that starts the drain when one of them has passed. */
+    uint64_t delay_ns, max_age_ns, last_append_ns;
+    struct plx_timer drain_timer;
+    bool deferred;  /* the last kick deferred the drain (status) */
+    bool room_wait; /* a sealed batch found no room in the ring: writers wait for the drain */
+    bool closing;   /* plx_wlog_close */
+    uint64_t nbatches; /* batches not yet released: ring blocks in use = nbatches + backlog */
     /* state */
     bool failed, fields_cleared, drain_paused;
     int drain_error;
@@ -482,6 +500,8 @@ static struct wbatch *gather_get(struct plx_wlog *wl)
     b->wl = wl;
     b->buf = buf_get(wl);
     b->state = B_GATHER;
+    b->born_ns = plx_mono_ns();
+    wl->nbatches++;
     b->memory_only = wl->failed;
     if (wl->last)
         wl->last->next = b;
@@ -764,6 +784,7 @@ static void kick_run(struct plx_deferred *d)
         moved = true;
     }
     advance_unwritten(wl);
+    wl->room_wait = false;
     for (struct wbatch *b = wl->first_unwritten; b; b = b->next) {
         if (b->state != B_SEALED)
             continue;
@@ -773,8 +794,12 @@ static void kick_run(struct plx_deferred *d)
             moved = true;
             continue;
         }
-        if (wl->flying >= flying_max(b) || !place(wl, b))
+        if (wl->flying >= flying_max(b))
             break;
+        if (!place(wl, b)) {
+            wl->room_wait = true;
+            break;
+        }
         write_batch(wl, b);
         moved = true;
     }
@@ -904,8 +929,8 @@ static void release_round(struct plx_wlog *wl)
             struct went *e = &b->ent[i];
             idrop(wl, e->vdi_id, e->vblock, e->nblocks, b);
             struct plx_vdi *v = vdi_by_id(wl->st, e->vdi_id);
-            if (v && v->wc)
-                v->wc->records--;
+            if (v && v->wc && !--v->wc->records)
+                v->wc->hurry = false; /* (what it waited for is in the store) */
             wl->backlog_records--;
             wl->backlog_blocks -= e->nblocks;
             wl->drained_bytes += (uint64_t)e->nblocks * BS;
@@ -920,6 +945,7 @@ static void release_round(struct plx_wlog *wl)
         if (b == wl->last)
             wl->last = NULL;
         wl->released_seq = b->seq;
+        wl->nbatches--;
         if (!b->memory_only)
             buf_put(wl, b->rbuf);
         buf_put(wl, b->buf);
@@ -1139,6 +1165,53 @@ static void round_read_done(struct plx_store *st, struct plx_ev *ev)
  * (the log failed; what follows goes through to the store). */
 static int clear_fields(struct plx_wlog *wl);
 
+/* Does anyone wait for the drain? Then it must not be deferred. Every wait for the drain
+ * shows here: writers waiting for room in the ring (room_wait), a log that failed (its flushes
+ * and writes complete only once drained; memory-only batches), plx_wlog_close, and per VDI a
+ * detach (close, `cache disable`, the automatic mode turning off: detaching), a handover or an
+ * explicit hurry (hurry), and a trim or snapshot queued behind the VDI's records (the head of
+ * its queue: everything before it is appended already). */
+static bool drain_wanted(const struct plx_wlog *wl)
+{
+    if (wl->failed || wl->closing || wl->room_wait || (wl->first && wl->first->memory_only))
+        return true;
+    for (const struct plx_wlog_vdi *w = wl->vdis; w; w = w->next)
+        if (w->detaching || w->hurry ||
+            (w->q_head && (w->q_head->kind == Q_TRIM || w->q_head->kind == Q_SNAP)))
+            return true;
+    return false;
+}
+
+static void drain_timer_run(struct plx_timer *t)
+{
+    drain_kick((struct plx_wlog *)((char *)t - offsetof(struct plx_wlog, drain_timer)));
+}
+
+/* The drain's write-back policy (docs/DESIGN.md, "The deferred drain"; bcache's writeback_delay
+ * and writeback_percent, dm-writecache's watermarks): while guests are writing, reading the log
+ * back and writing the store competes with them for the CPU and the local disk, so the drain
+ * waits while all of these hold: nobody waits for it (drain_wanted), the log is less than half
+ * full, a record was appended within the idle window (delay_ns), and the oldest record is
+ * younger than max_age_ns (how far the store may lag). The engine timer kicks the drain when
+ * the earliest of those last two runs out; any other kick (a batch written, a waiter) looks
+ * again. Returns true when deferred. */
+static bool drain_defer(struct plx_wlog *wl)
+{
+    wl->deferred = false;
+    if (!wl->delay_ns || drain_wanted(wl))
+        return false;
+    if ((wl->backlog_blocks + wl->nbatches) * 2 >= wl->nblocks)
+        return false; /* the high watermark: half the ring */
+    uint64_t now = plx_mono_ns();
+    uint64_t idle_at = wl->last_append_ns + wl->delay_ns;
+    uint64_t age_at = wl->first->born_ns + wl->max_age_ns;
+    if (now >= idle_at || now >= age_at)
+        return false;
+    plx_timer_arm(wl->st, &wl->drain_timer, age_at < idle_at ? age_at : idle_at);
+    wl->deferred = true;
+    return true;
+}
+
 static void drain_kick(struct plx_wlog *wl)
 {
     if (wl->round_active || wl->drain_error || wl->drain_paused || !wl->first)
@@ -1146,6 +1219,9 @@ static void drain_kick(struct plx_wlog *wl)
     struct wbatch *b = wl->first;
     if (b->state != B_WRITTEN)
         return;
+    if (drain_defer(wl))
+        return;
+    plx_timer_cancel(wl->st, &wl->drain_timer);
     bool mem = b->memory_only;
     if (mem && !wl->fields_cleared) {
         int rc = clear_fields(wl);
@@ -1302,6 +1378,8 @@ static uint32_t copy_crc(uint8_t *dst, const uint8_t *src, size_t len)
  * until its request is answered, after its batch is written. */
 static bool append(struct plx_wlog *wl, struct plx_wlog_vdi *w, struct wreq *r)
 {
+    if (wl->delay_ns)
+        wl->last_append_ns = plx_mono_ns();
     while (r->next_b < r->b1) {
         struct wbatch *g = gather_get(wl);
         if (!g)
@@ -1384,10 +1462,9 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
             /* A trim or snapshot goes straight to the pipeline once everything before it in
              * this VDI's queue has been drained (so the pipeline orders it after them). */
             if (w->records) {
-                if (wl->gather && wl->gather->nent) {
+                if (wl->gather && wl->gather->nent)
                     seal(wl, wl->gather);
-                    kick_later(wl);
-                }
+                kick_later(wl); /* it waits for the drain: not deferred (drain_wanted) */
                 return;
             }
             q_pop(w);
@@ -2215,12 +2292,22 @@ static void seal_for(struct plx_wlog *wl, const struct plx_vdi *v)
         }
 }
 
+/* Someone now waits for the drain (drain_wanted says so): let it go on, and start it if it
+ * was deferred or held. */
 static void drain_unpause(struct plx_wlog *wl)
 {
-    if (wl->drain_paused) {
-        wl->drain_paused = false; /* closing drains, whatever held it */
-        drain_kick(wl);
-    }
+    wl->drain_paused = false; /* closing drains, whatever held it */
+    kick_later(wl);
+}
+
+void plx_wlog_vdi_hurry(struct plx_vdi *v, int on)
+{
+    struct plx_wlog_vdi *w = v->wc;
+    if (!w || w->hurry == (on && w->records))
+        return;
+    w->hurry = on && w->records;
+    if (w->hurry)
+        kick_later(v->st->wlog);
 }
 
 bool plx_wlog_vdi_draining(struct plx_vdi *v)
@@ -2229,6 +2316,7 @@ bool plx_wlog_vdi_draining(struct plx_vdi *v)
     struct plx_wlog_vdi *w = v->wc;
     if (!w || !detach_left(w) || wl->drain_error)
         return false; /* (a drain error: detach reports it at once) */
+    w->hurry = w->records != 0; /* a close waits for the drain: not deferred */
     drain_unpause(wl);
     seal_for(wl, v);
     return true;
@@ -2501,6 +2589,7 @@ static void wlog_free(plx_store *st)
     while (wl->nspare)
         free(wl->spare[--wl->nspare]);
     free(wl->touched);
+    plx_timer_cancel(st, &wl->drain_timer);
     plx_block_free(wl->head);
     if (st->side_be)
         st->side_be->ops->destroy(st->side_be);
@@ -2566,6 +2655,17 @@ int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
     const char *zc = getenv("PARALLAX_WCACHE_ZC_MIN");
     if (zc && *zc)
         wl->zc_min = (uint32_t)strtoul(zc, NULL, 10);
+    /* The deferred drain (drain_defer): on by default; a delay of 0 drains at once, as before. */
+    uint64_t delay_ms = DRAIN_DELAY_MS, age_ms = DRAIN_MAX_AGE_MS;
+    const char *d = getenv("PARALLAX_WCACHE_DRAIN_DELAY_MS");
+    if (d && *d)
+        delay_ms = strtoull(d, NULL, 10);
+    const char *age = getenv("PARALLAX_WCACHE_DRAIN_MAX_AGE_MS");
+    if (age && *age)
+        age_ms = strtoull(age, NULL, 10);
+    wl->delay_ns = delay_ms * 1000000ull;
+    wl->max_age_ns = age_ms * 1000000ull;
+    wl->drain_timer.run = drain_timer_run;
     wl->mask = 1023;
     wl->tab = calloc(wl->mask + 1, sizeof *wl->tab);
     wl->head = plx_block_alloc(1);
@@ -2632,6 +2732,7 @@ int plx_wlog_close(plx_store *st)
     if (!wl)
         return 0;
     int rc = 0;
+    wl->closing = true; /* nothing defers the drain from here on */
     for (struct plx_vdi *v = st->vdis; v; v = v->next)
         if (v->wc) {
             int c = plx_wlog_vdi_detach(v);
@@ -2677,6 +2778,16 @@ void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out)
     out->attach_ns = wl->attach_ns;
     out->replayed_records = wl->replayed_records;
     out->zc_bytes = wl->zc_bytes;
+    out->drain_delay_ms = wl->delay_ns / 1000000u;
+    out->drain_max_age_ms = wl->max_age_ns / 1000000u;
+    if (wl->first)
+        out->oldest_ms = (plx_mono_ns() - wl->first->born_ns) / 1000000u;
+    out->drain = wl->drain_error || wl->failed ? PLX_WLOG_DRAIN_EAGER
+                 : wl->drain_paused            ? PLX_WLOG_DRAIN_PAUSED
+                 : wl->round_active            ? PLX_WLOG_DRAIN_RUNNING
+                 : !wl->first                  ? PLX_WLOG_DRAIN_IDLE
+                 : wl->deferred                ? PLX_WLOG_DRAIN_DEFERRED
+                                               : PLX_WLOG_DRAIN_EAGER;
     snprintf(out->desc, sizeof out->desc, "%s", wl->desc);
     snprintf(out->error, sizeof out->error, "%s", wl->error);
 }

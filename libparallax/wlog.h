@@ -68,6 +68,11 @@ int plx_wlog_vdi_detach(struct plx_vdi *v);
  * held, and a gathering batch holding a record of v is sealed). True while records of v, or
  * requests queued behind them, are left: detach would wait. Never blocks. */
 bool plx_wlog_vdi_draining(struct plx_vdi *v);
+/* Someone waits for v's records to be in the store (on), or no longer (off): while on and v
+ * has records, the drain is not deferred (wlog.c, drain_defer). The automatic mode uses it once
+ * the store is fast again, so that the VDI's backlog can drain before it turns the cache off.
+ * Cleared when v's last record is drained. Never blocks. */
+void plx_wlog_vdi_hurry(struct plx_vdi *v, int on);
 /* Records of v (cache on) appended to the log and not yet drained; 0 with the cache off. */
 uint64_t plx_wlog_vdi_backlog(const struct plx_vdi *v);
 
@@ -103,6 +108,16 @@ int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec);
 /* The log stays locked (flock) while attached: keep this descriptor, closed at detach. */
 void plx_wlog_keep_fd(plx_store *st, int fd);
 
+/* What the drain is doing: nothing to drain (idle); a round under way (running); deferred while
+ * guests write (drain_defer: idle window, max age, half the log); held (paused); or it starts
+ * as soon as a batch is written (eager: the policy is off, or the log failed). */
+enum plx_wlog_drain_state {
+    PLX_WLOG_DRAIN_IDLE,
+    PLX_WLOG_DRAIN_RUNNING,
+    PLX_WLOG_DRAIN_DEFERRED,
+    PLX_WLOG_DRAIN_PAUSED,
+    PLX_WLOG_DRAIN_EAGER,
+};
 /* Counters for `parallax cache status`. */
 struct plx_wlog_stats {
     int attached;
@@ -112,6 +127,10 @@ struct plx_wlog_stats {
     uint64_t attach_ns;
     uint64_t replayed_records; /* by the replay at attach */
     uint64_t zc_bytes;         /* written from the writers' buffers (ZC_MIN, wlog.c) */
+    /* The drain: what it is doing (enum plx_wlog_drain_state), its idle window and max age
+     * (0: it never defers), and how old the oldest record not yet released is. */
+    int drain;
+    uint64_t drain_delay_ms, drain_max_age_ms, oldest_ms;
     char desc[128];
     char error[256];
 };

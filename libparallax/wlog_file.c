@@ -253,6 +253,11 @@ int plx_wcache_status(plx_store *st, struct plx_wcache_status *out)
             out->vdis_cached++;
     snprintf(out->path, sizeof out->path, "%s", ws.desc);
     snprintf(out->error, sizeof out->error, "%s", ws.error);
+    static const char *const drain[] = {"idle", "running", "deferred", "paused", "eager"};
+    snprintf(out->drain, sizeof out->drain, "%s", drain[ws.drain]);
+    out->drain_delay_ms = ws.drain_delay_ms;
+    out->drain_max_age_ms = ws.drain_max_age_ms;
+    out->oldest_ms = ws.oldest_ms;
     return 0;
 }
 

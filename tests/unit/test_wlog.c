@@ -1064,11 +1064,13 @@ END_TEST
 START_TEST(test_drain_keeps_few_records_in_the_pipeline)
 {
     enum { NREC = 600, LOG = 4096 };
+    setenv("PARALLAX_WCACHE_DRAIN_DELAY_MS", "0", 1); /* it counts the drain's first passes */
     plx_backend *smem = new_store_medium();
     plx_backend *sfault = plx_fault_create(smem, 0);
     plx_backend *lmem = plx_backend_mem_create(LOG);
     plx_store *st = open_store(sfault, "host-a");
     ck_assert_int_eq(attach(st, lmem, 1), 0);
+    unsetenv("PARALLAX_WCACHE_DRAIN_DELAY_MS");
     ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
     plx_vdi *v;
     ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
@@ -1178,6 +1180,356 @@ START_TEST(test_auto_on_before_any_write_completes)
 }
 END_TEST
 
+/* ---- The deferred drain (wlog.c, drain_defer) ---------------------------------------------------
+ *
+ * Each test attaches a log whose drain defers for an idle window and a max age (ms) given for
+ * that attach. With both at ten minutes the drain never starts on its own within a test: then
+ * every way of waiting for it must override the deferral, or the test runs out of its time
+ * bound (DEFER_WAIT_MS) or of Check's timeout. */
+
+#define NEVER_MS "600000"
+#define DEFER_WAIT_MS 3000u
+
+struct lazy {
+    plx_backend *smem, *lmem;
+    plx_store *st;
+    plx_vdi *v;
+    uint8_t *buf;
+};
+
+/* The log on lmem, or (NULL) on memory. */
+static void lazy_open(struct lazy *z, const char *delay_ms, const char *age_ms, plx_backend *lmem)
+{
+    memset(z, 0, sizeof *z);
+    z->smem = new_store_medium();
+    z->lmem = lmem ? lmem : plx_backend_mem_create(LOG_BLOCKS);
+    z->st = open_store(z->smem, "host-a");
+    setenv("PARALLAX_WCACHE_DRAIN_DELAY_MS", delay_ms, 1);
+    setenv("PARALLAX_WCACHE_DRAIN_MAX_AGE_MS", age_ms, 1);
+    ck_assert_int_eq(attach(z->st, z->lmem, 1), 0);
+    unsetenv("PARALLAX_WCACHE_DRAIN_DELAY_MS");
+    unsetenv("PARALLAX_WCACHE_DRAIN_MAX_AGE_MS");
+    ck_assert_int_eq(plx_vdi_create(z->st, "vm", VDI_BYTES, NULL), 0);
+    ck_assert_int_eq(plx_vdi_open(z->st, "vm", 0, &z->v), 0);
+    prefill(z->v); /* (the drain's writes then claim nothing) */
+    ck_assert_int_eq(plx_wlog_vdi_enable(z->v), 0);
+    z->buf = plx_block_alloc(VDI_BYTES / BS);
+}
+
+static struct plx_wlog_stats lazy_stats(const struct lazy *z)
+{
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(z->st, &ws);
+    return ws;
+}
+
+/* n 4 KiB records at blocks b0 ..., block b filled with (b % 251) + 1; the drain is deferred. */
+static void lazy_write(struct lazy *z, uint64_t b0, unsigned n)
+{
+    for (uint64_t b = b0; b < b0 + n; b++) {
+        memset(z->buf, (int)(b % 251) + 1, BS);
+        ck_assert_int_eq(plx_vdi_pwrite(z->v, z->buf, b * BS, BS, 0), 0);
+    }
+    ck_assert_int_ge(plx_store_service(z->st), 0);
+    struct plx_wlog_stats ws = lazy_stats(z);
+    ck_assert_uint_eq(ws.backlog_records, n);
+    ck_assert_int_eq(ws.drain, PLX_WLOG_DRAIN_DEFERRED);
+}
+
+/* Serve the store until *done is set, at most DEFER_WAIT_MS; false when it was not. */
+static bool serve_until(plx_store *st, const int *done)
+{
+    uint64_t t0 = mono_ms();
+    while (!*done && mono_ms() - t0 < DEFER_WAIT_MS) {
+        ck_assert_int_ge(plx_store_service(st), 0);
+        if (!*done)
+            usleep(1000);
+    }
+    return *done;
+}
+
+/* Blocks b0 ... b0 + n - 1 read as lazy_write wrote them, from a store opened without the log. */
+static void lazy_check_store(struct lazy *z, uint64_t b0, unsigned n)
+{
+    plx_store *st = open_store(z->smem, "host-b");
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    for (uint64_t b = b0; b < b0 + n; b++) {
+        ck_assert_int_eq(plx_vdi_pread(v, z->buf, b * BS, BS), 0);
+        ck_assert_uint_eq(z->buf[0], b % 251 + 1);
+        ck_assert_uint_eq(z->buf[BS - 1], b % 251 + 1);
+    }
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+}
+
+static void lazy_free(struct lazy *z)
+{
+    plx_block_free(z->buf);
+    z->smem->ops->destroy(z->smem);
+    z->lmem->ops->destroy(z->lmem);
+}
+
+/* Nobody waits and nobody ticks: the engine's timer alone starts the drain once no write has
+ * come for the idle window. The host loop only waits on plx_store_fd(), which the timer must
+ * make readable (a poll that times out fails the test). */
+START_TEST(test_drain_timer_alone_starts_the_drain)
+{
+    struct lazy z;
+    lazy_open(&z, "40", NEVER_MS, NULL);
+    uint64_t t0 = mono_ms();
+    lazy_write(&z, 0, 8);
+    while (lazy_stats(&z).backlog_records) {
+        struct pollfd pfd = {.fd = plx_store_fd(z.st), .events = POLLIN};
+        ck_assert_msg(poll(&pfd, 1, 2000) == 1,
+                      "plx_store_fd() did not become readable with the drain deferred (backlog "
+                      "%llu)",
+                      (unsigned long long)lazy_stats(&z).backlog_records);
+        ck_assert_int_ge(plx_store_service(z.st), 0);
+        ck_assert_msg(mono_ms() - t0 < DEFER_WAIT_MS, "not drained after %u ms", DEFER_WAIT_MS);
+    }
+    ck_assert_uint_ge(mono_ms() - t0, 40); /* it did wait for the idle window */
+    ck_assert_int_eq(lazy_stats(&z).drain, PLX_WLOG_DRAIN_IDLE);
+    /* Drained: the fd goes quiet (no timer left firing, nothing to service). */
+    ck_assert_int_ge(plx_store_service(z.st), 0);
+    struct pollfd pfd = {.fd = plx_store_fd(z.st), .events = POLLIN};
+    ck_assert_int_eq(poll(&pfd, 1, 100), 0);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 8);
+    lazy_free(&z);
+}
+END_TEST
+
+/* A steady trickle of writes never leaves the idle window: the max age still bounds how far
+ * the store lags behind the log. */
+START_TEST(test_drain_max_age_holds_under_a_trickle)
+{
+    enum { AGE_MS = 300 };
+    struct lazy z;
+    lazy_open(&z, "200", "300", NULL);
+    uint64_t t0 = mono_ms(), oldest = 0;
+    unsigned n = 0;
+    while (mono_ms() - t0 < 1500) {
+        memset(z.buf, (int)(n % 251) + 1, BS);
+        ck_assert_int_eq(plx_vdi_pwrite(z.v, z.buf, (uint64_t)n * BS, BS, 0), 0);
+        n++;
+        for (int i = 0; i < 10; i++) {
+            ck_assert_int_ge(plx_store_service(z.st), 0);
+            struct plx_wlog_stats ws = lazy_stats(&z);
+            oldest = ws.oldest_ms > oldest ? ws.oldest_ms : oldest;
+            usleep(2000);
+        }
+    }
+    struct plx_wlog_stats ws = lazy_stats(&z);
+    ck_assert_msg(ws.drained_bytes >= (uint64_t)n / 2 * BS,
+                  "only %llu of %u records drained during the trickle",
+                  (unsigned long long)(ws.drained_bytes / BS), n);
+    ck_assert_msg(oldest < AGE_MS + 100, "a record stayed %llu ms in the log (max age %u ms)",
+                  (unsigned long long)oldest, AGE_MS);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, n);
+    lazy_free(&z);
+}
+END_TEST
+
+/* Closing the VDI (plx_wlog_vdi_detach) waits for its records: it must not wait out the
+ * deferral. So must closing the store with the VDI open (plx_wlog_close). */
+START_TEST(test_drain_close_overrides_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    lazy_write(&z, 0, 16);
+    uint64_t t0 = mono_ms();
+    if (_i == 0)
+        ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0); /* (_i 1: with the VDI open) */
+    ck_assert_uint_lt(mono_ms() - t0, DEFER_WAIT_MS);
+    lazy_check_store(&z, 0, 16);
+    lazy_free(&z);
+}
+END_TEST
+
+/* A handover's close without a wait (plx_vdi_try_close: plx_wlog_vdi_draining), and the cache
+ * turned off without a wait (`cache disable`, the automatic mode: plx_wlog_vdi_try_detach). */
+START_TEST(test_drain_try_close_and_try_detach_override_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    lazy_write(&z, 0, 16);
+    uint64_t t0 = mono_ms();
+    int rc;
+    if (_i == 0) {
+        while ((rc = plx_vdi_try_close(z.v)) == -EAGAIN && mono_ms() - t0 < DEFER_WAIT_MS) {
+            ck_assert_int_ge(plx_store_service(z.st), 0);
+            usleep(1000);
+        }
+        ck_assert_msg(rc == 0, "plx_vdi_try_close: %d after %llu ms", rc,
+                      (unsigned long long)(mono_ms() - t0));
+    } else {
+        while ((rc = plx_vdi_wcache_off_nowait(z.v)) == -EAGAIN &&
+               mono_ms() - t0 < DEFER_WAIT_MS) {
+            ck_assert_int_ge(plx_store_service(z.st), 0);
+            usleep(1000);
+        }
+        ck_assert_msg(rc == 0, "plx_vdi_wcache_off_nowait: %d after %llu ms", rc,
+                      (unsigned long long)(mono_ms() - t0));
+        ck_assert(!plx_vdi_wcache_on(z.v));
+        ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    }
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 16);
+    lazy_free(&z);
+}
+END_TEST
+
+/* `cache disable` (plx_vdi_wcache(v, 0): waits until drained). */
+START_TEST(test_drain_disable_overrides_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    lazy_write(&z, 0, 16);
+    uint64_t t0 = mono_ms();
+    ck_assert_int_eq(plx_vdi_wcache(z.v, 0), 0);
+    ck_assert_uint_lt(mono_ms() - t0, DEFER_WAIT_MS);
+    ck_assert_uint_eq(lazy_stats(&z).backlog_records, 0);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 16);
+    lazy_free(&z);
+}
+END_TEST
+
+/* A trim (_i 0) or snapshot (_i 1) goes to the pipeline once the VDI's records before it are
+ * drained: it waits for the drain. */
+START_TEST(test_drain_trim_and_snapshot_override_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    lazy_write(&z, 0, 16);
+    int done = 0;
+    uint64_t idx = 0;
+    if (_i == 0)
+        ck_assert_int_eq(plx_vdi_submit_trim(z.v, 64 * BS, BS, int_done, &done), 0);
+    else
+        ck_assert_int_eq(plx_vdi_submit_snapshot(z.v, "s", &idx, int_done, &done), 0);
+    ck_assert_msg(serve_until(z.st, &done), "the %s waited out the deferred drain",
+                  _i == 0 ? "trim" : "snapshot");
+    ck_assert_uint_eq(lazy_stats(&z).backlog_records, 0);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 16);
+    lazy_free(&z);
+}
+END_TEST
+
+/* Writers waiting for room in the log: more than the log holds, at once. */
+struct many {
+    unsigned left;
+};
+
+static void many_done(void *arg, int status)
+{
+    ck_assert_int_eq(status, 0);
+    ((struct many *)arg)->left--;
+}
+
+START_TEST(test_drain_full_log_overrides_the_deferral)
+{
+    enum { CHUNK = 64, NCHUNK = 2 * LOG_BLOCKS / CHUNK }; /* twice the log */
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    uint8_t *data = plx_block_alloc((uint64_t)CHUNK * NCHUNK);
+    for (uint64_t b = 0; b < (uint64_t)CHUNK * NCHUNK; b++)
+        memset(data + b * BS, (int)(b % 251) + 1, BS);
+    struct many m = {NCHUNK};
+    for (unsigned i = 0; i < NCHUNK; i++)
+        ck_assert_int_eq(plx_vdi_submit_write(z.v, data + (size_t)i * CHUNK * BS,
+                                              (uint64_t)i * CHUNK * BS, (size_t)CHUNK * BS, 0,
+                                              many_done, &m),
+                         0);
+    uint64_t t0 = mono_ms();
+    while (m.left && mono_ms() - t0 < DEFER_WAIT_MS) {
+        ck_assert_int_ge(plx_store_service(z.st), 0);
+        if (m.left)
+            usleep(1000);
+    }
+    ck_assert_msg(!m.left, "%u writes still waited for room in the log", m.left);
+    ck_assert_uint_gt(lazy_stats(&z).drained_bytes, 0);
+    plx_block_free(data);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, CHUNK * NCHUNK);
+    lazy_free(&z);
+}
+END_TEST
+
+/* The log failed: a flush then completes only once the drain has put what it covers into the
+ * store (write-through). */
+START_TEST(test_drain_failed_log_overrides_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, plx_fault_create(NULL, LOG_BLOCKS));
+    lazy_write(&z, 0, 4);
+    plx_fault_fail_blocks(z.lmem, PLX_IO_WRITE, 0, LOG_BLOCKS, -EIO, -1);
+    int wdone = 0, fdone = 0;
+    memset(z.buf, 4 % 251 + 1, BS);
+    ck_assert_int_eq(plx_vdi_submit_write(z.v, z.buf, 4 * BS, BS, 0, int_done, &wdone), 0);
+    ck_assert_int_eq(plx_vdi_submit_flush(z.v, int_done, &fdone), 0);
+    ck_assert_msg(serve_until(z.st, &fdone), "the flush waited out the deferred drain");
+    ck_assert_msg(serve_until(z.st, &wdone), "the write waited out the deferred drain");
+    ck_assert_int_eq(lazy_stats(&z).failed, 1);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 5);
+    lazy_free(&z);
+}
+END_TEST
+
+/* The automatic mode with the store fast again: the VDI's backlog (more than the mode's
+ * AUTO_OFF_MAX_BACKLOG) must drain so that the cache can turn off (plx_wlog_vdi_hurry). */
+START_TEST(test_drain_auto_off_overrides_the_deferral)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, NEVER_MS, NULL);
+    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 50};
+    ck_assert_int_eq(plx_vdi_wcache_auto(z.v, &a), 0); /* (on: it keeps its state) */
+    lazy_write(&z, 0, 200);
+    uint64_t t0 = mono_ms();
+    while (plx_vdi_wcache_on(z.v) && mono_ms() - t0 < DEFER_WAIT_MS) {
+        ck_assert_int_ge(plx_vdi_wcache_tick(z.v), 0);
+        ck_assert_int_ge(plx_store_service(z.st), 0);
+        usleep(2000);
+    }
+    ck_assert_msg(!plx_vdi_wcache_on(z.v), "the cache stayed on, %llu records in the log",
+                  (unsigned long long)lazy_stats(&z).backlog_records);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 200);
+    lazy_free(&z);
+}
+END_TEST
+
+/* With the delay 0 the drain starts as soon as a batch is written, as before the policy. */
+START_TEST(test_drain_delay_zero_is_eager)
+{
+    struct lazy z;
+    lazy_open(&z, "0", NEVER_MS, NULL);
+    memset(z.buf, 1, BS);
+    ck_assert_int_eq(plx_vdi_pwrite(z.v, z.buf, 0, BS, 0), 0);
+    for (int i = 0; i < 50 && lazy_stats(&z).backlog_records; i++) {
+        ck_assert_int_ge(plx_store_service(z.st), 0);
+        usleep(200); /* (10 ms in all: far below the 10 minutes of max age) */
+    }
+    ck_assert_uint_eq(lazy_stats(&z).backlog_records, 0);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_free(&z);
+}
+END_TEST
+
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");
@@ -1197,6 +1549,16 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_auto_on_before_any_write_completes);
     tcase_add_test(tc, test_drain_refuses_a_record_that_reads_back_wrong);
     tcase_add_test(tc, test_drain_keeps_few_records_in_the_pipeline);
+    tcase_add_test(tc, test_drain_timer_alone_starts_the_drain);
+    tcase_add_test(tc, test_drain_max_age_holds_under_a_trickle);
+    tcase_add_loop_test(tc, test_drain_close_overrides_the_deferral, 0, 2);
+    tcase_add_loop_test(tc, test_drain_try_close_and_try_detach_override_the_deferral, 0, 2);
+    tcase_add_test(tc, test_drain_disable_overrides_the_deferral);
+    tcase_add_loop_test(tc, test_drain_trim_and_snapshot_override_the_deferral, 0, 2);
+    tcase_add_test(tc, test_drain_full_log_overrides_the_deferral);
+    tcase_add_test(tc, test_drain_failed_log_overrides_the_deferral);
+    tcase_add_test(tc, test_drain_auto_off_overrides_the_deferral);
+    tcase_add_test(tc, test_drain_delay_zero_is_eager);
     suite_add_tcase(s, tc);
     return s;
 }
