@@ -270,7 +270,7 @@ int plx_store_fd(const plx_store *st)
     return st->epoll_fd;
 }
 
-/* ---- Timers ------------------------------------------------------------------------------------ */
+/* ---- Timers ---------------------------------------------------------------------------------- */
 
 /* Program the timerfd for at_ns (0: disarm). timerfd_settime also clears an expiry not yet
  * read, so the fd is never left readable with nothing due (a busy loop in the host). */

@@ -100,7 +100,7 @@ struct plx_store {
     bool fencing; /* our key is registered at the medium (plx_fence_join) */
 
     /* The event loop (engine.c). */
-    int epoll_fd;                                       /* plx_store_fd(): backend, wake and timer fds */
+    int epoll_fd;                                       /* plx_store_fd(): backend, wake, timer */
     int wake_fd;                                        /* eventfd: callbacks are ready to run */
     struct plx_ev *ready_head, *ready_tail;             /* I/O completed, handler not yet run */
     struct plx_deferred *deferred_head, *deferred_tail; /* callbacks to run */

@@ -224,9 +224,9 @@ struct plx_wlog {
      * last append, and the engine timer that starts the drain when one of them has passed. */
     uint64_t delay_ns, max_age_ns, last_append_ns;
     struct plx_timer drain_timer;
-    bool deferred;  /* the last kick deferred the drain (status) */
-    bool room_wait; /* a sealed batch found no room in the ring: writers wait for the drain */
-    bool closing;   /* plx_wlog_close */
+    bool deferred;     /* the last kick deferred the drain (status) */
+    bool room_wait;    /* a sealed batch found no room in the ring: writers wait for the drain */
+    bool closing;      /* plx_wlog_close */
     uint64_t nbatches; /* batches not yet released: ring blocks in use = nbatches + backlog */
     /* state */
     bool failed, fields_cleared, drain_paused;

@@ -18,7 +18,10 @@
  *     cache-status ID              ->  "ok vdi=on|off attached=0|1 failed=0|1 log=BYTES
  *                                       used=BYTES backlog=BYTES records=N drained=BYTES
  *                                       rate=BYTES/S cached=N mode=off|on|auto
- *                                       threshold=MS latency=MS path=PATH"
+ *                                       threshold=MS latency=MS
+ *                                       drain=idle|running|deferred|paused|eager
+ *                                       drain_delay_ms=MS drain_max_age_ms=MS oldest_ms=MS
+ *                                       path=PATH"
  *                                      (then "error=MESSAGE" when the log failed)
  *
  * Errors come back as "err ERRNO MESSAGE". One command per connection.

@@ -205,17 +205,22 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
         struct plx_wcache_auto a;
         int mode = plx_vdi_wcache_mode(v, &a);
         char buf[800];
-        int n = snprintf(buf, sizeof buf,
-                         "ok vdi=%s attached=%d failed=%d log=%llu used=%llu backlog=%llu "
-                         "records=%llu drained=%llu rate=%.0f cached=%u mode=%s threshold=%.3f "
-                         "latency=%.3f path=%s",
-                         plx_vdi_wcache_on(v) ? "on" : "off", ws.attached, ws.failed,
-                         (unsigned long long)ws.log_bytes, (unsigned long long)ws.used_bytes,
-                         (unsigned long long)ws.backlog_bytes,
-                         (unsigned long long)ws.backlog_records,
-                         (unsigned long long)ws.drained_bytes, ws.drain_rate, ws.vdis_cached,
-                         mode == PLX_WCACHE_AUTO ? "auto" : mode == PLX_WCACHE_ON ? "on" : "off",
-                         a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? ws.path : "-");
+        int n =
+            snprintf(buf, sizeof buf,
+                     "ok vdi=%s attached=%d failed=%d log=%llu used=%llu backlog=%llu "
+                     "records=%llu drained=%llu rate=%.0f cached=%u mode=%s threshold=%.3f "
+                     "latency=%.3f drain=%s drain_delay_ms=%llu drain_max_age_ms=%llu "
+                     "oldest_ms=%llu path=%s",
+                     plx_vdi_wcache_on(v) ? "on" : "off", ws.attached, ws.failed,
+                     (unsigned long long)ws.log_bytes, (unsigned long long)ws.used_bytes,
+                     (unsigned long long)ws.backlog_bytes, (unsigned long long)ws.backlog_records,
+                     (unsigned long long)ws.drained_bytes, ws.drain_rate, ws.vdis_cached,
+                     mode == PLX_WCACHE_AUTO ? "auto"
+                     : mode == PLX_WCACHE_ON ? "on"
+                                             : "off",
+                     a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? ws.drain : "-",
+                     (unsigned long long)ws.drain_delay_ms, (unsigned long long)ws.drain_max_age_ms,
+                     (unsigned long long)ws.oldest_ms, ws.attached ? ws.path : "-");
         if (ws.error[0] && n > 0 && (size_t)n < sizeof buf)
             snprintf(buf + n, sizeof buf - (size_t)n, " error=%s", ws.error);
         strncat(buf, "\n", sizeof buf - strlen(buf) - 1);

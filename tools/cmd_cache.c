@@ -147,6 +147,7 @@ static int status(plx_store *st, int json)
     }
     for (size_t i = 0; i < n; i++) {
         char line[64], reply[800], path[300], error[300], mode[8], setting[8], num[32], sz[4][32];
+        char drain[16];
         snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)v[i].id);
         int err = control_request((int)v[i].lock_pid, line, reply, sizeof reply);
         if (err) {
@@ -163,6 +164,10 @@ static int status(plx_store *st, int json)
         double latency = strtod(num, NULL);
         field(reply, "path", path, sizeof path);
         field(reply, "error", error, sizeof error);
+        field(reply, "drain", drain, sizeof drain); /* "" from a server before the policy */
+        uint64_t delay_ms = ufield(reply, "drain_delay_ms"),
+                 max_age_ms = ufield(reply, "drain_max_age_ms"),
+                 oldest_ms = ufield(reply, "oldest_ms");
         int attached = ufield(reply, "attached") != 0, failed = ufield(reply, "failed") != 0;
         uint64_t logb = ufield(reply, "log"), used = ufield(reply, "used"),
                  backlog = ufield(reply, "backlog"), rate = ufield(reply, "rate");
@@ -203,6 +208,19 @@ static int status(plx_store *st, int json)
             json_u64(&w, ufield(reply, "drained"));
             json_key(&w, "drain_rate_bytes_per_s");
             json_u64(&w, rate);
+            /* The drain's policy (docs/DESIGN.md, "The deferred drain"): what it does now, the
+             * idle window and max age it defers for, and the oldest record's age. */
+            json_key(&w, "drain");
+            if (drain[0] && strcmp(drain, "-") != 0)
+                json_string(&w, drain);
+            else
+                json_null(&w);
+            json_key(&w, "drain_delay_ms");
+            json_u64(&w, delay_ms);
+            json_key(&w, "drain_max_age_ms");
+            json_u64(&w, max_age_ms);
+            json_key(&w, "oldest_record_ms");
+            json_u64(&w, oldest_ms);
             json_key(&w, "error");
             if (error[0])
                 json_string(&w, error);
@@ -227,8 +245,18 @@ static int status(plx_store *st, int json)
                      threshold, latency);
         else
             snprintf(shown, sizeof shown, "%s", mode);
-        printf("%-20s pid %-7u  cache %-3s  log %s: %s of %s used, backlog %s, drain %s/s%s%s\n",
-               v[i].name, v[i].lock_pid, shown, path, sz[1], sz[0], sz[2], sz[3],
+        /* Why the drain waits, when it does: all of these hold until one flips. */
+        char why[200] = "";
+        if (!strcmp(drain, "deferred"))
+            snprintf(why, sizeof why,
+                     " (deferred: writes within %llu ms, log under half full, oldest record "
+                     "%llu ms < %llu ms)",
+                     (unsigned long long)delay_ms, (unsigned long long)oldest_ms,
+                     (unsigned long long)max_age_ms);
+        else if (drain[0])
+            snprintf(why, sizeof why, " (%s)", drain);
+        printf("%-20s pid %-7u  cache %-3s  log %s: %s of %s used, backlog %s, drain %s/s%s%s%s\n",
+               v[i].name, v[i].lock_pid, shown, path, sz[1], sz[0], sz[2], sz[3], why,
                error[0] ? "\n    " : "", error);
     }
     if (json) {

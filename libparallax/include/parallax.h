@@ -460,7 +460,7 @@ struct plx_wcache_status {
      * the log used, or someone waiting for it), "paused", or "eager" (starts at once). */
     char drain[16];
     uint64_t drain_delay_ms, drain_max_age_ms; /* 0: the drain is never deferred */
-    uint64_t oldest_ms;                         /* age of the oldest record in the log */
+    uint64_t oldest_ms;                        /* age of the oldest record in the log */
 };
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
 /* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write

@@ -1369,8 +1369,7 @@ START_TEST(test_drain_try_close_and_try_detach_override_the_deferral)
         ck_assert_msg(rc == 0, "plx_vdi_try_close: %d after %llu ms", rc,
                       (unsigned long long)(mono_ms() - t0));
     } else {
-        while ((rc = plx_vdi_wcache_off_nowait(z.v)) == -EAGAIN &&
-               mono_ms() - t0 < DEFER_WAIT_MS) {
+        while ((rc = plx_vdi_wcache_off_nowait(z.v)) == -EAGAIN && mono_ms() - t0 < DEFER_WAIT_MS) {
             ck_assert_int_ge(plx_store_service(z.st), 0);
             usleep(1000);
         }
