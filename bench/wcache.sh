@@ -23,7 +23,10 @@
 #      own speed moved by 1.6x from one round to the next on this VM): each cache-on burst
 #      starts with the log drained (the target is for a burst that fits the log), and the first
 #      one's time until the log has drained and the VDIs are closed is printed (the server
-#      closes a departed client's VDI once drained; `cache status` lists it until then);
+#      closes a departed client's VDI once drained; `cache status` lists it until then); the
+#      drain waits while the writers write (docs/DESIGN.md, "The deferred drain": it starts once
+#      no write has come for 50 ms, the log is half full or its oldest record is 2 s old, or
+#      something waits for it), so the drain time counts from about the burst's end;
 #   4b. 4 KiB random writes at QD 1 for SECONDS, cache off and on: mean latency; with the cache on,
 #      PAIRS rounds interleaved with fio on the local disk and on the local disk over NBD (local,
 #      nbdkit, cache on, local, ...), since the local disk's QD1 latency moves from run to run;

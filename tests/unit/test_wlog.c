@@ -13,7 +13,11 @@
  * - snapshots taken with the cache on hold every write acknowledged before them, none after;
  * - EIO on the log: writes go through to the store, nothing acknowledged is lost;
  * - bad input: a log too small for one batch, a file that is not a log;
- * - plx_vdi_try_close does not wait for the drain (a server's other VDIs go on meanwhile).
+ * - plx_vdi_try_close does not wait for the drain (a server's other VDIs go on meanwhile);
+ * - the deferred drain (test_drain_*): the engine's timer alone starts it after the idle
+ *   window, the max age bounds it under a trickle, and every way of waiting for it (close,
+ *   try_close, try_detach, disable, a trim or snapshot, a full or failed log, the automatic
+ *   mode turning off) gets it at once with an idle window and max age of ten minutes.
  * The first four run twice: as they are (writes from unaligned buffers, all copied into their
  * batches) and with block-aligned buffers and $PARALLAX_WCACHE_ZC_MIN=8, so that records of 8
  * blocks and more are written from the writer's buffer in a batch written in pieces (zc_mode).
