@@ -1464,7 +1464,8 @@ static void process_queue(struct plx_wlog *wl, struct plx_wlog_vdi *w)
             if (w->records) {
                 if (wl->gather && wl->gather->nent)
                     seal(wl, wl->gather);
-                kick_later(wl); /* it waits for the drain: not deferred (drain_wanted) */
+                if (wl->deferred)
+                    kick_later(wl); /* it waits for the drain: not deferred (drain_wanted) */
                 return;
             }
             q_pop(w);
@@ -2293,9 +2294,12 @@ static void seal_for(struct plx_wlog *wl, const struct plx_vdi *v)
 }
 
 /* Someone now waits for the drain (drain_wanted says so): let it go on, and start it if it
- * was deferred or held. */
+ * was deferred or held. (Otherwise it is running, or waits for a batch to be written: the
+ * release or the write kicks it. A server calls this after every pass while a VDI closes.) */
 static void drain_unpause(struct plx_wlog *wl)
 {
+    if (!wl->drain_paused && !wl->deferred)
+        return;
     wl->drain_paused = false; /* closing drains, whatever held it */
     kick_later(wl);
 }
@@ -2306,7 +2310,7 @@ void plx_wlog_vdi_hurry(struct plx_vdi *v, int on)
     if (!w || w->hurry == (on && w->records))
         return;
     w->hurry = on && w->records;
-    if (w->hurry)
+    if (w->hurry && v->st->wlog->deferred)
         kick_later(v->st->wlog);
 }
 
