@@ -1992,6 +1992,71 @@ START_TEST(test_will_service_skips_the_wake)
 }
 END_TEST
 
+/* Engine timers (plx_timer_arm): a timer makes plx_store_fd() readable when it is due, and
+ * the service pass then runs it and leaves the fd quiet; a timer moved later fires at its new
+ * time only (the early wake-up finds nothing due and goes quiet); a cancelled one never runs;
+ * and a loop that calls plx_store_service without waiting on the fd gets it too. */
+struct tick {
+    struct plx_timer t;
+    int ran;
+};
+
+static void tick_run(struct plx_timer *t)
+{
+    ((struct tick *)((char *)t - offsetof(struct tick, t)))->ran++;
+}
+
+START_TEST(test_timer_wakes_the_fd)
+{
+    plx_backend *mem = new_medium(8 * MiB);
+    plx_store *st = open_kept(mem);
+    struct tick k = {.t = {.run = tick_run}};
+    ck_assert_int_eq(fd_readable(st), 0);
+    uint64_t t0 = plx_mono_ns();
+    plx_timer_arm(st, &k.t, t0 + 30000000ull);
+    ck_assert_int_eq(fd_readable(st), 0);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(k.ran, 0); /* not due */
+    struct pollfd pfd = {.fd = plx_store_fd(st), .events = POLLIN};
+    ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
+    ck_assert_uint_ge(plx_mono_ns() - t0, 29000000ull);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(k.ran, 1);
+    ck_assert_int_eq(fd_readable(st), 0);
+    /* Moved later before it was due: the early wake-up runs nothing and goes quiet. */
+    t0 = plx_mono_ns();
+    plx_timer_arm(st, &k.t, t0 + 20000000ull);
+    plx_timer_arm(st, &k.t, t0 + 80000000ull);
+    ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(k.ran, plx_mono_ns() - t0 >= 80000000ull ? 2 : 1);
+    if (k.ran == 1) {
+        ck_assert_int_eq(fd_readable(st), 0);
+        ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
+        ck_assert_uint_ge(plx_mono_ns() - t0, 79000000ull);
+        ck_assert_int_ge(plx_store_service(st), 0);
+        ck_assert_int_eq(k.ran, 2);
+    }
+    ck_assert_int_eq(fd_readable(st), 0);
+    /* Cancelled: never runs, and the fd goes quiet after its wake-up. */
+    plx_timer_arm(st, &k.t, plx_mono_ns() + 10000000ull);
+    plx_timer_cancel(st, &k.t);
+    usleep(20000);
+    ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(k.ran, 2);
+    ck_assert_int_eq(fd_readable(st), 0);
+    /* A service loop that never waits on the fd. */
+    t0 = plx_mono_ns();
+    plx_timer_arm(st, &k.t, t0 + 10000000ull);
+    while (k.ran == 2 && plx_mono_ns() - t0 < 2000000000ull)
+        ck_assert_int_ge(plx_store_service(st), 0);
+    ck_assert_int_eq(k.ran, 3);
+    ck_assert(!plx_engine_busy(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+    mem->ops->destroy(mem);
+}
+END_TEST
+
 START_TEST(test_async_flush_trim_fua)
 {
     plx_backend *mem = new_medium(16 * MiB);
@@ -2808,6 +2873,7 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_async_flush_trim_fua);
     tcase_add_test(tc, test_defer_turn_runs_in_the_next_pass);
     tcase_add_test(tc, test_will_service_skips_the_wake);
+    tcase_add_test(tc, test_timer_wakes_the_fd);
     suite_add_tcase(s, tc);
     return s;
 }
