@@ -2786,12 +2786,13 @@ void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out)
     out->drain_max_age_ms = wl->max_age_ns / 1000000u;
     if (wl->first)
         out->oldest_ms = (plx_mono_ns() - wl->first->born_ns) / 1000000u;
-    out->drain = wl->drain_error || wl->failed ? PLX_WLOG_DRAIN_EAGER
-                 : wl->drain_paused            ? PLX_WLOG_DRAIN_PAUSED
-                 : wl->round_active            ? PLX_WLOG_DRAIN_RUNNING
-                 : !wl->first                  ? PLX_WLOG_DRAIN_IDLE
-                 : wl->deferred                ? PLX_WLOG_DRAIN_DEFERRED
-                                               : PLX_WLOG_DRAIN_EAGER;
+    out->drain = wl->drain_error    ? PLX_WLOG_DRAIN_STOPPED
+                 : wl->failed       ? PLX_WLOG_DRAIN_EAGER
+                 : wl->drain_paused ? PLX_WLOG_DRAIN_PAUSED
+                 : wl->round_active ? PLX_WLOG_DRAIN_RUNNING
+                 : !wl->first       ? PLX_WLOG_DRAIN_IDLE
+                 : wl->deferred     ? PLX_WLOG_DRAIN_DEFERRED
+                                    : PLX_WLOG_DRAIN_EAGER;
     snprintf(out->desc, sizeof out->desc, "%s", wl->desc);
     snprintf(out->error, sizeof out->error, "%s", wl->error);
 }

@@ -109,14 +109,16 @@ int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec);
 void plx_wlog_keep_fd(plx_store *st, int fd);
 
 /* What the drain is doing: nothing to drain (idle); a round under way (running); deferred while
- * guests write (drain_defer: idle window, max age, half the log); held (paused); or it starts
- * as soon as a batch is written (eager: the policy is off, or the log failed). */
+ * guests write (drain_defer: idle window, max age, half the log); held (paused); it starts as
+ * soon as a batch is written (eager: the policy is off, or the log failed); or it stopped at an
+ * error (stopped: the records stay in the log, error says why). */
 enum plx_wlog_drain_state {
     PLX_WLOG_DRAIN_IDLE,
     PLX_WLOG_DRAIN_RUNNING,
     PLX_WLOG_DRAIN_DEFERRED,
     PLX_WLOG_DRAIN_PAUSED,
     PLX_WLOG_DRAIN_EAGER,
+    PLX_WLOG_DRAIN_STOPPED,
 };
 /* Counters for `parallax cache status`. */
 struct plx_wlog_stats {

@@ -253,7 +253,8 @@ int plx_wcache_status(plx_store *st, struct plx_wcache_status *out)
             out->vdis_cached++;
     snprintf(out->path, sizeof out->path, "%s", ws.desc);
     snprintf(out->error, sizeof out->error, "%s", ws.error);
-    static const char *const drain[] = {"idle", "running", "deferred", "paused", "eager"};
+    static const char *const drain[] = {"idle",   "running", "deferred",
+                                        "paused", "eager",   "stopped"};
     snprintf(out->drain, sizeof out->drain, "%s", drain[ws.drain]);
     out->drain_delay_ms = ws.drain_delay_ms;
     out->drain_max_age_ms = ws.drain_max_age_ms;

@@ -19,7 +19,7 @@
  *                                       used=BYTES backlog=BYTES records=N drained=BYTES
  *                                       rate=BYTES/S cached=N mode=off|on|auto
  *                                       threshold=MS latency=MS
- *                                       drain=idle|running|deferred|paused|eager
+ *                                       drain=idle|running|deferred|paused|eager|stopped
  *                                       drain_delay_ms=MS drain_max_age_ms=MS oldest_ms=MS
  *                                       path=PATH"
  *                                      (then "error=MESSAGE" when the log failed)

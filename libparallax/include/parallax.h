@@ -457,7 +457,8 @@ struct plx_wcache_status {
     char error[256];           /* why it failed, or "" */
     /* The drain: "idle" (nothing to drain), "running", "deferred" (guests are writing: it waits
      * for drain_delay_ms without a write, the oldest record to be drain_max_age_ms old, half
-     * the log used, or someone waiting for it), "paused", or "eager" (starts at once). */
+     * the log used, or someone waiting for it), "paused", "eager" (starts at once), or
+     * "stopped" (at an error: the records stay in the log). */
     char drain[16];
     uint64_t drain_delay_ms, drain_max_age_ms; /* 0: the drain is never deferred */
     uint64_t oldest_ms;                        /* age of the oldest record in the log */
