@@ -6,7 +6,7 @@
 # - --write-cache on the command line wins over the file;
 # - write-cache-mode=auto and write-cache-threshold=MS in the file, `parallax cache auto VDI
 #   --threshold MS` at run time, shown by `cache status` (text and JSON); `cache enable` leaves
-#   the automatic mode;
+#   the automatic mode; the drain's state and policy (idle, 50 ms, 2000 ms) in `cache status`;
 # - a malformed file stops serve with a message naming the file and line; an absent file means
 #   no cache.
 # shellcheck source=tests/integration/lib.sh
@@ -80,6 +80,10 @@ grep -q "write cache $T/wlog (8 MiB)" "$T/b.log" || fail "no attach: $(cat "$T/b
 qemu-io -f raw -c "write -P 0x5a 0 2M" -c flush "$(uri "$T/b.sock")" >/dev/null
 hold_vdi "$T/b.sock"
 wait_status '.[0].mode == "on" and .[0].log_bytes == 8388608'
+# The drain's policy (docs/DESIGN.md, "The deferred drain"): its defaults, and idle once the
+# write above is drained (50 ms after it).
+wait_status '.[0].drain == "idle" and .[0].drain_delay_ms == 50 and .[0].drain_max_age_ms == 2000'
+plx cache status | contains -F "(idle)" || fail "drain state: $(plx cache status)"
 kill "$HOLDER_PID"
 qemu-io -f raw -c "read -P 0x5a 0 2M" "$(uri "$T/b.sock")" | contains "^read 2097152/2097152" ||
     fail "the write did not read back"
