@@ -11,7 +11,7 @@
 #   fs         Bonnie++ and PostMark on ext4, cold and warm: the dom0 stack (figures 5.1-5.4)
 #   placement  reads of a VDI written in random vs sequential order (figure 5.5)
 #
-#   bench/suite/run.sh               full suite (about 28 min on 2 cores); results in
+#   bench/suite/run.sh               full suite (about 25 min on 2 cores); results in
 #                                    bench/results/suite-HOST-STAMP/, plots in bench/plots/,
 #                                    and the results block of bench/README.md rewritten
 #   bench/suite/run.sh --quick       smaller sizes and fewer points (~6 min); results in
@@ -75,10 +75,12 @@ for w in $FREQ_WORKLOADS; do
 done
 case $MODE in
 full)
+    # The build: 2 copies a run (about 15 s), 3 rounds a row; the best of the rounds carries the
+    # statistics (3 copies cost 280 s more a run of the suite; bench/README.md, "The suite's time").
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
     INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 PAIR_ROUNDS=6 TRICKLE_S=5 FREQ_VDI=1G FREQ_LOOPS=2
-    BUILD_VDI=1G BUILD_COPIES=3 BUILD_INTERVALS="1 0.1 0.02 0.01" BUILD_ROUNDS=3
+    BUILD_VDI=1G BUILD_COPIES=2 BUILD_INTERVALS="1 0.1 0.02 0.01" BUILD_ROUNDS=3
     FS_VDI=2G BONNIE_S=512 BONNIE_R=256 PM_FILES=20000 PM_TX=50000 DD_MB=512 FS_DIRTY=64
     PLACE=512M
     ;;
