@@ -76,7 +76,7 @@ done
 case $MODE in
 full)
     # The build: 2 copies a run (about 15 s), 3 rounds a row; the best of the rounds carries the
-    # statistics (3 copies cost 280 s more a run of the suite; bench/README.md, "The suite's time").
+    # statistics (3 copies took 4-6 min more a full run; bench/README.md, "... and the suite's time").
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
     INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 PAIR_ROUNDS=6 TRICKLE_S=5 FREQ_VDI=1G FREQ_LOOPS=2
