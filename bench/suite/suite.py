@@ -1005,7 +1005,9 @@ def cmd_assemble(a):
             what = {"build": "build: unpack and build a source tree on ext4, figure 5.8's workload",
                     "seqwrite": "seqwrite: 1 MiB writes at full speed over the disk, a stress case",
                     "trickle": "trickle: 600 KiB/s, the thesis's data rate"}[wl]
-            if wl != "trickle" and e and b and e.get("value") and b.get("value"):
+            # The thesis's 4 % (figure 5.8) is for its build workload; the full-speed 1 MiB writer
+            # is a stress case whose target is issue 16's 10 %, judged below.
+            if wl == "build" and e and b and e.get("value") and b.get("value"):
                 rel = e.get("rel", e["value"] / b["value"] if e["unit"] == "MiB/s" else b["value"] / e["value"])
                 targets.append({"key": "freq_cost_" + wl, "section": 3,
                                 "target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (
@@ -1033,7 +1035,7 @@ def cmd_assemble(a):
                                     float(fast) * 1000),
                                 "measured": "%.1f%% (%.3f of no snapshots%s)" % (100 * (1 - rel), rel, _rel_rounds(e, b)),
                                 "met": None})
-            if wl != "trickle" and b and e is not None and e.get("value") is None:
+            if wl == "build" and b and e is not None and e.get("value") is None:
                 targets.append({"key": "freq_cost_" + wl, "section": 3,
                                 "target": "<= 4%% throughput cost with a snapshot every %g ms (Parallax, %s)" % (
                                     float(fast) * 1000, what),
