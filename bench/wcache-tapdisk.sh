@@ -78,22 +78,22 @@ P=$root/build/parallax
 export FIO_TIMEOUT=$((seconds + 120))
 work=$(mktemp -d "$dir/plx-bench-wcache-tapdisk.XXXXXX")
 cg=/sys/fs/cgroup/blkio/plx-wcache-tapdisk-$$
-tgtd_pid="" tap_pids=() tap_minors=()
+tgtd_pid="" tap_pids=() tap_minors=() tap_args=()
 # tapdisk is not our child (tap-ctl spawns it): pause (a destroy with NBD requests in flight
 # crashes tapdisk's NBD code), destroy, and kill by pid what is left.
-tap_stop() { # PID MINOR
+tap_stop() { # PID MINOR ARGS
     timeout -s KILL 60 "$tapctl" pause -p "$1" -m "$2" >/dev/null 2>&1 || true
     timeout -s KILL 120 "$tapctl" destroy -p "$1" -m "$2" >/dev/null 2>&1 || true
     # (a zombie: nothing here reaps what tap-ctl spawned)
     if [[ -e /proc/$1/stat && $(awk '{ print $3 }' "/proc/$1/stat") != Z ]]; then
-        echo "$me: tapdisk $1 still there after destroy: killed" >&2
+        echo "$me: tapdisk $1 ($3) still there after pause and destroy: killed" >&2
         kill -9 "$1" 2>/dev/null || true
     fi
 }
 # (set -e holds in the trap too: every step may fail without ending it early.)
 cleanup() {
     local i
-    for ((i = 0; i < ${#tap_pids[@]}; i++)); do tap_stop "${tap_pids[i]}" "${tap_minors[i]}"; done
+    for ((i = 0; i < ${#tap_pids[@]}; i++)); do tap_stop "${tap_pids[i]}" "${tap_minors[i]}" "${tap_args[i]}"; done
     if [[ -n $tgtd_pid ]]; then kill -9 "$tgtd_pid" 2>/dev/null || true; wait "$tgtd_pid" 2>/dev/null || true; fi
     if [[ -d $cg ]]; then rmdir "$cg" 2>/dev/null || true; fi
     rm -rf "$work"
@@ -155,7 +155,7 @@ tap_create() { # ARGS -> sets td_uri; records pid and minor for the clean-up
     [[ $minor =~ ^[0-9]+$ ]] || { echo "$me: tap-ctl create -a $1 printed '$out'" >&2; exit 1; }
     pid=$(timeout -s KILL 30 "$tapctl" list -m "$minor" | sed -n 's/^pid=\([0-9]*\) .*/\1/p' | head -1)
     [[ -n $pid ]] || { echo "$me: no tapdisk pid for minor $minor" >&2; exit 1; }
-    tap_pids+=("$pid") tap_minors+=("$minor")
+    tap_pids+=("$pid") tap_minors+=("$minor") tap_args+=("$1")
     td_uri="nbd+unix:///?socket=/run/blktap-control/nbd$pid.$minor"
     [[ -S /run/blktap-control/nbd$pid.$minor ]] || { echo "$me: no NBD socket for tapdisk $pid" >&2; exit 1; }
 }
