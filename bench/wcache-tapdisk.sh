@@ -84,7 +84,13 @@ tgtd_pid="" tap_pids=() tap_minors=() tap_args=()
 tap_stop() { # PID MINOR ARGS
     timeout -s KILL 60 "$tapctl" pause -p "$1" -m "$2" >/dev/null 2>&1 || true
     timeout -s KILL 120 "$tapctl" destroy -p "$1" -m "$2" >/dev/null 2>&1 || true
-    # (a zombie: nothing here reaps what tap-ctl spawned)
+    # tapdisk exits a moment after destroy returns (a zombie counts as gone: nothing here reaps
+    # what tap-ctl spawned).
+    local k
+    for ((k = 0; k < 50; k++)); do
+        [[ -e /proc/$1/stat && $(awk '{ print $3 }' "/proc/$1/stat") != Z ]] || return 0
+        sleep 0.1
+    done
     if [[ -e /proc/$1/stat && $(awk '{ print $3 }' "/proc/$1/stat") != Z ]]; then
         echo "$me: tapdisk $1 ($3) still there after pause and destroy: killed" >&2
         kill -9 "$1" 2>/dev/null || true
