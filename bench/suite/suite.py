@@ -11,7 +11,8 @@ loops without starting a process per snapshot:
 Subcommands (all print one JSON document on stdout unless said otherwise):
   hold     --nbd SOCK --export NAME                  keep a connection open until SIGTERM
   grow     SYSTEM --count N [--write-kib K]          take N live snapshots, a little data between
-  snaplat  SYSTEM --count N [--cli ...]              N snapshots back to back: latencies
+  snaplat  SYSTEM --count N [--cli ...] [--floor F]  N snapshots back to back: latencies (and
+                                                    the medium's floor on scratch file F)
   snaploop SYSTEM --interval S --stop-file F         one snapshot every S seconds until F exists
   qmp      --qmp SOCK CMD [JSON-ARGS]                one QMP command; prints its return value
   stats    FILE...                                   summary of latency lists (ms)
