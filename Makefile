@@ -219,7 +219,7 @@ bench-smoke: $(B)/bench-engine
 	@echo "bench-engine --quick: ok"
 
 # The side-by-side suite (bench/README.md, "Side by side"): Parallax vs qcow2 vs direct over NBD.
-# `make bench` is the full run (about 28 minutes on 2 cores): results in
+# `make bench` is the full run (about 25 minutes on 2 cores): results in
 # bench/results/suite-HOST-STAMP/, plots in bench/plots/, and the results block of bench/README.md
 # rewritten. Needs root for the file-system parts (loop devices, mounts).
 bench: deps all $(B)/bench-handover $(B)/bench-scale
