@@ -21,6 +21,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/tgtd.sh"
+source "$root/bench/lib/wcache.sh" # (fio_json, load, slow_store_start; mean and ratio are its own)
 dir=/var/tmp writers=3 burst=32M seconds=2 slow_mibs="" pairs=3 bss="4k 64k 1M" a="" b=$root/build
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -56,8 +57,6 @@ export PARALLAX_RUN_DIR=$work/run
 mkdir -p "$PARALLAX_RUN_DIR"
 P=$b/parallax
 
-fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 bytes=$(numfmt --from=iec "$burst")
 
@@ -97,18 +96,8 @@ slow=$((local_bw / 5))
 [[ -n $slow_mibs ]] && slow=$((slow_mibs << 20))
 
 # ---- the shared store: tgtd in a throttled cgroup (as bench/wcache.sh) ---------------------------
-majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$work" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
-mkdir "$cg"
-echo "$majmin $slow" >"$cg/blkio.throttle.write_bps_device"
-truncate -s 2G "$work/lun.img"
-tgtd_start "$work/tgtd.log"
-echo "$tgtd_pid" >"$cg/cgroup.procs"
-iqn=iqn.2026-11.org.parallax.bench:wcache-ab
-adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }
-adm --op new --mode target --tid 1 -T "$iqn"
-adm --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img" --bsoflags direct
-adm --op bind --mode target --tid 1 -I ALL
-store=iscsi://127.0.0.1:$port/$iqn/1
+slow_store_start "$work" "$cg" "$slow" 2048 iqn.2026-11.org.parallax.bench:wcache-ab
+store=$url
 "$P" -b "$store" format --size 2G >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$store" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$store" vdi-create lat --size 256M >/dev/null

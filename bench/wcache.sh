@@ -61,6 +61,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/tgtd.sh"
+source "$root/bench/lib/wcache.sh"
 cd "$root"
 dir=/var/tmp writers=3 burst=256M seconds=2 slow_mibs="" pairs=6 auto_ms=20
 engine_burst=64M engine_rounds=3
@@ -100,8 +101,6 @@ trap 'exit 143' INT TERM # the EXIT trap then stops what was started (an untrapp
 export PARALLAX_RUN_DIR=$work/run
 mkdir -p "$PARALLAX_RUN_DIR"
 
-fio_json() { fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; } # (the nbd engine says hello first)
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 load_start=$(load)
 # ---- 1. the local disk ---------------------------------------------------------------------------
 burst_bytes=$(numfmt --from=iec "$burst")
@@ -143,26 +142,13 @@ slow=$((local_bw / 5))
 [[ -n $slow_mibs ]] && slow=$((slow_mibs << 20))
 
 # ---- the slow shared store: tgtd in a throttled cgroup -------------------------------------------
-majmin=$(lsblk -dno MAJ:MIN "$(findmnt -no SOURCE -T "$work" | sed 's/[0-9]*$//;s/p$//')" | tr -d ' ')
-mkdir "$cg"
-echo "$majmin $slow" >"$cg/blkio.throttle.write_bps_device"
 # The store holds the burst's VDIs, the QD1 VDI and the engine's (each sized as its writes).
 store_mib=$((2 * total_mib + 1024))
 ((store_mib >= 2048)) || store_mib=2048
 # The log holds the burst twice over (its records' headers, the drain's lag), at least 1 GiB.
 log_mib=$((2 * total_mib))
 ((log_mib >= 1024)) || log_mib=1024
-truncate -s "${store_mib}M" "$work/lun.img"
-tgtd_start "$work/tgtd.log"
-echo "$tgtd_pid" >"$cg/cgroup.procs"
-iqn=iqn.2026-11.org.parallax.bench:wcache
-adm() { tgtadm -C "$ctl" --lld iscsi "$@"; }
-adm --op new --mode target --tid 1 -T "$iqn"
-# O_DIRECT in tgtd: buffered writes would reach the disk from the kernel's flusher, outside the
-# throttled group.
-adm --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img" --bsoflags direct
-adm --op bind --mode target --tid 1 -I ALL
-url=iscsi://127.0.0.1:$port/$iqn/1
+slow_store_start "$work" "$cg" "$slow" "$store_mib" iqn.2026-11.org.parallax.bench:wcache
 "$P" -b "$url" format --size "${store_mib}M" >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$url" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$url" vdi-create lat --size 256M >/dev/null
@@ -305,27 +291,7 @@ rm -f "$work/local.bin" "$work/nbd-local.bin"
 load_end=$(load)
 
 mb() { echo "scale=1; $1 / 1048576" | bc; }
-mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; } # (rounded, as paired's)
-# paired NUM DEN: two arrays (by name) of per-round values: "RATIO_OF_MEANS MEDIAN MIN MAX" of
-# NUM over DEN: the ratio of their means, and the median, min and max of the per-round ratios
-# NUM[i] / DEN[i].
-paired() {
-    local -n pn=$1 pd=$2
-    local i
-    for ((i = 0; i < ${#pn[@]}; i++)); do echo "${pn[i]} ${pd[i]}"; done |
-        awk '{ sn += $1; sd += $2; r[NR] = $1 / $2 }
-             END { for (i = 2; i <= NR; i++) { v = r[i]; for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]; r[j + 1] = v }
-                   m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
-                   printf "%.2f %.2f %.2f %.2f", sn / sd, m, r[1], r[NR] }'
-}
-# pstat LABEL NUM DEN TARGET: one line of paired's four numbers.
-pstat() {
-    local a b c d
-    read -r a b c d <<<"$(paired "$2" "$3")"
-    printf '  %s: ratio of the means %s, median of the %d per-round ratios %s (min %s, max %s)%s\n' \
-        "$1" "$a" "$pairs" "$b" "$c" "$d" "${4:+ (target $4)}"
-}
+# (mean, ratio, paired and pstat: bench/lib/wcache.sh)
 lm=$(mean "${local_lats[@]}") om=$(mean "${on_lats[@]}")
 lp=$(mean "${local_p50s[@]}") op=$(mean "${on_p50s[@]}")
 nm=$(mean "${nbd_lats[@]}") np=$(mean "${nbd_p50s[@]}")

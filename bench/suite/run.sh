@@ -382,13 +382,16 @@ section_depth() {
 }
 
 # ==== 2. snapshot latency ========================================================================
+# Beside the snapshots (taking turns with them), the medium's floor: the two durable 4 KiB
+# writes an idle snapshot makes, done with pwrite + fdatasync on a file beside the store
+# (suite.py DiskFloor), so that a snapshot's tail can be told from the disk's own.
 section_latency() {
     log "latency: idle ($LAT_IDLE snapshots each, $LAT_CLI through the parallax command)"
     sys_start parallax lp "$VDI"
     sys_start qcow2 lq "$VDI"
     # shellcheck disable=SC2046
     $S snaplat $(snap_args lp) $(snap_args lq) --cli "$PARALLAX" --store "$lp_store" --vdi v \
-        --count "$LAT_IDLE" --cli-count "$LAT_CLI" >"$RAW/latency/idle.json"
+        --count "$LAT_IDLE" --cli-count "$LAT_CLI" --floor "$DATA/lp/floor.img" >"$RAW/latency/idle.json"
     # Busy: a fresh qcow2 chain (its snapshot time grows with the chain), and both disks under
     # 4 KiB random writes at QD 32 while the snapshots are taken.
     sys_stop lq
@@ -408,7 +411,7 @@ section_latency() {
     sleep 1
     # shellcheck disable=SC2046
     $S snaplat $(snap_args lp) $(snap_args lq) --cli "$PARALLAX" --store "$lp_store" --vdi v \
-        --count "$LAT_BUSY" --cli-count "$LAT_BUSY_CLI" >"$RAW/latency/busy.json"
+        --count "$LAT_BUSY" --cli-count "$LAT_BUSY_CLI" --floor "$DATA/lp/floor.img" >"$RAW/latency/busy.json"
     stop_pid $f1
     stop_pid $f2
     for s in parallax qcow2; do
