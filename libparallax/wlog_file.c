@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,12 +254,6 @@ int plx_wcache_status(plx_store *st, struct plx_wcache_status *out)
             out->vdis_cached++;
     snprintf(out->path, sizeof out->path, "%s", ws.desc);
     snprintf(out->error, sizeof out->error, "%s", ws.error);
-    static const char *const drain[] = {"idle",   "running", "deferred",
-                                        "paused", "eager",   "stopped"};
-    snprintf(out->drain, sizeof out->drain, "%s", drain[ws.drain]);
-    out->drain_delay_ms = ws.drain_delay_ms;
-    out->drain_max_age_ms = ws.drain_max_age_ms;
-    out->oldest_ms = ws.oldest_ms;
     return 0;
 }
 
@@ -285,4 +280,24 @@ int plx_vdi_wcache_discard(plx_store *st, const char *vdi)
     }
     plx_admin_unlock(st);
     return rc;
+}
+
+int plx_wcache_drain_status(plx_store *st, struct plx_wcache_drain *out)
+{
+    if (!out || out->struct_size < offsetof(struct plx_wcache_drain, oldest_ms) + sizeof(uint64_t))
+        return -EINVAL;
+    struct plx_wcache_drain d = {.struct_size = out->struct_size};
+    struct plx_wlog_stats ws;
+    plx_wlog_stats(st, &ws);
+    if (ws.attached) {
+        static const char *const state[] = {"idle",   "running", "deferred",
+                                            "paused", "eager",   "stopped"};
+        snprintf(d.state, sizeof d.state, "%s", state[ws.drain]);
+        d.delay_ms = ws.drain_delay_ms;
+        d.max_age_ms = ws.drain_max_age_ms;
+        d.oldest_ms = ws.oldest_ms;
+    }
+    /* Fields beyond the caller's struct_size (an older caller) are not written. */
+    memcpy(out, &d, out->struct_size < sizeof d ? out->struct_size : sizeof d);
+    return 0;
 }

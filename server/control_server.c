@@ -202,6 +202,8 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
     } else if (strcmp(cmd, "cache-status") == 0) {
         struct plx_wcache_status ws;
         plx_wcache_status(c->st, &ws);
+        struct plx_wcache_drain dr = {.struct_size = sizeof dr};
+        plx_wcache_drain_status(c->st, &dr);
         struct plx_wcache_auto a;
         int mode = plx_vdi_wcache_mode(v, &a);
         char buf[800];
@@ -218,9 +220,9 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
                      mode == PLX_WCACHE_AUTO ? "auto"
                      : mode == PLX_WCACHE_ON ? "on"
                                              : "off",
-                     a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? ws.drain : "-",
-                     (unsigned long long)ws.drain_delay_ms, (unsigned long long)ws.drain_max_age_ms,
-                     (unsigned long long)ws.oldest_ms, ws.attached ? ws.path : "-");
+                     a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? dr.state : "-",
+                     (unsigned long long)dr.delay_ms, (unsigned long long)dr.max_age_ms,
+                     (unsigned long long)dr.oldest_ms, ws.attached ? ws.path : "-");
         if (ws.error[0] && n > 0 && (size_t)n < sizeof buf)
             snprintf(buf + n, sizeof buf - (size_t)n, " error=%s", ws.error);
         strncat(buf, "\n", sizeof buf - strlen(buf) - 1);

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 4
+#define PLX_API_VERSION_MINOR 5
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -455,15 +455,23 @@ struct plx_wcache_status {
     unsigned vdis_cached;      /* open VDIs with the cache on */
     char path[128];
     char error[256];           /* why it failed, or "" */
-    /* The drain: "idle" (nothing to drain), "running", "deferred" (guests are writing: it waits
-     * for drain_delay_ms without a write, the oldest record to be drain_max_age_ms old, half
-     * the log used, or someone waiting for it), "paused", "eager" (starts at once), or
-     * "stopped" (at an error: the records stay in the log). */
-    char drain[16];
-    uint64_t drain_delay_ms, drain_max_age_ms; /* 0: the drain is never deferred */
-    uint64_t oldest_ms;                        /* age of the oldest record in the log */
 };
 int plx_wcache_status(plx_store *st, struct plx_wcache_status *out);
+/* The write cache's drain (API 1.5; struct plx_wcache_status keeps its 1.0 layout, which
+ * programs built before allocate). An output struct that may grow: zero-initialise, set
+ * struct_size = sizeof(struct plx_wcache_drain); the library fills the fields that fit in it.
+ * state: "" (no log attached), "idle" (nothing to drain), "running", "deferred" (guests are
+ * writing: the drain waits for delay_ms without a write, the oldest record to be max_age_ms
+ * old, half the log used, or someone waiting for it), "paused", "eager" (starts at once), or
+ * "stopped" (at an error: the records stay in the log). -EINVAL if struct_size is smaller
+ * than the first version of the struct. */
+struct plx_wcache_drain {
+    size_t struct_size;
+    char state[16];
+    uint64_t delay_ms, max_age_ms; /* 0: the drain is never deferred */
+    uint64_t oldest_ms;            /* age of the oldest record in the log */
+};
+int plx_wcache_drain_status(plx_store *st, struct plx_wcache_drain *out);
 /* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write
  * latency (the engine's weighted mean of its writes' completion times, decaying while the store
  * is idle, or the age of the VDI's oldest write in flight, whichever is more) has stayed above

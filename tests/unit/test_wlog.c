@@ -23,6 +23,7 @@
  * blocks and more are written from the writer's buffer in a batch written in pieces (zc_mode).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1306,6 +1307,40 @@ START_TEST(test_drain_timer_alone_starts_the_drain)
 }
 END_TEST
 
+/* The public view of the drain (plx_wcache_drain_status, API 1.5): the deferred state and the
+ * policy; a caller's struct is filled only as far as its struct_size (a program built against
+ * a later, larger struct works; one built now is not written past when it grows), and a size
+ * below the first version's is refused. struct plx_wcache_status keeps its 1.0 size. */
+START_TEST(test_drain_status_public)
+{
+    struct lazy z;
+    lazy_open(&z, NEVER_MS, "900000", NULL);
+    lazy_write(&z, 0, 4);
+    struct plx_wcache_drain d = {.struct_size = sizeof d};
+    ck_assert_int_eq(plx_wcache_drain_status(z.st, &d), 0);
+    ck_assert_str_eq(d.state, "deferred");
+    ck_assert_uint_eq(d.delay_ms, 600000);
+    ck_assert_uint_eq(d.max_age_ms, 900000);
+    ck_assert_uint_lt(d.oldest_ms, 60000);
+    /* An older caller: only struct_size bytes are written (the guard after them stays). */
+    struct {
+        struct plx_wcache_drain d;
+        uint8_t guard[64];
+    } big;
+    memset(&big, 0xa5, sizeof big);
+    big.d.struct_size = offsetof(struct plx_wcache_drain, oldest_ms) + sizeof(uint64_t);
+    ck_assert_int_eq(plx_wcache_drain_status(z.st, &big.d), 0);
+    for (size_t i = 0; i < sizeof big.guard; i++)
+        ck_assert_uint_eq(big.guard[i], 0xa5);
+    struct plx_wcache_drain small = {.struct_size = offsetof(struct plx_wcache_drain, delay_ms)};
+    ck_assert_int_eq(plx_wcache_drain_status(z.st, &small), -EINVAL);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 4);
+    lazy_free(&z);
+}
+END_TEST
+
 /* A steady trickle of writes never leaves the idle window: the max age still bounds how far
  * the store lags behind the log. */
 START_TEST(test_drain_max_age_holds_under_a_trickle)
@@ -1553,6 +1588,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_drain_refuses_a_record_that_reads_back_wrong);
     tcase_add_test(tc, test_drain_keeps_few_records_in_the_pipeline);
     tcase_add_test(tc, test_drain_timer_alone_starts_the_drain);
+    tcase_add_test(tc, test_drain_status_public);
     tcase_add_test(tc, test_drain_max_age_holds_under_a_trickle);
     tcase_add_loop_test(tc, test_drain_close_overrides_the_deferral, 0, 2);
     tcase_add_loop_test(tc, test_drain_try_close_and_try_detach_override_the_deferral, 0, 2);
