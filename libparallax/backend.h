@@ -22,8 +22,19 @@
  * it; the kernel writes back and drops cached pages of the range around such a write, so the
  * two stay coherent). The write log writes large records with it straight from the writer's
  * buffer (wlog.c): no copy into the page cache. Every other backend ignores it (a file opened
- * O_DIRECT already is; a memory medium has no cache); the buffer is block-aligned as always. */
+ * O_DIRECT already is; a memory medium has no cache). Its buffer is aligned to
+ * plx_backend_dio_align, not necessarily to a block. */
 #define PLX_IO_DIRECT 0x100u
+/* The memory alignment a PLX_IO_DIRECT buffer needs on be (a power of two, at most
+ * PLX_BLOCK_SIZE as a rule); offsets and lengths stay whole blocks. A file backend learns it at
+ * open from the descriptor it uses O_DIRECT: statx's STATX_DIOALIGN (Linux 6.1), else a block
+ * device's logical block size (BLKSSZGET), else PLX_BLOCK_SIZE, which it also is with no O_DIRECT
+ * descriptor. A memory backend: PLX_MEM_DIO_ALIGN, which it checks (plx_backend_check_io), so
+ * tests exercise the unaligned path. Any other backend, a stacked one included: PLX_BLOCK_SIZE,
+ * the public contract. The write log writes a large record from a writer's buffer aligned to
+ * this (wlog.c, ZC_MIN): tapdisk's buffers are 512 bytes past a page boundary. */
+#define PLX_MEM_DIO_ALIGN 512u
+size_t plx_backend_dio_align(const plx_backend *be);
 
 /* An I/O flag beyond the public PLX_IO_FUA, set by the engine on the writes and flushes of a
  * commit that a snapshot, a flush or a FUA write waits for (radix nodes, snapshot log blocks,

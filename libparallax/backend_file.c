@@ -752,6 +752,14 @@ static struct file_backend *as_file(const plx_backend *be)
     return be != NULL && be->ops == &file_ops ? (struct file_backend *)(uintptr_t)be : NULL;
 }
 
+size_t plx_backend_dio_align(const plx_backend *be)
+{
+    const struct file_backend *f = as_file(be);
+    if (f)
+        return f->dio_align;
+    return plx_backend_mem_table(be) ? PLX_MEM_DIO_ALIGN : PLX_BLOCK_SIZE;
+}
+
 int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
 {
     struct file_backend *f = as_file(be);
@@ -795,6 +803,27 @@ open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
         va_end(ap);
     }
     return NULL;
+}
+
+static size_t dio_align_ok(long a)
+{
+    return a > 0 && (a & (a - 1)) == 0 && a <= PLX_BLOCK_SIZE ? (size_t)a : PLX_BLOCK_SIZE;
+}
+
+/* The memory alignment O_DIRECT on fd needs (plx_backend_dio_align): ext4 on a disk of 512-byte
+ * sectors takes a buffer 512 bytes past a page boundary, as tapdisk's are. */
+static size_t dio_mem_align(int fd, const struct stat *st)
+{
+    long a = 0;
+#ifdef STATX_DIOALIGN
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
+        return dio_align_ok(sx.stx_dio_mem_align); /* 0: no O_DIRECT on this file after all */
+#endif
+    int ssz = 0;
+    if (S_ISBLK(st->st_mode) && ioctl(fd, BLKSSZGET, &ssz) == 0)
+        a = ssz; /* a sector: at least what the device's DMA needs */
+    return dio_align_ok(a);
 }
 
 /* Some filesystems accept O_DIRECT at open and refuse it on the first I/O. */
@@ -933,6 +962,9 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
             f->dfd = -1;
         }
     }
+    f->dio_align = f->dfd >= 0 ? dio_mem_align(f->dfd, &st)
+                   : f->direct ? dio_mem_align(fd, &st)
+                               : PLX_BLOCK_SIZE;
     f->base.ops = &file_ops;
     f->base.nblocks = size / PLX_BLOCK_SIZE;
     if (direct || f->buffered)

@@ -47,6 +47,7 @@ struct file_backend {
     int direct, rdonly;
     int buffered; /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
     int dfd;      /* buffered: the same file opened O_DIRECT, for PLX_IO_DIRECT (else -1) */
+    size_t dio_align; /* memory alignment of a PLX_IO_DIRECT buffer (plx_backend_dio_align) */
     uint64_t wb_off, wb_len; /* buffered: written bytes whose writeback is not started yet */
     int blocking;            /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
     io_context_t ctx;

@@ -207,8 +207,9 @@ int plx_backend_check_io(const plx_backend *be, const struct plx_io *io)
             io->block > be->nblocks - io->nblocks)
             return -EINVAL;
         /* The memory media do not need alignment, but enforcing it here catches engine bugs
-         * that would otherwise only show with O_DIRECT on a real device. */
-        if ((uintptr_t)io->buf % PLX_BLOCK_SIZE != 0)
+         * that would otherwise only show with O_DIRECT on a real device: a block, or for
+         * PLX_IO_DIRECT what plx_backend_dio_align says of a memory medium. */
+        if ((uintptr_t)io->buf % ((io->flags & PLX_IO_DIRECT) ? PLX_MEM_DIO_ALIGN : PLX_BLOCK_SIZE))
             return -EINVAL;
         return 0;
     }

@@ -57,8 +57,10 @@
  * once used: at most this many MiB. */
 #define SPARE_BUFS (ROUND_BLOCKS / MAX_DATA + MAX_FLYING_ZC + MAX_SEALED + 1u)
 #define MIN_LOG_BLOCKS (1u + 2u * (1u + MAX_DATA))
-/* A record of at least this many blocks whose data lies block-aligned in the writer's buffer is
- * not copied into its batch: the batch is written in pieces, that record straight from the
+/* A record of at least this many blocks whose data lies in the writer's buffer aligned as the
+ * log medium's O_DIRECT needs (plx_backend_dio_align: 512 bytes on ext4 over a disk of 512-byte
+ * sectors, where tapdisk's buffers lie 512 bytes past a page boundary) is not copied into its
+ * batch: the batch is written in pieces, that record straight from the
  * writer's buffer and past the page cache (PLX_IO_DIRECT), the header and the copied records
  * through it. Smaller writes keep the page cache, where a QD1 write completes without waiting
  * for the disk. $PARALLAX_WCACHE_ZC_MIN (blocks, 0 = never) overrides it: measurements, and the
@@ -190,6 +192,7 @@ struct plx_wlog {
     char desc[128];
     uint64_t nblocks, log_id;
     uint32_t zc_min;            /* ZC_MIN, or $PARALLAX_WCACHE_ZC_MIN */
+    size_t dio_align;           /* a record's data must be this aligned for ZC_MIN */
     struct plx_wlog_head *head; /* the head block as last written */
     struct wbatch *first, *last, *gather, *last_placed;
     /* The oldest batch not yet written (sealed or flying), the gathering one, or NULL: every
@@ -1398,7 +1401,8 @@ static bool append(struct plx_wlog *wl, struct plx_wlog_vdi *w, struct wreq *r)
         e->data_off = g->ndata;
         e->req = r;
         const uint8_t *src = r->src + (size_t)BS * (r->next_b - r->b0);
-        if (wl->zc_min && n >= wl->zc_min && !g->memory_only && (uintptr_t)src % BS == 0) {
+        if (wl->zc_min && n >= wl->zc_min && !g->memory_only &&
+            (uintptr_t)src % wl->dio_align == 0) {
             e->zc = src;
             e->crc = plx_crc32c(0, src, (size_t)n * BS);
             g->zc_blocks += (uint32_t)n;
@@ -2656,6 +2660,7 @@ int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
     wl->lock_fd = -1;
     wl->nblocks = be->nblocks;
     wl->zc_min = ZC_MIN;
+    wl->dio_align = plx_backend_dio_align(be);
     const char *zc = getenv("PARALLAX_WCACHE_ZC_MIN");
     if (zc && *zc)
         wl->zc_min = (uint32_t)strtoul(zc, NULL, 10);
