@@ -42,9 +42,10 @@
 #define MAX_SEALED 2u      /* sealed batches waiting for room or a write slot */
 #define ROUND_BLOCKS 4096u /* ring blocks per drain round (16 MiB; headers counted: rarena) */
 /* The drain reads a round back in spans of batches adjacent in the ring, READ_SPAN blocks at
- * most each, one span per service pass (round_read_step). A buffered read completes inside
- * io_submit (a copy out of the page cache): 1 MiB is some 0.1-0.2 ms of the engine thread. */
-#define READ_SPAN (1u + MAX_DATA)
+ * most each (a larger batch alone), one span per service pass (round_read_step). A buffered
+ * read completes inside io_submit (a copy out of the page cache): with spans of 257 blocks
+ * (1 MiB and a block) QD1's p99 was 1.65x that with 64 (bench/README.md, "QD1 tail"). */
+#define READ_SPAN 64u
 #define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
 #define APPLY_BLOCKS 1024u /* ... or data blocks (4 MiB) */
 /* Records of a drain round in the pipeline at once: past that the round's next records wait
@@ -1170,7 +1171,7 @@ static void round_read_done(struct plx_store *st, struct plx_ev *ev)
 }
 
 /* Read the round's batches back into rarena: batches adjacent in the ring in one read of their
- * headers and data (READ_SPAN blocks at most), one span per service pass, the rest on the next
+ * headers and data (READ_SPAN blocks at most, or one larger batch), one span per service pass, the rest on the next
  * (plx_defer_turn). At QD1 every batch is one 4 KiB record: a read each, all in one pass, held
  * the serving loop for milliseconds (bench/README.md, "QD1 tail with the drain"). A batch
  * written past the page cache as a whole (zc_blocks) is read the same way, its data alone (no

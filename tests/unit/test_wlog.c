@@ -1571,7 +1571,7 @@ END_TEST
 /* At QD1 every batch is one 4 KiB record. The drain reads batches adjacent in the ring back in
  * one read per span (round_read_step), not one read (and one 1 MiB buffer) per batch, which cost
  * the serving thread milliseconds per round in one pass (bench/README.md, "QD1 tail with the
- * drain"). 200 batches of a header and a block each: 400 blocks, two spans. */
+ * drain"). 200 batches of a header and a block each: 400 blocks, seven spans. */
 START_TEST(test_drain_reads_adjacent_batches_together)
 {
     struct lazy z;
