@@ -40,7 +40,12 @@
  * with 16 969-1669 MiB/s). */
 #define MAX_FLYING_ZC 16u
 #define MAX_SEALED 2u      /* sealed batches waiting for room or a write slot */
-#define ROUND_BLOCKS 4096u /* data blocks per drain round (16 MiB) */
+#define ROUND_BLOCKS 4096u /* ring blocks per drain round (16 MiB; headers counted: rarena) */
+/* The drain reads a round back in spans of batches adjacent in the ring, READ_SPAN blocks at
+ * most each (a larger batch alone), one span per service pass (round_read_step). A buffered
+ * read completes inside io_submit (a copy out of the page cache): with spans of 257 blocks
+ * (1 MiB and a block) QD1's p99 was 1.65x that with 64 (bench/README.md, "QD1 tail"). */
+#define READ_SPAN 64u
 #define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
 #define APPLY_BLOCKS 1024u /* ... or data blocks (4 MiB) */
 /* Records of a drain round in the pipeline at once: past that the round's next records wait
@@ -49,13 +54,12 @@
  * completion growing with it: the pipeline's conflict checks and libiscsi's command queue walk
  * the requests in flight. (A round of large records is far fewer records than this.) */
 #define APPLY_INFLIGHT 256u
-/* Batch and drain-read buffers kept for reuse (buf_get): as many as are in use at once, a drain
- * round's reads and the batches gathering, sealed and in flight. With 8, a round of 1 MiB
- * records (16 reads) took the rest from the heap each time, which gave them back to the kernel,
- * and the reads past the page cache faulted in fresh pages: 8-10% of serve's samples in a burst
- * of 1 MiB writes with the drain running (perf: do_anonymous_page under aio_read). Held only
- * once used: at most this many MiB. */
-#define SPARE_BUFS (ROUND_BLOCKS / MAX_DATA + MAX_FLYING_ZC + MAX_SEALED + 1u)
+/* Batch buffers kept for reuse (buf_get): as many as are in use at once, the batches gathering,
+ * sealed and in flight. With 8, the rest came from the heap each time, which gave them back to
+ * the kernel, and the reads past the page cache faulted in fresh pages: 8-10% of serve's samples
+ * in a burst of 1 MiB writes with the drain running (perf: do_anonymous_page under aio_read).
+ * Held only once used: at most this many MiB. (The drain reads into rarena.) */
+#define SPARE_BUFS (MAX_FLYING_ZC + MAX_SEALED + 1u)
 #define MIN_LOG_BLOCKS (1u + 2u * (1u + MAX_DATA))
 /* A record of at least this many blocks whose data lies in the writer's buffer aligned as the
  * log medium's O_DIRECT needs (plx_backend_dio_align: 512 bytes on ext4 over a disk of 512-byte
@@ -211,6 +215,13 @@ struct plx_wlog {
     int round_status;
     struct wbatch *round_last; /* newest batch of the round */
     struct wbatch *apply_b;    /* round_apply_step: the next record to submit */
+    struct wbatch *read_b;     /* round_read_step: the next batch to read back */
+    uint32_t read_off;         /* ... and where in rarena its span goes */
+    struct plx_deferred read_next;
+    /* The round's read-back buffer, ROUND_BLOCKS blocks, kept once used: a buffer of its own
+     * per batch (1 MiB, and at QD1 a batch is one 4 KiB record) made a round of 4096 batches
+     * 4096 allocations, page faults and reads on the engine thread in one pass. */
+    uint8_t *rarena;
     bool round_crc_bad;        /* a record read back did not match its checksum */
     uint32_t apply_i;
     struct plx_deferred apply_next;
@@ -949,8 +960,6 @@ static void release_round(struct plx_wlog *wl)
             wl->last = NULL;
         wl->released_seq = b->seq;
         wl->nbatches--;
-        if (!b->memory_only)
-            buf_put(wl, b->rbuf);
         buf_put(wl, b->buf);
         free(b->ent);
         free(b);
@@ -1164,6 +1173,72 @@ static void round_read_done(struct plx_store *st, struct plx_ev *ev)
         round_apply(wl);
 }
 
+/* Read the round's batches back into rarena: batches adjacent in the ring in one read of their
+ * headers and data (READ_SPAN blocks at most, or one larger batch), one span per service pass, the rest on the next
+ * (plx_defer_turn). At QD1 every batch is one 4 KiB record: a read each, all in one pass, held
+ * the serving loop for milliseconds (bench/README.md, "QD1 tail with the drain"). A batch
+ * written past the page cache as a whole (zc_blocks) is read the same way, its data alone (no
+ * copy, and the page cache is not filled with what is read once). The round's round_pending
+ * holds one count for the steps until the last one. */
+static void round_read_step(struct plx_wlog *wl)
+{
+    struct wbatch *end = wl->round_last->next;
+    unsigned step = 0;
+    while (wl->read_b != end && !wl->round_status) {
+        struct wbatch *s = wl->read_b;
+        if (s->memory_only || !s->ndata) {
+            if (s->memory_only)
+                s->rbuf = s->buf + BS;
+            wl->read_b = s->next;
+            continue;
+        }
+        if (step) {
+            plx_defer_turn(wl->st, &wl->read_next);
+            return;
+        }
+        bool direct = s->zc_blocks == s->ndata;
+        uint64_t start = direct ? s->pos + 1 : s->pos;
+        uint32_t n = 0;
+        struct wbatch *b = s;
+        if (direct) {
+            s->rbuf = wl->rarena + (size_t)BS * wl->read_off;
+            n = s->ndata;
+            b = s->next;
+        } else {
+            while (b != end && !b->memory_only && b->ndata && b->zc_blocks != b->ndata &&
+                   b->pos == start + n && (n == 0 || n + 1 + b->ndata <= READ_SPAN)) {
+                b->rbuf = wl->rarena + (size_t)BS * (wl->read_off + n + 1);
+                n += 1 + b->ndata;
+                b = b->next;
+            }
+        }
+        wl->read_b = b;
+        /* the read fills what is used: no zeroing */
+        s->ev.io = (struct plx_io){.op = PLX_IO_READ,
+                                   .flags = direct ? PLX_IO_DIRECT : 0,
+                                   .block = start,
+                                   .nblocks = n,
+                                   .buf = wl->rarena + (size_t)BS * wl->read_off};
+        s->ev.handler = round_read_done;
+        s->ev.ctx = s;
+        wl->read_off += n;
+        step += n;
+        wl->round_pending++;
+        int rc = plx_submit_side(wl->st, &s->ev);
+        if (rc) {
+            wl->round_pending--;
+            wl->round_status = rc;
+        }
+    }
+    if (--wl->round_pending == 0)
+        round_apply(wl);
+}
+
+static void read_next_run(struct plx_deferred *d)
+{
+    round_read_step((struct plx_wlog *)((char *)d - offsetof(struct plx_wlog, read_next)));
+}
+
 /* Clear every cached VDI's record of this log: from here on the log is not replayed for them
  * (the log failed; what follows goes through to the store). */
 static int clear_fields(struct plx_wlog *wl);
@@ -1234,12 +1309,14 @@ static void drain_kick(struct plx_wlog *wl)
         }
         wl->fields_cleared = true;
     }
+    if (!mem && !wl->rarena && posix_memalign((void **)&wl->rarena, BS, (size_t)BS * ROUND_BLOCKS))
+        abort(); /* as plx_block_alloc: out of memory */
     unsigned count = 0, blocks = 0;
     while (b && b->state == B_WRITTEN && b->memory_only == mem &&
-           (count == 0 || (!b->barrier && blocks + b->ndata <= ROUND_BLOCKS))) {
+           (count == 0 || (!b->barrier && blocks + 1 + b->ndata <= ROUND_BLOCKS))) {
         b->state = B_DRAINING;
         count++;
-        blocks += b->ndata;
+        blocks += 1 + b->ndata;
         wl->round_last = b;
         b = b->next;
     }
@@ -1247,32 +1324,10 @@ static void drain_kick(struct plx_wlog *wl)
     wl->round_status = 0;
     wl->round_crc_bad = false;
     wl->round_pending = 1;
-    for (b = wl->first; b != wl->round_last->next; b = b->next) {
-        if (b->memory_only) {
-            b->rbuf = b->buf + BS;
-            continue;
-        }
-        if (!b->ndata)
-            continue;
-        b->rbuf = buf_get(wl); /* the read fills what is used: no zeroing (plx_block_alloc) */
-        /* Written past the page cache as a whole: read back the same way (no copy, and the
-         * page cache is not filled with what is read once). */
-        b->ev.io = (struct plx_io){.op = PLX_IO_READ,
-                                   .flags = b->zc_blocks == b->ndata ? PLX_IO_DIRECT : 0,
-                                   .block = b->pos + 1,
-                                   .nblocks = b->ndata,
-                                   .buf = b->rbuf};
-        b->ev.handler = round_read_done;
-        b->ev.ctx = b;
-        wl->round_pending++;
-        int rc = plx_submit_side(wl->st, &b->ev);
-        if (rc) {
-            wl->round_pending--;
-            wl->round_status = rc;
-        }
-    }
-    if (--wl->round_pending == 0)
-        round_apply(wl);
+    wl->read_b = wl->first;
+    wl->read_off = 0;
+    wl->read_next.run = read_next_run;
+    round_read_step(wl);
 }
 
 /* ---- VDI records ------------------------------------------------------------------------------ */
@@ -2587,8 +2642,6 @@ static void wlog_free(plx_store *st)
     free(wl->tab);
     for (struct wbatch *b = wl->first, *nx; b; b = nx) {
         nx = b->next;
-        if (!b->memory_only)
-            free(b->rbuf);
         free(b->buf);
         free(b->wevs);
         free(b->ent);
@@ -2596,6 +2649,7 @@ static void wlog_free(plx_store *st)
     }
     while (wl->nspare)
         free(wl->spare[--wl->nspare]);
+    free(wl->rarena);
     free(wl->touched);
     plx_timer_cancel(st, &wl->drain_timer);
     plx_block_free(wl->head);

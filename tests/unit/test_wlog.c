@@ -1664,6 +1664,27 @@ START_TEST(test_drain_delay_zero_is_eager)
 }
 END_TEST
 
+/* At QD1 every batch is one 4 KiB record. The drain reads batches adjacent in the ring back in
+ * one read per span (round_read_step), not one read (and one 1 MiB buffer) per batch, which cost
+ * the serving thread milliseconds per round in one pass (bench/README.md, "QD1 tail with the
+ * drain"). 200 batches of a header and a block each: 400 blocks, seven spans. */
+START_TEST(test_drain_reads_adjacent_batches_together)
+{
+    struct lazy z;
+    plx_backend *lf = plx_fault_create(NULL, LOG_BLOCKS);
+    lazy_open(&z, NEVER_MS, NEVER_MS, lf);
+    lazy_write(&z, 0, 200);
+    uint64_t ios = plx_fault_io_count(lf);
+    ck_assert_int_eq(plx_vdi_close(z.v), 0); /* (waits for the drain) */
+    ios = plx_fault_io_count(lf) - ios;
+    ck_assert_msg(ios <= 8, "the drain of 200 adjacent batches took %llu I/Os of the log",
+                  (unsigned long long)ios);
+    ck_assert_int_eq(plx_store_close(z.st), 0);
+    lazy_check_store(&z, 0, 200);
+    lazy_free(&z);
+}
+END_TEST
+
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");
@@ -1695,6 +1716,7 @@ static Suite *wlog_suite(void)
     tcase_add_test(tc, test_drain_failed_log_overrides_the_deferral);
     tcase_add_test(tc, test_drain_auto_off_overrides_the_deferral);
     tcase_add_test(tc, test_drain_delay_zero_is_eager);
+    tcase_add_test(tc, test_drain_reads_adjacent_batches_together);
     suite_add_tcase(s, tc);
     return s;
 }
