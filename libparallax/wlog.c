@@ -1174,8 +1174,8 @@ static void round_read_done(struct plx_store *st, struct plx_ev *ev)
 }
 
 /* Read the round's batches back into rarena: batches adjacent in the ring in one read of their
- * headers and data (READ_SPAN blocks at most, or one larger batch), one span per service pass, the rest on the next
- * (plx_defer_turn). At QD1 every batch is one 4 KiB record: a read each, all in one pass, held
+ * headers and data (READ_SPAN blocks at most, or one larger batch), one span per service pass,
+ * the rest on the next (plx_defer_turn). At QD1 every batch is one 4 KiB record: a read each, all in one pass, held
  * the serving loop for milliseconds (bench/README.md, "QD1 tail with the drain"). A batch
  * written past the page cache as a whole (zc_blocks) is read the same way, its data alone (no
  * copy, and the page cache is not filled with what is read once). The round's round_pending
@@ -1309,8 +1309,8 @@ static void drain_kick(struct plx_wlog *wl)
         }
         wl->fields_cleared = true;
     }
-    if (!mem && !wl->rarena && posix_memalign((void **)&wl->rarena, BS, (size_t)BS * ROUND_BLOCKS))
-        abort(); /* as plx_block_alloc: out of memory */
+    if (!mem && !wl->rarena)
+        wl->rarena = plx_block_alloc_unzeroed(ROUND_BLOCKS); /* every read fills what is used */
     unsigned count = 0, blocks = 0;
     while (b && b->state == B_WRITTEN && b->memory_only == mem &&
            (count == 0 || (!b->barrier && blocks + 1 + b->ndata <= ROUND_BLOCKS))) {
@@ -2649,7 +2649,7 @@ static void wlog_free(plx_store *st)
     }
     while (wl->nspare)
         free(wl->spare[--wl->nspare]);
-    free(wl->rarena);
+    plx_block_free(wl->rarena);
     free(wl->touched);
     plx_timer_cancel(st, &wl->drain_timer);
     plx_block_free(wl->head);

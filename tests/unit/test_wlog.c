@@ -1404,9 +1404,8 @@ START_TEST(test_drain_timer_alone_starts_the_drain)
 END_TEST
 
 /* The public view of the drain (plx_wcache_drain_status, API 1.5): the deferred state and the
- * policy; a caller's struct is filled only as far as its struct_size (a program built against
- * a later, larger struct works; one built now is not written past when it grows), and a size
- * below the first version's is refused. struct plx_wcache_status keeps its 1.0 size. */
+ * policy; a caller whose struct is larger (built against a later version) gets only the fields
+ * this library knows, nothing past them, and a size below the first version's is refused. */
 START_TEST(test_drain_status_public)
 {
     struct lazy z;
@@ -1418,14 +1417,16 @@ START_TEST(test_drain_status_public)
     ck_assert_uint_eq(d.delay_ms, 600000);
     ck_assert_uint_eq(d.max_age_ms, 900000);
     ck_assert_uint_lt(d.oldest_ms, 60000);
-    /* An older caller: only struct_size bytes are written (the guard after them stays). */
+    /* A caller built against a later, larger struct: the fields past this version's stay as
+     * the caller left them (a copy of struct_size bytes would overwrite the guard). */
     struct {
         struct plx_wcache_drain d;
         uint8_t guard[64];
     } big;
     memset(&big, 0xa5, sizeof big);
-    big.d.struct_size = offsetof(struct plx_wcache_drain, oldest_ms) + sizeof(uint64_t);
+    big.d.struct_size = sizeof big;
     ck_assert_int_eq(plx_wcache_drain_status(z.st, &big.d), 0);
+    ck_assert_str_eq(big.d.state, "deferred");
     for (size_t i = 0; i < sizeof big.guard; i++)
         ck_assert_uint_eq(big.guard[i], 0xa5);
     struct plx_wcache_drain small = {.struct_size = offsetof(struct plx_wcache_drain, delay_ms)};
