@@ -6,7 +6,10 @@
 #   a burst (WRITERS fio jobs x BURST, QD 8, fsync at the end) on the local disk (fio, libaio,
 #   O_DIRECT), over NBD from nbdkit, and through serve with the cache on for build A and build B
 #   (the order of A and B alternates by round; each burst starts with the log drained); serve's
-#   CPU time (all its threads, /proc/PID/task/*/schedstat) per MiB of the burst;
+#   CPU time (all its threads, /proc/PID/task/*/schedstat) per MiB of the burst, and how much of
+#   the burst the log wrote without a copy (MiB of records written straight from the server's
+#   buffers / MiB logged, and those records: `cache status --json`, 0/0 from a server before
+#   API 1.6);
 #   4 KiB random writes at QD 1 for SECONDS on each of the four: median, mean, p99, p99.9, max. After each
 #   cache-on run the script waits until the log has drained (the server closes a departed
 #   client's VDI once drained): a QD1 run of 10 s fills a 1 GiB ring (two blocks a write), and
@@ -109,6 +112,7 @@ start_server() { # BUILD_DIR LOG
     "$1/parallax" -b "$store" serve --unix "$work/nbd.sock" --write-cache "$2" \
         --write-cache-size 1G >"$work/serve.log" 2>&1 &
     srv_pid=$!
+    zc_seen="0 0 0" # (a new server: its log's counters start at 0)
     for ((i = 0; i < 300; i++)); do [[ -S $work/nbd.sock ]] && return 0; sleep 0.1; done
     echo "server did not start: $(cat "$work/serve.log")" >&2
     exit 1
@@ -128,15 +132,28 @@ wait_drained() {
     done
     echo "the log did not drain in 120 s" >&2
 }
-cache_burst() { # BS -> "bytes/s ms-CPU-per-MiB"
-    local w jobs=() c0 c1 bw
+# The log's counters since the server attached it (`cache status --json`, API 1.6; 0 from an
+# older server): "LOGGED_BYTES ZC_BYTES ZC_RECORDS", read while the burst's VDIs are still open
+# (the drain has not finished yet; a server closes a drained client's VDI).
+zc_seen="0 0 0"
+log_counters() {
+    "$P" -b "$store" cache status --json 2>/dev/null |
+        jq -r '[.[] | select(.log != null)][0] // {} | "\(.logged_bytes // 0) \(.zc_bytes // 0) \(.zc_records // 0)"'
+}
+cache_burst() { # BS -> "bytes/s ms-CPU-per-MiB ZC" (ZC: MiB without a copy/MiB logged/records)
+    local w jobs=() c0 c1 bw l0 z0 r0 l1 z1 r1
     for ((w = 1; w <= writers; w++)); do jobs+=(--name="w$w" --uri="nbd+unix:///w$w?socket=$work/nbd.sock"); done
     c0=$(cpu_ns)
     bw=$(fio_json --ioengine=nbd --rw=write --bs="$1" --iodepth=8 --size="$burst" --end_fsync=1 \
         --group_reporting "${jobs[@]}" | jq '.jobs[0].write.bw_bytes')
     c1=$(cpu_ns)
+    read -r l0 z0 r0 <<<"$zc_seen"
+    read -r l1 z1 r1 <<<"$(log_counters)"
+    [[ -n $l1 && $l1 -ge $l0 ]] || l1=$l0 z1=$z0 r1=$r0
+    zc_seen="$l1 $z1 $r1"
     wait_drained
-    echo "$bw $(echo "scale=3; ($c1 - $c0) / 1000000 / ($writers * $bytes / 1048576)" | bc)"
+    echo "$bw $(echo "scale=3; ($c1 - $c0) / 1000000 / ($writers * $bytes / 1048576)" | bc)" \
+        "$(((z1 - z0) >> 20))/$(((l1 - l0) >> 20))/$((r1 - r0))"
 }
 cache_qd1() {
     local p
@@ -159,7 +176,7 @@ sync
 mib() { echo "scale=0; $1 / 1048576" | bc; }
 echo "A: $a ($(git -C "$a/.." rev-parse --short HEAD 2>/dev/null || echo '?'))  B: $b ($(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "local disk $((local_bw >> 20)) MiB/s (1 MiB, QD 8); shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s; burst $writers x $burst QD 8; QD1 $seconds s"
-declare -A L N CA CB UA UB
+declare -A L N CA CB UA UB ZA ZB
 for ((r = 1; r <= pairs; r++)); do
     for bs in $bss; do
         L[$r,$bs]=$(local_burst "$bs")
@@ -176,8 +193,8 @@ for ((r = 1; r <= pairs; r++)); do
         [[ $which == B ]] && d=$b
         start_server "$d" "$work/wlog-$which"
         for bs in $bss; do
-            read -r bw cpu <<<"$(cache_burst "$bs")"
-            if [[ $which == A ]]; then CA[$r,$bs]=$bw UA[$r,$bs]=$cpu; else CB[$r,$bs]=$bw UB[$r,$bs]=$cpu; fi
+            read -r bw cpu zc <<<"$(cache_burst "$bs")"
+            if [[ $which == A ]]; then CA[$r,$bs]=$bw UA[$r,$bs]=$cpu ZA[$r,$bs]=$zc; else CB[$r,$bs]=$bw UB[$r,$bs]=$cpu ZB[$r,$bs]=$zc; fi
         done
         if ((seconds > 0)); then
             p=$(cache_qd1)
@@ -186,9 +203,9 @@ for ((r = 1; r <= pairs; r++)); do
         stop_server
     done
     for bs in $bss; do
-        printf 'round %d, burst bs %s: local %s MiB/s, nbdkit %s, A %s (%s ms CPU/MiB), B %s (%s ms CPU/MiB)\n' "$r" "$bs" \
+        printf 'round %d, burst bs %s: local %s MiB/s, nbdkit %s, A %s (%s ms CPU/MiB; no copy/logged MiB/records %s), B %s (%s ms CPU/MiB; %s)\n' "$r" "$bs" \
             "$(mib "${L[$r,$bs]}")" "$(mib "${N[$r,$bs]}")" "$(mib "${CA[$r,$bs]}")" "${UA[$r,$bs]}" \
-            "$(mib "${CB[$r,$bs]}")" "${UB[$r,$bs]}"
+            "${ZA[$r,$bs]}" "$(mib "${CB[$r,$bs]}")" "${UB[$r,$bs]}" "${ZB[$r,$bs]}"
     done
     ((seconds > 0)) && printf 'round %d, 4 KiB QD1 p50/mean/p99/p99.9/max: local %s us, nbdkit %s, A %s, B %s\n' "$r" \
         "${L[$r,qd1]// //}" "${N[$r,qd1]// //}" "${CA[$r,qd1]// //}" "${CB[$r,qd1]// //}"

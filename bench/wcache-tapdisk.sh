@@ -20,6 +20,9 @@
 # (through the page cache: it survives tapdisk, not the host, until the log is flushed, as an
 # aio: write survives tapdisk but not a power failure until the disk flushes). --durability fua
 # measures the driver's default instead (each cached write waits for a flush of the log).
+# Each burst through tapdisk also shows the tapdisk's CPU time per MiB (all its threads,
+# schedstat) and its minor page faults. The cache's burst also shows how much of it the log wrote without a copy (`cache status
+# --json`: MiB written straight from tapdisk's buffers / MiB logged, and those records).
 # Per round, in this order: the burst (one fio job writing BURST sequentially, 1 MiB at QD
 # QD, default 768 MiB at QD 8: tapdisk's NBD server serves one connection at a time, and a
 # second one wedged it, so bench/wcache.sh's 3 writers x 256 MiB are one stream here) on the
@@ -166,9 +169,9 @@ tap_create() { # ARGS -> sets td_uri; records pid and minor for the clean-up
     [[ -S /run/blktap-control/nbd$pid.$minor ]] || { echo "$me: no NBD socket for tapdisk $pid" >&2; exit 1; }
 }
 tap_create "aio:$work/aio.bin"
-aio_uri=$td_uri
+aio_uri=$td_uri aio_pid=${tap_pids[-1]}
 tap_create "parallax:durability=$durability:write-cache=$work/wlog:write-cache-size=${log_mib}M:wc-on"
-on_uri=$td_uri
+on_uri=$td_uri on_pid=${tap_pids[-1]}
 tap_create "parallax:durability=$durability:wc-off"
 off_uri=$td_uri
 sync # (the new log was written through the page cache: not into the first burst)
@@ -188,6 +191,26 @@ wait_drained() {
     echo "$(now) - $t0" | bc
 }
 wait_drained >/dev/null
+# A tapdisk's CPU time (ns, all threads: schedstat) and minor page faults: "NS FAULTS".
+td_cpu() {
+    local ns flt
+    ns=$(cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }')
+    flt=$(awk '{ print $10 }' /proc/"$1"/stat)
+    echo "$ns $flt"
+}
+# A burst through tapdisk PID: its bytes/s, then the tapdisk's CPU ms per MiB and minor faults.
+td_burst() { # URI PID -> "BYTES/S MS/MIB FAULTS"
+    local c0 f0 c1 f1 bw
+    read -r c0 f0 <<<"$(td_cpu "$2")"
+    bw=$(nbd_burst "$1")
+    read -r c1 f1 <<<"$(td_cpu "$2")"
+    echo "$bw $(echo "scale=3; ($c1 - $c0) / 1000000 / ($burst_bytes / 1048576)" | bc) $((f1 - f0))"
+}
+# The log's counters since tapdisk attached it (API 1.6): "LOGGED_BYTES ZC_BYTES ZC_RECORDS".
+log_counters() {
+    "$P" -b "$url" cache status --json 2>/dev/null |
+        jq -r '[.[] | select(.vdi == "wc-on")][0] // {} | "\(.logged_bytes // 0) \(.zc_bytes // 0) \(.zc_records // 0)"'
+}
 
 mkdir -p bench/results
 base=bench/results/wcache-tapdisk-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%m%dT%H%M%SZ)
@@ -199,12 +222,17 @@ base=bench/results/wcache-tapdisk-$(hostname -s 2>/dev/null || echo host)-$(date
     echo "burst: one stream of $burst (1 MiB, QD $qd); QD1: 4 KiB random writes for $seconds s; $rounds rounds"
 } | tee "$base.txt"
 
-lb=() ab=() cb=() ob=() drains=()
+lb=() ab=() cb=() ob=() drains=() zcs=() acpu=() ccpu=()
 l50=() l99=() a50=() a99=() c50=() c99=() o50=() o99=() qdrains=()
 for ((r = 1; r <= rounds; r++)); do
     lb+=("$(local_burst)")
-    ab+=("$(nbd_burst "$aio_uri")")
-    cb+=("$(nbd_burst "$on_uri")")
+    read -r bw cpu flt <<<"$(td_burst "$aio_uri" "$aio_pid")"
+    ab+=("$bw") acpu+=("$cpu $flt")
+    read -r l0 z0 n0 <<<"$(log_counters)"
+    read -r bw cpu flt <<<"$(td_burst "$on_uri" "$on_pid")"
+    cb+=("$bw") ccpu+=("$cpu $flt")
+    read -r l1 z1 n1 <<<"$(log_counters)"
+    zcs+=("$(((z1 - z0) >> 20))/$(((l1 - l0) >> 20)) MiB, $((n1 - n0)) records")
     drains+=("$(wait_drained)")
     ob+=("$(nbd_burst "$off_uri")")
     read -r m p <<<"$(local_qd1)"
@@ -218,9 +246,13 @@ for ((r = 1; r <= rounds; r++)); do
     o50+=("$m") o99+=("$p")
     i=$((r - 1))
     mib() { echo "scale=0; $1 / 1048576" | bc; }
-    printf 'round %d: burst MiB/s: local %s, aio %s, cache %s (drained %.1f s later), off %s; cache/aio %s, aio/local %s\n' \
-        "$r" "$(mib "${lb[i]}")" "$(mib "${ab[i]}")" "$(mib "${cb[i]}")" "${drains[i]}" "$(mib "${ob[i]}")" \
+    printf 'round %d: burst MiB/s: local %s, aio %s, cache %s (no copy %s; drained %.1f s later), off %s; cache/aio %s, aio/local %s\n' \
+        "$r" "$(mib "${lb[i]}")" "$(mib "${ab[i]}")" "$(mib "${cb[i]}")" "${zcs[i]}" "${drains[i]}" "$(mib "${ob[i]}")" \
         "$(ratio "${cb[i]}" "${ab[i]}")" "$(ratio "${ab[i]}" "${lb[i]}")" | tee -a "$base.txt"
+    read -r ac af <<<"${acpu[i]}"
+    read -r cc cf <<<"${ccpu[i]}"
+    printf 'round %d: burst, tapdisk CPU ms per MiB (minor faults): aio %s (%s), cache %s (%s)\n' \
+        "$r" "$ac" "$af" "$cc" "$cf" | tee -a "$base.txt"
     printf 'round %d: QD1 median (p99) us: local %.0f (%.0f), aio %.0f (%.0f), cache %.0f (%.0f) (drained %.1f s later), off %.0f (%.0f); cache/aio %s, aio/local %s\n' \
         "$r" "${l50[i]}" "${l99[i]}" "${a50[i]}" "${a99[i]}" "${c50[i]}" "${c99[i]}" "${qdrains[i]}" \
         "${o50[i]}" "${o99[i]}" "$(ratio "${c50[i]}" "${a50[i]}")" "$(ratio "${a50[i]}" "${l50[i]}")" |

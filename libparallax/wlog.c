@@ -247,7 +247,9 @@ struct plx_wlog {
     int drain_error;
     char error[256];
     uint64_t backlog_records, backlog_blocks, drained_bytes, attach_ns, replayed_records;
-    uint64_t zc_bytes; /* appended without a copy and written */
+    /* Written to the log: data bytes, and of them the bytes and records written straight from
+     * the writers' buffers (ZC_MIN): whether large writes take the no-copy path (status). */
+    uint64_t logged_bytes, zc_bytes, zc_records;
     struct plx_wlog_vdi *vdis;
     int lock_fd;
 };
@@ -656,9 +658,12 @@ static void batch_done(struct plx_wlog *wl, struct wbatch *b, int status)
         if (!b->memory_only) {
             buf_put(wl, b->buf);
             b->buf = NULL;
+            wl->logged_bytes += (uint64_t)b->ndata * BS;
             wl->zc_bytes += (uint64_t)b->zc_blocks * BS;
-            for (uint32_t i = 0; i < b->nent; i++)
+            for (uint32_t i = 0; i < b->nent; i++) {
+                wl->zc_records += b->ent[i].zc != NULL;
                 b->ent[i].zc = NULL; /* the requests are answered below */
+            }
             for (uint32_t i = 0; i < b->nent; i++)
                 if (b->ent[i].req) {
                     struct wreq *r = b->ent[i].req;
@@ -2840,7 +2845,9 @@ void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out)
     out->drained_bytes = wl->drained_bytes;
     out->attach_ns = wl->attach_ns;
     out->replayed_records = wl->replayed_records;
+    out->logged_bytes = wl->logged_bytes;
     out->zc_bytes = wl->zc_bytes;
+    out->zc_records = wl->zc_records;
     out->drain_delay_ms = wl->delay_ns / 1000000u;
     out->drain_max_age_ms = wl->max_age_ns / 1000000u;
     if (wl->first)

@@ -128,7 +128,9 @@ struct plx_wlog_stats {
     uint64_t drained_bytes; /* since attach */
     uint64_t attach_ns;
     uint64_t replayed_records; /* by the replay at attach */
-    uint64_t zc_bytes;         /* written from the writers' buffers (ZC_MIN, wlog.c) */
+    uint64_t logged_bytes;     /* data written to the log since attach */
+    uint64_t zc_bytes;         /* of it, written from the writers' buffers (ZC_MIN, wlog.c) */
+    uint64_t zc_records;       /* and the records those bytes were */
     /* The drain: what it is doing (enum plx_wlog_drain_state), its idle window and max age
      * (0: it never defers), and how old the oldest record not yet released is. */
     int drain;

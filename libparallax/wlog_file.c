@@ -296,6 +296,9 @@ int plx_wcache_drain_status(plx_store *st, struct plx_wcache_drain *out)
         d.delay_ms = ws.drain_delay_ms;
         d.max_age_ms = ws.drain_max_age_ms;
         d.oldest_ms = ws.oldest_ms;
+        d.logged_bytes = ws.logged_bytes;
+        d.zc_bytes = ws.zc_bytes;
+        d.zc_records = ws.zc_records;
     }
     /* Fields beyond the caller's struct_size (an older caller) are not written. */
     memcpy(out, &d, out->struct_size < sizeof d ? out->struct_size : sizeof d);

@@ -206,13 +206,13 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
         plx_wcache_drain_status(c->st, &dr);
         struct plx_wcache_auto a;
         int mode = plx_vdi_wcache_mode(v, &a);
-        char buf[800];
+        char buf[1024];
         int n =
             snprintf(buf, sizeof buf,
                      "ok vdi=%s attached=%d failed=%d log=%llu used=%llu backlog=%llu "
                      "records=%llu drained=%llu rate=%.0f cached=%u mode=%s threshold=%.3f "
                      "latency=%.3f drain=%s drain_delay_ms=%llu drain_max_age_ms=%llu "
-                     "oldest_ms=%llu path=%s",
+                     "oldest_ms=%llu logged=%llu zc=%llu zc_records=%llu path=%s",
                      plx_vdi_wcache_on(v) ? "on" : "off", ws.attached, ws.failed,
                      (unsigned long long)ws.log_bytes, (unsigned long long)ws.used_bytes,
                      (unsigned long long)ws.backlog_bytes, (unsigned long long)ws.backlog_records,
@@ -222,7 +222,9 @@ static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uin
                                              : "off",
                      a.on_ms, plx_store_write_latency_ms(c->st), ws.attached ? dr.state : "-",
                      (unsigned long long)dr.delay_ms, (unsigned long long)dr.max_age_ms,
-                     (unsigned long long)dr.oldest_ms, ws.attached ? ws.path : "-");
+                     (unsigned long long)dr.oldest_ms, (unsigned long long)dr.logged_bytes,
+                     (unsigned long long)dr.zc_bytes, (unsigned long long)dr.zc_records,
+                     ws.attached ? ws.path : "-");
         if (ws.error[0] && n > 0 && (size_t)n < sizeof buf)
             snprintf(buf + n, sizeof buf - (size_t)n, " error=%s", ws.error);
         strncat(buf, "\n", sizeof buf - strlen(buf) - 1);

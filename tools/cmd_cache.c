@@ -146,7 +146,7 @@ static int status(plx_store *st, int json)
         printf("no server on this host holds a VDI of this blockstore\n");
     }
     for (size_t i = 0; i < n; i++) {
-        char line[64], reply[800], path[300], error[300], mode[8], setting[8], num[32], sz[4][32];
+        char line[64], reply[1024], path[300], error[300], mode[8], setting[8], num[32], sz[4][32];
         char drain[16];
         snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)v[i].id);
         int err = control_request((int)v[i].lock_pid, line, reply, sizeof reply);
@@ -221,6 +221,14 @@ static int status(plx_store *st, int json)
             json_u64(&w, max_age_ms);
             json_key(&w, "oldest_record_ms");
             json_u64(&w, oldest_ms);
+            /* How the log was written (0 from an older server): data bytes, and of them the
+             * bytes and records written straight from the writers' buffers (no copy). */
+            json_key(&w, "logged_bytes");
+            json_u64(&w, ufield(reply, "logged"));
+            json_key(&w, "zc_bytes");
+            json_u64(&w, ufield(reply, "zc"));
+            json_key(&w, "zc_records");
+            json_u64(&w, ufield(reply, "zc_records"));
             json_key(&w, "error");
             if (error[0])
                 json_string(&w, error);

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 5
+#define PLX_API_VERSION_MINOR 6
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -470,6 +470,11 @@ struct plx_wcache_drain {
     char state[16];
     uint64_t delay_ms, max_age_ms; /* 0: the drain is never deferred */
     uint64_t oldest_ms;            /* age of the oldest record in the log */
+    /* API 1.6: data written to the log since attach, and of it what was written straight from
+     * the writers' buffers without a copy (records of 256 KiB and more whose buffer is aligned
+     * as the log's O_DIRECT needs, docs/DESIGN.md): bytes and records. A caller built against
+     * 1.5 has no room for them and gets none. */
+    uint64_t logged_bytes, zc_bytes, zc_records;
 };
 int plx_wcache_drain_status(plx_store *st, struct plx_wcache_drain *out);
 /* The automatic mode (wcache_auto.c): the cache turns on for a VDI once the store's write

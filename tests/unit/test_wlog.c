@@ -532,6 +532,12 @@ START_TEST(test_zc_from_a_sector_aligned_buffer)
     ck_assert_int_eq(plx_vdi_pwrite(v, mem + 256, MiB, MiB, 0), 0);
     plx_wlog_stats(st, &ws);
     ck_assert_uint_eq(ws.zc_bytes, MiB);
+    /* The public view (API 1.6): 2 MiB logged, 1 MiB of it in one record without a copy. */
+    struct plx_wcache_drain d = {.struct_size = sizeof d};
+    ck_assert_int_eq(plx_wcache_drain_status(st, &d), 0);
+    ck_assert_uint_eq(d.logged_bytes, 2 * MiB);
+    ck_assert_uint_eq(d.zc_bytes, MiB);
+    ck_assert_uint_eq(d.zc_records, 1);
     ck_assert_int_eq(plx_vdi_flush(v), 0);
     memset(mem, 0, 2 * MiB); /* the log holds its own copy of both now */
     verify(v, &sh, "through the log");
