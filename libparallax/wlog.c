@@ -29,6 +29,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "vdi_io.h"
+#include "slab.h"
 #include "wlog.h"
 
 #define BS PLX_BLOCK_SIZE
@@ -79,6 +80,11 @@
 
 enum bstate { B_GATHER, B_SEALED, B_FLYING, B_WRITTEN, B_DRAINING };
 
+/* A batch's record array comes from one of these slabs: class k holds 1 << k records, the last
+ * class PLX_WLOG_PER_BATCH. A batch gathers in the last class; sealing moves its records to the
+ * smallest class they fit (a QD1 batch holds one record until drained). */
+#define ENT_CLASSES 8u
+
 struct wreq;
 
 struct went {
@@ -105,6 +111,7 @@ struct wbatch {
     uint8_t *buf;        /* header block + data, while not written (memory_only: until drained) */
     uint8_t *rbuf;       /* drain: the data read back */
     uint32_t zc_blocks;  /* data blocks of records appended without a copy */
+    uint8_t ent_class;   /* ent's slab (ent_alloc) */
     unsigned wpending;   /* written in pieces: pieces not completed */
     int wstatus;         /* and the first error of one */
     struct plx_ev *wevs; /* their I/Os */
@@ -252,6 +259,9 @@ struct plx_wlog {
     uint64_t logged_bytes, zc_bytes, zc_records;
     struct plx_wlog_vdi *vdis;
     int lock_fd;
+    /* What lives as long as a record (its batch, the batch's records, index entries) comes
+     * from slabs, not from malloc: slab.h says why (a caller's freed request buffers). */
+    struct plx_slab batch_slab, ient_slab, ent_slab[ENT_CLASSES];
 };
 
 static void kick_later(struct plx_wlog *wl);
@@ -319,7 +329,7 @@ static int iset(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n, stru
         uint64_t chunk = vb / ICHUNK;
         struct ient *e = ichunk(wl, vdi, chunk);
         if (!e) {
-            e = malloc(sizeof *e);
+            e = plx_slab_alloc(&wl->ient_slab);
             if (!e)
                 return -ENOMEM;
             e->vdi_id = vdi;
@@ -358,7 +368,7 @@ static void idrop(struct plx_wlog *wl, uint64_t vdi, uint64_t vb, uint64_t n,
         }
         if (e && !e->used) {
             *pp = e->next;
-            free(e);
+            plx_slab_free(&wl->ient_slab, e);
             wl->nidx--;
         }
     }
@@ -498,19 +508,25 @@ static void buf_put(struct plx_wlog *wl, uint8_t *buf)
         free(buf);
 }
 
+static void batch_free(struct plx_wlog *wl, struct wbatch *b)
+{
+    plx_slab_free(&wl->ent_slab[b->ent_class], b->ent);
+    plx_slab_free(&wl->batch_slab, b);
+}
+
 static struct wbatch *gather_get(struct plx_wlog *wl)
 {
     if (wl->gather)
         return wl->gather;
     if (wl->sealed >= MAX_SEALED)
         return NULL;
-    struct wbatch *b = calloc(1, sizeof *b);
+    struct wbatch *b = plx_slab_alloc(&wl->batch_slab);
     if (!b)
         return NULL;
-    b->ent = malloc(PLX_WLOG_PER_BATCH * sizeof *b->ent);
+    b->ent_class = ENT_CLASSES - 1;
+    b->ent = plx_slab_alloc(&wl->ent_slab[b->ent_class]);
     if (!b->ent) {
-        free(b->ent);
-        free(b);
+        plx_slab_free(&wl->batch_slab, b);
         return NULL;
     }
     b->wl = wl;
@@ -560,12 +576,19 @@ static void materialize(struct wbatch *b)
 
 static void seal(struct plx_wlog *wl, struct wbatch *b)
 {
-    /* Nothing appends to a sealed batch: give back the room it did not use (a shrink in place;
-     * on failure the batch keeps its room). */
-    if (b->nent < PLX_WLOG_PER_BATCH) {
-        struct went *ent = realloc(b->ent, (b->nent ? b->nent : 1) * sizeof *ent);
-        if (ent)
+    /* Nothing appends to a sealed batch: give back the room it did not use (its records move to
+     * the smallest class they fit; without memory for that the batch keeps its room). */
+    uint8_t k = 0;
+    while (k < ENT_CLASSES - 1 && (1u << k) < b->nent)
+        k++;
+    if (k < b->ent_class) {
+        struct went *ent = plx_slab_alloc(&wl->ent_slab[k]);
+        if (ent) {
+            memcpy(ent, b->ent, b->nent * sizeof *ent);
+            plx_slab_free(&wl->ent_slab[b->ent_class], b->ent);
             b->ent = ent;
+            b->ent_class = k;
+        }
     }
     b->state = B_SEALED;
     b->seq = wl->next_seq++;
@@ -966,8 +989,7 @@ static void release_round(struct plx_wlog *wl)
         wl->released_seq = b->seq;
         wl->nbatches--;
         buf_put(wl, b->buf);
-        free(b->ent);
-        free(b);
+        batch_free(wl, b);
         b = nx;
     }
     wl->first = b;
@@ -2642,16 +2664,19 @@ static void wlog_free(plx_store *st)
     for (size_t i = 0; i <= wl->mask; i++)
         for (struct ient *e = wl->tab[i], *nx; e; e = nx) {
             nx = e->next;
-            free(e);
+            plx_slab_free(&wl->ient_slab, e);
         }
     free(wl->tab);
     for (struct wbatch *b = wl->first, *nx; b; b = nx) {
         nx = b->next;
         free(b->buf);
         free(b->wevs);
-        free(b->ent);
-        free(b);
+        batch_free(wl, b);
     }
+    plx_slab_destroy(&wl->batch_slab);
+    plx_slab_destroy(&wl->ient_slab);
+    for (unsigned k = 0; k < ENT_CLASSES; k++)
+        plx_slab_destroy(&wl->ent_slab[k]);
     while (wl->nspare)
         free(wl->spare[--wl->nspare]);
     plx_block_free(wl->rarena);
@@ -2717,6 +2742,11 @@ int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
     wl->st = st;
     wl->be = be;
     wl->lock_fd = -1;
+    plx_slab_init(&wl->batch_slab, sizeof(struct wbatch));
+    plx_slab_init(&wl->ient_slab, sizeof(struct ient));
+    for (unsigned k = 0; k < ENT_CLASSES; k++)
+        plx_slab_init(&wl->ent_slab[k],
+                      (k < ENT_CLASSES - 1 ? 1u << k : PLX_WLOG_PER_BATCH) * sizeof(struct went));
     wl->nblocks = be->nblocks;
     wl->zc_min = ZC_MIN;
     wl->dio_align = plx_backend_dio_align(be);
