@@ -53,8 +53,11 @@
 # file, and the cache off, on and automatic) goes to bench/plots/wcache.png (bench/wcache.gp).
 #
 #   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
-#                   [--pairs N] [--auto-ms MS] [--quick]
+#                   [--pairs N] [--auto-ms MS] [--log SIZE] [--quick]
 # (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's;
+# --log: the write log's size instead of twice the burst (at least 1 GiB): a burst of more than
+# half the log starts the drain while the writers still write (the deferred drain's half-full
+# rule), so a log only a little larger than the burst measures a burst with the drain beside it;
 # --pairs: rounds of QD1 runs and of bursts, local disk, over NBD and cache on, default 6. The
 # whole run took 100 s on this 2-core VM with the defaults.)
 set -euo pipefail
@@ -64,7 +67,7 @@ source "$root/bench/lib/tgtd.sh"
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 dir=/var/tmp writers=3 burst=256M seconds=2 slow_mibs="" pairs=6 auto_ms=20
-engine_burst=64M engine_rounds=3
+engine_burst=64M engine_rounds=3 log_size=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -74,8 +77,9 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
     --auto-ms) auto_ms=$2; shift 2 ;;
+    --log) log_size=$2; shift 2 ;;
     --quick) writers=2 burst=16M seconds=3 pairs=1 engine_burst=16M engine_rounds=1; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--log SIZE] [--quick]" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
@@ -148,6 +152,7 @@ store_mib=$((2 * total_mib + 1024))
 # The log holds the burst twice over (its records' headers, the drain's lag), at least 1 GiB.
 log_mib=$((2 * total_mib))
 ((log_mib >= 1024)) || log_mib=1024
+[[ -z $log_size ]] || log_mib=$(($(numfmt --from=iec "$log_size") >> 20))
 slow_store_start "$work" "$cg" "$slow" "$store_mib" iqn.2026-11.org.parallax.bench:wcache
 "$P" -b "$url" format --size "${store_mib}M" >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$url" vdi-create "w$w" --size "$burst" >/dev/null; done
