@@ -1525,9 +1525,9 @@ START_TEST(test_async_mixed_ranges_order)
     for (int i = 0; i < N; i++) {
         ck_assert_int_eq(recs[i].status, 0);
         ck_assert_int_eq(recs[i].bad_context, 0);
+        size_t at = (size_t)i * 24 * BS;
         if (is_read[i])
-            ck_assert_msg(memcmp(buf + (size_t)i * 24 * BS, want + (size_t)i * 24 * BS,
-                                 len[i]) == 0,
+            ck_assert_msg(memcmp(buf + at, want + at, len[i]) == 0,
                           "read %d did not see exactly the writes submitted before it", i);
     }
     expect_bytes(st, v, ref, 0, (size_t)SPAN * BS, "final");
