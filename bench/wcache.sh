@@ -53,8 +53,10 @@
 # file, and the cache off, on and automatic) goes to bench/plots/wcache.png (bench/wcache.gp).
 #
 #   bench/wcache.sh [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S]
-#                   [--pairs N] [--auto-ms MS] [--log SIZE] [--quick]
+#                   [--pairs N] [--auto-ms MS] [--log SIZE] [--store-cpu shared|idle] [--quick]
 # (--slow: the shared store's write limit in MiB/s instead of a fifth of the local disk's;
+# --store-cpu idle: tgtd at SCHED_IDLE, as if the shared store were another machine (default
+# shared: tgtd competes for the two cores with fio and serve, as it does in every earlier run);
 # --log: the write log's size instead of twice the burst (at least 1 GiB): a burst of more than
 # half the log starts the drain while the writers still write (the deferred drain's half-full
 # rule), so a log only a little larger than the burst measures a burst with the drain beside it;
@@ -67,7 +69,7 @@ source "$root/bench/lib/tgtd.sh"
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 dir=/var/tmp writers=3 burst=256M seconds=2 slow_mibs="" pairs=6 auto_ms=20
-engine_burst=64M engine_rounds=3 log_size=""
+engine_burst=64M engine_rounds=3 log_size="" store_cpu=shared
 while [[ $# -gt 0 ]]; do
     case $1 in
     --slow) slow_mibs=$2; shift 2 ;;
@@ -78,8 +80,9 @@ while [[ $# -gt 0 ]]; do
     --pairs) pairs=$2; shift 2 ;;
     --auto-ms) auto_ms=$2; shift 2 ;;
     --log) log_size=$2; shift 2 ;;
+    --store-cpu) store_cpu=$2; shift 2 ;;
     --quick) writers=2 burst=16M seconds=3 pairs=1 engine_burst=16M engine_rounds=1; shift ;;
-    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--log SIZE] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dir DIR] [--writers N] [--burst SIZE] [--seconds N] [--slow MIB/S] [--pairs N] [--auto-ms MS] [--log SIZE] [--store-cpu shared|idle] [--quick]" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench/wcache.sh: tgtd and cgroups need root" >&2; exit 1; }
@@ -154,6 +157,11 @@ log_mib=$((2 * total_mib))
 ((log_mib >= 1024)) || log_mib=1024
 [[ -z $log_size ]] || log_mib=$(($(numfmt --from=iec "$log_size") >> 20))
 slow_store_start "$work" "$cg" "$slow" "$store_mib" iqn.2026-11.org.parallax.bench:wcache
+case $store_cpu in
+shared) ;;
+idle) store_cpu_idle ;;
+*) echo "bench/wcache.sh: --store-cpu shared|idle" >&2; exit 2 ;;
+esac
 "$P" -b "$url" format --size "${store_mib}M" >/dev/null
 for ((w = 1; w <= writers; w++)); do "$P" -b "$url" vdi-create "w$w" --size "$burst" >/dev/null; done
 "$P" -b "$url" vdi-create lat --size 256M >/dev/null
@@ -227,7 +235,7 @@ base=bench/results/wcache-$(hostname -s 2>/dev/null || echo host)-$(date -u +%Y%
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "local disk: $((local_bw >> 20)) MiB/s for the burst (its first run, which set the throttle)"
     echo "local disk over NBD: nbdkit $(nbdkit --version | cut -d' ' -f2) file plugin, cache=none, unix socket"
-    echo "shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s of writes (cgroup v1 blkio, $majmin)"
+    echo "shared store: tgtd LUN throttled to $((slow >> 20)) MiB/s of writes (cgroup v1 blkio, $majmin); tgtd's CPU: $store_cpu"
     echo "burst: $writers writers x $burst (1 MiB, QD 8, fsync at the end), write log $log_mib MiB; $pairs rounds; QD1: $pairs rounds of $seconds s"
 } | tee "$base.txt"
 

@@ -147,10 +147,37 @@ static void wait_remove(struct plx_vdi *v, struct plx_req *r)
     v->wait_gen++;
 }
 
+/* Requests that may conflict over a range of blocks (may_start). */
+static bool has_range(const struct plx_req *r)
+{
+    return r->op == REQ_READ || r->op == REQ_WRITE || r->op == REQ_TRIM || r->op == REQ_STATUS;
+}
+
+static unsigned busy_slot(uint64_t b)
+{
+    return (unsigned)((b * 0x9E3779B97F4A7C15ull) >> 52) & (PLX_BUSY_SLOTS - 1);
+}
+
+/* r becomes active (d = 1) or stops being active (d = -1): the busy filter. */
+static void busy_count(struct plx_vdi *v, struct plx_req *r, int d)
+{
+    if (!has_range(r))
+        return;
+    if (d > 0)
+        r->busy_counted = r->b1 - r->b0 <= PLX_BUSY_MAX_BLOCKS;
+    if (!r->busy_counted) {
+        v->nwide += (unsigned)d;
+        return;
+    }
+    for (uint64_t b = r->b0; b < r->b1; b++)
+        v->busy[busy_slot(b)] += (uint32_t)d;
+}
+
 static void active_remove(struct plx_vdi *v, struct plx_req *r)
 {
     if (r->state == RQ_WAIT_RANGE)
         wait_remove(v, r);
+    busy_count(v, r, -1);
     v->nsnap -= r->op == REQ_SNAPSHOT;
     if (r->nblocked) {
         /* The requests it blocked may start now: the kick asks them again. */
@@ -183,6 +210,16 @@ static bool may_start(const struct plx_vdi *v, const struct plx_req *r, struct p
 {
     if (v->needs_reload)
         return false;
+    if (r->busy_counted && !v->nsnap && !v->nwide) {
+        /* Without a snapshot active only a range can be in the way (flushes and snapshot edits
+         * are passed), and no other active request has a block of r's in its range when every
+         * counter of r's blocks is r's alone. Otherwise the walk decides. */
+        uint64_t b = r->b0;
+        while (b < r->b1 && v->busy[busy_slot(b)] == 1)
+            b++;
+        if (b == r->b1)
+            return true;
+    }
     for (const struct plx_req *e = v->active_head; e && e != r; e = e->next) {
         if (r->op == REQ_SNAPEDIT || e->op == REQ_SNAPEDIT) {
             /* Edits of snapshot records and snapshots both rewrite log blocks: one at a time, in
@@ -1606,6 +1643,7 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     else
         v->active_head = r;
     v->active_tail = r;
+    busy_count(v, r, 1);
     wait_add(v, r);
     plx_pipeline_kick(v);
     return 0;

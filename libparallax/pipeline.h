@@ -12,6 +12,9 @@
 #include "read_plan.h"
 #include "snaplog.h"
 
+#define PLX_BUSY_SLOTS 4096u    /* struct plx_vdi's busy filter: counters */
+#define PLX_BUSY_MAX_BLOCKS 16u /* ... and the longest range it counts */
+
 enum plx_req_op {
     REQ_READ,
     REQ_WRITE,
@@ -81,6 +84,7 @@ struct plx_req {
     uint8_t *rscratch;           /* the scratch buffer of those not read in place, */
     uint64_t *rphys;             /* the store block of each block (0: hole), */
     bool read_exact;             /* and whether it is read again without merging */
+    bool busy_counted;           /* its blocks are counted in its VDI's busy filter */
     bool head_partial, tail_partial, old_data_read;
     plx_done_fn cb;
     void *arg;
@@ -175,6 +179,14 @@ struct plx_vdi {
     struct plx_req *wait_head, *wait_tail;
     unsigned nsnap;
     uint64_t wait_gen;
+    /* may_start's fast path: a counting filter of the blocks of the active requests with a
+     * range (reads, writes, trims, block status) of at most PLX_BUSY_MAX_BLOCKS blocks, one
+     * counter per hash of a block; nwide counts the active ones with more. A request whose every
+     * block's counter is 1 (its own) overlaps no other active request and starts without the
+     * walk of the active list, which the write cache's drain, keeping hundreds of 4 KiB writes
+     * active, paid on every submission (bench/README.md, "QD1 mean with the drain"). */
+    uint32_t busy[PLX_BUSY_SLOTS];
+    unsigned nwide;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;

@@ -19,6 +19,12 @@
 #                             limited to BYTES_PER_S; sets majmin (that disk), url (the LUN's
 #                             iscsi:// URL), tgtd_pid, port and ctl. The caller's EXIT trap kills
 #                             tgtd_pid and removes CGROUP.
+#   store_cpu_idle            tgtd's threads at SCHED_IDLE (threads it starts later inherit it):
+#                             the target then runs only on CPU time that nothing else wants, as if
+#                             the shared store were another machine (an iSCSI array's CPU is not
+#                             the host's); on this 2-core VM tgtd otherwise spends about as much
+#                             CPU per 4 KiB WRITE as serve (bench/README.md, "QD1 mean with the
+#                             drain beside the writer").
 
 # (killed after FIO_TIMEOUT seconds, default 900: fio stuck on an NBD server ignores SIGTERM)
 fio_json() { timeout -s KILL "${FIO_TIMEOUT:-900}" fio --output-format=json "$@" 2>/dev/null | sed -n '/^{/,$p'; }
@@ -57,4 +63,9 @@ slow_store_start() {
         --bsoflags direct
     tgtadm -C "$ctl" --lld iscsi --op bind --mode target --tid 1 -I ALL
     url=iscsi://127.0.0.1:$port/$iqn/1
+}
+
+store_cpu_idle() {
+    local t
+    for t in /proc/"$tgtd_pid"/task/*; do chrt -i -p 0 "${t##*/}" >/dev/null; done
 }
