@@ -1438,6 +1438,16 @@ static void lazy_free(struct lazy *z)
     z->lmem->ops->destroy(z->lmem);
 }
 
+/* The end of most tests: close the VDI and the store (which drains the log), then check that
+ * blocks b0 ... b0 + n - 1 reached the store, and free. */
+static void lazy_close(struct lazy *z, uint64_t b0, unsigned n)
+{
+    ck_assert_int_eq(plx_vdi_close(z->v), 0);
+    ck_assert_int_eq(plx_store_close(z->st), 0);
+    lazy_check_store(z, b0, n);
+    lazy_free(z);
+}
+
 /* Nobody waits and nobody ticks: the engine's timer alone starts the drain once no write has
  * come for the idle window. The host loop only waits on plx_store_fd(), which the timer must
  * make readable (a poll that times out fails the test). */
@@ -1462,10 +1472,7 @@ START_TEST(test_drain_timer_alone_starts_the_drain)
     ck_assert_int_ge(plx_store_service(z.st), 0);
     struct pollfd pfd = {.fd = plx_store_fd(z.st), .events = POLLIN};
     ck_assert_int_eq(poll(&pfd, 1, 100), 0);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 8);
-    lazy_free(&z);
+    lazy_close(&z, 0, 8);
 }
 END_TEST
 
@@ -1497,10 +1504,7 @@ START_TEST(test_drain_status_public)
         ck_assert_uint_eq(big.guard[i], 0xa5);
     struct plx_wcache_drain small = {.struct_size = offsetof(struct plx_wcache_drain, delay_ms)};
     ck_assert_int_eq(plx_wcache_drain_status(z.st, &small), -EINVAL);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 4);
-    lazy_free(&z);
+    lazy_close(&z, 0, 4);
 }
 END_TEST
 
@@ -1530,10 +1534,7 @@ START_TEST(test_drain_max_age_holds_under_a_trickle)
                   (unsigned long long)(ws.drained_bytes / BS), n);
     ck_assert_msg(oldest < AGE_MS + 100, "a record stayed %llu ms in the log (max age %u ms)",
                   (unsigned long long)oldest, AGE_MS);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, n);
-    lazy_free(&z);
+    lazy_close(&z, 0, n);
 }
 END_TEST
 
@@ -1596,10 +1597,7 @@ START_TEST(test_drain_disable_overrides_the_deferral)
     ck_assert_int_eq(plx_vdi_wcache(z.v, 0), 0);
     ck_assert_uint_lt(mono_ms() - t0, DEFER_WAIT_MS);
     ck_assert_uint_eq(lazy_stats(&z).backlog_records, 0);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 16);
-    lazy_free(&z);
+    lazy_close(&z, 0, 16);
 }
 END_TEST
 
@@ -1619,10 +1617,7 @@ START_TEST(test_drain_trim_and_snapshot_override_the_deferral)
     ck_assert_msg(serve_until(z.st, &done), "the %s waited out the deferred drain",
                   _i == 0 ? "trim" : "snapshot");
     ck_assert_uint_eq(lazy_stats(&z).backlog_records, 0);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 16);
-    lazy_free(&z);
+    lazy_close(&z, 0, 16);
 }
 END_TEST
 
@@ -1660,10 +1655,7 @@ START_TEST(test_drain_full_log_overrides_the_deferral)
     ck_assert_msg(!m.left, "%u writes still waited for room in the log", m.left);
     ck_assert_uint_gt(lazy_stats(&z).drained_bytes, 0);
     plx_block_free(data);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, CHUNK * NCHUNK);
-    lazy_free(&z);
+    lazy_close(&z, 0, CHUNK * NCHUNK);
 }
 END_TEST
 
@@ -1682,10 +1674,7 @@ START_TEST(test_drain_failed_log_overrides_the_deferral)
     ck_assert_msg(serve_until(z.st, &fdone), "the flush waited out the deferred drain");
     ck_assert_msg(serve_until(z.st, &wdone), "the write waited out the deferred drain");
     ck_assert_int_eq(lazy_stats(&z).failed, 1);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 5);
-    lazy_free(&z);
+    lazy_close(&z, 0, 5);
 }
 END_TEST
 
@@ -1706,10 +1695,7 @@ START_TEST(test_drain_auto_off_overrides_the_deferral)
     }
     ck_assert_msg(!plx_vdi_wcache_on(z.v), "the cache stayed on, %llu records in the log",
                   (unsigned long long)lazy_stats(&z).backlog_records);
-    ck_assert_int_eq(plx_vdi_close(z.v), 0);
-    ck_assert_int_eq(plx_store_close(z.st), 0);
-    lazy_check_store(&z, 0, 200);
-    lazy_free(&z);
+    lazy_close(&z, 0, 200);
 }
 END_TEST
 
