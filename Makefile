@@ -24,7 +24,8 @@ SONAME      := libparallax.so.$(PLX_MAJOR)
 LIB_MAP     := libparallax/libparallax.map
 
 LIB_SRCS  := $(wildcard libparallax/*.c)
-TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c
+TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
+                 tests/unit/check_msgfile.c
 TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
              server/engine_thread.c server/control_server.c server/export_names.c
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -103,6 +104,10 @@ $(B):
 # compiled once per flavour, not once per test.
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 
+# Check's runner creates the file each test reports through with mkstemp(); the unit tests take
+# that call (tests/unit/check_msgfile.c) to give the file its room before the test writes to it.
+CHECK_WRAP := -Wl,--wrap=mkstemp
+
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
                       server/control_server.c server/control_client.c
@@ -111,12 +116,12 @@ EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
              $(B)/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
 $(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$(TEST_LIB_SRCS)) \
                  $(B)/san/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) -O1 -g $(SAN) $^ $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) -O1 -g $(SAN) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
 # Objects are kept (make would delete them as intermediates of the binaries above).
 .SECONDARY:
