@@ -136,13 +136,24 @@ unit-san: $(UNIT_SAN_BINS)
 	@tests/run-unit.sh $(UNIT_SAN_BINS)
 
 # Both builds in one run, one binary per CPU at a time, the longest first so that no long one
-# runs alone at the end: the crash harness (in two shards), then the next longest (about 50 and
-# 12 s), then the rest.
-UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit/test_model
+# runs alone at the end: the crash harness (the first run of each workload, in three shards),
+# then the next longest, then the rest. The crash harness's further runs (another seed of each
+# workload) are in check-long.
+CRASH := $(B)/unit/test_crash
+UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit-san/test_scale $(B)/unit-san/test_registry \
+             $(B)/unit/test_model
 unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
-	@tests/run-unit.sh "env PLX_CRASH_SHARD=0/2 $(B)/unit/test_crash" \
-	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" $(UNIT_LONG) \
-	    $(filter-out $(B)/unit/test_crash $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
+	@tests/run-unit.sh "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=0/3 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=1/3 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=2/3 $(CRASH)" $(UNIT_LONG) \
+	    $(filter-out $(CRASH) $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
+
+# The sweeps too long for make check (CI runs both): the crash harness's runs after the first
+# of each workload (another seed), in two shards.
+check-long: $(CRASH)
+	@tests/run-unit.sh "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=0/2 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)"
+	@echo "make check-long: all passed"
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -322,5 +333,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes
