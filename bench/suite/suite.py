@@ -791,7 +791,7 @@ def cmd_assemble(a):
         if r1 and rn and dr1 and drn:
             # The two steps are minutes apart and this shared VM drifts by 10 % in that time (the
             # run of 64cef47: Parallax 0.911, direct, which has no depth, 0.906; ten interleaved
-            # rounds of depth 1 and 1000 side by side: 0.990, bench/README.md "Paired rounds"),
+            # rounds of depth 1 and 1000 side by side: 0.990, bench/notes/snapshots.md "Paired rounds"),
             # so the ratio is taken against direct in the same step.
             rel = (rn / drn) / (r1 / dr1)
             targets.append({"key": "depth_read", "section": 1,
@@ -1024,7 +1024,7 @@ def cmd_assemble(a):
                                      "issue's 10 % target is judged on it. On the sparse store of the 'parallax' rows "
                                      "the second pass overwrites in place without snapshots, while with them it "
                                      "copies every block into space the file has never written, which this VM's disk "
-                                     "writes about 1.45x slower (bench/README.md, 'Fresh space'); that row is shown "
+                                     "writes about 1.45x slower (bench/notes/snapshots.md, 'Fresh space'); that row is shown "
                                      "as information."] if prealloc else [])}
         for wl in res:
             with open(os.path.join(pd, "freq-%s.dat" % wl), "w") as f:
