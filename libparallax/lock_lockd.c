@@ -676,15 +676,23 @@ int plx_lockd_attach(plx_store *st, const char *addr)
     if (!lk)
         return plx_err(st, -ENOMEM, "out of memory");
     snprintf(lk->addr, sizeof lk->addr, "%s", addr);
-    for (const char *p = addr; *p && lk->naddrs < MAX_ADDRS; lk->naddrs++) {
+    bool bad = false;
+    for (const char *p = addr;; p++) {
         size_t n = strcspn(p, ",");
-        snprintf(lk->addrs[lk->naddrs], sizeof lk->addrs[0], "%.*s", (int)n, p);
-        p += n + (p[n] == ',');
+        bad |= n == 0 || n >= sizeof lk->addrs[0] || lk->naddrs == MAX_ADDRS;
+        if (bad)
+            break;
+        snprintf(lk->addrs[lk->naddrs++], sizeof lk->addrs[0], "%.*s", (int)n, p);
+        p += n;
+        if (!*p)
+            break;
     }
-    if (!lk->naddrs || !lk->addrs[lk->naddrs - 1][0]) {
+    if (bad) {
         free(lk);
-        return plx_err(st, -EINVAL, "lock manager address '%s': give HOST:PORT[,HOST:PORT...]",
-                       addr);
+        return plx_err(st, -EINVAL,
+                       "lock manager address '%s': give HOST:PORT, or up to %d of them "
+                       "separated by commas",
+                       addr, MAX_ADDRS);
     }
     lk->fd = -1;
     lk->timer_fd = -1;
@@ -699,7 +707,12 @@ int plx_lockd_attach(plx_store *st, const char *addr)
         lk->standby_seen = false;
         rc = lk_connect(st);
     }
-    if (rc == -ENOTCONN)
+    if (rc == -ENOTCONN && lk->standby_seen)
+        rc = plx_err(st, -EHOSTUNREACH,
+                     "no active lock manager at %s: only standbys answered (none took over in "
+                     "%.0f s; %s)",
+                     addr, plx_admin_lock_timeout_ns() / 1e9, lk->why_down);
+    else if (rc == -ENOTCONN)
         rc = plx_err(st, -EHOSTUNREACH, "cannot reach the lock manager at %s: %s", addr,
                      lk->why_down);
     if (!rc) {
