@@ -391,6 +391,10 @@ static void standby_pass(void)
 
 static void active_pass(void)
 {
+    if (!key) {
+        publish(false, 0, 0);
+        return;
+    }
     uint64_t t0 = now_ns(), next = make_key();
     int status = pr_out(SCSI_PERSISTENT_RESERVE_REGISTER, key, next);
     if (status == SCSI_STATUS_GOOD) {
@@ -423,8 +427,11 @@ static void *run(void *arg)
         pthread_mutex_unlock(&mu);
         if (stop)
             break;
+        /* A new session is not registered: a renewal from it (REGISTER with our nonzero key) is
+         * refused, so the key is kept. It must never become 0 while active: a REGISTER with key
+         * 0 from an unregistered session registers the new key unconditionally. */
         if (!ctx && connect_lun() != 0) {
-            key = 0; /* a new session is not registered */
+            /* the target is unreachable: try again next period */
         } else if (down && active) {
             drop_key();
             publish(false, 0, 0);
