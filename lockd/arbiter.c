@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,6 +420,12 @@ static void active_pass(void)
 static void *run(void *arg)
 {
     (void)arg;
+    /* SIGTERM and SIGINT are the main thread's: its poll wakes for them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     for (;;) {
         pthread_mutex_lock(&mu);
         bool stop = stop_req, down = down_req;

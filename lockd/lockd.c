@@ -12,12 +12,12 @@
  *
  * Several instances on several hosts (--store, the LUN): one is active, the others are
  * standbys, decided on the LUN itself by SCSI-3 persistent reservation keys (arbiter.c). A
- * standby answers HELLO with STANDBY and closes, so engines try the next address they were
- * given. The active one grants the admin lock only while its last renewal on the LUN is recent
- * (arbiter.h: valid_until), and after becoming active it grants nothing, and counts every holder
- * as alive, for one grace period: every lease and grant the former active one gave out has run
- * its course by then, and the live engines have reconnected. An active one that can no longer
- * renew steps down: it closes every connection and becomes a standby.
+ * standby answers HELLO with STANDBY, so engines try the next address they were given. The active
+ * one grants the admin lock only while its last renewal on the LUN is recent (arbiter.h:
+ * valid_until), and after becoming active it grants nothing, and counts every holder as alive, for
+ * one grace period: every lease and grant the former active one gave out has run its course by
+ * then, and the live engines have reconnected. An active one that can no longer renew steps down:
+ * it closes every connection and becomes a standby.
  *
  * One poll loop (and the arbiter's thread); nothing here touches the data path.
  */
@@ -227,8 +227,8 @@ static void handle_line(struct conn *c, char *line, uint64_t now)
         return;
     }
     if (!active && (!strcmp(line, "HELLO") || !strcmp(line, "STATUS"))) {
-        /* The engine tries the next lock manager it knows of. */
-        /* Not shut down here: the client reads the line before it sees the connection end. */
+        /* The engine tries the next lock manager it knows of. Not shut down here: the client
+         * reads the line before it sees the connection end (expire_leases closes it later). */
         reply(c, "STANDBY %s is a standby lock manager", instance_id);
         c->standby_ns = now;
         return;
