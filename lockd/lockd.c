@@ -468,13 +468,14 @@ int main(int argc, char **argv)
     }
     grace_until_ns = now_ns() + grace_ns;
     /* The arbiter's timing, from the lease (docs/DESIGN.md, "Fail-over"): the active one renews
-     * its key ten times a lease, a standby takes over a key unchanged for a third of a lease,
-     * and a renewal lets the active one grant for a third of a lease after it started. */
+     * its key twelve times a lease, a standby takes over a key unchanged for a quarter lease
+     * (three renewals missed), and a renewal lets the active one grant for a quarter lease
+     * after it started. */
     struct arb_config acfg = {.url = store,
                               .id = instance_id,
-                              .period_ns = lease_ns / 10,
-                              .stale_ns = lease_ns / 3,
-                              .window_ns = lease_ns / 3};
+                              .period_ns = lease_ns / 12,
+                              .stale_ns = lease_ns / 4,
+                              .window_ns = lease_ns / 4};
     if (store) {
         ha = true;
         arb_window_ns = acfg.window_ns;
