@@ -38,9 +38,9 @@ lockd_up() { # NAME PORT STORE-URL
     bg_pid "${LK[$1]}"
 }
 active_count() { grep -c "active: engines may connect" "$T/lockd-$1.log" || true; }
-wait_active() { # NAME N WHAT: wait (20 s) until NAME's lockd has become active N times
+wait_active() { # NAME N WHAT: wait (two leases) until NAME's lockd has become active N times
     local i
-    for ((i = 0; i < 200; i++)); do
+    for ((i = 0; i < 20 * lease; i++)); do
         (($(active_count "$1") >= $2)) && return 0
         sleep 0.1
     done
@@ -204,7 +204,7 @@ touch "$T/p1.go" # its ADMIN-LOCK reaches the frozen lockd's socket
 wait_active h1 2 "h1's lockd did not take over from the frozen one"
 probe "$port_a" p2 "$T/p2.out"
 p2=$PROBE
-wait_file "$T/p2.out" "GRANTED" "the new active lockd did not grant the admin lock" 20
+wait_file "$T/p2.out" "GRANTED" "the new active lockd did not grant the admin lock" $((2 * lease))
 kill -CONT "${LK[h2]}"
 wait_file "$T/lockd-h2.log" "now a standby" "the continued lockd did not step down" 10
 wait_file "$T/p1.out" "EOF" "the continued lockd did not drop its client" 10
@@ -245,10 +245,10 @@ kill -STOP "$RELAY"
 touch "$T/p3.go"
 probe "$port_b" p4 "$T/p4.out" - retry
 p4=$PROBE
-wait_file "$T/lockd-h1.log" "could not renew our key" "the cut-off lockd did not step down" 20
+wait_file "$T/lockd-h1.log" "could not renew our key" "the cut-off lockd did not step down" $lease
 wait_file "$T/p3.out" "EOF" "the cut-off lockd did not drop its client" 10
 wait_active h2 $((n2 + 1)) "h2's lockd did not take over from the cut-off one"
-wait_file "$T/p4.out" "GRANTED" "h2's lockd did not grant the admin lock after taking over" 20
+wait_file "$T/p4.out" "GRANTED" "h2's lockd did not grant the admin lock after taking over" $((2 * lease))
 python3 - "$T/p3.out" "$T/p4.out" <<'PY' || fail "two lockds granted the admin lock at once: $(cat "$T/p3.out" "$T/p4.out")"
 import sys
 def at(path, what):
