@@ -63,7 +63,7 @@ if [[ -z $quick ]]; then
     gnuplot <<GP
 set terminal pngcairo size 900,420 font "DejaVu Sans,10"
 set output "$plot"
-set title "Pool soak: used space over a compressed month ($(head -1 "$base.txt" | cut -c1-90)...)" noenhanced
+set title "Pool soak: used space over a compressed month (bench/soak.sh; $(git rev-parse --short HEAD 2>/dev/null))" noenhanced
 set xlabel "day"
 set ylabel "MiB"
 set grid ytics
