@@ -331,14 +331,17 @@ static void try_become_active(const uint64_t *stale, int nstale)
     uint64_t keys[MAX_TRACKED];
     uint64_t t0 = now_ns();
     int n = read_keys(keys, MAX_TRACKED);
-    bool mine = false, others = false;
+    /* Our key once: two instances given the same --id could draw the same key, and each would
+     * take the other's registration for its own. */
+    int mine = 0;
+    bool others = false;
     for (int i = 0; i < n; i++) {
         if (keys[i] == key)
-            mine = true;
+            mine++;
         else
             others = true;
     }
-    if (n >= 0 && mine && !others) {
+    if (n >= 0 && mine == 1 && !others) {
         uint64_t now = now_ns();
         say("the LUN made this lock manager the active one (key %016llx)", (unsigned long long)key);
         publish(true, now, t0 + cfg.window_ns);
