@@ -69,7 +69,6 @@ static struct {
     uint64_t key, first_seen_ns;
 } seen[MAX_TRACKED];
 static int nseen;
-static uint64_t empty_since_ns;
 
 static uint64_t now_ns(void)
 {
@@ -376,17 +375,13 @@ static void standby_pass(void)
     }
     nseen = kept;
     if (n == 0) {
-        if (!empty_since_ns)
-            empty_since_ns = now;
         /* Nobody is active: become it, after a random part of a period (two that start at
-         * once and see each other both back off; this keeps them from meeting again). */
-        if (now - empty_since_ns >= (uint64_t)(rand() % 1000) * (cfg.period_ns / 1000)) {
-            empty_since_ns = 0;
-            try_become_active(NULL, 0);
-        }
+         * once, or back off together, and see each other both back off; this keeps them from
+         * meeting again). */
+        usleep((useconds_t)((uint64_t)(rand() % 1000) * (cfg.period_ns / 1000000)));
+        try_become_active(NULL, 0);
         return;
     }
-    empty_since_ns = 0;
     for (int i = 0; i < nseen; i++)
         if (now - seen[i].first_seen_ns < cfg.stale_ns)
             return; /* somebody renews: the active one is alive */
