@@ -65,6 +65,8 @@ static bool stop_req, down_req; /* under mu */
 static struct iscsi_context *ctx;
 static int lun;
 static uint64_t key, ctr;
+/* A renewal sent but not answered (the session failed): the target may have made it our key. */
+static uint64_t pending;
 static struct {
     uint64_t key, first_seen_ns;
 } seen[MAX_TRACKED];
@@ -395,7 +397,10 @@ static void active_pass(void)
         return;
     }
     uint64_t t0 = now_ns(), next = make_key();
+    pending = next;
     int status = pr_out(SCSI_PERSISTENT_RESERVE_REGISTER, key, next);
+    if (status >= 0)
+        pending = 0;
     if (status == SCSI_STATUS_GOOD) {
         key = next;
         pthread_mutex_lock(&mu);
@@ -413,6 +418,52 @@ static void active_pass(void)
         publish(false, 0, 0);
     }
     /* Else the target did not answer: the window runs out by itself (lockd.c steps down). */
+}
+
+/* Active, and the session was lost and logged in again: a new session is not registered (the
+ * old one's registration stays behind, or the target forgot it in a restart). Our key is taken
+ * again as a candidate takes over: register a new key, preempt our old one (and a renewal whose
+ * answer was lost), and read. Only our key: still active, valid from this read, without the
+ * wait of a new active one: any other instance that might grant would have its key there, or
+ * had it removed by a preempt only after it was stale for a window, or by itself when it
+ * stopped granting (docs/DESIGN.md, "Fail-over"). Else we step down. */
+static void rejoin(void)
+{
+    uint64_t old = key, lost = pending, next = make_key();
+    pending = 0;
+    if (pr_out(SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, next) !=
+        SCSI_STATUS_GOOD) {
+        if (ctx) { /* refused: as if preempted */
+            key = 0;
+            publish(false, 0, 0);
+        }
+        return;
+    }
+    key = next;
+    if (pr_out(SCSI_PERSISTENT_RESERVE_PREEMPT, key, old) < 0 ||
+        (lost && pr_out(SCSI_PERSISTENT_RESERVE_PREEMPT, key, lost) < 0))
+        return; /* the session failed again: the next pass logs in again and retries */
+    uint64_t keys[MAX_TRACKED];
+    uint64_t t0 = now_ns();
+    int n = read_keys(keys, MAX_TRACKED);
+    if (n < 0)
+        return;
+    int mine = 0;
+    for (int i = 0; i < n; i++)
+        mine += keys[i] == key;
+    if (mine == 1 && n == 1) {
+        say("still active after logging in to the LUN again (key %016llx)",
+            (unsigned long long)key);
+        pthread_mutex_lock(&mu);
+        view.valid_until_ns = t0 + cfg.window_ns;
+        view.key = key;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    say("no longer active: another lock manager took over while our session to the LUN was "
+        "down");
+    drop_key();
+    publish(false, 0, 0);
 }
 
 static void *run(void *arg)
@@ -435,13 +486,17 @@ static void *run(void *arg)
         /* A new session is not registered: a renewal from it (REGISTER with our nonzero key) is
          * refused, so the key is kept. It must never become 0 while active: a REGISTER with key
          * 0 from an unregistered session registers the new key unconditionally. */
-        if (!ctx && connect_lun() != 0) {
-            /* the target is unreachable: try again next period */
-        } else if (down && active) {
-            drop_key();
+        if (down && active) {
+            drop_key(); /* without a session the old one's registration stays: it goes stale */
             publish(false, 0, 0);
+        } else if (!ctx) {
+            if (connect_lun() == 0 && active)
+                rejoin();
         } else if (active) {
             active_pass();
+            /* The session failed under the renewal: log in again at once, within the window. */
+            if (!ctx && view.active && connect_lun() == 0)
+                rejoin();
         } else {
             standby_pass();
         }

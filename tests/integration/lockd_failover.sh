@@ -13,6 +13,7 @@
 # 4. The active lockd (h1's) is cut off from the LUN (its iSCSI session runs through a relay
 #    that is then frozen) but not from the engines: it stops granting, steps down and drops its
 #    clients; h2's takes over; a client that asked the cut-off one is never granted by it.
+# 5. The target drops every connection: the active lockd logs in again and keeps its role.
 # Afterwards every flushed byte is there (byte model) and parallax check is clean.
 # plx-test: alone
 # shellcheck source=tests/integration/lib.sh
@@ -266,6 +267,24 @@ sleep 2
 (($(active_count h1) == 3)) || fail "the cut-off lockd became active again while h2's renews: $(cat "$T/lockd-h1.log")"
 wait "$p3" "$p4" 2>/dev/null || true
 echo "4: a lockd cut off from the LUN stopped granting and stepped down; the standby took over"
+
+# 5. The target drops every connection, the active lockd's session to the LUN among them: it logs
+#    in again and keeps its role (its key taken back from the old session), without a takeover
+#    and without a lease of no grants.
+lost() { grep -c "no longer active\|now a standby" "$T/lockd-$1.log" || true; }
+n1=$(active_count h1)
+n2=$(active_count h2)
+l2=$(lost h2)
+((n2 > 0)) || fail "h2's lockd is not the active one before the drop"
+[[ $(tgt_drop_connections) -gt 0 ]] || fail "the target dropped no connection"
+wait_file "$T/lockd-h2.log" "still active after logging in" "the active lockd did not keep its role across the drop" $lease
+t5=$(mono)
+lun vdi-create g --size $size >/dev/null || fail "no VDI created after the target dropped every connection"
+t_create5=$(since "$t5")
+(($(active_count h1) == n1 && $(active_count h2) == n2)) ||
+    fail "a lockd took over after a connection drop: $(tail -3 "$T/lockd-h1.log" "$T/lockd-h2.log")"
+(($(lost h2) == l2)) || fail "the active lockd lost its role: $(tail -5 "$T/lockd-h2.log")"
+echo "5: the target dropped every connection: the active lockd logged in again and kept its role; a VDI created ${t_create5} s later"
 
 verify h2 a "a at the end"
 verify h2 b "b at the end"
