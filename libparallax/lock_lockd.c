@@ -60,7 +60,7 @@ struct plx_lockd {
     char addrs[MAX_ADDRS][64];
     int naddrs, cur, tried;
     bool standby_seen;      /* a standby answered since the last connection was set up */
-    uint64_t unanswered_ns; /* the first PING no PONG has answered yet (0: none) */
+    uint64_t ping_unanswered_ns; /* the oldest PING sent since the last PONG (0: none) */
     int fd;                 /* -1: LK_DOWN */
     enum lk_state state;
     uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
@@ -109,7 +109,7 @@ static void lk_close(struct plx_lockd *lk)
     lk->in_len = 0;
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
-    lk->unanswered_ns = 0;
+    lk->ping_unanswered_ns = 0;
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -133,8 +133,8 @@ static int send_line(struct plx_lockd *lk, const char *line)
 static int send_ping(struct plx_lockd *lk)
 {
     lk->last_ping_ns = mono_ns();
-    if (!lk->unanswered_ns)
-        lk->unanswered_ns = lk->last_ping_ns;
+    if (!lk->ping_unanswered_ns)
+        lk->ping_unanswered_ns = lk->last_ping_ns;
     return send_line(lk, "PING");
 }
 
@@ -144,12 +144,12 @@ static int send_ping(struct plx_lockd *lk)
 static bool unanswered(struct plx_lockd *lk)
 {
     uint64_t now = mono_ns();
-    if (lk->naddrs < 2 || lk->state != LK_UP || !lk->unanswered_ns ||
-        now - lk->unanswered_ns <= lk->lease_ns / 2)
+    if (lk->naddrs < 2 || lk->state != LK_UP || !lk->ping_unanswered_ns ||
+        now - lk->ping_unanswered_ns <= lk->lease_ns / 2)
         return false;
     snprintf(lk->why_down, sizeof lk->why_down,
              "%s left heartbeats unanswered for %.1f s (stopped, or cut off)", lk->addrs[lk->cur],
-             (double)(now - lk->unanswered_ns) / 1e9);
+             (double)(now - lk->ping_unanswered_ns) / 1e9);
     lk_close(lk);
     lk->cur = (lk->cur + 1) % lk->naddrs;
     return true;
@@ -161,7 +161,7 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
 {
     if (!strcmp(line, "PONG")) {
         lk->last_pong_ns = mono_ns();
-        lk->unanswered_ns = 0;
+        lk->ping_unanswered_ns = 0;
         return true;
     }
     if (lk->try_state == TRY_ASKED) {
