@@ -189,8 +189,10 @@ static int snapshot_held(struct cli_ctx *ctx, const char *vdi, const char *label
 {
     plx_store *st = NULL;
     struct plx_vdi_info info;
-    if (cli_open_store(ctx, 1, &st) != EXIT_OK)
-        return 0; /* the writable open below reports the problem */
+    /* A store that cannot be opened to read cannot be opened to write either: its one error
+     * line is the command's. */
+    if ((*rc = cli_open_store(ctx, 1, &st)) != EXIT_OK)
+        return 1;
     if (plx_vdi_lookup(st, vdi, &info) != 0 || info.lock_pid == 0) {
         plx_store_close(st);
         return 0;

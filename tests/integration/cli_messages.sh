@@ -77,4 +77,21 @@ for line in sys.stdin.read().splitlines():
     print(width(line[:m.start()]))
 ' | sort -u | wc -l)
 assert_eq 1 "$cols" "rows whose third column starts at a different display column"
+# A label already taken: refused before anything is written (the writable open used to write the
+# VDI's record, taking and giving back its lock), so the store stays byte for byte as it was.
+plx vdi-snapshot gold --label keep >/dev/null
+leaks=$(plx check --json | jq .leaked_blocks)
+sum=$(sha256sum <"$T/store.img")
+expect_fail 1 plx vdi-snapshot gold --label keep
+assert_eq "$sum" "$(sha256sum <"$T/store.img")" "store changed by a refused vdi-snapshot --label"
+assert_eq "$leaks" "$(plx check --json | jq .leaked_blocks)" "leaked blocks after the refused snapshot"
+has "already has a snapshot labelled 'keep' (@3)"
+
+# A store that cannot be opened: one line, as every error (issue 30: vdi-snapshot printed two).
+for cmd in "vdi-snapshot x" "vdi-snapshot x --label l" "info" "vdi-list"; do
+    # shellcheck disable=SC2086
+    expect_fail 1 "$PARALLAX" -b "$T/nonexistent" $cmd
+    assert_eq 1 "$(wc -l <<<"$PLX_LAST_STDERR")" "error lines of '$cmd' on a missing store"
+done
+
 echo ok
