@@ -136,6 +136,11 @@ expect_fail 1 plx vdi-export vm "$T/vm.raw"
     fail "export without the log: $PLX_LAST_STDERR"
 [[ ! -e $T/vm.raw ]] || fail "the refused export created $T/vm.raw"
 plx vdi-export vm@before-kill "$T/before.raw"
+# The log itself, whose writes wait for the replay, is no target for an export.
+sum=$(sha256sum <"$T/wlog")
+expect_fail 1 plx vdi-export vm@before-kill "$T/wlog"
+[[ $PLX_LAST_STDERR == *"is a Parallax write log"* ]] || fail "export onto the log: $PLX_LAST_STDERR"
+assert_eq "$sum" "$(sha256sum <"$T/wlog")" "the log after a refused export onto it"
 cmp -n 4M "$T/before.raw" <(python3 -c 'import sys; sys.stdout.buffer.write(b"\x11" * (4 << 20))') ||
     fail "the snapshot taken before the kill does not read back"
 cp --sparse=always "$T/store.img" "$T/copy.img"
