@@ -14,6 +14,7 @@
 #include "json.h"
 #include "preallocate.h"
 #include "progress.h"
+#include "signature.h"
 #include "size.h"
 
 #define ERRBUF_MAX 4096
@@ -62,6 +63,29 @@ static int format_preallocate(const char *path, int existed)
                      err, w);
 }
 
+/* --force over a Parallax store that a live process uses (a VDI open for writing, an extent it
+ * allocates in; the same test as check's): the process would go on writing into the new store's
+ * structures. Refused, naming it. A target that does not open as a store has nobody to protect.
+ * (A process that opens the store after this look is not caught: stop the servers first.) */
+static int refuse_if_in_use(const char *path)
+{
+    struct plx_open_opts opts = {.struct_size = sizeof opts, .read_only = 1, .blocking_io = 1};
+    char err[ERRBUF_MAX], who[PLX_NAME_MAX + 160];
+    plx_store *st = NULL;
+    if (plx_store_open(path, &opts, &st, err, sizeof err) < 0)
+        return EXIT_OK;
+    int n = plx_store_writers(st, who, sizeof who);
+    if (n < 0)
+        return cli_close_store(st, cli_engine_error(st, n));
+    if (n > 0)
+        cli_error("format: refused, the blockstore is in use: %s%s. Stop every process that "
+                  "uses it (servers, tapdisks, imports) before formatting it again; nothing "
+                  "was changed",
+                  who, n > 1 ? " (and other processes use it too)" : "");
+    plx_store_close(st);
+    return n > 0 ? EXIT_BUSY : EXIT_OK;
+}
+
 int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *size_arg = NULL, *extent_arg = NULL, *path = NULL;
@@ -87,6 +111,17 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
     int existed = stat(path, &sb) == 0;
     if (preallocate && (strncmp(path, "iscsi://", 8) == 0 || (existed && !S_ISREG(sb.st_mode))))
         return cli_usage_error(ctx, "--preallocate is for a blockstore in a file, not %s", path);
+    if (!force && existed && !plx_blockstore_is_url(path)) {
+        char what[160];
+        int found = signature_probe(path, what, sizeof what);
+        if (found < 0)
+            return cli_error("%s: looking for what it holds: %s", path, strerror(-found));
+        if (found > 0)
+            return cli_error("%s holds %s; use --force to overwrite it", path, what);
+    }
+    if (force && (existed || plx_blockstore_is_url(path)) &&
+        (rc = refuse_if_in_use(path)) != EXIT_OK)
+        return rc;
     int ret = plx_format(path, size, extent, force, err, sizeof err);
     if (ret < 0)
         return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
