@@ -169,7 +169,7 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
         v->log_head = plx_block_alloc(1);
-        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
+        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, &v->rec, v->log_head);
     }
     if (rc) {
         if (locked)

@@ -135,7 +135,8 @@ static int create_log(plx_store *st, const char *path, uint64_t size)
         if (e == ENOSPC)
             return plx_err(st, -ENOSPC,
                            "write log %s: the disk has no room for %llu MiB (nothing was "
-                           "created; give a smaller --size or free some space)",
+                           "created; give a smaller size: serve's --write-cache-size, cache's "
+                           "--size, tapdisk's write-cache-size=; or free some space)",
                            path, (unsigned long long)(size >> 20));
         return plx_err(st, -e, "write log %s: creating %llu MiB: %s", path,
                        (unsigned long long)(size >> 20), strerror(e));

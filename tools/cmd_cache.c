@@ -95,7 +95,13 @@ static int enable_disable(plx_store *st, const char *vdi, int on, const char *lo
         else
             snprintf(line, sizeof line, "cache-%s %llu", on ? "enable" : "disable",
                      (unsigned long long)v[i].id);
-        rc = send(&v[i], line, reply, sizeof reply);
+        rc = control_request((int)v[i].lock_pid, line, reply, sizeof reply) == 0
+                 ? EXIT_OK
+                 : cli_error("VDI %s (pid %u): %s%s", v[i].name, v[i].lock_pid, reply,
+                             on && !log && strstr(reply, "no write log") != NULL
+                                 ? ": give it one with --log PATH (and --size SIZE), or start "
+                                   "the server with --write-cache PATH"
+                                 : "");
         if (rc == EXIT_OK && on == 2)
             printf("%s: write cache automatic (on above %.3g ms of store write latency)\n",
                    v[i].name, threshold_ms > 0 ? threshold_ms : PLX_WCACHE_AUTO_ON_MS);

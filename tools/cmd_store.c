@@ -101,6 +101,10 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 
     if (rc == EXIT_OK && size_arg != NULL)
         rc = cli_parse_size(ctx, "--size", size_arg, &size);
+    /* 0 used to mean "keep the size" (silently, even with --force): leaving --size out says so. */
+    if (rc == EXIT_OK && size_arg != NULL && size == 0)
+        rc = cli_usage_error(ctx, "--size must be more than 0 (leave it out to keep the size of "
+                                  "an existing file or device)");
     if (rc == EXIT_OK && extent_arg != NULL)
         rc = cli_parse_size(ctx, "--extent-size", extent_arg, &extent);
     if (rc == EXIT_OK)
@@ -201,7 +205,8 @@ static void info_json(const struct plx_store_info *in)
     json_finish(&w);
 }
 
-static void info_human(const char *path, const struct plx_store_info *in)
+/* why_unknown: what stopped the count of leaked blocks (the engine's message), or "". */
+static void info_human(const char *path, const struct plx_store_info *in, const char *why_unknown)
 {
     char size[32], extent[32];
 
@@ -231,7 +236,8 @@ static void info_human(const char *path, const struct plx_store_info *in)
                (unsigned long long)in->blocks_free_by_type[type], leaked);
     }
     if (in->blocks_unreachable_by_type[0] == PLX_UNKNOWN)
-        printf("(leaked: unknown, a radix node is corrupt; `parallax check` says which)\n");
+        printf("(leaked: unknown: %s; `parallax check` lists every problem)\n",
+               *why_unknown ? why_unknown : "a radix node or snapshot log block is corrupt");
     else
         printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees "
                "it)\n");
@@ -255,10 +261,13 @@ int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
     int err = plx_store_info(st, &info);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
+    /* The count of leaked blocks stops at the first corrupt structure; its message is the
+     * store's last. */
+    const char *why = info.blocks_unreachable_by_type[0] == PLX_UNKNOWN ? plx_store_errmsg(st) : "";
     if (json)
         info_json(&info);
     else
-        info_human(path, &info);
+        info_human(path, &info, why ? why : "");
     return cli_close_store(st, EXIT_OK);
 }
 

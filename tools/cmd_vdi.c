@@ -55,6 +55,10 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
+    if (rc == EXIT_OK && strchr(vdi, '@') != NULL)
+        return cli_error("%s is a snapshot: 'parallax snap-delete %s' deletes it (vdi-delete "
+                         "deletes a whole VDI with all its snapshots)",
+                         vdi, vdi);
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 0, &st);
     if (rc != EXIT_OK)
