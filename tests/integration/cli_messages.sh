@@ -94,4 +94,28 @@ for cmd in "vdi-snapshot x" "vdi-snapshot x --label l" "info" "vdi-list"; do
     assert_eq 1 "$(wc -l <<<"$PLX_LAST_STDERR")" "error lines of '$cmd' on a missing store"
 done
 
+# A killed server leaves its control socket behind; the next server to start removes it, and only
+# sockets whose pid no process has (here the script's own pid stands for a live server).
+"$PARALLAX" -b "$T/store.img" serve --unix "$T/s1.sock" >"$T/s1.log" 2>&1 &
+s1=$!
+bg_pid $s1
+wait_socket "$T/s1.sock" $s1 "$T/s1.log"
+for ((i = 0; i < 100; i++)); do
+    [[ -S $PARALLAX_RUN_DIR/serve-$s1.sock ]] && break
+    sleep 0.05
+done
+kill -KILL $s1
+wait $s1 2>/dev/null || true
+[[ -S $PARALLAX_RUN_DIR/serve-$s1.sock ]] || fail "no control socket left by the killed server"
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+    "$PARALLAX_RUN_DIR/serve-$$.sock"
+"$PARALLAX" -b "$T/store.img" serve --unix "$T/s2.sock" >"$T/s2.log" 2>&1 &
+s2=$!
+bg_pid $s2
+wait_socket "$T/s2.sock" $s2 "$T/s2.log"
+[[ ! -e $PARALLAX_RUN_DIR/serve-$s1.sock ]] || fail "the killed server's socket is still there"
+[[ -S $PARALLAX_RUN_DIR/serve-$$.sock ]] || fail "a live pid's socket was removed"
+kill $s2
+wait $s2 2>/dev/null || true
+
 echo ok
