@@ -43,8 +43,8 @@ static const struct command commands[] = {
      "        [--write-cache PATH [--write-cache-size SIZE] [--write-cache-mode on|auto]\n"
      "        [--write-cache-threshold MS]]",
      "export every VDI and snapshot over NBD"},
-    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
-     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT[,HOST:PORT...] | none",
+     "name the lock managers that the hosts sharing this blockstore use"},
     {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
     {"cache", cmd_cache,
      "enable (VDI|--all) [--log PATH] [--size SIZE] | disable (VDI|--all) |\n"
