@@ -1,6 +1,7 @@
 # Parallax build. `make` builds the library and the `parallax` command; `make check` builds and
-# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck, and smoke
-# runs of the engine benchmark and the side-by-side suite); `make bench` runs the full suite.
+# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck);
+# `make check-long` what is too long for it (the crash harness's second seeds, the smoke runs of
+# the benchmarks); `make bench` runs the full suite.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -150,12 +151,19 @@ unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
 	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=2/3 $(CRASH)" $(UNIT_LONG) \
 	    $(filter-out $(CRASH) $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
 
-# The sweeps too long for make check (CI runs both): the crash harness's runs after the first
-# of each workload (another seed), in two shards.
-check-long: $(CRASH)
-	@tests/run-unit.sh "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=0/2 $(CRASH)" \
-	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)"
+# What is too long for make check (CI runs both, README "Tests"): the crash harness's runs after
+# the first of each workload (another seed, in two shards) and the smoke runs of the benchmarks,
+# side by side (the smokes judge no times).
+check-long: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CRASH) all
+	@$(BESIDE_MAKE) crash-long & crash=$$!; \
+	    $(BESIDE_MAKE) bench-smokes; smokes=$$?; \
+	    wait $$crash && [ $$smokes -eq 0 ]
 	@echo "make check-long: all passed"
+
+crash-long: $(CRASH)
+	@PLX_TEST_JOBS=1 tests/run-unit.sh "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=0/2 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)"
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -183,26 +191,26 @@ format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
-# ran on one CPU and the bench smokes after the integration scripts, which mostly wait):
+# ran on one CPU):
 # 1. everything the tests run is built at once, cppcheck beside the compiler;
 # 2. the unit tests, plain and sanitized (unit-all);
-# 3. the integration scripts, the alone ones first, then the others with the bench smokes in one
-#    of their job slots: the smokes judge no times, the alone scripts do, so nothing runs beside
-#    those (tests/run-integration.sh --beside).
+# 3. the integration scripts, the alone ones first, then the others.
+# The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
+# 12-19) are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-v1 \
                $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
-# (The smokes' make is named through BESIDE_MAKE: a line naming $(MAKE) itself would run the
-# integration scripts even under make -n.)
+# (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
+# would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
 	@$(MAKE) --no-print-directory unit-all
-	@tests/run-integration.sh --beside '$(BESIDE_MAKE) bench-smokes'
+	@tests/run-integration.sh
 	@echo "make check: all passed"
 
-# The smoke runs of the benchmarks, one after the other (make check runs them beside the
-# integration scripts).
+# The smoke runs of the benchmarks, one after the other (make check-long runs them beside the
+# crash harness's long runs).
 bench-smokes: bench-smoke bench-suite-smoke bench-clones-smoke bench-cluster-smoke bench-soak-smoke
 
 # The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
@@ -349,5 +357,5 @@ include mk/install.mk
 # Header dependencies written by -MMD (none before the first build).
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes
