@@ -12,6 +12,8 @@
 # An argument may start with `env NAME=VALUE ...` (it is split into words): make check runs the
 # crash harness as two shards that way.
 #
+# Each binary's line at its end gives its wall seconds and CPU seconds (user + system).
+#
 # A binary that exits 77 after its suite passed ran everything it could but skipped a part
 # (e.g. test_backend without a tgtd it may start): reported as skipped, with its SKIP line, and
 # never counted as a pass; it fails the run only with PLX_TEST_STRICT=1.
@@ -34,6 +36,12 @@ run_one() {
     esac
     rc=$?
     echo "$(($(date +%s) - start))" >"$work/$1.secs"
+    # CPU seconds (user + system) of the binary and its children: on a busy machine the wall
+    # time says more about the load than about the test.
+    # (times itself, not in a pipeline: a pipeline's subshell has no children of its own.)
+    times >"$work/$1.times"
+    awk 'NR == 2 { split($1 " " $2, t, /[ms ]+/); printf "%d\n", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
+        "$work/$1.times" >"$work/$1.cpu"
     echo "$rc" >"$work/$1.rc"
 }
 
@@ -46,7 +54,7 @@ status=0
 report() {
     rc=$(cat "$work/$1.rc")
     cat "$work/$1.out"
-    echo "== $2: exit $rc after $(cat "$work/$1.secs") s"
+    echo "== $2: exit $rc after $(cat "$work/$1.secs") s (CPU $(cat "$work/$1.cpu") s)"
     quiet_since=$(date +%s)
     echo "$(cat "$work/$1.secs") $2" >>"$work/times"
     # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.

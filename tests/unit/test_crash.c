@@ -2397,9 +2397,9 @@ static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
 #define FULL_RUNS 2
 
 /* PLX_CRASH_SHARD=K/N runs only the workload runs whose index is K modulo N (the loop of this
- * shard counts only those), the write-cache cases only in shard 0, the EIO cases only in shard
- * 1 (mod N) and the registry cases only in shard N-1, so that N processes share the harness
- * (make check runs three beside the other tests on two cores); unset, everything runs.
+ * shard counts only those), the write-cache cases in shards 0 and 1 (mod N), the EIO cases only
+ * in shard 1 (mod N) and the registry cases only in shard N-1, so that N processes share the
+ * harness (make check runs three beside the other tests on two cores); unset, everything runs.
  * PLX_CRASH_RUNS=first runs only the first run (seed) of each workload and the other cases
  * (make check); PLX_CRASH_RUNS=rest only the runs after the first (make check-long); unset,
  * all of them. */
@@ -3528,11 +3528,14 @@ static Suite *crash_suite(void)
     tcase_add_loop_test(tc, test_crash_workload, 0, mine);
     suite_add_tcase(s, tc);
 
-    if (g_other_cases && g_shard == 0) { /* the write-cache cases */
+    /* The write-cache cases: two seeds, the drain deferred (run 0, in shard 0) and eager (run 1,
+     * in shard 1 mod N): some 15 s each in full runs, the longest cases of the harness. */
+    for (int run = 0; run < 2; run++) {
+        if (!g_other_cases || g_shard != (unsigned)run % g_shards)
+            continue;
         tc = tcase_create("wcache");
         tcase_set_timeout(tc, 900);
-        /* two seeds, the drain deferred and eager: some 15 s each in full runs */
-        tcase_add_loop_test(tc, test_crash_wcache, 0, 2);
+        tcase_add_loop_test(tc, test_crash_wcache, run, run + 1);
         suite_add_tcase(s, tc);
     }
     if (g_other_cases && g_shard == 1 % g_shards) { /* the EIO cases */
