@@ -11,7 +11,9 @@
 #   ordered  `parallax:durability=ordered:STORE:ordered`, another VDI of that store, the same;
 #   base     with --base-lib DIR: `parallax:durability=fua` again, on a third VDI, with the
 #            libparallax.so.1 in DIR (LD_LIBRARY_PATH: tapdisk's RUNPATH gives way to it), e.g. a
-#            build of main, to compare the engine before and after a change in the same run.
+#            build of main, to compare the engine before and after a change in the same run;
+#            --base-env VAR=VALUE (repeatable) sets that tapdisk's environment, e.g.
+#            PARALLAX_IOPRIO=0, with or without --base-lib (then this tree's library).
 # The other tapdisks load build/libparallax.so.1 of this tree (so a rebuild needs no reinstall).
 # Per round every disk runs once, in an order rotated each round, for SECONDS: IOPS, mean and p99
 # completion latency, and the tapdisk's flushes per write: its fdatasync calls (perf stat on the
@@ -21,7 +23,7 @@
 # aio:, the ratio of the means and the median (min, max) of the per-round ratios.
 #
 #   bench/tapdisk-fua.sh [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N]
-#                        [--qd N] [--base-lib DIR]
+#                        [--qd N] [--base-lib DIR] [--base-env VAR=VALUE]...
 # PREFIX: where tapdisk/build-into-blktap.sh installed blktap (default $BLKTAP_PREFIX, else
 # /var/tmp/blktap). Without tap-ctl and a tapdisk that has the parallax driver there, it prints
 # "NOT RUN" and exits 77. Needs root (tap-ctl, perf). Not part of `make check`. Results:
@@ -34,9 +36,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 blktap=${BLKTAP_PREFIX:-/var/tmp/blktap}
-dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 base_lib=""
+dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 base_lib="" with_base=0 base_env=()
 usage() {
-    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--base-lib DIR]" >&2
+    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
     exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -47,7 +49,8 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
-    --base-lib) base_lib=$(cd "$2" && pwd); shift 2 ;;
+    --base-lib) base_lib=$(cd "$2" && pwd) with_base=1; shift 2 ;;
+    --base-env) base_env+=("$2") with_base=1; shift 2 ;;
     *) usage ;;
     esac
 done
@@ -101,7 +104,7 @@ cp "$work/fill.bin" "$work/aio.bin"
 sync
 store=$work/store.img
 vdis=(fua ordered)
-[[ -n $base_lib ]] && vdis+=(base)
+((with_base)) && vdis+=(base)
 "$P" -b "$store" format --size "$((mib * ${#vdis[@]} + 512))M" >/dev/null
 for v in "${vdis[@]}"; do
     "$P" -b "$store" vdi-create "$v" --size "${mib}M" >/dev/null
@@ -110,9 +113,10 @@ done
 rm -f "$work/fill.bin"
 sync
 
-tap_create() { # LIBDIR ARGS -> sets td_uri, td_pid
-    local out minor pid
-    out=$(LD_LIBRARY_PATH=$1 timeout -s KILL 120 "$tapctl" create -a "$2" 2>&1) ||
+tap_create() { # LIBDIR ARGS [VAR=VALUE...] -> sets td_uri, td_pid
+    local out minor pid lib=$1 args=$2
+    shift 2
+    out=$(env LD_LIBRARY_PATH="$lib" "$@" timeout -s KILL 120 "$tapctl" create -a "$args" 2>&1) ||
         { echo "$me: tap-ctl create -a $2: $out" >&2; exit 1; }
     minor=${out##*tapdisk-}
     [[ $minor =~ ^[0-9]+$ ]] || { echo "$me: tap-ctl create -a $2 printed '$out'" >&2; exit 1; }
@@ -131,8 +135,8 @@ tap_create "$root/build" "parallax:durability=fua:$store:fua"
 uris+=("$td_uri") pids+=("$td_pid")
 tap_create "$root/build" "parallax:durability=ordered:$store:ordered"
 uris+=("$td_uri") pids+=("$td_pid")
-if [[ -n $base_lib ]]; then
-    tap_create "$base_lib" "parallax:durability=fua:$store:base"
+if ((with_base)); then
+    tap_create "${base_lib:-$root/build}" "parallax:durability=fua:$store:base" "${base_env[@]}"
     names+=(base) uris+=("$td_uri") pids+=("$td_pid")
 fi
 
@@ -158,7 +162,7 @@ base=bench/results/tapdisk-fua-$(hostname -s 2>/dev/null || echo host)-$(date -u
 {
     echo "source:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (modified)'); blktap: $tapdisk_bin"
     for ((i = 0; i < ${#names[@]}; i++)); do
-        echo "disk ${names[i]}: tapdisk ${pids[i]}, library $(cat "$work/lib.${pids[i]}" 2>/dev/null || echo -)"
+        echo "disk ${names[i]}: tapdisk ${pids[i]}, library $(cat "$work/lib.${pids[i]}" 2>/dev/null || echo -)$([[ ${names[i]} == base && ${#base_env[@]} -gt 0 ]] && echo ", environment ${base_env[*]}")"
     done
     echo "4 KiB random writes at QD $qd through tapdisk's NBD socket (fio nbd), $seconds s per run, $rounds rounds, disks of $size written through once"
 } | tee "$base.txt"
@@ -189,7 +193,7 @@ col() { # I -> that disk's IOPS per round, one a line
     mapfile -t c0 < <(col 0)
     mapfile -t c1 < <(col 1)
     mapfile -t c2 < <(col 2)
-    [[ -n $base_lib ]] && mapfile -t c3 < <(col 3)
+    ((with_base)) && mapfile -t c3 < <(col 3)
     for ((i = 0; i < n; i++)); do
         printf '%s: mean %s IOPS, flushes/write by round %s\n' "${names[i]}" "$(mapfile -t cc < <(col "$i"); mean "${cc[@]}")" \
             "$(for ((r = 1; r <= rounds; r++)); do printf '%s ' "${fpw[$i,$r]}"; done)"
@@ -197,8 +201,8 @@ col() { # I -> that disk's IOPS per round, one a line
     echo 'paired by round:'
     pstat 'fua / aio' c1 c0 '>= 0.8'
     pstat 'ordered / aio' c2 c0
-    [[ -n $base_lib ]] && pstat 'fua / base (the same, with --base-lib)' c1 c3
-    [[ -n $base_lib ]] && pstat 'base / aio' c3 c0
+    ((with_base)) && pstat 'fua / base' c1 c3
+    ((with_base)) && pstat 'base / aio' c3 c0
     echo "load average (1, 5, 15 min): $load_start at the start, $load_end at the end"
 } | tee -a "$base.txt"
 echo "saved: $base.txt" >&2
