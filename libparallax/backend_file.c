@@ -8,13 +8,15 @@
  *
  * Flushes and FUA writes must not block the single-threaded engine, so fdatasync is never
  * called inline. By default fdatasync runs on a helper thread, which reports completion through
- * the same eventfd and takes the real-time I/O priority class for urgent flushes, and a FUA
- * write is a plain write
- * followed by such a flush; the writes a snapshot, flush or FUA write waits for (PLX_IO_URGENT)
- * get that class too (DESIGN.md, "Commit writes go first"). With $PARALLAX_IOPRIO=0, flushes go to
- * the kernel as IO_CMD_FDSYNC and FUA writes carry RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13
- * (per-I/O flags) refuse them with EINVAL, and then the backend falls back for good to the helper
- * thread.
+ * the same eventfd and takes the real-time I/O priority class for urgent flushes, and an urgent
+ * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
+ * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
+ * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
+ * carry RWF_DSYNC, so that the kernel flushes after the write from its own completion work,
+ * sharing flushes among concurrent ones, without a round trip through the engine's loop and the
+ * helper thread. With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and every FUA
+ * write carries RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them with
+ * EINVAL, and then the backend falls back for good to the helper thread.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
  * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
@@ -373,7 +375,8 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
         s->stage = ST_RW;
         s->total = (size_t)io->nblocks * PLX_BLOCK_SIZE;
         s->fua = io->op == PLX_IO_WRITE && (io->flags & PLX_IO_FUA);
-        s->dsync = s->fua && f->rwf_dsync;
+        /* An urgent FUA write's flush goes to the helper thread, in the real-time class. */
+        s->dsync = s->fua && f->rwf_dsync && !(f->sync_rt && (io->flags & PLX_IO_URGENT));
     }
     return slot_start(f, s);
 }
@@ -917,11 +920,11 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->trace = trace && *trace && strcmp(trace, "0") != 0;
     const char *ioprio = getenv("PARALLAX_IOPRIO");
     f->ioprio_rt = f->direct && !f->blocking && !(ioprio && strcmp(ioprio, "0") == 0);
-    /* Flushes, and the flush after a FUA write, from the helper thread, which takes the
+    /* Flushes, and the flush after an urgent FUA write, from the helper thread, which takes the
      * real-time I/O class for urgent ones: an aio FDSYNC runs in a kernel worker. */
     f->sync_rt = f->ioprio_rt;
     if (f->sync_rt)
-        f->aio_fdsync = f->rwf_dsync = 0;
+        f->aio_fdsync = 0;
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)
