@@ -19,8 +19,11 @@
 # completion latency, and the tapdisk's flushes per write: its fdatasync calls (perf stat on the
 # syscall tracepoint while fio runs), which is how the file backend flushes, for a flush and for
 # the FUA of a FUA write alike, by default (with $PARALLAX_IOPRIO=0 it uses aio FDSYNC and
-# RWF_DSYNC instead, which this does not count). Prints every round and, per comparison with
-# aio:, the ratio of the means and the median (min, max) of the per-round ratios.
+# RWF_DSYNC instead, which this does not count), and the flushes the disk under --dir completed
+# per write over the run (its /sys/dev/block stat counter: every process on that disk counts, and
+# the kernel's own flushes for RWF_DSYNC writes too, which the fdatasync count misses). Prints
+# every round and, per comparison with aio:, the ratio of the means and the median (min, max) of
+# the per-round ratios.
 #
 #   bench/tapdisk-fua.sh [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N]
 #                        [--qd N] [--base-lib DIR] [--base-env VAR=VALUE]...
@@ -140,21 +143,27 @@ if ((with_base)); then
     names+=(base) uris+=("$td_uri") pids+=("$td_pid")
 fi
 
-# One run on disk I: "IOPS MEAN_US P99_US FLUSHES_PER_WRITE".
+# The flushes the disk holding $work completed (field 16 of its stat, Linux 5.5+).
+devstat=/sys/dev/block/$(mountpoint -d "$(df --output=target "$work" | tail -1)")/stat
+[[ -r $devstat ]] || devstat=/dev/null
+dev_flushes() { awk '{ print $16 + 0 }' "$devstat"; }
+# One run on disk I: "IOPS MEAN_US P99_US FLUSHES_PER_WRITE DEVICE_FLUSHES_PER_WRITE".
 run() {
-    local i=$1 out=$work/perf.$1 j writes flushes
+    local i=$1 out=$work/perf.$1 j writes flushes d0 d1
     perf stat -x, -e syscalls:sys_enter_fdatasync -p "${pids[i]}" -o "$out" &
     local perf_pid=$!
     sleep 0.2
+    d0=$(dev_flushes)
     j=$(fio_json --name=fua --ioengine=nbd --uri="${uris[i]}" --size="$size" --rw=randwrite \
         --bs=4k --iodepth="$qd" --runtime="$seconds" --time_based --norandommap --randrepeat=0)
+    d1=$(dev_flushes)
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     writes=$(jq '.jobs[0].write.total_ios' <<<"$j")
     flushes=$(awk -F, '/fdatasync/ { print $1 }' "$out")
     [[ $flushes =~ ^[0-9]+$ ]] || flushes=0
-    jq -r --arg f "$flushes" --arg w "$writes" \
-        '.jobs[0].write | "\(.iops) \(.clat_ns.mean / 1000) \(.clat_ns.percentile["99.000000"] / 1000) \(($f | tonumber) / ($w | tonumber))"' <<<"$j"
+    jq -r --arg f "$flushes" --arg w "$writes" --arg d "$((d1 - d0))" \
+        '.jobs[0].write | "\(.iops) \(.clat_ns.mean / 1000) \(.clat_ns.percentile["99.000000"] / 1000) \(($f | tonumber) / ($w | tonumber)) \(($d | tonumber) / ($w | tonumber))"' <<<"$j"
 }
 
 mkdir -p bench/results
@@ -167,19 +176,19 @@ base=bench/results/tapdisk-fua-$(hostname -s 2>/dev/null || echo host)-$(date -u
     echo "4 KiB random writes at QD $qd through tapdisk's NBD socket (fio nbd), $seconds s per run, $rounds rounds, disks of $size written through once"
 } | tee "$base.txt"
 
-declare -A iops lat p99 fpw
+declare -A iops lat p99 fpw dfpw
 n=${#names[@]}
 for ((r = 1; r <= rounds; r++)); do
     line="round $r:"
     for ((k = 0; k < n; k++)); do
         i=$(((k + r - 1) % n)) # the order rotates each round
-        read -r a b c d <<<"$(run "$i")"
-        iops[$i,$r]=$a lat[$i,$r]=$b p99[$i,$r]=$c fpw[$i,$r]=$d
+        read -r a b c d e <<<"$(run "$i")"
+        iops[$i,$r]=$a lat[$i,$r]=$b p99[$i,$r]=$c fpw[$i,$r]=$d dfpw[$i,$r]=$e
     done
     for ((i = 0; i < n; i++)); do
-        line+=$(printf ' %s %.0f IOPS (%.2fx aio, mean %.0f us, p99 %.0f us, %.3f flushes/write);' \
+        line+=$(printf ' %s %.0f IOPS (%.2fx aio, mean %.0f us, p99 %.0f us, fdatasync/write %.3f, device flushes/write %.3f);' \
             "${names[i]}" "${iops[$i,$r]}" "$(ratio "${iops[$i,$r]}" "${iops[0,$r]}")" "${lat[$i,$r]}" \
-            "${p99[$i,$r]}" "${fpw[$i,$r]}")
+            "${p99[$i,$r]}" "${fpw[$i,$r]}" "${dfpw[$i,$r]}")
     done
     echo "$line" | tee -a "$base.txt"
 done
@@ -195,8 +204,10 @@ col() { # I -> that disk's IOPS per round, one a line
     mapfile -t c2 < <(col 2)
     ((with_base)) && mapfile -t c3 < <(col 3)
     for ((i = 0; i < n; i++)); do
-        printf '%s: mean %s IOPS, flushes/write by round %s\n' "${names[i]}" "$(mapfile -t cc < <(col "$i"); mean "${cc[@]}")" \
-            "$(for ((r = 1; r <= rounds; r++)); do printf '%s ' "${fpw[$i,$r]}"; done)"
+        printf '%s: mean %s IOPS; fdatasync/write by round: %s; device flushes/write by round: %s\n' \
+            "${names[i]}" "$(mapfile -t cc < <(col "$i"); mean "${cc[@]}")" \
+            "$(for ((r = 1; r <= rounds; r++)); do printf '%.3f ' "${fpw[$i,$r]}"; done)" \
+            "$(for ((r = 1; r <= rounds; r++)); do printf '%.3f ' "${dfpw[$i,$r]}"; done)"
     done
     echo 'paired by round:'
     pstat 'fua / aio' c1 c0 '>= 0.8'
