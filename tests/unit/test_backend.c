@@ -846,8 +846,9 @@ END_TEST
 /* The writes a commit waits for (PLX_IO_URGENT) go to the kernel in the real-time I/O class, so
  * that the I/O scheduler does not queue them behind data writes; no other I/O does; and flushes
  * and the flush of an urgent FUA write go through the helper thread (its fdatasync writes ext4's
- * metadata in that class too), not as an aio FDSYNC run by a kernel worker. A FUA write that is
- * not urgent (a FUA data write) is one write with RWF_DSYNC: the kernel flushes after it. */
+ * metadata in that class too), not as an aio FDSYNC run by a kernel worker. So does that of a FUA
+ * write that is not urgent (a FUA data write) alone in flight; among others in flight, such a
+ * write is one write with RWF_DSYNC: the kernel flushes after it. */
 START_TEST(test_file_urgent_ioprio)
 {
     plx_backend *be = make_backend(K_FILE_RT, 64);
@@ -855,13 +856,31 @@ START_TEST(test_file_urgent_ioprio)
     write_pattern(be, 1, 1, 81, PLX_IO_URGENT);
     ck_assert_uint_eq(aio_fault.prio_rt, 1);
     write_pattern(be, 2, 4, 82, 0);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 0);
     write_pattern(be, 8, 1, 83, PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 1);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 1);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0); /* alone: a write, then the helper's fdatasync */
+    /* Three at once: the first alone as above, the two others with RWF_DSYNC. */
+    unsigned char *buf = plx_block_alloc(3);
+    struct rec r[3];
+    int count = 0;
+    for (int i = 0; i < 3; i++) {
+        tu_fill(buf + (size_t)i * BS, BS, 85 + (uint64_t)i);
+        r[i].counter = &count;
+        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, 20 + (uint64_t)i, 1,
+                                    buf + (size_t)i * BS, PLX_IO_FUA),
+                         0);
+    }
+    drain_via_fd(be);
+    ck_assert_int_eq(count, 3);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
     write_pattern(be, 9, 1, 84, PLX_IO_URGENT | PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 2);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 1);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(r[i].status, 0);
+        ck_assert(has_pattern(be, 20 + (uint64_t)i, 1, 85 + (uint64_t)i));
+    }
+    plx_block_free(buf);
     ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
     ck_assert(has_pattern(be, 1, 1, 81));
     ck_assert(has_pattern(be, 2, 4, 82));
