@@ -267,8 +267,10 @@ struct plx_hold_block {
     struct plx_blkhdr hdr;
     uint64_t reserved[2];
     struct plx_hold holds[PLX_HOLDS_PER_BLOCK];
+    uint8_t zero[PLX_BLOCK_SIZE - PLX_HOLD_HDR - PLX_HOLDS_PER_BLOCK * 56u];
 };
-static_assert(sizeof(struct plx_hold_block) <= PLX_BLOCK_SIZE, "hold table block fits");
+/* Exactly a block: the table is read into an array of them. */
+static_assert(sizeof(struct plx_hold_block) == PLX_BLOCK_SIZE, "hold table block layout");
 
 /* ---- Snapshot log: blocks in metadata extents, newest first via prev ------------------------- */
 #define PLX_SNAP_DELETED 1u
