@@ -10,7 +10,8 @@
 # is corrupt" (or the server aborted). Now: the copy succeeds and filler2 reads back exactly;
 # the held client still reads 0x5a everywhere (never filler2's data); check is clean; the held
 # tree is not counted as garbage while the client holds it, and the first gc after the client
-# disconnects frees it.
+# disconnects frees it; so does the first one after the holding server is killed (kill -9: its
+# hold names a dead process).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cmd nbdcopy qemu-io jq cmp
@@ -106,4 +107,33 @@ assert_eq 0 "$(leaked)" "blocks_leaked after the server stopped and gc ran"
 plx check >"$T/check.out" || fail "check at the end: $(cat "$T/check.out")"
 plx vdi-export filler2 "$T/back4.raw" --quiet
 cmp -s "$T/ff.raw" "$T/back4.raw" || fail "filler2 exports wrong at the end"
-echo "held deleted snapshot survived gc; $freed data blocks freed once it was closed"
+
+# ---- A holder that dies keeps nothing: kill -9 the server while its client holds a snapshot ----
+assert_eq filler2@1 "$(plx vdi-snapshot filler2)" "snapshot of filler2"
+head -c 16M /dev/zero | tr '\0' '\021' >"$T/x11.raw"
+plx vdi-import filler2 "$T/x11.raw" --quiet # 4096 blocks of filler2@1 are its own now
+"$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve2.log" 2>&1 &
+server=$!
+bg_pid "$server"
+wait_socket "$sock" "$server" "$T/serve2.log"
+qio_sent=0
+: >"$T/qio.log"
+qemu-io -r -f raw "$(uri filler2@1)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
+qio_pid=$!
+bg_pid "$qio_pid"
+exec 3>"$T/qio.fifo"
+qio "read -P 0xff 0 16M"
+plx snap-delete filler2@1
+plx gc >/dev/null
+qio "read -P 0xff 0 16M"
+held=$(plx gc --dry-run --json | jq '.freed.data')
+assert_eq 0 "$held" "data a dry run would free while the server holds filler2@1"
+kill -KILL "$server"
+wait "$server" 2>/dev/null || true
+plx gc --json >"$T/gc4.json"
+dead=$(jq '.freed.data' "$T/gc4.json")
+((dead >= 4096)) || fail "gc after the holder was killed freed $dead data blocks, not filler2@1's 4096"
+assert_eq 0 "$(leaked)" "blocks_leaked after the holder died and gc ran"
+plx check >"$T/check.out" || fail "check after the holder died: $(cat "$T/check.out")"
+exec 3>&-
+echo "held deleted snapshot survived gc; $freed data blocks freed once it was closed, $dead once its holder was killed"
