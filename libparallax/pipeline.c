@@ -1239,9 +1239,8 @@ static void do_snapshot(struct plx_req *r)
         log_addr = v->rec.snaplog_head;
     }
     struct plx_node *nr = NULL;
-    if (!err && !clean) {
+    if (!err && !clean)
         nr = plx_cache_new(st, new_addr, v->height - 1, v->owner, &err);
-    }
     if (err) {
         if (nr)
             plx_cache_drop(st, nr);
