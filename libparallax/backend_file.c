@@ -12,11 +12,12 @@
  * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
  * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
  * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
- * carry RWF_DSYNC, so that the kernel flushes after the write from its own completion work,
- * sharing flushes among concurrent ones, without a round trip through the engine's loop and the
- * helper thread. With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and every FUA
- * write carries RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them with
- * EINVAL, and then the backend falls back for good to the helper thread.
+ * carry RWF_DSYNC while another one is in flight, so that the kernel flushes after the write from
+ * its own completion work, sharing flushes among concurrent ones, without a round trip through
+ * the engine's loop and the helper thread (see slot_begin). With $PARALLAX_IOPRIO=0, flushes go to
+ * the kernel as IO_CMD_FDSYNC and every FUA write carries RWF_DSYNC; kernels before 4.18 (FDSYNC)
+ * or 4.13 (per-I/O flags) refuse them with EINVAL, and then the backend falls back for good to the
+ * helper thread.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
  * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
@@ -376,12 +377,12 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
         s->total = (size_t)io->nblocks * PLX_BLOCK_SIZE;
         s->fua = io->op == PLX_IO_WRITE && (io->flags & PLX_IO_FUA);
         /* With the helper thread in use (sync_rt), an urgent FUA write's flush goes there, in the
-         * real-time class, and so does that of a FUA write alone in flight: the kernel runs
-         * RWF_DSYNC's flush from a kernel worker bound to the CPU that completed the write,
-         * which on a busy machine waited for that CPU (4 KiB FUA writes at depth 1, in
-         * process: 133-190 IOPS against 3,400-3,900 through the helper thread). Among other
-         * FUA writes in flight, RWF_DSYNC: one worker wakeup serves several, and the kernel
-         * shares their flushes (bench/notes/fua-tapdisk.md). */
+         * real-time class, and so does that of a FUA write alone in flight: alone, RWF_DSYNC was
+         * far slower (4 KiB FUA writes at depth 1, in process: 133-190 IOPS against 3,400-3,900
+         * through the helper thread), likely because the kernel runs its flush from a worker
+         * bound to the CPU that completed the write, which waits for that CPU on a busy machine.
+         * Among other FUA writes in flight, RWF_DSYNC: one completion per write for the engine,
+         * and the kernel shares their flushes (bench/notes/fua-tapdisk.md). */
         s->fua_data = s->fua && !(io->flags & PLX_IO_URGENT);
         s->dsync =
             s->fua && f->rwf_dsync && (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
