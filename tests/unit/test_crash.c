@@ -2037,6 +2037,32 @@ static void wl_trim(struct wl *wl)
     run_phase(wl, &mx, scale(480), 1u << a);
 }
 
+/* FUA overwrites in place (DESIGN.md, "The request pipeline": a FUA write of writable blocks
+ * while every link in memory is durable completes when its FUA data writes do, without a batch
+ * commit): a filled VDI overwritten mostly by FUA writes, 8 in flight as tapdisk keeps them,
+ * among cached and plain writes (which allocate after trims and snapshots, and whose links are
+ * not durable until a flush), trims, flushes and snapshots. */
+static void wl_fua_overwrite(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 192), R(512, 64)};
+    int a = add_vdi(wl, "fua-ow", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 95, .flush = 5, .max_nb = 16, .seq = true, .inflight = 16};
+    run_phase(wl, &fill, scale(40), 1u << a);
+    struct mix mx = {.write = 20,
+                     .fua = 60,
+                     .trim = 3,
+                     .flush = 4,
+                     .snap = 2,
+                     .read = 11,
+                     .max_nb = 4,
+                     .max_trim = 4,
+                     .hot = 60,
+                     .inflight = 8,
+                     .max_snaps = 10};
+    run_phase(wl, &mx, scale(400), 1u << a);
+}
+
 /* A sparse 1 TiB VDI (four tree levels) with ranges straddling leaf, level-1 and level-2
  * boundaries, through a node cache small enough to evict. */
 static void wl_sparse(struct wl *wl)
@@ -2388,7 +2414,7 @@ static const struct workload workloads[] = {
     {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
     {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
     {"snap-inflight", wl_snap_inflight, 0},  {"snap-edit", wl_snap_edit, 0},
-    {"claim-ahead", wl_claim_ahead, 0},
+    {"claim-ahead", wl_claim_ahead, 0},      {"fua-overwrite", wl_fua_overwrite, 0},
 };
 /* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
 static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
