@@ -22,7 +22,9 @@ set -u
 jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 beat=${PLX_TEST_HEARTBEAT:-30}
 work=$(mktemp -d "${TMPDIR:-/tmp}/plx-unit.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+trap 'rm -rf "$work"' EXIT
+# (A trap on INT and TERM that only cleaned up let the run go on; exiting runs the EXIT trap.)
+trap 'exit 1' INT TERM
 
 # run_one N BIN: run BIN, leaving its output in $work/N.out and its exit status in $work/N.rc.
 run_one() {
