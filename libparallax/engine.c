@@ -520,6 +520,12 @@ int plx_engine_watch_fd(plx_store *st, int fd)
     return 0;
 }
 
+void plx_engine_unwatch_fd(plx_store *st, int fd)
+{
+    struct epoll_event e = {0};
+    (void)epoll_ctl(st->epoll_fd, EPOLL_CTL_DEL, fd, &e);
+}
+
 void plx_fence(plx_store *st, const char *fmt, ...)
 {
     if (st->fenced)

@@ -49,6 +49,11 @@ enum lk_state { LK_DOWN, LK_CONNECTING, LK_HELLO, LK_UP };
 /* An ADMIN-TRY: none outstanding; sent, no answer yet; answered, the answer not yet taken. */
 enum lk_try { TRY_NONE, TRY_ASKED, TRY_GRANTED, TRY_BUSY };
 
+/* An ADMIN-LOCK: none outstanding; sent, GRANTED not yet in; GRANTED in, not yet taken. The
+ * blocking admin lock and the waiters on the event loop (plx_admin_lock_async) share it: one
+ * ask at a time, taken by whoever looks first. */
+enum lk_ask { ASK_NONE, ASK_SENT, ASK_GRANTED };
+
 struct plx_lockd {
     char addr[64];
     int fd; /* -1: LK_DOWN */
@@ -68,7 +73,16 @@ struct plx_lockd {
     enum lk_try try_state;
     uint64_t try_sent_ns;
     bool try_unsupported;     /* an older lockd: no ADMIN-TRY, claims wait for the admin lock */
-    unsigned releases_unread; /* ADMIN-UNLOCKs of unclaimed TRY grants whose RELEASED is due */
+    unsigned releases_unread; /* ADMIN-UNLOCKs sent whose RELEASED is due (none is waited for) */
+    enum lk_ask ask;
+    uint64_t ask_sent_ns;
+    /* An ask was withdrawn (ADMIN-UNLOCK) and its RELEASED is not in yet: a GRANTED that comes
+     * before it is the withdrawn ask's, not ours to use, and no new ask goes out until then. */
+    bool withdrawing;
+    /* The socket is in the store's epoll set: an answer the event loop waits for is due (an
+     * ask, a withdrawal), so its arrival wakes the loop. Only then: an unread PONG would keep
+     * the set readable. */
+    bool watched;
 };
 
 static uint64_t mono_ns(void)
@@ -99,6 +113,9 @@ static void lk_close(struct plx_lockd *lk)
     lk->in_len = 0;
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
+    lk->ask = ASK_NONE;
+    lk->withdrawing = false;
+    lk->watched = false; /* closing the socket took it out of the epoll set */
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -144,10 +161,18 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
             return true;
         }
     }
+    if (!strcmp(line, "GRANTED")) {
+        if (lk->withdrawing)
+            return true; /* the withdrawn ask's: its RELEASED follows and gives it back */
+        if (lk->ask == ASK_SENT) {
+            lk->ask = ASK_GRANTED;
+            return true;
+        }
+    }
     if (lk->releases_unread && !strcmp(line, "RELEASED")) {
-        /* lockd answers in order: if a blocking ADMIN-UNLOCK's RELEASED is taken here, ours
-         * comes after it and answers that request the same way. */
-        lk->releases_unread--;
+        /* lockd answers in order: the RELEASED of the last ADMIN-UNLOCK sent comes last. */
+        if (--lk->releases_unread == 0)
+            lk->withdrawing = false;
         return true;
     }
     return false;
@@ -363,35 +388,6 @@ static int ensure_connected(plx_store *st)
     return st->lockd->state == LK_UP ? 0 : lk_connect(st);
 }
 
-/* Wait for a line while keeping the lease: a heartbeat every quarter lease. */
-static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t timeout_ns)
-{
-    struct plx_lockd *lk = st->lockd;
-    uint64_t deadline = mono_ns() + timeout_ns;
-    for (;;) {
-        if (lk->fd < 0)
-            return -ENOTCONN;
-        if (take_line(lk, out, len))
-            return 0;
-        uint64_t now = mono_ns();
-        if (now >= deadline)
-            return -ETIMEDOUT;
-        uint64_t slice = lk->lease_ns / 4;
-        if (slice > deadline - now)
-            slice = deadline - now;
-        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)(slice / 1000000) + 1);
-        if (r > 0) {
-            if (fill(lk))
-                return -ENOTCONN;
-            continue;
-        }
-        lk->last_attempt_ns = mono_ns();
-        if (send_ping(lk))
-            return -ENOTCONN;
-    }
-}
-
 /* Wait until until_ns for an outstanding ADMIN-TRY's answer: 0 when it is in, -ETIMEDOUT, or
  * -errno when the connection failed. */
 static int await_try(struct plx_lockd *lk, uint64_t until_ns)
@@ -425,14 +421,89 @@ static int try_settle(struct plx_lockd *lk, int timeout_ms)
     return rc;
 }
 
+/* Give the admin lock back, or withdraw an ask: ADMIN-UNLOCK, whose RELEASED nobody waits for
+ * (take_aside consumes it). Never waits: lockd handles our lines in order, so a later request
+ * of ours comes after the release. If the send fails the connection is gone, and with it
+ * everything it held. */
+static void send_unlock(struct plx_lockd *lk)
+{
+    if (lk->state == LK_UP && !send_line(lk, "ADMIN-UNLOCK"))
+        lk->releases_unread++;
+}
+
+/* Read what has arrived and take the answers it holds (take_aside); other lines are not
+ * expected between requests and are dropped. Never waits. */
+static void drain(struct plx_lockd *lk)
+{
+    if (lk->state != LK_UP || fill(lk))
+        return;
+    char line[PLX_LOCKD_LINE_MAX];
+    while (take_line(lk, line, sizeof line))
+        ;
+}
+
+/* Keep the socket in the store's epoll set exactly while the event loop waits for an answer. */
+static void watch_update(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    bool want = lk->state == LK_UP && (lk->ask == ASK_SENT || lk->withdrawing);
+    if (want == lk->watched)
+        return;
+    if (want && plx_engine_watch_fd(st, lk->fd) != 0)
+        return; /* the lock timer still looks every ASK_LOOK_NS */
+    if (!want)
+        plx_engine_unwatch_fd(st, lk->fd);
+    lk->watched = want;
+}
+
+/* Wait (bounded, keeping our lease) until an outstanding ask is granted: 0, -ETIMEDOUT, or
+ * -ENOTCONN when the connection failed. */
+static int await_grant(plx_store *st, uint64_t deadline)
+{
+    struct plx_lockd *lk = st->lockd;
+    for (;;) {
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        char line[PLX_LOCKD_LINE_MAX];
+        while (take_line(lk, line, sizeof line))
+            ; /* nothing but answers taken aside is expected here */
+        if (lk->ask == ASK_GRANTED) {
+            lk->ask = ASK_NONE;
+            return 0;
+        }
+        if (lk->ask != ASK_SENT && !lk->withdrawing)
+            return -ENOTCONN;
+        uint64_t now = mono_ns();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        uint64_t slice = lk->lease_ns / 4;
+        if (slice > deadline - now)
+            slice = deadline - now;
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(slice / 1000000) + 1);
+        if (r > 0) {
+            if (fill(lk))
+                return -ENOTCONN;
+            continue;
+        }
+        lk->last_attempt_ns = mono_ns();
+        if (send_ping(lk))
+            return -ENOTCONN;
+    }
+}
+
 static int lockd_admin_try(plx_store *st, int take)
 {
     struct plx_lockd *lk = st->lockd;
-    char reply[PLX_LOCKD_LINE_MAX];
+    if (!take) {
+        send_unlock(lk);
+        watch_update(st);
+        return 0;
+    }
     int rc = ensure_connected(st);
     if (rc)
         return rc;
-    if (take && lk->try_state != TRY_NONE) {
+    if (lk->try_state != TRY_NONE) {
         /* A claim made ahead asked with ADMIN-TRY: its answer first (a grant is ours now). */
         rc = try_settle(lk, REPLY_TIMEOUT_MS);
         if (rc)
@@ -442,29 +513,109 @@ static int lockd_admin_try(plx_store *st, int take)
         if (granted)
             return 0;
     }
-    if (!take) {
-        rc = request(lk, "ADMIN-UNLOCK", reply, sizeof reply, REPLY_TIMEOUT_MS);
-        while (!rc && !strcmp(reply, "GRANTED"))
-            rc = read_line(lk, reply, sizeof reply, REPLY_TIMEOUT_MS);
-        return rc ? -ENOTCONN : 0;
+    uint64_t deadline = mono_ns() + plx_admin_lock_timeout_ns();
+    if (lk->withdrawing) {
+        /* A withdrawn ask's RELEASED first: a GRANTED before it is not ours. */
+        rc = await_grant(st, mono_ns() + REPLY_TIMEOUT_MS * 1000000ull);
+        if (rc == -ETIMEDOUT) {
+            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms",
+                     REPLY_TIMEOUT_MS);
+            lk_close(lk);
+        }
+        if (lk->fd < 0)
+            return -ENOTCONN;
     }
-    /* Waiting for the grant happens in lockd's queue; its answer is the grant. The connection
-     * is our lease, so it is never dropped to give up: a withdrawn request is released. */
-    rc = send_line(lk, "ADMIN-LOCK");
-    if (!rc)
-        rc = read_line_beating(st, reply, sizeof reply, plx_admin_lock_timeout_ns());
+    /* Waiting for the grant happens in lockd's queue; its answer is the grant. An ask a waiter
+     * on the event loop made already is the same ask. The connection is our lease, so it is
+     * never dropped to give up: a withdrawn request is released. */
+    if (lk->ask == ASK_NONE) {
+        if (send_line(lk, "ADMIN-LOCK"))
+            return -ENOTCONN;
+        lk->ask = ASK_SENT;
+        lk->ask_sent_ns = mono_ns();
+    }
+    rc = await_grant(st, deadline);
     if (rc == -ETIMEDOUT) {
-        rc = send_line(lk, "ADMIN-UNLOCK");
-        while (!rc && !(rc = read_line(lk, reply, sizeof reply, REPLY_TIMEOUT_MS)) &&
-               strcmp(reply, "RELEASED") != 0)
-            ;
-        return rc ? -ENOTCONN : -EWOULDBLOCK;
+        if (st->lock_waiters) {
+            watch_update(st); /* a waiter on the loop keeps the ask */
+        } else {
+            send_unlock(lk);
+            lk->ask = ASK_NONE;
+            lk->withdrawing = lk->releases_unread > 0;
+        }
+        return -EWOULDBLOCK;
     }
-    if (rc)
+    watch_update(st);
+    return rc ? -ENOTCONN : 0;
+}
+
+/* For a waiter on the event loop (plx_admin_lock_async): never waits. */
+static int lockd_admin_ask(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (lk->state == LK_DOWN) {
+        if (lk->refused[0])
+            return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
+        start_connect(lk); /* the heartbeat's timer advances it */
+        set_timer(lk, SETUP_POLL_NS);
+    }
+    if (lk->state != LK_UP)
         return -ENOTCONN;
-    if (strcmp(reply, "GRANTED") != 0)
-        return plx_err(st, -EPROTO, "the lock manager at %s answered '%s'", lk->addr, reply);
-    return 0;
+    drain(lk);
+    if (lk->state != LK_UP)
+        return -ENOTCONN;
+    int rc = -EINPROGRESS;
+    if (lk->try_state == TRY_GRANTED) {
+        lk->try_state = TRY_NONE; /* a claim's late TRY grant: ours now */
+        rc = 0;
+    } else if (lk->ask == ASK_GRANTED) {
+        lk->ask = ASK_NONE;
+        rc = 0;
+    } else if (lk->withdrawing || lk->try_state == TRY_ASKED) {
+        rc = -EINPROGRESS; /* their answers first */
+    } else if (lk->ask == ASK_NONE) {
+        if (send_line(lk, "ADMIN-LOCK"))
+            return -ENOTCONN;
+        lk->ask = ASK_SENT;
+        lk->ask_sent_ns = mono_ns();
+    } else if (mono_ns() - lk->ask_sent_ns > 1000000000ull && lk->last_ping_ns < lk->ask_sent_ns) {
+        /* No grant for a second: a heartbeat tells a lockd that answers nothing (stopped,
+         * partitioned) from one that queues us behind another holder (silent, below). */
+        lk->last_attempt_ns = mono_ns();
+        (void)send_ping(lk);
+    }
+    watch_update(st);
+    return lk->state == LK_UP || rc == 0 ? rc : -ENOTCONN;
+}
+
+static void lockd_admin_withdraw(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (lk->ask == ASK_SENT) {
+        send_unlock(lk);
+        lk->withdrawing = lk->releases_unread > 0;
+    } else if (lk->ask == ASK_GRANTED) {
+        send_unlock(lk);
+    }
+    lk->ask = ASK_NONE;
+    watch_update(st);
+}
+
+/* Has a heartbeat sent after since_ns gone unanswered for a second? Then lockd is not
+ * answering at all (a queued ask is answered later, a PING at once). */
+static bool lockd_silent(const plx_store *st, uint64_t since_ns)
+{
+    struct plx_lockd *lk = st->lockd;
+    uint64_t now = mono_ns();
+    if (lk->state != LK_UP)
+        return true;
+    if (lk->last_ping_ns < since_ns || lk->last_pong_ns >= lk->last_ping_ns ||
+        now - lk->last_ping_ns < 1000000000ull)
+        return false;
+    snprintf(lk->why_down, sizeof lk->why_down,
+             "it has not answered for %.1f s: stopped, or the network to it is down",
+             (double)(now - lk->last_ping_ns) / 1e9);
+    return true;
 }
 
 /* From the event loop, for a claim made ahead: ADMIN-TRY, waiting for its answer TRY_WAIT_MS at
@@ -520,6 +671,9 @@ const struct plx_lock_ops plx_lock_lockd = {
     .admin_try_now = lockd_admin_try_now,
     .holder_alive = lockd_holder_alive,
     .unreachable = lockd_unreachable,
+    .admin_ask = lockd_admin_ask,
+    .admin_withdraw = lockd_admin_withdraw,
+    .silent = lockd_silent,
 };
 
 /* Were we stopped (SIGSTOP, a hung machine) for most of a lease since the last heartbeat
@@ -554,6 +708,13 @@ static void lockd_tick(plx_store *st)
     }
     if (lk->state == LK_CONNECTING || lk->state == LK_HELLO)
         setup_step(st, 0);
+    /* An answer a waiter on the event loop wants may have woken us: take it, and hand a grant
+     * (or the news that the ask is gone with the connection) to the lock timer. */
+    bool asked = lk->ask == ASK_SENT || lk->withdrawing;
+    if (lk->watched)
+        drain(lk);
+    if (lk->ask == ASK_GRANTED || (asked && lk->ask != ASK_SENT && !lk->withdrawing))
+        plx_admin_lock_kick(st);
     uint64_t now = mono_ns();
     if (now >= lk->next_beat_ns && !frozen(st, now)) {
         lk->last_attempt_ns = now;
@@ -581,6 +742,7 @@ static void lockd_tick(plx_store *st)
     /* While a connection is being set up, look at it often; else once a quarter lease. */
     bool setting_up = lk->state == LK_CONNECTING || lk->state == LK_HELLO;
     set_timer(lk, setting_up ? SETUP_POLL_NS : lk->lease_ns / 4);
+    watch_update(st);
 }
 
 int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns)

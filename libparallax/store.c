@@ -134,6 +134,7 @@ int plx_store_close(plx_store *st)
 {
     if (!st)
         return 0;
+    plx_vdi_open_cancel_all(st);
     int rc = plx_vdi_close_all(st);
     int wrc = plx_wlog_close(st);
     if (!rc)

@@ -3,6 +3,7 @@
  * The requests themselves are carried out by pipeline.c.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,125 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     st->vdis = v;
     *out = v;
     return 0;
+}
+
+/* ---- Opening without waiting for the lock manager -------------------------------------------- */
+
+struct plx_open_req {
+    plx_store *st;
+    char spec[PLX_NAME_MAX + 64];
+    unsigned flags;
+    plx_open_fn cb;
+    void *arg;
+    /* A writable open waits for the admin lock on the loop (lw), then runs plx_vdi_open under
+     * it; one that needs no lock runs it from a timer due at once (t). Both run from a service
+     * pass's timers, outside every I/O handler, so the open's blocking reads are safe there. */
+    struct plx_lock_wait lw;
+    struct plx_timer t;
+    bool lock_waiting;
+    struct plx_open_req *next;
+};
+
+static void open_unlink(struct plx_open_req *o)
+{
+    for (struct plx_open_req **pp = &o->st->opens; *pp; pp = &(*pp)->next) {
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    }
+}
+
+/* Run the open (the admin lock held, or not needed) and report it. */
+static void open_finish(struct plx_open_req *o, int rc)
+{
+    plx_store *st = o->st;
+    plx_vdi *v = NULL;
+    open_unlink(o);
+    if (!rc)
+        rc = plx_vdi_open(st, o->spec, o->flags, &v);
+    o->cb(o->arg, rc, rc ? NULL : v);
+    free(o);
+}
+
+static void open_lock_done(struct plx_lock_wait *w, int rc)
+{
+    struct plx_open_req *o = (struct plx_open_req *)((char *)w - offsetof(struct plx_open_req, lw));
+    plx_store *st = o->st;
+    o->lock_waiting = false;
+    if (rc) {
+        open_finish(o, rc); /* the message names the lock manager or the holder */
+        return;
+    }
+    /* The open takes the lock again inside (nested, no wait) and we let go after it. */
+    open_unlink(o);
+    plx_vdi *v = NULL;
+    rc = plx_vdi_open(st, o->spec, o->flags, &v);
+    char msg[sizeof st->errmsg];
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    plx_admin_unlock(st);
+    if (rc)
+        snprintf(st->errmsg, sizeof st->errmsg, "%s", msg);
+    o->cb(o->arg, rc, rc ? NULL : v);
+    free(o);
+}
+
+static void open_timer(struct plx_timer *t)
+{
+    open_finish((struct plx_open_req *)((char *)t - offsetof(struct plx_open_req, t)), 0);
+}
+
+int plx_vdi_open_async(plx_store *st, const char *spec, unsigned flags, plx_open_fn cb, void *arg,
+                       plx_open_req **req)
+{
+    if (req)
+        *req = NULL;
+    if (!cb || !spec || strlen(spec) >= sizeof((struct plx_open_req *)0)->spec)
+        return plx_err(st, -EINVAL, "opening VDI '%.80s': no callback, or the name is too long",
+                       spec ? spec : "");
+    struct plx_open_req *o = calloc(1, sizeof *o);
+    if (!o)
+        return plx_err(st, -ENOMEM, "out of memory");
+    o->st = st;
+    snprintf(o->spec, sizeof o->spec, "%s", spec);
+    o->flags = flags;
+    o->cb = cb;
+    o->arg = arg;
+    o->next = st->opens;
+    st->opens = o;
+    /* Only a writable open takes the admin lock (lock_record): a snapshot or a read-only open
+     * never waits for the lock manager. */
+    bool writable = !strchr(spec, '@') && !(flags & PLX_OPEN_READONLY) && !st->read_only;
+    if (writable) {
+        o->lw.done = open_lock_done;
+        o->lock_waiting = true;
+        plx_admin_lock_async(st, &o->lw);
+    } else {
+        o->t.run = open_timer;
+        plx_timer_arm(st, &o->t, plx_mono_ns());
+    }
+    if (req)
+        *req = o;
+    return 0;
+}
+
+void plx_vdi_open_cancel(plx_open_req *o)
+{
+    if (!o)
+        return;
+    if (o->lock_waiting)
+        plx_admin_lock_cancel(o->st, &o->lw);
+    else
+        plx_timer_cancel(o->st, &o->t);
+    open_unlink(o);
+    free(o);
+}
+
+void plx_vdi_open_cancel_all(plx_store *st)
+{
+    while (st->opens)
+        plx_vdi_open_cancel(st->opens);
 }
 
 int plx_vdi_try_close(plx_vdi *v)

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 6
+#define PLX_API_VERSION_MINOR 7
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -348,6 +348,24 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
 /* Open "VDI" for writing (single writer: -EBUSY when another process holds it) or read-only,
  * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. */
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
+/* plx_vdi_open without waiting for the lock manager (API 1.7). A writable open needs the
+ * store's admin lock, which on a store shared through parallax-lockd is lockd's to grant: with
+ * lockd slow, stopped or gone, plx_vdi_open waits up to $PARALLAX_LOCK_TIMEOUT (30 s) and a
+ * server's other VDIs wait with it. Here that wait is an event on the store's loop, as a
+ * request's I/O is: the call returns at once and the loop goes on serving. cb runs exactly
+ * once, from plx_store_service (never inside this call), with 0 and the new handle, or -errno
+ * and NULL; plx_store_errmsg says why while cb runs (-EHOSTUNREACH: the lock manager could not
+ * be reached or stopped answering, and the message names it; -EBUSY: another process holds
+ * the VDI, or held the admin lock for the whole wait). Once the lock is granted, the rest of
+ * the open (the VDI's record, root and log) is blocking medium I/O, as in plx_vdi_open. On a
+ * submission error (-ENOMEM, -EINVAL) cb never runs. *req (may be NULL) names the open for
+ * plx_vdi_open_cancel until cb runs. */
+typedef struct plx_open_req plx_open_req;
+typedef void (*plx_open_fn)(void *arg, int status, plx_vdi *v);
+int plx_vdi_open_async(plx_store *st, const char *spec, unsigned flags, plx_open_fn cb, void *arg,
+                       plx_open_req **req);
+/* Withdraw an open whose cb has not run: it never will. (API 1.7) */
+void plx_vdi_open_cancel(plx_open_req *req);
 /* Complete outstanding requests, write back, release the VDI lock. Blocking. */
 int plx_vdi_close(plx_vdi *v);
 /* plx_vdi_close without waiting for the write cache: while the write log still holds writes of
