@@ -68,7 +68,9 @@ struct plx_lockd {
     uint64_t last_attempt_ns; /* last heartbeat attempt (sent or not): the freeze detector */
     uint64_t last_ping_ns;    /* last PING sent */
     uint64_t last_pong_ns;    /* last PONG received: lockd renewed our lease then */
+    uint64_t ping_unanswered_ns; /* the oldest PING sent since the last PONG (0: none) */
     char why_down[400];       /* why the last connection attempt failed */
+    char why_at[480];         /* "addr: why_down", for messages (lockd_unreachable) */
     char refused[400];        /* lockd refused our HELLO: why ("" = it did not) */
     enum lk_try try_state;
     uint64_t try_sent_ns;
@@ -113,6 +115,7 @@ static void lk_close(struct plx_lockd *lk)
     lk->in_len = 0;
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
+    lk->ping_unanswered_ns = 0;
     lk->ask = ASK_NONE;
     lk->withdrawing = false;
     lk->watched = false; /* closing the socket took it out of the epoll set */
@@ -139,6 +142,8 @@ static int send_line(struct plx_lockd *lk, const char *line)
 static int send_ping(struct plx_lockd *lk)
 {
     lk->last_ping_ns = mono_ns();
+    if (!lk->ping_unanswered_ns)
+        lk->ping_unanswered_ns = lk->last_ping_ns;
     return send_line(lk, "PING");
 }
 
@@ -148,6 +153,7 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
 {
     if (!strcmp(line, "PONG")) {
         lk->last_pong_ns = mono_ns();
+        lk->ping_unanswered_ns = 0;
         return true;
     }
     if (lk->try_state == TRY_ASKED) {
@@ -601,20 +607,20 @@ static void lockd_admin_withdraw(plx_store *st)
     watch_update(st);
 }
 
-/* Has a heartbeat sent after since_ns gone unanswered for a second? Then lockd is not
- * answering at all (a queued ask is answered later, a PING at once). */
+/* Has a heartbeat gone unanswered for a second? Then lockd is not answering at all (a queued
+ * ask is answered later, a PING at once). */
 static bool lockd_silent(const plx_store *st, uint64_t since_ns)
 {
     struct plx_lockd *lk = st->lockd;
     uint64_t now = mono_ns();
     if (lk->state != LK_UP)
         return true;
-    if (lk->last_ping_ns < since_ns || lk->last_pong_ns >= lk->last_ping_ns ||
-        now - lk->last_ping_ns < 1000000000ull)
+    uint64_t t = lk->ping_unanswered_ns;
+    if (!t || now - t < 1000000000ull)
         return false;
     snprintf(lk->why_down, sizeof lk->why_down,
-             "it has not answered for %.1f s: stopped, or the network to it is down",
-             (double)(now - lk->last_ping_ns) / 1e9);
+             "it has not answered a heartbeat for %.1f s: stopped, or the network to it is down",
+             (double)(now - t) / 1e9);
     return true;
 }
 
@@ -662,7 +668,9 @@ static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
 
 static const char *lockd_unreachable(const plx_store *st)
 {
-    return st->lockd->why_down;
+    struct plx_lockd *lk = st->lockd;
+    snprintf(lk->why_at, sizeof lk->why_at, "%s: %s", lk->addr, lk->why_down);
+    return lk->why_at;
 }
 
 const struct plx_lock_ops plx_lock_lockd = {

@@ -1283,10 +1283,11 @@ static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsig
 static void opt_info_go_reply(struct conn *c, uint32_t opt, struct export *e)
 {
     if (e->open_rc) {
-        /* The client sees the engine's message: "no VDI named ...", or that the lock manager
-         * cannot be reached (a transient failure of the server, not a missing export). */
-        opt_error(c, opt, e->open_rc == -EHOSTUNREACH ? NBD_REP_ERR_PLATFORM : NBD_REP_ERR_UNKNOWN,
-                  e->open_err);
+        /* The client gets the engine's message as the reply's text: "no VDI named ...", or
+         * that the lock manager cannot be reached. The protocol has no code for "try again
+         * later"; UNKNOWN ("export not available" to qemu) is the least wrong, and clients
+         * that show the text (qemu: "server reported: ...") say why. */
+        opt_error(c, opt, NBD_REP_ERR_UNKNOWN, e->open_err);
         export_put(c->srv, e);
         return;
     }
