@@ -40,6 +40,10 @@
 /* How long a claim made ahead waits for ADMIN-TRY's answer inside the event loop. lockd answers
  * at once (a round trip); a slower answer is taken by a later try or released by the tick. */
 #define TRY_WAIT_MS 50
+/* An ask not granted within ASK_PROBE_NS sends a heartbeat; one unanswered for SILENT_NS means
+ * lockd answers nothing (the message of a wait that times out says so). */
+#define ASK_PROBE_NS 250000000ull
+#define SILENT_NS 500000000ull
 
 /* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
  * non-blocking connect and later ticks advance it (CONNECTING -> HELLO -> UP); only the
@@ -584,9 +588,9 @@ static int lockd_admin_ask(plx_store *st)
             return -ENOTCONN;
         lk->ask = ASK_SENT;
         lk->ask_sent_ns = mono_ns();
-    } else if (mono_ns() - lk->ask_sent_ns > 1000000000ull && lk->last_ping_ns < lk->ask_sent_ns) {
-        /* No grant for a second: a heartbeat tells a lockd that answers nothing (stopped,
-         * partitioned) from one that queues us behind another holder (silent, below). */
+    } else if (mono_ns() - lk->ask_sent_ns > ASK_PROBE_NS && lk->last_ping_ns < lk->ask_sent_ns) {
+        /* No grant yet: a heartbeat tells a lockd that answers nothing (stopped, partitioned)
+         * from one that queues us behind another holder (lockd_silent). */
         lk->last_attempt_ns = mono_ns();
         (void)send_ping(lk);
     }
@@ -607,8 +611,8 @@ static void lockd_admin_withdraw(plx_store *st)
     watch_update(st);
 }
 
-/* Has a heartbeat gone unanswered for a second? Then lockd is not answering at all (a queued
- * ask is answered later, a PING at once). */
+/* Has a heartbeat gone unanswered for SILENT_NS? Then lockd is not answering at all (a queued
+ * ask is answered later, a PING at once: a round trip, milliseconds). */
 static bool lockd_silent(const plx_store *st, uint64_t since_ns)
 {
     struct plx_lockd *lk = st->lockd;
@@ -616,7 +620,7 @@ static bool lockd_silent(const plx_store *st, uint64_t since_ns)
     if (lk->state != LK_UP)
         return true;
     uint64_t t = lk->ping_unanswered_ns;
-    if (!t || now - t < 1000000000ull)
+    if (!t || now - t < SILENT_NS)
         return false;
     snprintf(lk->why_down, sizeof lk->why_down,
              "it has not answered a heartbeat for %.1f s: stopped, or the network to it is down",
