@@ -103,7 +103,7 @@ struct plx_store {
     struct plx_lock_wait *lock_waiters;
     struct plx_timer lock_timer;
     unsigned lock_backoff_us;
-    struct plx_open_req *opens; /* asynchronous VDI opens not yet completed (vdi.c) */
+    struct plx_open_req *opens;            /* asynchronous VDI opens not yet completed (vdi.c) */
     const struct plx_fence_ops *fence_ops; /* the medium's fencing (backend.h), or NULL */
     bool fencing; /* our key is registered at the medium (plx_fence_join) */
 

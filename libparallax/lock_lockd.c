@@ -528,8 +528,7 @@ static int lockd_admin_try(plx_store *st, int take)
         /* A withdrawn ask's RELEASED first: a GRANTED before it is not ours. */
         rc = await_grant(st, mono_ns() + REPLY_TIMEOUT_MS * 1000000ull);
         if (rc == -ETIMEDOUT) {
-            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms",
-                     REPLY_TIMEOUT_MS);
+            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", REPLY_TIMEOUT_MS);
             lk_close(lk);
         }
         if (lk->fd < 0)

@@ -157,9 +157,9 @@ struct export
      * (issue 30). The clients that asked for it wait in their option (conn.wait_ex) until the
      * idle hook settles the export (export_settle). */
     plx_open_req *opening;
-    int opened;   /* the open reported (open_rc), not yet settled */
-    int open_rc;  /* its result */
-    int settled;  /* settled: open, waiting for a handover, or failed (open_rc, open_err) */
+    int opened;  /* the open reported (open_rc), not yet settled */
+    int open_rc; /* its result */
+    int settled; /* settled: open, waiting for a handover, or failed (open_rc, open_err) */
     char open_err[512];
     plx_open_req *retry_req; /* handover: a try of the open in progress */
     int retry_done;          /* ... has reported: retry_rc, retry_v, for the next retry tick */
@@ -985,8 +985,7 @@ static void retry_open_done(void *arg, int status, plx_vdi *v)
     e->retry_rc = status;
     e->retry_v = v;
     if (status)
-        snprintf(e->open_err, sizeof e->open_err, "%s",
-                 plx_store_errmsg(et_store(the_server->et)));
+        snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(et_store(the_server->et)));
 }
 
 /* Try the waiting exports' VDIs again (every few ms, from the retry timer). Each try is an

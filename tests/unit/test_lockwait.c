@@ -232,7 +232,8 @@ static pid_t lockd_start(int port)
     }
     for (int i = 0; i < 100; i++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
         close(fd);
