@@ -34,7 +34,10 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
         /* Writes of this VDI still in another host's (or process's) write log come first. */
         else if ((rc = plx_wlog_check_owner(st, &rec)) != 0)
             ;
+        /* Our own lock with no handle of ours writing (plx_vdi_open checked): a close whose
+         * wait for the admin lock failed left it (plx_vdi_close_async). It is ours to take. */
         else if (rec.lock_host &&
+                 !plx_holder_is_me(st, rec.lock_host, rec.lock_pid, rec.lock_epoch) &&
                  !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
             rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u", rec.name,
                          rec.lock_host == st->host_hash ? st->host : "another host", rec.lock_pid);
@@ -293,6 +296,103 @@ void plx_vdi_open_cancel_all(plx_store *st)
         plx_vdi_open_cancel(st->opens);
 }
 
+/* ---- Closing without waiting for the lock manager -------------------------------------------- */
+
+struct plx_close_req {
+    plx_vdi *v;
+    plx_done_fn cb;
+    void *arg;
+    /* First the VDI's requests finish (t, looking every millisecond: plx_vdi_close must not
+     * service the store itself, as it runs from the service pass here), then the admin lock
+     * is waited for on the loop (lw), then the close runs under it. */
+    struct plx_timer t;
+    struct plx_lock_wait lw;
+    bool lock_waiting;
+};
+
+static void close_req_drop(struct plx_close_req *c)
+{
+    if (c->lock_waiting)
+        plx_admin_lock_cancel(c->v->st, &c->lw);
+    else
+        plx_timer_cancel(c->v->st, &c->t);
+    c->v->close_req = NULL;
+    free(c);
+}
+
+static void close_finish(struct plx_close_req *c, bool locked, int lock_rc)
+{
+    plx_vdi *v = c->v;
+    plx_store *st = v->st;
+    plx_done_fn cb = c->cb;
+    void *arg = c->arg;
+    v->close_req = NULL;
+    free(c);
+    char msg[sizeof st->errmsg] = "";
+    if (lock_rc) {
+        v->unlock_err = lock_rc; /* closed all the same; the record keeps our lock */
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    }
+    int rc = plx_vdi_close(v);
+    if (rc && !lock_rc)
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    if (locked)
+        plx_admin_unlock(st);
+    if (rc)
+        snprintf(st->errmsg, sizeof st->errmsg, "%s", msg);
+    cb(arg, rc);
+}
+
+static void close_lock_done(struct plx_lock_wait *w, int rc)
+{
+    struct plx_close_req *c =
+        (struct plx_close_req *)((char *)w - offsetof(struct plx_close_req, lw));
+    c->lock_waiting = false;
+    if (!rc && !plx_vdi_idle(c->v)) {
+        /* Work of the VDI's own came up meanwhile: let it finish first. */
+        plx_admin_unlock(c->v->st);
+        plx_timer_arm(c->v->st, &c->t, plx_mono_ns() + 1000000);
+        return;
+    }
+    close_finish(c, rc == 0, rc);
+}
+
+static void close_timer(struct plx_timer *t)
+{
+    struct plx_close_req *c = (struct plx_close_req *)((char *)t - offsetof(struct plx_close_req, t));
+    plx_vdi *v = c->v;
+    if (!plx_vdi_idle(v)) {
+        plx_timer_arm(v->st, t, plx_mono_ns() + 1000000);
+        return;
+    }
+    if (!v->ro && !v->st->fatal) {
+        c->lock_waiting = true;
+        plx_admin_lock_async(v->st, &c->lw);
+        return;
+    }
+    close_finish(c, false, 0);
+}
+
+int plx_vdi_close_async(plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (v->wc && plx_wlog_vdi_draining(v))
+        return -EAGAIN;
+    if (v->close_req || !cb)
+        return plx_err(v->st, -EINVAL, "closing VDI %s: %s", v->rec.name,
+                       cb ? "a close is under way already" : "no callback");
+    struct plx_close_req *c = calloc(1, sizeof *c);
+    if (!c)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    c->v = v;
+    c->cb = cb;
+    c->arg = arg;
+    c->t.run = close_timer;
+    c->lw.done = close_lock_done;
+    v->close_req = c;
+    plx_timer_arm(v->st, &c->t, plx_mono_ns());
+    return 0;
+}
+
 int plx_vdi_try_close(plx_vdi *v)
 {
     /* Only the wait for the write cache's drain is left out: the rest of a close is the VDI's
@@ -305,6 +405,8 @@ int plx_vdi_try_close(plx_vdi *v)
 int plx_vdi_close(plx_vdi *v)
 {
     plx_store *st = v->st;
+    if (v->close_req)
+        close_req_drop(v->close_req); /* finished here, without its callback */
     /* The write cache drains this VDI's records first; if it cannot, the record keeps naming
      * the log, so nobody else opens the VDI until the log is replayed. */
     int wrc = v->wc ? plx_wlog_vdi_detach(v) : 0;
@@ -331,7 +433,8 @@ int plx_vdi_close(plx_vdi *v)
     if (!v->ro && !st->fatal && !st->fenced && !rc && !v->needs_reload && !v->failed)
         (void)plx_labels_fold(st, v->slot_addr, &v->rec, PLX_SNAPLOG_PER_BLOCK);
     if (!v->ro && !st->fatal) {
-        int lrc = lock_record(st, v, false);
+        /* The admin lock could not be had (plx_vdi_close_async): the record keeps our lock. */
+        int lrc = v->unlock_err ? v->unlock_err : lock_record(st, v, false);
         if (!rc)
             rc = lrc;
     }

@@ -166,6 +166,7 @@ struct export
     int retry_rc;
     plx_vdi *retry_v;
     int unlinked; /* failed: out of the exports list, freed with its last client */
+    char close_err[512];
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -299,7 +300,7 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
     if (!the_server)
         return NULL;
     for (struct export *e = the_server->exports; e; e = e->next)
-        if (e->v && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+        if (e->v && e->closing != 2 && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
             return e->v;
     return NULL;
 }
@@ -341,7 +342,9 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
         return -ENOENT;
     }
     for (struct export *e = srv->exports; e; e = e->next) {
-        if (strcmp(e->name, name) == 0) {
+        /* One being closed is not shared: a new open of its VDI waits for the close as for a
+         * handover (the VDI is open here until then). */
+        if (strcmp(e->name, name) == 0 && e->closing != 2) {
             e->refs++;
             e->closing = 0;
             *out = e;
@@ -420,11 +423,38 @@ static void export_settle(struct nbd_server *srv, struct export *e, plx_store *s
     export_unlink(srv, e);
 }
 
+static void export_free(struct nbd_server *srv, struct export *e, int rc)
+{
+    for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    }
+    if (rc)
+        fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name,
+                e->close_err[0] ? e->close_err : strerror(-rc));
+    free(e);
+}
+
+/* The close of e's VDI is done (from the store's service pass). */
+static void export_closed(void *arg, int status)
+{
+    struct export *e = arg;
+    if (status)
+        snprintf(e->close_err, sizeof e->close_err, "%s", plx_store_errmsg(et_store(the_server->et)));
+    e->v = NULL;
+    export_free(the_server, e, status);
+}
+
 /* Close e unless its VDI's writes are still being drained from the write cache (then it stays
- * in the list, closing, for export_reap). Blocking (the close's own writes): never from a
- * completion callback. */
+ * in the list, closing, for export_reap). The close waits for the admin lock (the lock
+ * manager's) on the loop (plx_vdi_close_async): the export stays in the list, closing == 2,
+ * shared with no new client, until export_closed frees it. Never from a completion callback. */
 static void export_close(struct nbd_server *srv, struct export *e)
 {
+    if (e->closing == 2)
+        return;
     if (e->opening)
         plx_vdi_open_cancel(e->opening);
     if (e->retry_req)
@@ -433,20 +463,18 @@ static void export_close(struct nbd_server *srv, struct export *e)
     if (e->retry_v && !e->v)
         e->v = e->retry_v; /* handed over, and nobody left to serve */
     e->retry_v = NULL;
-    int rc = e->v ? plx_vdi_try_close(e->v) : 0;
+    int rc = e->v ? plx_vdi_close_async(e->v, export_closed, e) : 0;
     if (rc == -EAGAIN) {
         e->closing = 1;
         return;
     }
-    for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
-        if (*pp == e) {
-            *pp = e->next;
-            break;
-        }
+    if (e->v && rc == 0) {
+        e->closing = 2;
+        return;
     }
-    if (rc)
-        fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
-    free(e);
+    if (e->v)
+        rc = plx_vdi_close(e->v); /* the close could not be started: the blocking one */
+    export_free(srv, e, rc);
 }
 
 static void export_put(struct nbd_server *srv, struct export *e)
@@ -462,7 +490,7 @@ static void export_reap(struct nbd_server *srv)
 {
     for (struct export *e = srv->exports, *next; e; e = next) {
         next = e->next;
-        if (e->closing && e->refs == 0)
+        if (e->closing == 1 && e->refs == 0)
             export_close(srv, e);
         else
             export_settle(srv, e, et_store(srv->et));
@@ -1794,7 +1822,7 @@ static void wauto_ready(struct et_fd_handler *h, plx_store *st)
         /* EAGAIN: a spurious wake-up. */
     }
     for (struct export *e = srv->exports; e; e = e->next) {
-        if (!e->v || plx_vdi_readonly(e->v))
+        if (!e->v || e->closing == 2 || plx_vdi_readonly(e->v))
             continue;
         int rc = plx_vdi_wcache_tick(e->v);
         if (rc > 0)

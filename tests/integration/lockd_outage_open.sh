@@ -84,10 +84,21 @@ fio_check() { # NAME WHAT: no write or flush of a waited 1 s
     ((sync_max_ms < 1000)) || fail "fio $1: a flush of a waited $sync_max_ms ms ($2)"
 }
 
-# 1. lockd killed: b's open fails after the lock timeout, naming the lock manager.
+# 1. lockd killed: b's open fails after the lock timeout, naming the lock manager; c's last
+# client leaves meanwhile, and c's close (which clears c's lock under the admin lock) waits on
+# the loop too.
+mkfifo "$T/holdc.fifo"
+qemu-io -f raw "nbd+unix:///c?socket=$T/h1.sock" <"$T/holdc.fifo" >"$T/holdc.log" 2>&1 &
+HOLDC=$!
+bg_pid $HOLDC
+exec 5>"$T/holdc.fifo"
+for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$T/holdc.log" && break; sleep 0.1; done
+grep -q 'qemu-io>' "$T/holdc.log" || fail "qemu-io did not open c: $(cat "$T/holdc.log")"
 fio_start killed 8
 sleep 1.5
 kill_lockd
+echo quit >&5
+exec 5>&-
 t0=$(date +%s.%N)
 # qemu-io shows the text of the server's option reply ("server reported: ..."); nbdinfo does not.
 if qemu-io -f raw -c "read 0 4k" "nbd+unix:///b?socket=$T/h1.sock" >"$T/b.out" 2>&1; then
@@ -98,9 +109,11 @@ cat "$T/b.out"
 contains "lock manager" <"$T/b.out" || fail "b's client was not told about the lock manager: $(cat "$T/b.out")"
 python3 -c "import sys; w = $t1 - $t0; print('b failed after %.1f s' % w); sys.exit(0 if 3 < w < 30 else 1)" ||
     fail "b's open did not wait for the lock timeout (4 s)"
-fio_check killed "lockd killed, b opened meanwhile"
+fio_check killed "lockd killed, b opened and c closed meanwhile"
+grep "closing 'c'" "$T/h1.log" | contains "lock manager" || fail "c's close did not say it could not reach the lock manager: $(cat "$T/h1.log")"
 
-# 2. lockd comes back within the lock timeout: c's open, waiting meanwhile, succeeds.
+# 2. lockd comes back within the lock timeout: c's open, waiting meanwhile, succeeds (c's
+# record still names h1, whose close could not clear it: h1 takes its own lock back).
 fio_start back 6
 sleep 1
 nbdinfo --size "nbd+unix:///c?socket=$T/h1.sock" >"$T/c.out" 2>&1 &

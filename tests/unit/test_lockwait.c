@@ -210,6 +210,72 @@ START_TEST(test_open_times_out_and_cancels)
 }
 END_TEST
 
+static void on_close(void *arg, int status)
+{
+    struct opened *o = arg;
+    o->fired++;
+    o->status = status;
+    snprintf(o->msg, sizeof o->msg, "%s", status ? plx_store_errmsg(o->st) : "");
+}
+
+/* The close of a writable VDI clears its lock under the admin lock: that wait is on the loop
+ * too. Held elsewhere past the timeout, the handle closes all the same and the record keeps
+ * our lock (nobody else takes the VDI; we can open it again); granted, the lock is cleared. */
+START_TEST(test_close_waits_on_the_loop)
+{
+    setenv("PARALLAX_LOCK_TIMEOUT", "0.5", 1);
+    struct two t;
+    two_open(&t);
+    plx_store *st = t.st[0];
+    ck_assert_int_eq(plx_vdi_create(st, "a", 4 * MIB, NULL), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "b", 4 * MIB, NULL), 0);
+    plx_vdi *a, *b;
+    ck_assert_int_eq(plx_vdi_open(st, "a", 0, &a), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "b", 0, &b), 0);
+    (void)write_and_flush(st, a, 0);
+    (void)write_and_flush(st, b, 0);
+
+    ck_assert_int_eq(plx_admin_lock(t.st[1]), 0);
+    struct opened c = {.st = st};
+    ck_assert_int_eq(plx_vdi_close_async(b, on_close, &c), 0);
+    ck_assert_int_eq(c.fired, 0);
+    unsigned n = 0;
+    while (!c.fired) { /* a is served the whole time */
+        ck_assert_uint_lt(write_and_flush(st, a, (uint64_t)(n++ % 64) * PLX_BLOCK_SIZE),
+                          1000000000ull);
+        ck_assert_uint_lt(n, 100000);
+    }
+    ck_assert_int_eq(c.status, -EBUSY);
+    ck_assert_msg(strstr(c.msg, "admin lock"), "message: %s", c.msg);
+    plx_admin_unlock(t.st[1]);
+    plx_vdi *b2;
+    ck_assert_int_eq(plx_vdi_open(t.st[1], "b", 0, &b2), -EBUSY); /* still ours */
+    ck_assert_int_eq(plx_vdi_open(st, "b", 0, &b), 0);            /* ours to take back */
+
+    struct opened c2 = {.st = st};
+    ck_assert_int_eq(plx_vdi_close_async(b, on_close, &c2), 0);
+    for (uint64_t t0 = now_ns(); !c2.fired && now_ns() - t0 < 5000000000ull;)
+        turn(st, 20);
+    ck_assert_int_eq(c2.fired, 1);
+    ck_assert_msg(c2.status == 0, "close b: %s", c2.msg);
+    ck_assert_int_eq(plx_vdi_open(t.st[1], "b", 0, &b2), 0); /* cleared: the other takes it */
+    ck_assert_int_eq(plx_vdi_close(b2), 0);
+
+    /* A close under way is finished by plx_vdi_close, without its callback. */
+    ck_assert_int_eq(plx_admin_lock(t.st[1]), 0);
+    struct opened c3 = {.st = st};
+    ck_assert_int_eq(plx_vdi_close_async(a, on_close, &c3), 0);
+    turn(st, 10);
+    plx_admin_unlock(t.st[1]);
+    ck_assert_int_eq(plx_vdi_close(a), 0);
+    for (int i = 0; i < 5; i++)
+        turn(st, 10);
+    ck_assert_int_eq(c3.fired, 0);
+    two_close(&t);
+    unsetenv("PARALLAX_LOCK_TIMEOUT");
+}
+END_TEST
+
 /* ---- With the real parallax-lockd ---------------------------------------------------------- */
 
 static pid_t lockd_start(int port)
@@ -340,6 +406,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_open_waits_on_the_loop);
     tcase_add_test(tc, test_open_times_out_and_cancels);
+    tcase_add_test(tc, test_close_waits_on_the_loop);
     tcase_add_test(tc, test_open_with_lockd_out);
     suite_add_tcase(s, tc);
     return s;
