@@ -177,6 +177,7 @@ int plx_admin_lock(plx_store *st)
     if (st->admin_depth++)
         return 0;
     double limit = plx_admin_lock_timeout_ns() / 1e9, t0 = plx_now_ns() / 1e9;
+    uint64_t mono0 = plx_mono_ns();
     for (unsigned sleep_us = 1000;; sleep_us = sleep_us < 50000 ? sleep_us * 2 : 50000) {
         int rc = st->lock_ops->admin_try(st, 1);
         if (rc == 0)
@@ -186,6 +187,10 @@ int plx_admin_lock(plx_store *st)
         bool retry = rc == -EWOULDBLOCK || rc == -ENOTCONN;
         if (!retry || waited >= limit) {
             st->admin_depth--;
+            /* Not queued behind another holder: lockd answers nothing (stopped, cut off). */
+            if (rc == -EWOULDBLOCK && st->lock_ops->silent &&
+                st->lock_ops->silent(st, mono0))
+                rc = -ENOTCONN;
             return lock_wait_error(st, rc, waited);
         }
         usleep(sleep_us);

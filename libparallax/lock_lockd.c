@@ -486,7 +486,17 @@ static int await_grant(plx_store *st, uint64_t deadline)
         uint64_t now = mono_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
+        /* No grant yet: a heartbeat tells a lockd that answers nothing from one that queues us
+         * (lockd_silent, for the message if the wait times out). */
+        if (lk->ask == ASK_SENT && now - lk->ask_sent_ns > ASK_PROBE_NS &&
+            lk->last_ping_ns < lk->ask_sent_ns) {
+            lk->last_attempt_ns = now;
+            if (send_ping(lk))
+                return -ENOTCONN;
+        }
         uint64_t slice = lk->lease_ns / 4;
+        if (lk->last_ping_ns < lk->ask_sent_ns && slice > ASK_PROBE_NS)
+            slice = ASK_PROBE_NS;
         if (slice > deadline - now)
             slice = deadline - now;
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
