@@ -43,6 +43,8 @@
 /* An ask not granted within ASK_PROBE_NS sends a heartbeat; one unanswered for SILENT_NS means
  * lockd answers nothing (the message of a wait that times out says so). */
 #define ASK_PROBE_NS 250000000ull
+/* A waiter on the loop starts a connection to an unreachable lockd at most this often. */
+#define RECONNECT_NS 250000000ull
 #define SILENT_NS 500000000ull
 
 /* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
@@ -63,6 +65,7 @@ struct plx_lockd {
     int fd; /* -1: LK_DOWN */
     enum lk_state state;
     uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
+    uint64_t connect_started_ns; /* the last start_connect */
     char in[PLX_LOCKD_LINE_MAX];
     size_t in_len; /* buffered bytes of the next line(s) */
     int timer_fd;
@@ -264,6 +267,7 @@ static int request(struct plx_lockd *lk, const char *line, char *reply, size_t l
 static void start_connect(struct plx_lockd *lk)
 {
     lk_close(lk);
+    lk->connect_started_ns = mono_ns();
     char host[64], port[16];
     snprintf(port, sizeof port, "%d", PLX_LOCKD_DEFAULT_PORT);
     const char *colon = strrchr(lk->addr, ':');
@@ -575,8 +579,12 @@ static int lockd_admin_ask(plx_store *st)
     if (lk->state == LK_DOWN) {
         if (lk->refused[0])
             return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
-        start_connect(lk); /* the heartbeat's timer advances it */
-        set_timer(lk, SETUP_POLL_NS);
+        /* Not at every look (1-50 ms apart): each attempt resolves the address and opens a
+         * socket. The heartbeat's timer advances it. */
+        if (mono_ns() - lk->connect_started_ns >= RECONNECT_NS) {
+            start_connect(lk);
+            set_timer(lk, SETUP_POLL_NS);
+        }
     }
     if (lk->state != LK_UP)
         return -ENOTCONN;
