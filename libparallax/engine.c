@@ -250,6 +250,7 @@ void plx_defer(plx_store *st, struct plx_deferred *d)
 void plx_store_will_service(plx_store *st)
 {
     st->service_next = true;
+    st->serving = true;
 }
 
 void plx_defer_turn(plx_store *st, struct plx_deferred *d)

@@ -118,6 +118,9 @@ struct plx_store {
     bool in_service;     /* inside plx_store_service: completions need no wake */
     /* plx_store_will_service: the caller's loop services before it waits: no wake either */
     bool service_next;
+    /* The host said it serves the store from a loop (plx_store_will_service, ever): layers
+     * below keep their waits short (lock_lockd.c's ALIVE). */
+    bool serving;
     bool wake_pending; /* wake_fd was written since plx_store_service last read it */
     /* Armed plx_timers, and the timerfd in the epoll set that makes plx_store_fd() readable
      * when the earliest is due: programmed for timer_fd_at (0: disarmed). It is moved only

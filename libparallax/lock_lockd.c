@@ -46,6 +46,8 @@
 /* A waiter on the loop starts a connection to an unreachable lockd at most this often. */
 #define RECONNECT_NS 250000000ull
 #define SILENT_NS 500000000ull
+/* How long ALIVE's answer is waited for on a serving loop (lockd_holder_alive). */
+#define ALIVE_LOOP_MS 300
 
 /* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
  * non-blocking connect and later ticks advance it (CONNECTING -> HELLO -> UP); only the
@@ -92,6 +94,7 @@ struct plx_lockd {
      * ask, a withdrawal), so its arrival wakes the loop. Only then: an unread PONG would keep
      * the set readable. */
     bool watched;
+    unsigned alive_unread; /* ALIVEs whose answer came too late: take_aside consumes them */
 };
 
 static uint64_t mono_ns(void)
@@ -123,6 +126,7 @@ static void lk_close(struct plx_lockd *lk)
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
     lk->ping_unanswered_ns = 0;
+    lk->alive_unread = 0;
     lk->ask = ASK_NONE;
     lk->withdrawing = false;
     lk->watched = false; /* closing the socket took it out of the epoll set */
@@ -181,6 +185,10 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
             lk->ask = ASK_GRANTED;
             return true;
         }
+    }
+    if (lk->alive_unread && (!strcmp(line, "YES") || !strcmp(line, "NO"))) {
+        lk->alive_unread--; /* lockd answers in order: the oldest ALIVE's */
+        return true;
     }
     if (lk->releases_unread && !strcmp(line, "RELEASED")) {
         /* lockd answers in order: the RELEASED of the last ADMIN-UNLOCK sent comes last. */
@@ -255,12 +263,6 @@ static int read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms
         if (rc)
             return rc;
     }
-}
-
-static int request(struct plx_lockd *lk, const char *line, char *reply, size_t len, int timeout_ms)
-{
-    int rc = send_line(lk, line);
-    return rc ? rc : read_line(lk, reply, len, timeout_ms);
 }
 
 /* Start a non-blocking connect: LK_CONNECTING (or LK_DOWN with why_down set). */
@@ -672,19 +674,48 @@ static int lockd_admin_try_now(plx_store *st)
     return answer == TRY_GRANTED ? 0 : -EWOULDBLOCK;
 }
 
+/* ALIVE's answer within timeout_ms: 1 alive or unknown, 0 dead. A late answer is left for
+ * take_aside (alive_unread), and the connection stays: it holds our lease and maybe our admin
+ * lock, which closing it would hand to another host in the middle of our change. */
+static bool ask_alive(struct plx_lockd *lk, const char *line, int timeout_ms)
+{
+    if (send_line(lk, line))
+        return true;
+    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char reply[PLX_LOCKD_LINE_MAX];
+    for (;;) {
+        if (lk->fd < 0)
+            return true;
+        if (take_line(lk, reply, sizeof reply))
+            return strcmp(reply, "NO") != 0;
+        uint64_t now = mono_ns();
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        if (now >= deadline ||
+            poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0) {
+            lk->alive_unread++;
+            return true;
+        }
+        if (fill(lk))
+            return true;
+    }
+}
+
 static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     if (host == st->host_hash)
         return plx_lock_local.holder_alive(st, host, pid, epoch);
     struct plx_lockd *lk = st->lockd;
-    char line[128], reply[PLX_LOCKD_LINE_MAX];
+    char line[128];
     snprintf(line, sizeof line, "ALIVE %llx %u %llu", (unsigned long long)host, pid,
              (unsigned long long)epoch);
+    /* On a serving loop (a timer of the service pass: an asynchronous open's; or a server's
+     * engine thread) the answer is waited for briefly and no connection is set up: lockd just
+     * granted the admin lock when this is asked, and answers at once unless it stopped. */
+    bool on_loop = st->in_service || st->serving;
     /* Unreachable: nobody can be declared dead, so nothing is taken from anyone. */
-    if (ensure_connected((plx_store *)st) ||
-        request(lk, line, reply, sizeof reply, REPLY_TIMEOUT_MS))
+    if (on_loop ? lk->state != LK_UP : ensure_connected((plx_store *)st) != 0)
         return true;
-    return strcmp(reply, "NO") != 0;
+    return ask_alive(lk, line, on_loop ? ALIVE_LOOP_MS : REPLY_TIMEOUT_MS);
 }
 
 static const char *lockd_unreachable(const plx_store *st)
