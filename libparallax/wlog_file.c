@@ -103,7 +103,7 @@ static int sync_dir_of(const char *path)
  * the first write of each region converts it in the filesystem's journal, where it waits behind
  * other files' commits (the store's, when it is on the same filesystem). Measured on ext4 with
  * QD1 writes through the cache against a store file on the same disk, in three interleaved
- * pairs: median 150-317 us fallocated only, 66-125 us written through (bench/README.md). The
+ * pairs: median 150-317 us fallocated only, 66-125 us written through (bench/notes/wcache.md). The
  * price: creating a log writes its whole size once.
  *
  * All of it happens under a temporary name, and the file takes the log's name only with its head
