@@ -60,5 +60,5 @@ if [[ -n $map ]]; then
         status=1
     fi
 fi
-[[ $status -ne 0 ]] || echo "check-exports: $(wc -l <"$tmp/exported") functions exported, all declared, version PARALLAX_$major"
+[[ $status -ne 0 ]] || echo "check-exports: $(wc -l <"$tmp/exported") functions exported, all declared, version PARALLAX_$major[.N]"
 exit $status
