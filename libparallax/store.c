@@ -23,6 +23,7 @@ static void store_free(plx_store *st)
     plx_cache_free(st);
     plx_alloc_free(st);
     plx_lockd_detach(st);
+    free(st->locks_left);
     free(st->cat);
     if (st->be)
         st->be->ops->destroy(st->be);

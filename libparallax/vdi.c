@@ -21,6 +21,30 @@
 /* ---- Open / close -------------------------------------------------------------------------------
  */
 
+/* Is VDI id among the locks this store's closes left behind? forget: take it off the list. */
+static bool lock_left(plx_store *st, uint64_t id, bool forget)
+{
+    for (unsigned i = 0; i < st->nlocks_left; i++) {
+        if (st->locks_left[i] != id)
+            continue;
+        if (forget)
+            st->locks_left[i] = st->locks_left[--st->nlocks_left];
+        return true;
+    }
+    return false;
+}
+
+static void lock_left_note(plx_store *st, uint64_t id)
+{
+    if (lock_left(st, id, false))
+        return;
+    uint64_t *n = realloc(st->locks_left, (st->nlocks_left + 1) * sizeof *n);
+    if (!n)
+        return; /* then only a restart frees it, as before */
+    st->locks_left = n;
+    st->locks_left[st->nlocks_left++] = id;
+}
+
 static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
 {
     int rc = plx_admin_lock(st);
@@ -34,10 +58,12 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
         /* Writes of this VDI still in another host's (or process's) write log come first. */
         else if ((rc = plx_wlog_check_owner(st, &rec)) != 0)
             ;
-        /* Our own lock with no handle of ours writing (plx_vdi_open checked): a close whose
-         * wait for the admin lock failed left it (plx_vdi_close_async). It is ours to take. */
+        /* Our own lock that a close of ours left behind (its wait for the admin lock failed:
+         * plx_vdi_close_async) is ours to take back. Only one this store noted: another store
+         * of this process (same identity) may hold the VDI. */
         else if (rec.lock_host &&
-                 !plx_holder_is_me(st, rec.lock_host, rec.lock_pid, rec.lock_epoch) &&
+                 !(plx_holder_is_me(st, rec.lock_host, rec.lock_pid, rec.lock_epoch) &&
+                   lock_left(st, rec.id, false)) &&
                  !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
             rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u", rec.name,
                          rec.lock_host == st->host_hash ? st->host : "another host", rec.lock_pid);
@@ -69,6 +95,8 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     if (!rc) {
         rec.seq++;
         v->rec = rec;
+        if (take)
+            (void)lock_left(st, rec.id, true);
     }
     plx_admin_unlock(st);
     return rc;
@@ -435,6 +463,8 @@ int plx_vdi_close(plx_vdi *v)
     if (!v->ro && !st->fatal) {
         /* The admin lock could not be had (plx_vdi_close_async): the record keeps our lock. */
         int lrc = v->unlock_err ? v->unlock_err : lock_record(st, v, false);
+        if (v->unlock_err)
+            lock_left_note(st, v->rec.id);
         if (!rc)
             rc = lrc;
     }
