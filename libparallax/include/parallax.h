@@ -387,8 +387,8 @@ typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
  * cannot be had within $PARALLAX_LOCK_TIMEOUT the handle is closed all the same and cb gets
  * -EHOSTUNREACH (or -EBUSY), the message saying so: the record still names this process as the
  * VDI's writer, so no other process opens it for writing while this one runs (this store does,
- * taking the lock back). A
- * close under way is finished by plx_vdi_close(v) or plx_store_close, without cb. */
+ * taking the lock back). A close under way is finished by plx_vdi_close(v) or plx_store_close,
+ * without cb. */
 int plx_vdi_close_async(plx_vdi *v, plx_done_fn cb, void *arg);
 
 #define PLX_WRITE_FUA 1u /* durable when the callback fires */
