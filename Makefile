@@ -87,13 +87,15 @@ $(B)/libparallax.so: $(B)/$(SONAME)
 	ln -sf $(notdir $<) $@
 
 # ---- programs (they link the static archive) ---------------------------------------------------
-# -ldl: GnuTLS is dlopen'ed by a server started with TLS (server/nbd_tls.c).
+# -ldl: GnuTLS is dlopen'ed by a server started with TLS (server/nbd_tls.c). -lblkid: format's
+# look for what a target already holds (tools/signature.c); only the command links it.
 $(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -ldl -lpthread -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lblkid -ldl -lpthread -o $@
 
-# The lock manager of many hosts (lockd/). It shares only the protocol header with the library.
-$(B)/parallax-lockd: $(call obj,lockd/lockd.c)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@
+# The lock manager of many hosts (lockd/). It shares only the protocol header with the library;
+# with --store it arbitrates with its standbys on the LUN through libiscsi (lockd/arbiter.c).
+$(B)/parallax-lockd: $(call obj,lockd/lockd.c lockd/arbiter.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -liscsi -lpthread -o $@
 
 $(B):
 	@mkdir -p $(B)

@@ -8,8 +8,9 @@ and only the newest --keep snapshots of each VDI are kept (the older ones are de
 "day" `parallax gc` runs from another host id while every host keeps serving, and a few VDIs
 migrate to another host (the client moves; the VDI is handed over). On one day a host is killed
 with -9 (its VDIs move to the survivors once its lease has expired; it comes back the next day),
-on another the lock manager is killed with -9 (a standby takes over when one is configured,
-else it is restarted after an "hour", as an operator would).
+on another the active one of the lock managers is killed with -9 (with two or more, started with
+--store, a standby takes over on the LUN; with one, it is restarted after an "hour", as an
+operator would; either way it comes back an "hour" later).
 
 Measured: the store's used blocks every hour (`parallax info --json`), what the live VDIs and
 kept snapshots reach at every gc (gc's own count of reachable blocks) and what gc freed. Target:
@@ -42,8 +43,8 @@ class Pool:
         self.work = a.work
         self.env = dict(os.environ, PARALLAX_LOCK_TIMEOUT=str(a.lock_timeout))
         self.hosts = {}      # name -> Popen
-        self.lockd = None
-        self.lockd_port = None
+        self.lockd = {}       # name -> Popen
+        self.lockd_port = {}  # name -> port
         self.events = []     # (hour, what)
 
     # ---- processes ----------------------------------------------------------------------------
@@ -63,19 +64,46 @@ class Pool:
                 " ".join(args), host, r.returncode, r.stderr.decode().strip()))
         return r
 
-    def start_lockd(self):
-        if self.lockd_port is None:
-            import socket
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            self.lockd_port = s.getsockname()[1]
-            s.close()
-        logf = open(os.path.join(self.work, "lockd.log"), "a")
-        self.lockd = subprocess.Popen([self.a.lockd, "--listen", "127.0.0.1:%d" % self.lockd_port,
-                                       "--lease", str(self.a.lease)], stdout=logf, stderr=logf)
+    def free_port(self):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        return port
+
+    def start_lockd(self, name):
+        """Lock manager NAME (one per --lockds; with two or more each is started with --store, and
+        the LUN's reservation keys decide which one is active, the others standing by)."""
+        if name not in self.lockd_port:
+            self.lockd_port[name] = self.free_port()
+        logf = open(os.path.join(self.work, "lockd-%s.log" % name), "a")
+        argv = [self.a.lockd, "--listen", "127.0.0.1:%d" % self.lockd_port[name], "--lease", str(self.a.lease)]
+        if self.a.lockds > 1:
+            argv += ["--store", self.a.url, "--id", name]
+        self.lockd[name] = subprocess.Popen(argv, stdout=logf, stderr=logf)
         time.sleep(0.3)
-        if self.lockd.poll() is not None:
-            raise RuntimeError("parallax-lockd did not start")
+        if self.lockd[name].poll() is not None:
+            raise RuntimeError("parallax-lockd %s did not start" % name)
+
+    def lockd_list(self):
+        return ",".join("127.0.0.1:%d" % self.lockd_port[n] for n in sorted(self.lockd_port))
+
+    def active_lockd(self):
+        """The running lock manager whose log last said it became active (not since a standby)."""
+        for n in sorted(self.lockd):
+            if self.lockd[n].poll() is not None:
+                continue
+            last = None
+            with open(os.path.join(self.work, "lockd-%s.log" % n), errors="replace") as f:
+                for line in f:
+                    if "active: engines may connect" in line:
+                        last = "active"
+                    elif "now a standby" in line:
+                        last = "standby"
+            if last == "active" or self.a.lockds == 1:
+                return n
+        raise RuntimeError("no lock manager is active")
 
     def sock(self, host):
         return os.path.join(self.work, host + ".sock")
@@ -112,9 +140,10 @@ class Pool:
                 self.kill(p)
 
     def stop_lockd(self):
-        if self.lockd and self.lockd.poll() is None:
-            self.lockd.terminate()
-            self.lockd.wait()
+        for p in self.lockd.values():
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
 
     # ---- the store's figures ------------------------------------------------------------------
     def used_blocks(self):
@@ -152,7 +181,8 @@ def main():
     p.add_argument("--migrate", type=int, default=2, help="VDIs migrating per day")
     p.add_argument("--crash-day", type=int, default=10)
     p.add_argument("--lockd-day", type=int, default=20)
-    p.add_argument("--lease", type=int, default=5)
+    p.add_argument("--lease", type=int, default=10)
+    p.add_argument("--lockds", type=int, default=2, help="lock managers (2+: fail-over on the LUN)")
     p.add_argument("--lock-timeout", type=int, default=30)
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
@@ -168,8 +198,10 @@ def main():
         out.flush()
 
     hosts = ["h%d" % (i + 1) for i in range(a.hosts)]
-    pool.start_lockd()
-    pool.plx("admin", "lockd-set", "127.0.0.1:%d" % pool.lockd_port)
+    lockds = ["lk%d" % (i + 1) for i in range(a.lockds)]
+    for n in lockds:
+        pool.start_lockd(n)
+    pool.plx("admin", "lockd-set", pool.lockd_list())
     for h in hosts:
         pool.start_host(h)
 
@@ -201,7 +233,7 @@ def main():
     dat.write("# hour day used_mib reachable_mib bound_mib freed_blocks\n")
     misses, gcs, worst, refused = 0, 0, 0.0, 0
     down = None          # (host, day it died)
-    lockd_down_hour = None
+    lockd_down_hour, lockd_down = None, None
     t0 = time.monotonic()
     hour = 0
     for day in range(1, a.days + 1):
@@ -241,8 +273,9 @@ def main():
                     if v == vdis[0]:
                         del snap_model[old]
             if lockd_down_hour is not None and hour >= lockd_down_hour + 1:
-                pool.start_lockd()
-                say("day %d hour %d: lock manager restarted (operator)" % (day, h))
+                pool.start_lockd(lockd_down)
+                say("day %d hour %d: lock manager %s restarted%s" % (
+                    day, h, lockd_down, " (operator)" if a.lockds == 1 else " (as a standby)"))
                 lockd_down_hour = None
             used, _ = pool.used_blocks()
             dat.write("%d %.3f %.2f - - -\n" % (hour, hour / a.hours, used * BLOCK / 2**20))
@@ -292,9 +325,10 @@ def main():
                 day, victim, len(moved), time.monotonic() - t, a.lease))
             down = (victim, day)
         if day == a.lockd_day:
-            pool.kill(pool.lockd)
+            lockd_down = pool.active_lockd()
+            pool.kill(pool.lockd[lockd_down])
             lockd_down_hour = hour
-            say("day %d: lock manager killed -9" % day)
+            say("day %d: lock manager %s (the active one) killed -9" % (day, lockd_down))
     # Every flushed byte, read back.
     bad = 0
     for v in vdis:

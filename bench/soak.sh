@@ -3,7 +3,7 @@
 # with one LUN on a sparse file under --dir, parallax-lockd, several `parallax serve` hosts, VDIs
 # cloned from a golden image, writes all the time, a snapshot per VDI every "hour" with only the
 # newest kept, gc every "day" from another host while every host serves, migrations, one host
-# killed -9 and one lock manager loss (bench/soak.py drives it and says what it measures).
+# killed -9 and the active one of two lock managers killed -9 (bench/soak.py drives it and says what it measures).
 # Results: bench/results/soak-HOST-STAMP.txt (not committed) and bench/plots/soak.png (used space
 # over time against what the live VDIs and kept snapshots reach).
 #

@@ -1426,9 +1426,10 @@ int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec)
         return 0;
     bool here = rec->wlog_host == st->host_hash;
     return plx_err(st, -EBUSY,
-                   "VDI %s has writes not yet drained in write log %016llx of %s: open it where "
-                   "that log is attached (it is replayed first), or drop those writes with "
-                   "'parallax cache discard %s --force'",
+                   "VDI %s has writes not yet drained in write log %016llx of %s: attach that "
+                   "log again ('parallax serve --write-cache PATH', or the tapdisk that used "
+                   "it, on that host), which replays them into the VDI first, then open it "
+                   "there; or drop those writes with 'parallax cache discard %s --force'",
                    rec->name, (unsigned long long)rec->wlog_id,
                    here ? "this host (another process's log)" : "another host", rec->name);
 }
