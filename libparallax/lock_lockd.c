@@ -88,7 +88,7 @@ struct plx_lockd {
     uint64_t last_ping_ns;    /* last PING sent */
     uint64_t last_pong_ns;    /* last PONG received: lockd renewed our lease then */
     char why_down[400];       /* why the last connection attempt failed */
-    char why_at[480];         /* "addr: why_down", for messages (lockd_unreachable) */
+    char why_at[700];         /* "addr: why_down", for messages (lockd_unreachable) */
     char refused[400];        /* lockd refused our HELLO: why ("" = it did not) */
     enum lk_try try_state;
     uint64_t try_sent_ns;
