@@ -323,10 +323,10 @@ int plx_vdi_open_async(plx_store *st, const char *spec, unsigned flags, plx_open
     o->arg = arg;
     o->next = st->opens;
     st->opens = o;
-    /* Only a writable open takes the admin lock (lock_record): a snapshot or a read-only open
-     * never waits for the lock manager. */
-    bool writable = !strchr(spec, '@') && !(flags & PLX_OPEN_READONLY) && !st->read_only;
-    if (writable) {
+    /* Every open of a store opened for writing takes the admin lock: a writer to take the
+     * VDI's lock (lock_record), a reader to record its hold (hold.h). Only a read-only store's
+     * opens never wait for the lock manager. */
+    if (!st->read_only) {
         o->lw.done = open_lock_done;
         o->lock_waiting = true;
         plx_admin_lock_async(st, &o->lw);
@@ -426,7 +426,8 @@ static void close_timer(struct plx_timer *t)
         plx_timer_arm(v->st, t, plx_mono_ns() + 1000000);
         return;
     }
-    if (!v->ro && !v->st->fatal) {
+    /* A writer clears its lock, a reader drops its hold: both under the admin lock. */
+    if ((!v->ro || (v->held && !v->st->fenced)) && !v->st->fatal) {
         c->lock_waiting = true;
         plx_admin_lock_async(v->st, &c->lw);
         return;

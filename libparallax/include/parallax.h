@@ -358,8 +358,9 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
  * writing records a hold until the close: plx_gc in any process keeps the tree it reads, even if
  * the VDI or snapshot is deleted meanwhile (-ENOSPC when the store's 1,152 holds are taken). */
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
-/* plx_vdi_open without waiting for the lock manager (API 1.7). A writable open needs the
- * store's admin lock, which on a store shared through parallax-lockd is lockd's to grant: with
+/* plx_vdi_open without waiting for the lock manager (API 1.7). An open on a store opened for
+ * writing needs the store's admin lock (a writer takes the VDI's lock, a reader records its
+ * hold), which on a store shared through parallax-lockd is lockd's to grant: with
  * lockd slow, stopped or gone, plx_vdi_open waits up to $PARALLAX_LOCK_TIMEOUT (30 s) and a
  * server's other VDIs wait with it. Here that wait is an event on the store's loop, as a
  * request's I/O is: the call returns at once and the loop goes on serving. cb runs exactly
@@ -390,8 +391,8 @@ int plx_vdi_readonly(const plx_vdi *v);
 
 typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
 /* plx_vdi_close without waiting for the lock manager (API 1.7): a writable VDI's close clears
- * its lock in the VDI's record under the admin lock, and that wait is an event on the store's
- * loop. Returns -EAGAIN at once, doing nothing, while the write cache still drains v (as
+ * its lock in the VDI's record, a reader's drops its hold, under the admin lock, and that wait
+ * is an event on the store's loop. Returns -EAGAIN at once, doing nothing, while the write cache still drains v (as
  * plx_vdi_try_close); else 0: v is being closed and must not be used again (submit nothing
  * more), and cb runs once, from plx_store_service, with the close's result. If the admin lock
  * cannot be had within $PARALLAX_LOCK_TIMEOUT the handle is closed all the same and cb gets

@@ -50,6 +50,14 @@ static void on_open(void *arg, int status, plx_vdi *v)
     snprintf(o->msg, sizeof o->msg, "%s", status ? plx_store_errmsg(o->st) : "");
 }
 
+static void on_close(void *arg, int status)
+{
+    struct opened *o = arg;
+    o->fired++;
+    o->status = status;
+    snprintf(o->msg, sizeof o->msg, "%s", status ? plx_store_errmsg(o->st) : "");
+}
+
 /* One turn of a host's loop: wait for the store's fd (at most ms), then service it. */
 static void turn(plx_store *st, int ms)
 {
@@ -186,17 +194,30 @@ START_TEST(test_open_times_out_and_cancels)
     ck_assert_int_eq(plx_admin_lock_try(t.st[1]), 0); /* nothing left held by st */
     plx_admin_unlock(t.st[1]);
 
-    /* Read-only: no admin lock, even while another process holds it. */
+    /* Read-only on a store opened for writing: the open records a hold under the admin lock,
+     * so it waits for the lock on the loop as well, and so does its close (dropping it). */
     ck_assert_int_eq(plx_admin_lock(t.st[1]), 0);
     struct opened r = {.st = st};
     ck_assert_int_eq(plx_vdi_open_async(st, "b", PLX_OPEN_READONLY, on_open, &r, NULL), 0);
+    for (int i = 0; i < 5; i++)
+        turn(st, 10);
     ck_assert_int_eq(r.fired, 0);
-    turn(st, 50);
-    ck_assert_int_eq(r.fired, 1);
-    ck_assert_int_eq(r.status, 0);
-    ck_assert_int_eq(plx_vdi_readonly(r.v), 1);
-    ck_assert_int_eq(plx_vdi_close(r.v), 0);
     plx_admin_unlock(t.st[1]);
+    for (uint64_t t1 = now_ns(); !r.fired && now_ns() - t1 < 5000000000ull;)
+        turn(st, 20);
+    ck_assert_int_eq(r.fired, 1);
+    ck_assert_msg(r.status == 0, "read-only open: %s", r.msg);
+    ck_assert_int_eq(plx_vdi_readonly(r.v), 1);
+    ck_assert_int_eq(plx_admin_lock(t.st[1]), 0);
+    struct opened rc_ = {.st = st};
+    ck_assert_int_eq(plx_vdi_close_async(r.v, on_close, &rc_), 0);
+    for (int i = 0; i < 5; i++)
+        turn(st, 10);
+    ck_assert_int_eq(rc_.fired, 0);
+    plx_admin_unlock(t.st[1]);
+    for (uint64_t t1 = now_ns(); !rc_.fired && now_ns() - t1 < 5000000000ull;)
+        turn(st, 20);
+    ck_assert_msg(rc_.fired == 1 && rc_.status == 0, "read-only close: %s", rc_.msg);
 
     /* An open still waiting when the store closes is dropped without a report. */
     ck_assert_int_eq(plx_admin_lock(t.st[1]), 0);
@@ -209,14 +230,6 @@ START_TEST(test_open_times_out_and_cancels)
     unsetenv("PARALLAX_LOCK_TIMEOUT");
 }
 END_TEST
-
-static void on_close(void *arg, int status)
-{
-    struct opened *o = arg;
-    o->fired++;
-    o->status = status;
-    snprintf(o->msg, sizeof o->msg, "%s", status ? plx_store_errmsg(o->st) : "");
-}
 
 /* The close of a writable VDI clears its lock under the admin lock: that wait is on the loop
  * too. Held elsewhere past the timeout, the handle closes all the same and the record keeps
