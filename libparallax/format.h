@@ -135,42 +135,42 @@ static_assert(sizeof(struct plx_state_block) == PLX_BLOCK_SIZE, "state block lay
 #define PLX_RECLAIM_BITS_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_RECLAIM_BITS_HDR) * 8u) /* 32256 */
 #define PLX_RECLAIM_MAX_BITS_BLOCKS 496u /* extents up to 496 * 32256 blocks (61 GiB) */
 struct plx_reclaim_req {
-    struct plx_blkhdr hdr;  /* PLX_MAGIC_RECLAIM_REQ, self */
-    uint64_t extent;        /* the extent this record belongs to */
-    uint64_t nonce;         /* the collection's request (random, never 0) */
-    uint32_t state;         /* PLX_RECLAIM_REQUEST or PLX_RECLAIM_PUBLISHED */
-    uint32_t bits_blocks;   /* candidate bit blocks in bits_addr */
-    uint64_t holder_host;   /* the holder the request is for (catalogue holder fields) */
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_REQ, self */
+    uint64_t extent;       /* the extent this record belongs to */
+    uint64_t nonce;        /* the collection's request (random, never 0) */
+    uint32_t state;        /* PLX_RECLAIM_REQUEST or PLX_RECLAIM_PUBLISHED */
+    uint32_t bits_blocks;  /* candidate bit blocks in bits_addr */
+    uint64_t holder_host;  /* the holder the request is for (catalogue holder fields) */
     uint32_t holder_pid;
     uint32_t reserved0;
     uint64_t holder_epoch;
-    uint64_t round;         /* PUBLISHED: the holder's round the candidates hold for */
-    uint64_t candidates;    /* PUBLISHED: bits set in the candidate blocks */
-    uint64_t gc_epoch;      /* PUBLISHED: state.gc_epoch after the collector's bump */
-    uint64_t ack_addr;      /* the ack block */
+    uint64_t round;      /* PUBLISHED: the holder's round the candidates hold for */
+    uint64_t candidates; /* PUBLISHED: bits set in the candidate blocks */
+    uint64_t gc_epoch;   /* PUBLISHED: state.gc_epoch after the collector's bump */
+    uint64_t ack_addr;   /* the ack block */
     uint64_t reserved1[4];
     uint64_t bits_addr[PLX_RECLAIM_MAX_BITS_BLOCKS];
 };
 static_assert(sizeof(struct plx_reclaim_req) == PLX_BLOCK_SIZE, "reclaim request layout");
 struct plx_reclaim_ack {
-    struct plx_blkhdr hdr;  /* PLX_MAGIC_RECLAIM_ACK, self */
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_ACK, self */
     uint64_t extent;
-    uint64_t holder_host;   /* who answers: the holder named in the request */
+    uint64_t holder_host; /* who answers: the holder named in the request */
     uint32_t holder_pid;
     uint32_t reserved0;
     uint64_t holder_epoch;
-    uint64_t acked_nonce;   /* the request answered: every block handed out before the round
-                             * began was linked (or abandoned) when this was written */
-    uint64_t round;         /* the round begun for acked_nonce */
-    uint64_t folded_nonce;  /* the last publication folded into the holder's allocator */
-    uint64_t folded;        /* blocks it freed */
+    uint64_t acked_nonce;  /* the request answered: every block handed out before the round
+                            * began was linked (or abandoned) when this was written */
+    uint64_t round;        /* the round begun for acked_nonce */
+    uint64_t folded_nonce; /* the last publication folded into the holder's allocator */
+    uint64_t folded;       /* blocks it freed */
 };
 static_assert(sizeof(struct plx_reclaim_ack) <= PLX_BLOCK_SIZE, "reclaim ack fits");
 struct plx_reclaim_bits {
-    struct plx_blkhdr hdr;  /* PLX_MAGIC_RECLAIM_BITS, self */
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_BITS, self */
     uint64_t extent;
-    uint64_t nonce;         /* the publication these bits belong to */
-    uint32_t index;         /* bits cover blocks [index * PLX_RECLAIM_BITS_PER_BLOCK, ...) */
+    uint64_t nonce; /* the publication these bits belong to */
+    uint32_t index; /* bits cover blocks [index * PLX_RECLAIM_BITS_PER_BLOCK, ...) */
     uint32_t reserved0;
     uint64_t reserved1[3];
     uint8_t bits[PLX_BLOCK_SIZE - PLX_RECLAIM_BITS_HDR];
