@@ -1400,6 +1400,7 @@ int64_t plx_alloc_fold(plx_store *st, uint64_t e, uint64_t round, uint64_t nonce
         freed++;
     }
     x->folded_nonce = nonce;
+    a->folded += freed;
     if (freed)
         plx_alloc_blocks_freed(st);
     return (int64_t)freed;

@@ -81,6 +81,7 @@ struct plx_alloc {
                              * again: no request sees it) */
     uint64_t stall_ns, stall_max_ns; /* time the allocating request waited in claims (sync, waited) */
     uint64_t round;                  /* reclaim round (0: none begun yet) */
+    uint64_t folded;                 /* blocks freed by folding collectors' publications in */
     bool no_ahead;                   /* $PARALLAX_CLAIM_AHEAD=0: every claim synchronous */
     bool no_zero_ahead;              /* $PARALLAX_ZERO_AHEAD=0: data extents not prepared */
 };
