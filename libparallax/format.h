@@ -43,6 +43,7 @@ static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h name
 #define PLX_MAGIC_RECLAIM_REQ 0x5152524cu  /* bytes "LRRQ": reclaim record, collector's block */
 #define PLX_MAGIC_RECLAIM_ACK 0x4b52524cu  /* bytes "LRRK": reclaim record, holder's answer */
 #define PLX_MAGIC_RECLAIM_BITS 0x4252524cu /* bytes "LRRB": reclaim record, candidate bits */
+#define PLX_MAGIC_HOLD 0x444c484cu     /* bytes "LHLD": hold table block (read-only opens) */
 
 struct plx_blkhdr {
     uint32_t magic;
@@ -304,6 +305,33 @@ struct plx_vdi_record {
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");
+
+/* ---- Hold table: the trees that read-only handles read, in extent 0's tail ------------------ */
+/* A process that opens a snapshot or a VDI read-only records here which tree it reads, so that
+ * a collection in any process keeps that tree while the holder lives, deleted or not (hold.c,
+ * FORMAT.md §7.5). Written only under the admin lock. */
+#define PLX_HOLD_BLOCKS 16u /* at most; fewer when extent 0 has less room (plx_hold_area) */
+struct plx_hold {
+    uint64_t host;    /* holder: host hash, 0 = free entry */
+    uint32_t pid;
+    uint32_t height;  /* radix levels of the held tree */
+    uint64_t epoch;   /* holder's start time (clock ticks), as in the lock fields */
+    uint64_t vdi_id;  /* the VDI the tree belongs to */
+    uint64_t snap;    /* snapshot index, 0 = the VDI's current tree */
+    uint64_t root;    /* the held tree's radix root */
+    uint64_t time_ns; /* when it was opened */
+};
+static_assert(sizeof(struct plx_hold) == 56, "hold entry layout");
+#define PLX_HOLD_HDR 32u
+#define PLX_HOLDS_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_HOLD_HDR) / 56u) /* 72 */
+struct plx_hold_block {
+    struct plx_blkhdr hdr;
+    uint64_t reserved[2];
+    struct plx_hold holds[PLX_HOLDS_PER_BLOCK];
+    uint8_t zero[PLX_BLOCK_SIZE - PLX_HOLD_HDR - PLX_HOLDS_PER_BLOCK * 56u];
+};
+/* Exactly a block: the table is read into an array of them. */
+static_assert(sizeof(struct plx_hold_block) == PLX_BLOCK_SIZE, "hold table block layout");
 
 /* ---- Snapshot log: blocks in metadata extents, newest first via prev ------------------------- */
 #define PLX_SNAP_DELETED 1u

@@ -162,6 +162,8 @@ struct plx_vdi {
     struct plx_vdi_record rec;   /* in-memory copy of the registry record */
     uint64_t slot_addr;
     bool ro;
+    bool held;                   /* a read-only handle's hold is recorded (hold.h) at hold_slot */
+    uint32_t hold_slot;
     uint64_t nblocks;            /* virtual blocks */
     unsigned height;
     uint64_t root_addr;

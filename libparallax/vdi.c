@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include "cache.h"
+#include "hold.h"
 #include "lock.h"
 #include "pipeline.h"
 #include "registry.h"
@@ -111,15 +112,28 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     v->st = st;
     int rc;
     bool locked = false; /* this call took the single-writer lock: undo it on failure */
+    struct plx_snap_info si = {0};
+    v->ro = strchr(spec, '@') || (flags & PLX_OPEN_READONLY);
+    /* A reader records which tree it reads (hold.h), found live and held in one hold of the
+     * admin lock: a collection then either sees the hold or saw the tree live, and keeps it
+     * either way. A store opened read-only cannot record it (DESIGN.md, "Readers hold what
+     * they read"). */
+    bool hold = v->ro && !st->read_only;
+    bool admin = false;
+    if (hold) {
+        rc = plx_admin_lock(st);
+        admin = rc == 0;
+        if (rc) {
+            free(v);
+            return rc;
+        }
+    }
     if (strchr(spec, '@')) {
-        struct plx_snap_info si;
         rc = plx_snap_resolve(st, spec, &v->rec, &v->slot_addr, &si, NULL);
         v->root_addr = si.root;
-        v->ro = true;
     } else {
         rc = plx_registry_find(st, spec, &v->rec, &v->slot_addr);
         v->root_addr = v->rec.root;
-        v->ro = (flags & PLX_OPEN_READONLY) != 0;
         if (!rc && !v->ro && st->read_only)
             rc = plx_err(st, -EROFS, "blockstore opened read-only");
         if (!rc && !v->ro && written_here(st, v->rec.id))
@@ -133,6 +147,12 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     }
     v->height = v->rec.height;
     v->nblocks = v->rec.size / PLX_BLOCK_SIZE;
+    if (!rc && hold) {
+        rc = plx_hold_add(st, v->rec.id, si.index, v->root_addr, v->height, &v->hold_slot);
+        v->held = rc == 0;
+    }
+    if (admin)
+        plx_admin_unlock(st);
     struct plx_node *root = NULL;
     if (!rc)
         rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
@@ -158,6 +178,8 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     if (rc) {
         if (locked)
             lock_record(st, v, false);
+        if (v->held)
+            plx_hold_drop(st, v->hold_slot, v->root_addr);
         plx_cache_owner_close(st, v->owner);
         plx_block_free(v->log_head);
         free(v->spine);
@@ -219,6 +241,10 @@ int plx_vdi_close(plx_vdi *v)
         plx_alloc_release_slots(st, v->rec.id);
     if (v->root)
         plx_cache_unpin(st, v->root);
+    /* The tree may be freed by the next collection from here on (if it was deleted). A failure
+     * only keeps it until this process is gone: the close goes on. */
+    if (v->held && !st->fatal && !st->fenced)
+        (void)plx_hold_drop(st, v->hold_slot, v->root_addr);
     plx_cache_owner_close(st, v->owner);
     for (struct plx_vdi **pp = &st->vdis; *pp; pp = &(*pp)->next) {
         if (*pp == v) {
