@@ -781,7 +781,8 @@ static int publish_extent(struct gc *g, uint64_t e)
             r->candidates = count;
         }
     }
-    if (rc)
+    /* (The epoch check's and the catalogue's errors carry their own message.) */
+    if (rc && rc != -EAGAIN && count)
         plx_err(st, rc, "gc: publishing what extent %llu's holder may free: %s",
                 (unsigned long long)e, strerror(-rc));
     plx_block_free(bb);
