@@ -1445,6 +1445,9 @@ int plx_alloc_shutdown(plx_store *st)
     rc = plx_admin_lock(st);
     if (rc)
         return rc;
+    /* Entries as they are now: a collector may have named a reclaim record in one since we
+     * read them (FORMAT.md §6.1), and the release must not drop it. */
+    rc = plx_catalogue_read(st);
     for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
         if (!a->ext[e].held)
             continue;
