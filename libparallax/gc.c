@@ -54,6 +54,7 @@ struct gc_rec {
     bool acked;                /* the holder answered: its round began before our checkpoint */
     bool published;
     bool folded;
+    bool gone; /* the holder died while we waited for it: wait no more */
     uint64_t candidates;
 };
 
@@ -298,7 +299,7 @@ static int registry_drop(struct gc *g, bool dry_run)
 static uint64_t reclaim_wait_ns(void)
 {
     const char *env = getenv("PARALLAX_RECLAIM_WAIT_MS");
-    return (env && *env ? strtoull(env, NULL, 10) : 5000) * 1000000ull;
+    return (env && *env ? strtoull(env, NULL, 10) : 10000) * 1000000ull;
 }
 
 static bool held_by_other(plx_store *st, const struct plx_extent_entry *c)
@@ -450,15 +451,23 @@ static void wait_holders(struct gc *g, bool fold)
     plx_store *st = g->st;
     struct plx_reclaim_ack *a = plx_block_alloc(1);
     uint64_t deadline = plx_mono_ns() + reclaim_wait_ns();
-    for (;;) {
+    for (unsigned turn = 0;; turn++) {
         uint64_t left = 0, total = 0;
         for (uint64_t e = 1; e < st->sb.extent_count; e++) {
             struct gc_rec *r = g->rec[e];
-            if (!r || (fold ? !r->published || r->folded : r->acked))
+            if (!r || r->gone || (fold ? !r->published || r->folded : r->acked))
                 continue;
             total++;
             if (!ack_seen(g, e, r, fold, a)) {
-                left++;
+                /* A holder that died will not answer (every quarter second: with a lock
+                 * manager, asking costs a round trip). Its extents are a dead holder's now,
+                 * which the next checkpoint (or collection) sweeps itself. */
+                const struct plx_reclaim_req *q = r->q;
+                if (turn % 12 == 11 &&
+                    plx_holder_stale(st, q->holder_host, q->holder_pid, q->holder_epoch))
+                    r->gone = true;
+                else
+                    left++;
                 continue;
             }
             if (!fold) {

@@ -12,6 +12,8 @@ require_cmd fio jq
 # shellcheck source=tests/integration/cluster.bash
 . "$(dirname "$0")/cluster.bash"
 
+# gc waits for the holders' answers and folds as long as they take on a loaded machine.
+export PARALLAX_RECLAIM_WAIT_MS=30000
 lockd_start 3
 lun format --size 256M --extent-size 2M >/dev/null
 lun lockd-set "127.0.0.1:$LOCKD_PORT"
@@ -37,12 +39,20 @@ sleep 1
 for h in "${hosts[@]}"; do kill -0 "${FIO[$h]}" || fail "fio on $h: $(cat "$T/fio-$h.log")"; done
 
 used_data() { lun info --json | jq '.blocks_used.data'; }
+# write (cluster.bash) that says why it failed.
+wr() { # HOST VDI PATTERN OFFSET LENGTH
+    local out
+    out=$(qemu-io -f raw -c "write -P $3 $4 $5" -c flush "$(uri "$1" "$2")" 2>&1) &&
+        ! grep -qi 'error\|fail' <<<"$out" ||
+        fail "writing $2 through $1: $out; host log: $(tail -5 "$T/$1.log")"
+    model "$2" "$3" "$4" "$5"
+}
 for h in "${hosts[@]}"; do
-    write "$h" "v$h" 65 0 8388608 || fail "writing v$h through $h"
+    wr "$h" "v$h" 65 0 8388608
     lun vdi-snapshot "v$h" >/dev/null
-    write "$h" "v$h" 66 0 8388608 || fail "writing v$h through $h"
+    wr "$h" "v$h" 66 0 8388608
     lun vdi-snapshot "v$h" >/dev/null
-    write "$h" "v$h" 67 0 4194304 || fail "writing v$h through $h"
+    wr "$h" "v$h" 67 0 4194304
 done
 before=$(used_data)
 for h in "${hosts[@]}"; do lun snap-delete "v$h@1" && lun snap-delete "v$h@2"; done
@@ -62,9 +72,9 @@ done
 
 # Two collectors from two hosts at once, beside the writers: each ends cleanly, or gives up
 # because the other freed blocks while it marked (run gc again).
-write h1 vh1 68 0 8388608 || fail "writing vh1"
+wr h1 vh1 68 0 8388608
 lun vdi-snapshot vh1 >/dev/null
-write h1 vh1 69 0 8388608 || fail "writing vh1"
+wr h1 vh1 69 0 8388608
 lun snap-delete vh1@3
 PARALLAX_HOST_ID=gc1 "$PARALLAX" -b "$URL" gc --json >"$T/gc1.json" 2>"$T/gc1.err" &
 g1=$!

@@ -16,7 +16,9 @@ require_cmd qemu-io jq
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
-export PARALLAX_RECLAIM_WAIT_MS=2000
+# A collector waits this long for holders to answer and to fold (a loaded machine may be slow);
+# the one beside a frozen holder waits less (below).
+export PARALLAX_RECLAIM_WAIT_MS=30000
 
 plx format --size 512M --extent-size 2M >/dev/null
 for v in a b; do plx vdi-create "$v" --size 8M >/dev/null; done
@@ -76,7 +78,8 @@ for d in 0.02 0.05 0.1 0.2 0.4; do
     garbage sa a
 done
 gc_ok "after the killed collectors"
-(($(jq .freed.data "$T/gc.json") >= 4096)) || fail "gc after the killed ones freed little: $(cat "$T/gc.json")"
+# (What the killed ones published may have been freed by the holders since: no count here; the
+# end shows that nothing is left.)
 check_data sa a
 check_data sb b
 
@@ -84,7 +87,7 @@ check_data sb b
 # extents are collected as a dead holder's.
 garbage sb b
 kill -STOP "${SRV[sb]}"
-plx gc --json >"$T/gc-dead.json" 2>"$T/gc-dead.err" &
+PARALLAX_RECLAIM_WAIT_MS=2000 plx gc --json >"$T/gc-dead.json" 2>"$T/gc-dead.err" &
 g=$!
 sleep 0.5
 kill -9 "${SRV[sb]}"

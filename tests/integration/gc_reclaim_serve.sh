@@ -13,6 +13,8 @@ require_cmd qemu-io fio jq
 T=$PLX_TEST_TMP
 export PARALLAX_RUN_DIR=$T/run
 mkdir -p "$PARALLAX_RUN_DIR"
+# gc waits for the holders' answers and folds as long as they take on a loaded machine.
+export PARALLAX_RECLAIM_WAIT_MS=30000
 sock=$T/nbd.sock
 uri() { echo "nbd+unix:///$1?socket=$sock"; }
 
