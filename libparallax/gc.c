@@ -1,10 +1,14 @@
 /*
  * gc.c - the mark-and-sweep garbage collector (thesis section 3.4.3, algorithm 1).
  *
+ * 0. Ask the holder of every extent another live process holds for a reclaim round (reclaim.c):
+ *    it answers once every block it handed out before the round is linked (or given up). Wait
+ *    for the answers, bounded.
  * 1. Checkpoint the allocation bitmap of every extent this process may sweep: extents nobody
- *    holds (or whose holder died), and the ones this process holds, after giving back its
- *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
- *    blocks may be linked into a tree at any moment, and only the holder knows which.
+ *    holds (or whose holder died), the ones this process holds, after giving back its
+ *    claimed-but-unused blocks, and those whose holder answered. An extent another live process
+ *    holds and that did not answer is skipped: its claimed blocks may be linked into a tree at
+ *    any moment, and only the holder knows which.
  * 2. Mark the roots of every live VDI and live snapshot, of every tree a live process holds open
  *    read-only (hold.h: deleted or not, a tree someone reads is not garbage), the snapshot-log
  *    blocks and the registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs
@@ -14,7 +18,10 @@
  *    level). Each node is read once, in runs of consecutive blocks.
  * 4. Per extent, under the admin lock and after checking the holder again, free every block that
  *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
- *    the checkpoint is never freed. An extent left empty goes back to "unused".
+ *    the checkpoint is never freed. An extent left empty goes back to "unused". In an extent
+ *    whose holder answered, publish those blocks instead, for the holder's round: the holder
+ *    frees them, except what it handed out since the round began (alloc.c, "Folding in"); then
+ *    wait (bounded) for it to say how many.
  *
  * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
  * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
