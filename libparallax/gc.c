@@ -499,8 +499,8 @@ static void wait_holders(struct gc *g, bool fold)
 
 /* In the checkpoint, under the admin lock: a record stays (its blocks marked) while a live
  * process other than us holds its extent; any other record is unlinked from its entry and
- * swept with this collection. */
-static int records_keep(struct gc *g)
+ * swept with this collection (a dry run only counts its blocks as what would be freed). */
+static int records_keep(struct gc *g, bool dry_run)
 {
     plx_store *st = g->st;
     struct plx_reclaim_req *q = plx_block_alloc(1);
@@ -517,6 +517,8 @@ static int records_keep(struct gc *g)
                 mark_nonnode(g, q->bits_addr[k]);
             continue;
         }
+        if (dry_run)
+            continue;
         ent.reclaim = 0;
         rc = plx_extent_entry_write(st, e, &ent);
         cleared = true;
@@ -562,8 +564,8 @@ static int checkpoint(struct gc *g, bool dry_run)
     /* Roots and logs are marked while the lock is held: a clone made after this point shares
      * only snapshots that are live here. The registry's own blocks (VDI table, name index,
      * records) are live too, and are not radix nodes: never read them as such. */
-    if (!rc && !dry_run)
-        rc = records_keep(g);
+    if (!rc)
+        rc = records_keep(g, dry_run);
     if (!rc)
         rc = plx_state_read(st);
     g->epoch = st->state.gc_epoch;

@@ -347,6 +347,14 @@ static void folds_start(struct plx_reclaim *rc)
 
 /* ---- The poll ------------------------------------------------------------------------------ */
 
+static bool bits_in_store(const plx_store *st, const struct plx_reclaim_req *q)
+{
+    for (uint32_t k = 0; k < q->bits_blocks; k++)
+        if (!q->bits_addr[k] || q->bits_addr[k] >= st->sb.block_count)
+            return false;
+    return true;
+}
+
 /* Every request block is read: answer requests (begin a round) and collect publications. */
 static void requests_seen(struct plx_reclaim *rc)
 {
@@ -360,7 +368,8 @@ static void requests_seen(struct plx_reclaim *rc)
         const struct plx_reclaim_req *q = rc->hdr[i].buf;
         const char *why = "";
         if (plx_blkhdr_verify(q, PLX_MAGIC_RECLAIM_REQ, rc->hdr[i].ev.io.block, &why) ||
-            q->extent != e || !q->nonce || !a->ext[e].held ||
+            q->extent != e || !q->nonce || !a->ext[e].held || !q->ack_addr ||
+            q->ack_addr >= st->sb.block_count ||
             !plx_holder_is_me(st, q->holder_host, q->holder_pid, q->holder_epoch))
             continue; /* not a record (an old collector freed it), or not for us */
         struct ext_rec *x = &rc->ext[e];
@@ -373,7 +382,8 @@ static void requests_seen(struct plx_reclaim *rc)
                 x->want_ack = q->nonce; /* another collector's request: the next poll */
         } else if (q->state == PLX_RECLAIM_PUBLISHED && q->nonce != x->folded_nonce &&
                    q->bits_blocks > 0 && q->bits_blocks <= PLX_RECLAIM_MAX_BITS_BLOCKS &&
-                   (uint64_t)q->bits_blocks * PLX_RECLAIM_BITS_PER_BLOCK >= eb) {
+                   (uint64_t)q->bits_blocks * PLX_RECLAIM_BITS_PER_BLOCK >= eb &&
+                   bits_in_store(st, q)) {
             struct fold_job *job = &rc->jobs[rc->njobs++];
             job->e = e;
             memcpy(&job->req, q, sizeof job->req);
