@@ -108,7 +108,7 @@ struct plx_state_block {
     uint64_t gc_epoch;           /* bumped by every collection that freed blocks: a process
                                   * that sees it change drops cached nodes, whose blocks may
                                   * have been freed and reused */
-    char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
+    char lockd_addr[64];         /* lock manager(s): "host:port[,host:port...]", "" = none */
     /* Version 2: the registry's roots (registry.c). */
     uint64_t vdi_table_root;     /* VDI table (id -> record block), 0 = no VDI yet */
     uint32_t vdi_table_height;   /* levels of the VDI table, 0 with no root */

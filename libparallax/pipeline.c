@@ -726,7 +726,7 @@ static void vdi_reload(struct plx_vdi *v)
         } else if (rc == 0) {
             if (!v->log_head)
                 v->log_head = plx_block_alloc(1);
-            rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
+            rc = plx_snaplog_read_block(st, rec.snaplog_head, &rec, v->log_head);
         }
         plx_labels_init(&v->labels, &rec);
     }

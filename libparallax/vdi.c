@@ -80,6 +80,20 @@ static bool written_here(const plx_store *st, uint64_t id)
     return false;
 }
 
+/* A reader of a VDI's current image whose last writes wait in a write log that no live process
+ * has attached (its server was killed, or closed without draining) would read older data where
+ * those writes went, with nothing to tell it so: an export taken as a backup would be stale. The
+ * same refusal as a writer's open, which names the way out (attach the log: it is replayed).
+ * A live holder on this host (or a holder on another host: its liveness is lockd's call) is the
+ * usual reader-beside-a-writer case. Snapshots are not affected: a snapshot is taken only once
+ * the VDI's records before it are drained (docs/DESIGN.md, "The write cache"). */
+static int check_log_holds_newer(plx_store *st, const struct plx_vdi_record *rec)
+{
+    bool live_holder =
+        rec->lock_host && !plx_holder_stale(st, rec->lock_host, rec->lock_pid, rec->lock_epoch);
+    return live_holder ? 0 : plx_wlog_check_owner(st, rec);
+}
+
 /* Which of this VDI's cached writable nodes the new handle may trust (struct plx_owner). A
  * writer took the lock and bumped writer_gen: nodes cached under the generation before it are
  * still good. A reader trusts the generation on disk, unless a writer elsewhere holds the VDI
@@ -134,6 +148,8 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     } else {
         rc = plx_registry_find(st, spec, &v->rec, &v->slot_addr);
         v->root_addr = v->rec.root;
+        if (!rc && v->ro)
+            rc = check_log_holds_newer(st, &v->rec);
         if (!rc && !v->ro && st->read_only)
             rc = plx_err(st, -EROFS, "blockstore opened read-only");
         if (!rc && !v->ro && written_here(st, v->rec.id))
@@ -173,7 +189,7 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
         v->log_head = plx_block_alloc(1);
-        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
+        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, &v->rec, v->log_head);
     }
     if (rc) {
         if (locked)

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,16 @@ static int export_to(plx_store *st, const char *spec, const char *file, int quie
     struct progress prog;
     struct sink s = {.fd = -1, .prog = &prog};
     plx_vdi *v;
-    int err = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v);
+    char why[PATH_MAX + 128];
+    /* Checked before the target is opened (and truncated): stdout too, which the shell may have
+     * pointed at the store. */
+    int err =
+        plx_store_path_conflict(st, strcmp(file, "-") == 0 ? "/dev/stdout" : file, why, sizeof why);
+    if (err > 0)
+        return cli_error("vdi-export: %s: writing the image there would destroy it; nothing was "
+                         "written",
+                         why);
+    err = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v);
 
     if (err < 0)
         return cli_engine_error(st, err);
