@@ -497,9 +497,10 @@ static void wait_holders(struct gc *g, bool fold)
     plx_block_free(a);
 }
 
-/* In the checkpoint, under the admin lock: a record stays (its blocks marked) while a live
- * process other than us holds its extent; any other record is unlinked from its entry and
- * swept with this collection (a dry run only counts its blocks as what would be freed). */
+/* In the checkpoint, under the admin lock: an extent's record stays once made (its blocks
+ * marked), whoever holds the extent next, so that collections reuse it instead of making and
+ * sweeping records all the time; one that is not a record any more (an older collector freed
+ * its blocks) is unlinked from its entry (a dry run leaves it). */
 static int records_keep(struct gc *g, bool dry_run)
 {
     plx_store *st = g->st;
@@ -510,7 +511,7 @@ static int records_keep(struct gc *g, bool dry_run)
         struct plx_extent_entry ent = st->cat[e];
         if (!ent.reclaim)
             continue;
-        if (held_by_other(st, &ent) && record_read(st, e, ent.reclaim, q)) {
+        if (record_read(st, e, ent.reclaim, q)) {
             mark_nonnode(g, ent.reclaim);
             mark_nonnode(g, q->ack_addr);
             for (uint32_t k = 0; k < q->bits_blocks; k++)
@@ -876,9 +877,11 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     bool pooled = st->alloc->pool[0].valid && st->alloc->pool[0].extent == e;
     pooled |= st->alloc->pool[1].valid && st->alloc->pool[1].extent == e;
     if (!rc && !dry_run && used == 0 && !pooled) {
-        /* Nothing left in it: give the extent back to the unused pool, untyped. */
+        /* Nothing left in it: give the extent back to the unused pool, untyped (its reclaim
+         * record stays for its next holder). */
         struct plx_extent_entry empty;
         memset(&empty, 0, sizeof empty);
+        empty.reclaim = ent.reclaim;
         /* Once released, another process may write in it: no zeroing ahead there any more. */
         if (x->held)
             plx_backend_prepare_stop(st->be, e * g->eb, g->eb);
