@@ -58,6 +58,7 @@
  * §6.1). */
 struct gc_rec {
     struct plx_reclaim_req *q; /* the request block as written (q->hdr.self: its address) */
+    uint64_t addr;             /* where it goes */
     bool acked;                /* the holder answered: its round began before our checkpoint */
     bool published;
     bool folded;
@@ -386,10 +387,7 @@ static int request_all(struct gc *g)
                 rc = alloc_one(st, &q->ack_addr);
             for (uint32_t k = 0; !rc && k < need; k++)
                 rc = alloc_one(st, &q->bits_addr[k]);
-            q->hdr.self = 0; /* not in the catalogue yet */
             made = true;
-        } else {
-            q->hdr.self = addr;
         }
         if (rc)
             break;
@@ -400,7 +398,7 @@ static int request_all(struct gc *g)
         q->holder_pid = c->holder_pid;
         q->holder_epoch = c->holder_epoch;
         q->round = q->candidates = q->gc_epoch = 0;
-        r->candidates = addr; /* (the address, until sealed below) */
+        r->addr = addr;
     }
     /* Our claims of the new blocks are durable before anything names them. */
     if (!rc && made)
@@ -409,10 +407,8 @@ static int request_all(struct gc *g)
         struct gc_rec *r = g->rec[e];
         if (!r)
             continue;
-        uint64_t addr = r->candidates;
-        r->candidates = 0;
-        plx_blkhdr_seal(r->q, PLX_MAGIC_RECLAIM_REQ, addr);
-        rc = plx_sync_io(st, PLX_IO_WRITE, addr, 1, r->q, 0);
+        plx_blkhdr_seal(r->q, PLX_MAGIC_RECLAIM_REQ, r->addr);
+        rc = plx_sync_io(st, PLX_IO_WRITE, r->addr, 1, r->q, 0);
     }
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
