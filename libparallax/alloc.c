@@ -807,7 +807,6 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
 
 /* ---- Data blocks placed by leaf --------------------------------------------------------------- */
 
-
 /* Claim block i of held extent e (in memory; a batch makes it durable, see the top). */
 static void claim_block(plx_store *st, uint64_t e, uint64_t i)
 {

@@ -1026,8 +1026,9 @@ static void reclaim_records(struct ck *c)
             if (a >= c->nb)
                 continue;
             if (bit_test(c->reach, a))
-                problem(c, 1, "block %llu of extent %llu's reclaim record is reachable from a tree "
-                              "or another record too",
+                problem(c, 1,
+                        "block %llu of extent %llu's reclaim record is reachable from a tree "
+                        "or another record too",
                         (unsigned long long)a, (unsigned long long)e);
             bit_set(c->reach, a);
         }
