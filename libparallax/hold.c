@@ -74,10 +74,15 @@ int plx_hold_add(plx_store *st, uint64_t vdi_id, uint64_t snap, uint64_t root, u
     for (uint32_t i = 0; !rc && i < n * PLX_HOLDS_PER_BLOCK && found == UINT32_MAX; i++)
         if (!live(st, &t[i / PLX_HOLDS_PER_BLOCK].holds[i % PLX_HOLDS_PER_BLOCK]))
             found = i;
-    if (!rc && found == UINT32_MAX)
+    if (!rc && n == 0)
         rc = plx_err(st, -ENOSPC,
-                     "cannot open it read-only: the store's hold table is full (%u trees held "
-                     "open read-only by live processes); close some",
+                     "no read-only open is possible: extent 0 of this store has no room for the "
+                     "hold table (its legacy registry slots fill it), so a reader cannot be "
+                     "recorded");
+    else if (!rc && found == UINT32_MAX)
+        rc = plx_err(st, -ENOSPC,
+                     "the store's hold table is full: %u trees are held open read-only by live "
+                     "processes; close one of them to open another read-only",
                      n * PLX_HOLDS_PER_BLOCK);
     if (!rc) {
         struct plx_hold_block *b = &t[found / PLX_HOLDS_PER_BLOCK];

@@ -103,7 +103,8 @@ int plx_state_read(plx_store *st)
     if (rc == 0 && st->state.gc_epoch != st->seen_gc_epoch) {
         /* A collector freed blocks since we last looked: a cached node may describe a block
          * that now holds something else. Pinned nodes belong to open trees, which the
-         * collector never frees. */
+         * collector never frees: a writer's is live (a VDI open for writing cannot be
+         * deleted), a reader's is held (hold.h). */
         if (st->gc_epoch_moved)
             st->gc_epoch_moved(st);
         st->seen_gc_epoch = st->state.gc_epoch;

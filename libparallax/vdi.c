@@ -133,14 +133,9 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
      * either way. A store opened read-only cannot record it (DESIGN.md, "Readers hold what
      * they read"). */
     bool hold = v->ro && !st->read_only;
-    bool admin = false;
-    if (hold) {
-        rc = plx_admin_lock(st);
-        admin = rc == 0;
-        if (rc) {
-            free(v);
-            return rc;
-        }
+    if (hold && (rc = plx_admin_lock(st)) != 0) {
+        free(v);
+        return rc;
     }
     if (strchr(spec, '@')) {
         rc = plx_snap_resolve(st, spec, &v->rec, &v->slot_addr, &si, NULL);
@@ -167,7 +162,7 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
         rc = plx_hold_add(st, v->rec.id, si.index, v->root_addr, v->height, &v->hold_slot);
         v->held = rc == 0;
     }
-    if (admin)
+    if (hold)
         plx_admin_unlock(st);
     struct plx_node *root = NULL;
     if (!rc)

@@ -357,7 +357,9 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
 #define PLX_OPEN_READONLY 1u
 
 /* Open "VDI" for writing (single writer: -EBUSY when another process holds it) or read-only,
- * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. */
+ * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. A read-only open of a store opened for
+ * writing records a hold until the close: plx_gc in any process keeps the tree it reads, even if
+ * the VDI or snapshot is deleted meanwhile (-ENOSPC when the store's 1,152 holds are taken). */
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
 /* Complete outstanding requests, write back, release the VDI lock. Blocking. */
 int plx_vdi_close(plx_vdi *v);

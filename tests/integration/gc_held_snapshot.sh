@@ -10,7 +10,10 @@
 # is corrupt" (or the server aborted). Now: the copy succeeds and filler2 reads back exactly;
 # the held client still reads 0x5a everywhere (never filler2's data); check is clean; the held
 # tree is not counted as garbage while the client holds it, and the first gc after the client
-# disconnects frees it.
+# disconnects frees it; so does the first one after the holding server is killed (kill -9: its
+# hold names a dead process). Last, the reader is on another host (a server under another host
+# id, which this host's gc cannot judge dead): a deleted VDI's snapshot it reads stays whole while
+# this host deletes, collects and imports a new VDI into the freed space.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cmd nbdcopy qemu-io jq cmp
@@ -106,4 +109,68 @@ assert_eq 0 "$(leaked)" "blocks_leaked after the server stopped and gc ran"
 plx check >"$T/check.out" || fail "check at the end: $(cat "$T/check.out")"
 plx vdi-export filler2 "$T/back4.raw" --quiet
 cmp -s "$T/ff.raw" "$T/back4.raw" || fail "filler2 exports wrong at the end"
-echo "held deleted snapshot survived gc; $freed data blocks freed once it was closed"
+
+# ---- A holder that dies keeps nothing: kill -9 the server while its client holds a snapshot ----
+assert_eq filler2@1 "$(plx vdi-snapshot filler2)" "snapshot of filler2"
+head -c 16M /dev/zero | tr '\0' '\021' >"$T/x11.raw"
+plx vdi-import filler2 "$T/x11.raw" --quiet # 4096 blocks of filler2@1 are its own now
+"$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve2.log" 2>&1 &
+server=$!
+bg_pid "$server"
+wait_socket "$sock" "$server" "$T/serve2.log"
+qio_sent=0
+: >"$T/qio.log"
+qemu-io -r -f raw "$(uri filler2@1)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
+qio_pid=$!
+bg_pid "$qio_pid"
+exec 3>"$T/qio.fifo"
+qio "read -P 0xff 0 16M"
+plx snap-delete filler2@1
+plx gc >/dev/null
+qio "read -P 0xff 0 16M"
+held=$(plx gc --dry-run --json | jq '.freed.data')
+assert_eq 0 "$held" "data a dry run would free while the server holds filler2@1"
+kill -KILL "$server"
+wait "$server" 2>/dev/null || true
+plx gc --json >"$T/gc4.json"
+dead=$(jq '.freed.data' "$T/gc4.json")
+((dead >= 4096)) || fail "gc after the holder was killed freed $dead data blocks, not filler2@1's 4096"
+assert_eq 0 "$(leaked)" "blocks_leaked after the holder died and gc ran"
+plx check >"$T/check.out" || fail "check after the holder died: $(cat "$T/check.out")"
+exec 3>&-
+wait "$qio_pid" 2>/dev/null || true
+
+# ---- A reader on another host: a server under another host id holds filler2@b ----------------
+assert_eq filler2@2 "$(plx vdi-snapshot filler2 --label b)" "snapshot filler2@b"
+head -c 16M /dev/zero | tr '\0' '\042' >"$T/x22.raw"
+plx vdi-import filler2 "$T/x22.raw" --quiet # filler2's own blocks, garbage once it is deleted
+PARALLAX_HOST_ID=host-b "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve3.log" 2>&1 &
+server=$!
+bg_pid "$server"
+wait_socket "$sock" "$server" "$T/serve3.log"
+qio_sent=0
+qemu-io -r -f raw "$(uri filler2@b)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
+qio_pid=$!
+bg_pid "$qio_pid"
+exec 3>"$T/qio.fifo"
+qio "read -P 0x11 0 4k"
+plx vdi-delete filler2 # and its snapshots; this host's gc must keep what host-b reads
+plx gc --json >"$T/gc5.json"
+head -c 64M /dev/zero | tr '\0' '\063' >"$T/x33.raw"
+plx vdi-create filler3 --size 64M >/dev/null
+plx vdi-import filler3 "$T/x33.raw" --quiet # takes the space filler2's own blocks had
+qio "read -P 0x11 0 16M"
+qio "read -P 0xff 16M 112M"
+plx vdi-export filler3 "$T/back5.raw" --quiet
+cmp -s "$T/x33.raw" "$T/back5.raw" || fail "filler3 exports wrong beside host-b's reader"
+plx check --live >"$T/check.out" || fail "check beside host-b's reader: $(cat "$T/check.out")"
+exec 3>&-
+wait "$qio_pid" 2>/dev/null || true
+kill -TERM "$server"
+wait "$server" || fail "host-b's server exited with $?: $(cat "$T/serve3.log")"
+plx gc --json >"$T/gc6.json"
+other=$(jq '.freed.data' "$T/gc6.json")
+((other >= 32768)) || fail "gc after host-b let go freed $other data blocks, not filler2@b's 32768"
+assert_eq 0 "$(leaked)" "blocks_leaked after host-b let go and gc ran"
+plx check >"$T/check.out" || fail "check at the very end: $(cat "$T/check.out")"
+echo "held deleted snapshot survived gc; $freed data blocks freed once it was closed, $dead once its holder was killed, $other once host-b let go"
