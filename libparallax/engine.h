@@ -104,7 +104,7 @@ struct plx_store {
     struct plx_lock_wait *lock_waiters;
     struct plx_timer lock_timer;
     unsigned lock_backoff_us;
-    struct plx_open_req *opens;            /* asynchronous VDI opens not yet completed (vdi.c) */
+    struct plx_open_req *opens; /* asynchronous VDI opens not yet completed (vdi.c) */
     /* VDIs whose close could not clear their lock (vdi.c, plx_vdi_close_async): the record
      * names this store's identity, and this store may take the lock back at its next open. */
     uint64_t *locks_left;

@@ -188,8 +188,7 @@ int plx_admin_lock(plx_store *st)
         if (!retry || waited >= limit) {
             st->admin_depth--;
             /* Not queued behind another holder: lockd answers nothing (stopped, cut off). */
-            if (rc == -EWOULDBLOCK && st->lock_ops->silent &&
-                st->lock_ops->silent(st, mono0))
+            if (rc == -EWOULDBLOCK && st->lock_ops->silent && st->lock_ops->silent(st, mono0))
                 rc = -ENOTCONN;
             return lock_wait_error(st, rc, waited);
         }

@@ -747,8 +747,7 @@ static bool ask_alive(struct plx_lockd *lk, const char *line, int timeout_ms)
             return strcmp(reply, "NO") != 0;
         uint64_t now = mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        if (now >= deadline ||
-            poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0) {
+        if (now >= deadline || poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0) {
             lk->alive_unread++;
             return true;
         }

@@ -420,7 +420,8 @@ static void close_lock_done(struct plx_lock_wait *w, int rc)
 
 static void close_timer(struct plx_timer *t)
 {
-    struct plx_close_req *c = (struct plx_close_req *)((char *)t - offsetof(struct plx_close_req, t));
+    struct plx_close_req *c =
+        (struct plx_close_req *)((char *)t - offsetof(struct plx_close_req, t));
     plx_vdi *v = c->v;
     if (!plx_vdi_idle(v)) {
         plx_timer_arm(v->st, t, plx_mono_ns() + 1000000);

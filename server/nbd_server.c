@@ -442,7 +442,8 @@ static void export_closed(void *arg, int status)
 {
     struct export *e = arg;
     if (status)
-        snprintf(e->close_err, sizeof e->close_err, "%s", plx_store_errmsg(et_store(the_server->et)));
+        snprintf(e->close_err, sizeof e->close_err, "%s",
+                 plx_store_errmsg(et_store(the_server->et)));
     e->v = NULL;
     export_free(the_server, e, status);
 }

@@ -395,11 +395,11 @@ int plx_vdi_readonly(const plx_vdi *v);
 typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
 /* plx_vdi_close without waiting for the lock manager (API 1.7): a writable VDI's close clears
  * its lock in the VDI's record, a reader's drops its hold, under the admin lock, and that wait
- * is an event on the store's loop. Returns -EAGAIN at once, doing nothing, while the write cache still drains v (as
- * plx_vdi_try_close); else 0: v is being closed and must not be used again (submit nothing
- * more), and cb runs once, from plx_store_service, with the close's result. If the admin lock
- * cannot be had within $PARALLAX_LOCK_TIMEOUT the handle is closed all the same and cb gets
- * -EHOSTUNREACH (or -EBUSY), the message saying so: the record still names this process as the
+ * is an event on the store's loop. Returns -EAGAIN at once, doing nothing, while the write cache
+ * still drains v (as plx_vdi_try_close); else 0: v is being closed and must not be used again
+ * (submit nothing more), and cb runs once, from plx_store_service, with the close's result. If the
+ * admin lock cannot be had within $PARALLAX_LOCK_TIMEOUT the handle is closed all the same and cb
+ * gets -EHOSTUNREACH (or -EBUSY), the message saying so: the record still names this process as the
  * VDI's writer, so no other process opens it for writing while this one runs (this store does,
  * taking the lock back). A close under way is finished by plx_vdi_close(v) or plx_store_close,
  * without cb. */
