@@ -120,6 +120,10 @@ $(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$
 	@mkdir -p $(dir $@)
 	$(CC) -O1 -g $(SAN) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
+# These run the real lock manager built beside them (order-only: not linked in).
+$(B)/unit/test_lockwait $(B)/unit-san/test_lockwait $(B)/unit/test_tapdisk \
+    $(B)/unit-san/test_tapdisk: | $(B)/parallax-lockd
+
 # Objects are kept (make would delete them as intermediates of the binaries above).
 .SECONDARY:
 

@@ -25,6 +25,7 @@ static void store_free(plx_store *st)
     plx_cache_free(st);
     plx_alloc_free(st);
     plx_lockd_detach(st);
+    free(st->locks_left);
     free(st->cat);
     if (st->be)
         st->be->ops->destroy(st->be);
@@ -138,6 +139,7 @@ int plx_store_close(plx_store *st)
 {
     if (!st)
         return 0;
+    plx_vdi_open_cancel_all(st);
     plx_reclaim_stop(st);
     int rc = plx_vdi_close_all(st);
     int wrc = plx_wlog_close(st);

@@ -665,10 +665,71 @@ static int add_clone(struct wl *wl, const char *name, int parent, size_t srec_id
     return wl->nv++;
 }
 
+/* Odd-numbered VDIs open and close through the asynchronous calls (plx_vdi_open_async,
+ * plx_vdi_close_async: the admin lock waited for on the loop, the open or close run from a
+ * timer of the service pass), even ones through the blocking calls: both under every crash. */
+struct async_res {
+    int fired, rc;
+    plx_vdi *v;
+};
+
+static void async_open_done(void *arg, int status, plx_vdi *v)
+{
+    struct async_res *r = arg;
+    r->fired = 1;
+    r->rc = status;
+    r->v = v;
+}
+
+static void async_close_done(void *arg, int status)
+{
+    struct async_res *r = arg;
+    r->fired = 1;
+    r->rc = status;
+}
+
+/* Run the store's loop until r fired: 0, or the service pass's error. */
+static int loop_until(plx_store *st, const struct async_res *r)
+{
+    while (!r->fired) {
+        struct pollfd p = {.fd = plx_store_fd(st), .events = POLLIN};
+        (void)poll(&p, 1, 100);
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int open_any(plx_store *st, const char *name, int async, plx_vdi **h)
+{
+    if (!async)
+        return plx_vdi_open(st, name, 0, h);
+    struct async_res r = {0};
+    plx_open_req *req;
+    int rc = plx_vdi_open_async(st, name, 0, async_open_done, &r, &req);
+    if (!rc && (rc = loop_until(st, &r)) != 0)
+        plx_vdi_open_cancel(req);
+    *h = rc ? NULL : r.v;
+    return rc ? rc : r.rc;
+}
+
+static int close_any(plx_store *st, plx_vdi *h, int async)
+{
+    struct async_res r = {0};
+    int rc = async ? plx_vdi_close_async(h, async_close_done, &r) : -EAGAIN;
+    if (rc == -EAGAIN) /* the write cache still drains it: the blocking close waits for that */
+        return plx_vdi_close(h);
+    if (rc)
+        return rc;
+    rc = loop_until(st, &r);
+    return rc ? plx_vdi_close(h) /* the close under way is finished here */ : r.rc;
+}
+
 static void open_vdi(struct wl *wl, int vi)
 {
     struct mvdi *m = &wl->v[vi];
-    int rc = plx_vdi_open(wl->st, m->name, 0, &m->h);
+    int rc = open_any(wl->st, m->name, vi & 1, &m->h);
     ck_assert_msg(rc == 0, "open %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
     if (wl->log_blocks) {
         rc = plx_wlog_vdi_enable(m->h);
@@ -679,7 +740,7 @@ static void open_vdi(struct wl *wl, int vi)
 static void close_vdi(struct wl *wl, int vi)
 {
     struct mvdi *m = &wl->v[vi];
-    int rc = plx_vdi_close(m->h);
+    int rc = close_any(wl->st, m->h, vi & 1);
     if (rc != 0 && wl->expect_ok)
         violation(wl, "closing VDI %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
     m->h = NULL;
