@@ -314,8 +314,9 @@ clean:
 # make install / make uninstall (PREFIX, DESTDIR, ...): see mk/install.mk.
 include mk/install.mk
 
-# Header dependencies written by -MMD (none before the first build).
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# Header dependencies written by -MMD (none before the first build). Only the object trees: the
+# rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
+-include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
 
 .PHONY: all unit unit-san unit-all integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

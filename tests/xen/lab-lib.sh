@@ -1,0 +1,183 @@
+# shellcheck shell=bash
+# Helpers of the Xen lab's cases (tests/xen/cases/*.sh), which run in dom0 as root with bash.
+#
+# A case exits 0 (pass), 1 (a failure of Parallax, its scripts or the data) or 2 (the toolstack
+# crashed: an xl process died by a signal, the rare TCG memory corruption of the notes'
+# pitfall 7; the lab runs such a case once more in a fresh boot, never a data failure).
+#
+# Guests are waited for without polling `xl list` (the pitfall's crashes were mostly `xl list`
+# beside guest I/O): `xl create -F` stays in the foreground until its domain dies, and guests'
+# progress is read from their console logs, which xenconsoled writes.
+#
+#   guest_cfg NAME OPS DISK...   write /tmp/NAME.cfg: a 64 MiB PV guest of the lab's kernel whose
+#                                init runs OPS (tests/xen/guest-init.sh), with these xl disks
+#   guest_start NAME             xl create -F in the background
+#   guest_wait NAME SECONDS      wait for that xl to end; 0 when the guest said "done OK"
+#   wait_console NAME REGEX SECONDS   wait for a console line of the guest (0), else 1
+#   last_wrote NAME DEV          the highest chunk the guest said it wrote (and flushed), or -1
+#   xlc ARGS...                  run xl; a crash of it ends the case with 2
+#   vdi_check VDI SEED START N   the VDI (or VDI@SNAP) holds those chunks, read through
+#                                the Parallax server in dom0 (nbd-client, read-only)
+#   vdi_prefix VDI SEED START N MIN   the VDI holds a clean prefix of the guest's sequential
+#                                writes: chunks complete, at most one partly written, then
+#                                untouched ones; at least the first MIN complete
+#   fail MSG                     print the guest consoles and MSG, exit 1
+set -u
+export PATH=/usr/lib/xen-4.17/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+CHUNK=65536
+declare -A XL_PID=()
+
+ts() { cut -d' ' -f1 /proc/uptime; }
+log() { echo "[$(ts)] $*"; }
+
+# The console of every guest of this case, and xl's own output.
+show_guests() {
+    local f
+    for f in /var/log/xen/console/guest-*.log /tmp/*.xl; do
+        [ -f "$f" ] || continue
+        echo "---- $f"
+        tail -n 60 "$f" | tr -d '\r'
+    done
+    echo "---- hotplug and server logs"
+    tail -n 20 /var/log/xen/xen-hotplug.log /var/log/xen/parallax-serve.log 2>/dev/null
+}
+
+fail() {
+    show_guests
+    echo "FAIL: $*"
+    exit 1
+}
+
+toolstack_crash() {
+    show_guests
+    echo "TOOLSTACK: $*"
+    exit 2
+}
+
+# xl died by a signal (abort, segfault): rc 128+N.
+xlc() {
+    local rc=0
+    xl "$@" || rc=$?
+    [ "$rc" -lt 128 ] || toolstack_crash "xl $* died with status $rc"
+    return "$rc"
+}
+
+guest_cfg() {
+    local name=$1 ops=$2 d disks=""
+    shift 2
+    for d in "$@"; do disks+="${disks:+, }'$d'"; done
+    cat >"/tmp/$name.cfg" <<EOF
+name = "$name"
+type = "pv"
+memory = 64
+vcpus = 1
+kernel = "/plx/guest/vmlinux"
+ramdisk = "/plx/guest/initrd"
+extra = "console=hvc0 plx.do=$ops"
+disk = [ $disks ]
+on_crash = "destroy"
+EOF
+}
+
+guest_start() {
+    local name=$1
+    rm -f "/var/log/xen/console/guest-$name.log"
+    log "xl create $name"
+    xl create -F "/tmp/$name.cfg" >"/tmp/$name.xl" 2>&1 &
+    XL_PID[$name]=$!
+}
+
+guest_wait() {
+    local name=$1 secs=$2 pid=${XL_PID[$1]} rc=0 i
+    for ((i = 0; i < secs * 5; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "$pid" 2>/dev/null && fail "guest $name still running after ${secs}s"
+    wait "$pid" || rc=$?
+    [ "$rc" -lt 128 ] || toolstack_crash "xl create -F $name died with status $rc"
+    grep -q 'plx-guest: done OK' "/var/log/xen/console/guest-$name.log" 2>/dev/null || {
+        [ "$rc" -eq 0 ] || fail "xl create $name failed ($rc): $(tail -n 5 "/tmp/$name.xl")"
+        fail "guest $name did not finish cleanly"
+    }
+    log "guest $name done"
+}
+
+wait_console() {
+    local name=$1 re=$2 secs=$3 i f=/var/log/xen/console/guest-$1.log
+    for ((i = 0; i < secs * 5; i++)); do
+        grep -q -E "$re" "$f" 2>/dev/null && return 0
+        if [ -n "${XL_PID[$name]:-}" ] && ! kill -0 "${XL_PID[$name]}" 2>/dev/null; then
+            grep -q -E "$re" "$f" 2>/dev/null && return 0
+            return 1
+        fi
+        sleep 0.2
+    done
+    return 1
+}
+
+last_wrote() {
+    local n
+    n=$(tr -d '\r' <"/var/log/xen/console/guest-$1.log" 2>/dev/null |
+        sed -n "s/^plx-guest: wrote $2 \([0-9]*\)$/\1/p" | tail -n 1)
+    echo "${n:--1}"
+}
+
+chunk() { # SEED I: as tests/xen/guest-init.sh makes it
+    printf '%-63s\n' "plx seed=$1 chunk=$2"
+    tail -c +65 /plx/pattern
+}
+
+# nbd_attach VDI: connect the VDI read-only to dom0's last NBD device (block-parallax takes the
+# first free ones), through the server the hotplug script started; prints the device.
+NBD_DEV=/dev/nbd31
+nbd_attach() {
+    [ -S /run/parallax/nbd.sock ] || fail "no Parallax server socket (/run/parallax/nbd.sock)"
+    nbd-client -unix /run/parallax/nbd.sock "$NBD_DEV" -name "$1" -block-size 512 -readonly \
+        >/dev/null 2>&1 || fail "nbd-client could not attach $1"
+}
+nbd_detach() { nbd-client -d "$NBD_DEV" >/dev/null 2>&1; }
+
+vdi_check() {
+    local vdi=$1 seed=$2 start=$3 n=$4 i want got
+    nbd_attach "$vdi"
+    for ((i = start; i < start + n; i++)); do
+        want=$(chunk "$seed" "$i" | sha256sum | cut -c1-64)
+        got=$(dd if=$NBD_DEV bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
+        [ "$want" = "$got" ] || { nbd_detach; fail "$vdi: chunk $i is not the guest's (seed $seed)"; }
+    done
+    nbd_detach
+    log "$vdi: chunks $start..$((start + n - 1)) verified"
+}
+
+vdi_prefix() {
+    local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p states="" zero4k zero64k got want
+    zero4k=$(head -c 4096 /dev/zero | sha256sum | cut -c1-64)
+    zero64k=$(head -c $CHUNK /dev/zero | sha256sum | cut -c1-64)
+    nbd_attach "$vdi"
+    for ((i = start; i < start + n; i++)); do
+        got=$(dd if=$NBD_DEV bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
+        if [ "$got" = "$(chunk "$seed" "$i" | sha256sum | cut -c1-64)" ]; then
+            states+=F
+        elif [ "$got" = "$zero64k" ]; then
+            states+=Z
+        else
+            # Partly written: every 4 KiB piece is the guest's or still zero.
+            chunk "$seed" "$i" >/tmp/want
+            for ((p = 0; p < 16; p++)); do
+                got=$(dd if=$NBD_DEV bs=4096 skip=$((i * 16 + p)) count=1 2>/dev/null | sha256sum | cut -c1-64)
+                want=$(dd if=/tmp/want bs=4096 skip=$p count=1 2>/dev/null | sha256sum | cut -c1-64)
+                [ "$got" = "$want" ] || [ "$got" = "$zero4k" ] ||
+                    { nbd_detach; fail "$vdi: chunk $i piece $p is neither the guest's nor zero"; }
+            done
+            states+=M
+        fi
+    done
+    nbd_detach
+    log "$vdi: chunk states from $start (F complete, M partly, Z untouched): $states"
+    [[ $states =~ ^F*M?Z*$ ]] || fail "$vdi is not a prefix of the guest's writes: $states"
+    local full=${states%%[MZ]*}
+    [ "${#full}" -ge "$min" ] ||
+        fail "$vdi lacks flushed writes: ${#full} complete chunks, the guest had flushed $min"
+}
