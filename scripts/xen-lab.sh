@@ -135,9 +135,20 @@ add_libs() {
     done
 }
 
+# The inputs of the images besides the packages: when none changed since the last build (and
+# the packages are the same), the images are kept.
+inputs_hash() {
+    (
+        cd "$ROOT" && cat scripts/xen-lab.sh tests/xen/*.sh tests/xen/*.cfg tests/xen/cases/*.sh \
+            xen-configs/* build/parallax build/parallax-lockd Makefile mk/install.mk
+        printf '%s\n' "$@"
+    ) | sha256sum | cut -c1-16
+}
+
 build() {
     local stamp want work kdeb kver deb d p
     mkdir -p "$CACHE" "$LAB"
+    make -C "$ROOT" --no-print-directory -s all
     command -v dpkg-deb >/dev/null || die "dpkg-deb not found (Debian 12 only)"
     for p in cpio xz "$QEMU"; do
         command -v "$p" >/dev/null || die "$p not found (run scripts/install-deps.sh xen as root)"
@@ -151,6 +162,14 @@ build() {
         debs+=("$(fetch "$p")") || exit $?
     done
     kdeb=$(kernel_deb) || exit $?
+    want=$(inputs_hash "${debs[@]}" "$kdeb")
+    stamp=$(cat "$LAB/stamp" 2>/dev/null || true)
+    if [[ $stamp == "$want" && -s $LAB/dom0.cpio && -s $LAB/xen && -s $LAB/vmlinux ]]; then
+        rm -rf "$work"
+        trap - EXIT
+        return 0
+    fi
+    echo "xen-lab: assembling Xen, dom0 and guest images in ${LAB#"$ROOT"/}" >&2
     mkdir -p "$root" "$groot" "$work/k"
     for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$root"; done
     dpkg-deb -x "$kdeb" "$work/k"
@@ -228,6 +247,7 @@ build() {
     } >"$work/manifest"
     # Each file is replaced by a rename, so a lab booting beside this build reads whole files.
     for f in xen vmlinux dom0.cpio manifest; do mv -f "$work/$f" "$LAB/$f"; done
+    echo "$want" >"$LAB/stamp"
     rm -rf "$work"
     trap - EXIT
 }
@@ -235,6 +255,8 @@ build() {
 # ---- booting -----------------------------------------------------------------------------------
 XEN_ARGS="console=com1 com1=115200,8n1 dom0_mem=1024M,max:1024M dom0_max_vcpus=1 noreboot"
 XEN_ARGS+=" console_timestamps=boot smap=0"
+# -cpu max with Xen's smap=0 (pitfall 1 of the notes); PLX_XEN_CPU overrides it.
+CPU=${PLX_XEN_CPU:-max,-fsgsbase}
 DOM0_ARGS="console=hvc0 earlyprintk=xen mitigations=off"
 
 # boot SERIAL_LOG STORE DOM0_EXTRA: one Xen boot; the serial console goes to SERIAL_LOG (and to
@@ -242,7 +264,7 @@ DOM0_ARGS="console=hvc0 earlyprintk=xen mitigations=off"
 boot() {
     local log=$1 store=$2 extra=$3 serial
     # -cpu max with smap=0 (pitfall 1); -smp 1: one host core is faster and steadier (pitfall 6).
-    local q=("$QEMU" -accel tcg,thread=multi -cpu max -smp 1 -m 2048 -display none -monitor none
+    local q=("$QEMU" -accel tcg,thread=multi -cpu "$CPU" -smp 1 -m 2048 -display none -monitor none
         -no-reboot -kernel "$LAB/xen" -append "$XEN_ARGS"
         -initrd "$LAB/vmlinux $DOM0_ARGS $extra,$LAB/dom0.cpio"
         -drive "file=$store,format=raw,if=virtio,cache=unsafe")

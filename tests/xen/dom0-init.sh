@@ -80,6 +80,13 @@ else
         echo "PLX-CASE $c $r"
     done
 fi
+# Stop the Parallax server the hotplug script started, as a shutdown would: it releases its
+# claims, so the blockstore image checks without --live on the host afterwards.
+if [ -f /run/parallax/serve.pid ]; then
+    pid=$(cat /run/parallax/serve.pid)
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+fi
 echo "PLX-TIME end $(uptime_s)"
 sync
 poweroff -f

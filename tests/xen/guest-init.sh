@@ -10,6 +10,8 @@
 #   c:DEV:SEED:START:N   read chunks START..START+N-1 and compare
 #   ro:DEV               a write to /dev/DEV must be refused (a read-only disk)
 #   p:SECONDS            pause
+#   gone:DEV             wait until /dev/DEV has gone (xl block-detach)
+# (A disk that is not there yet, one attached later with xl block-attach, is waited for.)
 #
 # A chunk is 64 KiB: a 64-byte header naming SEED and I, then the lab's random pattern
 # (/pattern), so a chunk written to the wrong place or from the wrong run does not compare
@@ -32,7 +34,7 @@ chunk() { # SEED I: the chunk on stdout
 # wait_dev DEV: blkfront connects each disk in the background.
 wait_dev() {
     i=0
-    while [ ! -b "/dev/$1" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    while [ ! -b "/dev/$1" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
     [ -b "/dev/$1" ] || { echo "plx-guest: BAD no /dev/$1"; return 1; }
 }
 
@@ -87,6 +89,11 @@ EOF
         fi
         ;;
     p) sleep "$dev" ;;
+    gone)
+        i=0
+        while [ -b "/dev/$dev" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+        [ ! -b "/dev/$dev" ] || { echo "plx-guest: BAD /dev/$dev was not detached"; status=FAIL; break; }
+        ;;
     *)
         echo "plx-guest: BAD unknown operation $op"
         status=FAIL

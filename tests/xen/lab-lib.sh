@@ -9,7 +9,7 @@
 # beside guest I/O): `xl create -F` stays in the foreground until its domain dies, and guests'
 # progress is read from their console logs, which xenconsoled writes.
 #
-#   guest_cfg NAME OPS DISK...   write /tmp/NAME.cfg: a 64 MiB PV guest of the lab's kernel whose
+#   guest_cfg NAME OPS DISK...   write /tmp/NAME.cfg: a 128 MiB PV guest (the kernel alone takes 58 MiB) of the lab's kernel whose
 #                                init runs OPS (tests/xen/guest-init.sh), with these xl disks
 #   guest_start NAME             xl create -F in the background
 #   guest_wait NAME SECONDS      wait for that xl to end; 0 when the guest said "done OK"
@@ -21,6 +21,7 @@
 #   vdi_prefix VDI SEED START N MIN   the VDI holds a clean prefix of the guest's sequential
 #                                writes: chunks complete, at most one partly written, then
 #                                untouched ones; at least the first MIN complete
+#   guest_wait_any, wait_console_any, wait_domain_gone, no_nbd_left: see below
 #   fail MSG                     print the guest consoles and MSG, exit 1
 set -u
 export PATH=/usr/lib/xen-4.17/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -70,7 +71,7 @@ guest_cfg() {
     cat >"/tmp/$name.cfg" <<EOF
 name = "$name"
 type = "pv"
-memory = 64
+memory = 128
 vcpus = 1
 kernel = "/plx/guest/vmlinux"
 ramdisk = "/plx/guest/initrd"
@@ -139,15 +140,23 @@ nbd_attach() {
 }
 nbd_detach() { nbd-client -d "$NBD_DEV" >/dev/null 2>&1; }
 
-vdi_check() {
-    local vdi=$1 seed=$2 start=$3 n=$4 i want got
-    nbd_attach "$vdi"
-    for ((i = start; i < start + n; i++)); do
-        want=$(chunk "$seed" "$i" | sha256sum | cut -c1-64)
-        got=$(dd if=$NBD_DEV bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
-        [ "$want" = "$got" ] || { nbd_detach; fail "$vdi: chunk $i is not the guest's (seed $seed)"; }
-    done
+# vdi_read VDI START N: chunks START..START+N-1 of the VDI into /tmp/got, in one read through
+# the server (one process and a long NBD read instead of one per chunk: this is TCG).
+vdi_read() {
+    nbd_attach "$1"
+    dd if=$NBD_DEV of=/tmp/got bs=$CHUNK skip="$2" count="$3" 2>/dev/null
     nbd_detach
+    [ "$(stat -c %s /tmp/got)" -eq $(($3 * CHUNK)) ] || fail "$1: short read"
+}
+
+vdi_check() {
+    local vdi=$1 seed=$2 start=$3 n=$4 i off
+    for ((i = start; i < start + n; i++)); do chunk "$seed" "$i"; done >/tmp/want
+    vdi_read "$vdi" "$start" "$n"
+    if ! cmp -s /tmp/want /tmp/got; then
+        off=$(cmp /tmp/want /tmp/got 2>/dev/null | sed -n 's/.* byte \([0-9]*\).*/\1/p')
+        fail "$vdi: chunk $((start + (${off:-1} - 1) / CHUNK)) is not the guest's (seed $seed)"
+    fi
     log "$vdi: chunks $start..$((start + n - 1)) verified"
 }
 
@@ -155,29 +164,76 @@ vdi_prefix() {
     local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p states="" zero4k zero64k got want
     zero4k=$(head -c 4096 /dev/zero | sha256sum | cut -c1-64)
     zero64k=$(head -c $CHUNK /dev/zero | sha256sum | cut -c1-64)
-    nbd_attach "$vdi"
-    for ((i = start; i < start + n; i++)); do
-        got=$(dd if=$NBD_DEV bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
-        if [ "$got" = "$(chunk "$seed" "$i" | sha256sum | cut -c1-64)" ]; then
+    vdi_read "$vdi" "$start" "$n"
+    for ((i = 0; i < n; i++)); do
+        got=$(dd if=/tmp/got bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
+        chunk "$seed" $((start + i)) >/tmp/want
+        if [ "$got" = "$(sha256sum </tmp/want | cut -c1-64)" ]; then
             states+=F
         elif [ "$got" = "$zero64k" ]; then
             states+=Z
         else
             # Partly written: every 4 KiB piece is the guest's or still zero.
-            chunk "$seed" "$i" >/tmp/want
             for ((p = 0; p < 16; p++)); do
-                got=$(dd if=$NBD_DEV bs=4096 skip=$((i * 16 + p)) count=1 2>/dev/null | sha256sum | cut -c1-64)
+                got=$(dd if=/tmp/got bs=4096 skip=$((i * 16 + p)) count=1 2>/dev/null | sha256sum | cut -c1-64)
                 want=$(dd if=/tmp/want bs=4096 skip=$p count=1 2>/dev/null | sha256sum | cut -c1-64)
                 [ "$got" = "$want" ] || [ "$got" = "$zero4k" ] ||
-                    { nbd_detach; fail "$vdi: chunk $i piece $p is neither the guest's nor zero"; }
+                    fail "$vdi: chunk $((start + i)) piece $p is neither the guest's nor zero"
             done
             states+=M
         fi
     done
-    nbd_detach
     log "$vdi: chunk states from $start (F complete, M partly, Z untouched): $states"
     [[ $states =~ ^F*M?Z*$ ]] || fail "$vdi is not a prefix of the guest's writes: $states"
     local full=${states%%[MZ]*}
     [ "${#full}" -ge "$min" ] ||
         fail "$vdi lacks flushed writes: ${#full} complete chunks, the guest had flushed $min"
+}
+
+# guest_wait_any NAME SECONDS: wait for the xl of a guest that is not expected to finish its
+# work (destroyed): only a crash of xl counts.
+guest_wait_any() {
+    local name=$1 secs=$2 pid=${XL_PID[$1]} rc=0 i
+    for ((i = 0; i < secs * 5; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "$pid" 2>/dev/null && fail "xl of $name still running after ${secs}s"
+    wait "$pid" || rc=$?
+    [ "$rc" -lt 128 ] || toolstack_crash "xl create -F $name died with status $rc"
+}
+
+# wait_console_any GLOB REGEX SECONDS: a line in any guest console log named guest-GLOB.log.
+wait_console_any() {
+    local glob=$1 re=$2 secs=$3 i
+    for ((i = 0; i < secs * 5; i++)); do
+        # shellcheck disable=SC2086 # the glob is meant
+        grep -q -E "$re" /var/log/xen/console/guest-$glob.log 2>/dev/null && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# wait_domain_gone NAME SECONDS: no domain of that name in xenstore and no disk backend of it
+# left (read from xenstore, not from xl: see the top of this file).
+wait_domain_gone() {
+    local name=$1 secs=$2 i d found
+    for ((i = 0; i < secs * 5; i++)); do
+        found=""
+        for d in $(xenstore-list /local/domain 2>/dev/null); do
+            [ "$(xenstore-read "/local/domain/$d/name" 2>/dev/null)" = "$name" ] && found=$d
+            [ "$d" != 0 ] && xenstore-list "/local/domain/0/backend/vbd/$d" >/dev/null 2>&1 &&
+                found=$d
+        done
+        [ -z "$found" ] && return 0
+        sleep 0.2
+    done
+    fail "domain $name (or a disk backend) still there after ${secs}s"
+}
+
+# no_nbd_left: every hotplug remove ran: no NBD device is connected any more.
+no_nbd_left() {
+    local d left=""
+    for d in /sys/block/nbd*; do [ -e "$d/pid" ] && left+=" ${d##*/}"; done
+    [ -z "$left" ] || fail "NBD devices still connected after the guests ended:$left"
 }
