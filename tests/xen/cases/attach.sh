@@ -6,7 +6,7 @@
 
 parallax vdi-create base --size 64M >/dev/null || fail "vdi-create base"
 parallax vdi-create att --size 64M >/dev/null || fail "vdi-create att"
-guest_cfg web2 "w:xvda:base:0:4,w:xvdb:att:0:16,gone:xvdb" 'script=block-parallax,vdev=xvda,target=base'
+guest_cfg web2 "w:xvda:base:0:4,w:xvdb:att:0:8,gone:xvdb" 'script=block-parallax,vdev=xvda,target=base'
 guest_start web2
 wait_console web2 '^plx-guest: ok w:xvda' 180 || fail "guest web2 did not come up"
 xlc block-attach web2 'script=block-parallax,vdev=xvdb,target=att' ||
@@ -16,7 +16,7 @@ wait_console web2 '^plx-guest: ok w:xvdb' 180 || fail "the guest did not write t
 xlc block-detach web2 xvdb || fail "xl block-detach web2 xvdb failed"
 log "detached xvdb"
 guest_wait web2 180
-vdi_check att att 0 16
+vdi_check att att 0 8
 vdi_check base base 0 4
 no_nbd_left
 parallax check --live --quiet || fail "parallax check --live"

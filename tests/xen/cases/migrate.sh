@@ -5,7 +5,7 @@
 . /plx/lab-lib.sh
 
 parallax vdi-create web3 --size 64M >/dev/null || fail "vdi-create web3"
-N=48
+N=32
 guest_cfg web3 "w:xvda:web3:0:$N" 'script=block-parallax,vdev=xvda,target=web3'
 guest_start web3
 wait_console web3 '^plx-guest: wrote xvda 4$' 180 || fail "guest web3 did not write"
