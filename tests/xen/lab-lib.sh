@@ -160,34 +160,31 @@ vdi_check() {
     log "$vdi: chunks $start..$((start + n - 1)) verified"
 }
 
+# (Few processes: each costs a lot under TCG.) The complete chunks are the common prefix of
+# what the guest wrote and what the VDI holds; the next chunk may be partly written, in 4 KiB
+# pieces each the guest's or zero; everything after it must be zero.
 vdi_prefix() {
-    local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p states="" zero4k zero64k got want
-    zero4k=$(head -c 4096 /dev/zero | sha256sum | cut -c1-64)
-    zero64k=$(head -c $CHUNK /dev/zero | sha256sum | cut -c1-64)
+    local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p off full nz
+    for ((i = start; i < start + n; i++)); do chunk "$seed" "$i"; done >/tmp/want
     vdi_read "$vdi" "$start" "$n"
-    for ((i = 0; i < n; i++)); do
-        got=$(dd if=/tmp/got bs=$CHUNK skip="$i" count=1 2>/dev/null | sha256sum | cut -c1-64)
-        chunk "$seed" $((start + i)) >/tmp/want
-        if [ "$got" = "$(sha256sum </tmp/want | cut -c1-64)" ]; then
-            states+=F
-        elif [ "$got" = "$zero64k" ]; then
-            states+=Z
-        else
-            # Partly written: every 4 KiB piece is the guest's or still zero.
-            for ((p = 0; p < 16; p++)); do
-                got=$(dd if=/tmp/got bs=4096 skip=$((i * 16 + p)) count=1 2>/dev/null | sha256sum | cut -c1-64)
-                want=$(dd if=/tmp/want bs=4096 skip=$p count=1 2>/dev/null | sha256sum | cut -c1-64)
-                [ "$got" = "$want" ] || [ "$got" = "$zero4k" ] ||
-                    fail "$vdi: chunk $((start + i)) piece $p is neither the guest's nor zero"
-            done
-            states+=M
-        fi
-    done
-    log "$vdi: chunk states from $start (F complete, M partly, Z untouched): $states"
-    [[ $states =~ ^F*M?Z*$ ]] || fail "$vdi is not a prefix of the guest's writes: $states"
-    local full=${states%%[MZ]*}
-    [ "${#full}" -ge "$min" ] ||
-        fail "$vdi lacks flushed writes: ${#full} complete chunks, the guest had flushed $min"
+    off=$(cmp /tmp/want /tmp/got 2>/dev/null | sed -n 's/.* byte \([0-9]*\).*/\1/p')
+    full=$n
+    [ -z "$off" ] || full=$(((off - 1) / CHUNK))
+    if [ "$full" -lt "$n" ]; then
+        for ((p = 0; p < 16; p++)); do
+            dd if=/tmp/got of=/tmp/gp bs=4096 skip=$((full * 16 + p)) count=1 2>/dev/null
+            dd if=/tmp/want of=/tmp/wp bs=4096 skip=$((full * 16 + p)) count=1 2>/dev/null
+            cmp -s /tmp/gp /tmp/wp || [ "$(tr -d '\0' </tmp/gp | wc -c)" -eq 0 ] ||
+                fail "$vdi: chunk $((start + full)) piece $p is neither the guest's nor zero"
+        done
+        nz=$(tail -c +$(((full + 1) * CHUNK + 1)) /tmp/got | tr -d '\0' | wc -c)
+        [ "$nz" -eq 0 ] || fail "$vdi is not a prefix of the guest's writes: data after chunk" \
+            "$((start + full)), which is not complete"
+    fi
+    log "$vdi: the first $full of chunks $start..$((start + n - 1)) complete, the rest untouched" \
+        "but for partial pieces of the next"
+    [ "$full" -ge "$min" ] ||
+        fail "$vdi lacks flushed writes: $full complete chunks, the guest had flushed $min"
 }
 
 # guest_wait_any NAME SECONDS: wait for the xl of a guest that is not expected to finish its
