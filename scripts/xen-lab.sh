@@ -13,11 +13,15 @@
 #                                       print each case's result; a case that failed through a
 #                                       toolstack crash (not a data error) is run once more in a
 #                                       fresh boot
+#   scripts/xen-lab.sh bench            dom0 Bonnie++ and PostMark on ext4: a Parallax VDI against
+#                                       a raw file (tests/xen/cases/dom0-bench.sh; a scratch disk
+#                                       of --scratch SIZE, default 8G, sparse; about an hour)
 #   scripts/xen-lab.sh list             the cases
 #
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
 # a new directory under build/xen-lab/runs), --store-size SIZE (default 2G, sparse),
-# --timeout SECONDS (of one boot; default 600), --keep (keep the run directory of a passing run).
+# --timeout SECONDS (of one boot; default 600), --keep (keep the run directory of a passing run),
+# --scratch SIZE (a second, empty virtio disk for dom0: /dev/vdb).
 #
 # The blockstore is a raw image given to dom0 as a virtio disk (/dev/vda, the dom0's
 # /etc/parallax/blockstore); after the run this script checks it with `parallax check` on the
@@ -31,7 +35,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${PLX_DEB_CACHE:-$ROOT/build/cache/debs}
 LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab}
 QEMU=${PLX_QEMU:-qemu-system-x86_64}
-OUT="" STORE_SIZE=2G TIMEOUT=600 KEEP=0
+OUT="" STORE_SIZE=2G TIMEOUT=600 KEEP=0 SCRATCH="" SCRATCH_IMG=""
 
 die() { echo "xen-lab: $*" >&2; exit 1; }
 die_fetch() { echo "xen-lab: $*" >&2; exit 3; }
@@ -42,13 +46,14 @@ while [[ $# -gt 0 ]]; do
     --store-size) STORE_SIZE=$2 && shift ;;
     --timeout) TIMEOUT=$2 && shift ;;
     --keep) KEEP=1 ;;
+    --scratch) SCRATCH=$2 && shift ;;
     -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
     shift
 done
-[[ $# -ge 1 ]] || { sed -n '7,15p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '7,19p' "$0" >&2; exit 2; }
 CMD=$1
 shift
 
@@ -60,18 +65,31 @@ XEN_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-uti
     libxentoollog1 libxendevicemodel1 libxenhypfs1 libxentoolcore1 libyajl2)
 OTHER_DEBS=(nbd-client libnl-genl-3-200 busybox-static)
 # Programs taken from this (Debian 12) machine with their libraries: the hotplug scripts are
-# bash and need util-linux's flock (busybox has none); e2fsprogs and the two benchmarks for the
-# dom0 file-system runs.
-HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark)
+# bash and need util-linux's flock (busybox has none); e2fsprogs, the two benchmarks and
+# util-linux's losetup (direct I/O) for the dom0 file-system runs.
+HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup)
 # Kernel modules dom0 and the guests load (whole directories: their dependencies are inside).
 MOD_DIRS=(drivers/block drivers/xen drivers/virtio fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto
     arch/x86/crypto)
+
+# The candidate versions apt knows of every package, asked once (apt-cache takes seconds a call
+# on a busy machine).
+declare -A CAND=()
+candidates() {
+    local line pkg=""
+    while IFS= read -r line; do
+        case $line in
+        [a-z0-9]*:) pkg=${line%:} ;;
+        *Candidate:*) [[ -z $pkg ]] || CAND[$pkg]=${line##*Candidate: } ;;
+        esac
+    done < <(apt-cache policy "$@" 2>/dev/null || true)
+}
 
 # fetch PACKAGE: print the cached .deb of PACKAGE, downloading apt's candidate if absent; with
 # no package lists or no network, any cached version.
 fetch() {
     local pkg=$1 ver file deb
-    ver=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+    ver=${CAND[$pkg]:-}
     if [[ -n $ver && $ver != "(none)" ]]; then
         file="$CACHE/${pkg}_${ver//:/%3a}_amd64.deb"
         if [[ ! -s $file ]]; then
@@ -93,6 +111,7 @@ kernel_deb() {
     k=$(apt-cache depends linux-image-amd64 2>/dev/null |
         sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\)$/\1/p' | head -1 || true)
     if [[ -n $k ]]; then
+        candidates "$k"
         fetch "$k"
     else
         k=$(find "$CACHE" -maxdepth 1 -name 'linux-image-[0-9]*-amd64_*_amd64.deb' |
@@ -110,6 +129,8 @@ copy_with_libs() {
     shift
     for f in "$@"; do
         mkdir -p "$root$(dirname "$f")"
+        # (Never through a busybox link of the same name: that would overwrite busybox.)
+        rm -f "$root$f"
         cp -L "$f" "$root$f"
     done
 }
@@ -158,6 +179,7 @@ build() {
     trap "rm -rf '$work'" EXIT
 
     local debs=() root="$work/dom0" groot="$work/guest"
+    candidates "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"
     for p in "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"; do
         debs+=("$(fetch "$p")") || exit $?
     done
@@ -267,12 +289,15 @@ DOM0_ARGS="console=hvc0 earlyprintk=xen mitigations=off"
 # boot SERIAL_LOG STORE DOM0_EXTRA: one Xen boot; the serial console goes to SERIAL_LOG (and to
 # this terminal when it is one and the lab is interactive).
 boot() {
-    local log=$1 store=$2 extra=$3 serial
+    local log=$1 store=$2 extra=$3
     # -cpu max with smap=0 (pitfall 1); -smp 1: one host core is faster and steadier (pitfall 6).
+    # shellcheck disable=SC2054 # the commas belong to the options
     local q=("$QEMU" -accel tcg,thread=multi -cpu "$CPU" -smp 1 -m 2048 -display none -monitor none
         -no-reboot -kernel "$LAB/xen" -append "$XEN_ARGS"
         -initrd "$LAB/vmlinux $DOM0_ARGS $extra,$LAB/dom0.cpio"
         -drive "file=$store,format=raw,if=virtio,cache=unsafe")
+    # The benchmarks' scratch disk (dom0's /dev/vdb), with the host's page cache out of the way.
+    [[ -z $SCRATCH_IMG ]] || q+=(-drive "file=$SCRATCH_IMG,format=raw,if=virtio,cache=none")
     if [[ $CMD == shell ]]; then
         "${q[@]}" -serial mon:stdio
     else
@@ -287,6 +312,10 @@ run_cases() {
     shift
     log="$OUT/serial-$n.log" store="$OUT/store-$n.img"
     rm -f "$store" && truncate -s "$STORE_SIZE" "$store"
+    if [[ -n $SCRATCH ]]; then
+        SCRATCH_IMG="$OUT/scratch-$n.img"
+        rm -f "$SCRATCH_IMG" && truncate -s "$SCRATCH" "$SCRATCH_IMG"
+    fi
     local t0=$SECONDS
     echo "xen-lab: boot $n: $* (serial console: ${log#"$ROOT"/})"
     boot "$log" "$store" "plx.cases=$(IFS=:; echo "$*")" || rc=$?
@@ -305,7 +334,7 @@ run_cases() {
         sed 's/^/    /' "$OUT/check-$n.txt"
         for c in "$@"; do [[ ${RES[$c]} == PASS ]] && RES[$c]=FAIL; done
     fi
-    rm -f "$store"
+    rm -f "$store" ${SCRATCH_IMG:+"$SCRATCH_IMG"}
 }
 
 show_failure() {
@@ -362,7 +391,7 @@ run() {
 
 case $CMD in
 build) build ;;
-list) (cd "$ROOT/tests/xen/cases" && ls -- *.sh | sed 's/\.sh$//') ;;
+list) find "$ROOT/tests/xen/cases" -name "*.sh" -printf "%f\n" | sed "s/\.sh$//" | LC_ALL=C sort ;;
 shell)
     build
     OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/shell.XXXXXX")}
@@ -373,6 +402,25 @@ shell)
 run)
     build
     run "$@"
+    ;;
+bench)
+    # dom0 Bonnie++ and PostMark, Parallax VDI against a raw file (tests/xen/cases/dom0-bench.sh)
+    SCRATCH=${SCRATCH:-8G}
+    TIMEOUT=${PLX_XEN_BENCH_TIMEOUT:-5400}
+    build
+    OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/bench.XXXXXX")}
+    KEEP=1
+    rc=0
+    run dom0-bench || rc=$?
+    grep -h -o 'PLX-BENCH .*' "$OUT"/serial-*.log | tee "$OUT/bench.txt"
+    # Parallax over the mean of the two raw runs, per figure (above 1 is Parallax faster;
+    # for postmark-seconds, below 1 is).
+    awk '{ v[$2 " " $3] = $4; t[$3] = 1; u[$3] = $5 }
+        END { for (k in t) if (v["raw " k] + v["raw2 " k] > 0)
+            printf "ratio parallax/raw %s %.2f (raw %s, %s; parallax %s %s)\n", k,
+                2 * v["parallax " k] / (v["raw " k] + v["raw2 " k]), v["raw " k], v["raw2 " k],
+                v["parallax " k], u[k] }' "$OUT/bench.txt" | LC_ALL=C sort
+    exit "$rc"
     ;;
 *) echo "xen-lab: unknown command $CMD" >&2; exit 2 ;;
 esac

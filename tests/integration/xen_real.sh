@@ -23,7 +23,7 @@ src=${PLX_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 
 require_cmd qemu-system-x86_64 dpkg-deb cpio xz apt-get
 rc=0
-"$src/scripts/xen-lab.sh" --out "$PLX_TEST_TMP/lab" --timeout 420 run short || rc=$?
+"$src/scripts/xen-lab.sh" --out "$PLX_TEST_TMP/lab" --timeout 300 run short || rc=$?
 [[ $rc -ne 3 ]] || skip "the Debian Xen and kernel packages are neither cached nor downloadable"
 [[ $rc -eq 0 ]] || fail "the Xen lab's short case failed"
 echo "xen_real: passed"

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the Xen lab's PV guests (busybox; scripts/xen-lab.sh packs it with xen-blkfront.ko).
 # The guest carries out the operations named on its kernel command line, given by the case in
 # the xl config's extra=, as plx.do=OP,OP,... and powers off:

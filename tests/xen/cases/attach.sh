@@ -2,6 +2,7 @@
 # xl block-attach of a Parallax disk to a running guest, which writes and reads it; then
 # xl block-detach while the guest runs: the disk leaves the guest, the hotplug remove
 # disconnects its NBD device, and the data is in the VDI.
+# shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 parallax vdi-create base --size 64M >/dev/null || fail "vdi-create base"

@@ -4,6 +4,7 @@
 # snapshot itself read-only (access=ro,target=gold@pristine). The guest finds the golden data
 # on both, writes its own chunks to the clone, and is refused a write to the snapshot; the
 # golden VDI and its snapshot are unchanged afterwards, the clone holds both.
+# shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 for ((i = 0; i < 16; i++)); do chunk gold "$i"; done >/tmp/gold.img

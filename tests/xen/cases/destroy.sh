@@ -2,6 +2,7 @@
 # xl destroy of a guest in the middle of its writes, then the same VDI given to a new guest:
 # every chunk the first guest had flushed is there, and the VDI is a clean prefix of its
 # writes. A clone of a live snapshot taken before the destroy boots and reads its prefix too.
+# shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 parallax vdi-create web4 --size 64M >/dev/null || fail "vdi-create web4"

@@ -2,6 +2,7 @@
 # xl migrate of a writing guest to this same host: libxl runs block-parallax add for the
 # incoming domain while the outgoing one still holds the VDI, then remove for the old one. The
 # guest keeps writing across the move, reads everything back at the end, and the VDI holds it.
+# shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 parallax vdi-create web3 --size 64M >/dev/null || fail "vdi-create web3"

@@ -3,6 +3,7 @@
 # whose disk is the documented Parallax disk string (script=block-parallax, a VDI name), writing
 # and reading back checksummed chunks; a live `parallax vdi-snapshot` while it writes; the VDI
 # and the snapshot verified through the server afterwards and the store checked live.
+# shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 parallax vdi-create web1 --size 64M >/dev/null || fail "vdi-create web1"
