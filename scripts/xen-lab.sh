@@ -20,7 +20,7 @@
 #
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
 # a new directory under build/xen-lab/runs), --store-size SIZE (default 2G, sparse),
-# --timeout SECONDS (of one boot; default 600), --keep (keep the run directory of a passing run),
+# --timeout SECONDS (of one boot; default 300 plus 400 per case), --keep (keep the run directory of a passing run),
 # --scratch SIZE (a second, empty virtio disk for dom0: /dev/vdb).
 #
 # The blockstore is a raw image given to dom0 as a virtio disk (/dev/vda, the dom0's
@@ -35,7 +35,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${PLX_DEB_CACHE:-$ROOT/build/cache/debs}
 LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab}
 QEMU=${PLX_QEMU:-qemu-system-x86_64}
-OUT="" STORE_SIZE=2G TIMEOUT=600 KEEP=0 SCRATCH="" SCRATCH_IMG=""
+OUT="" STORE_SIZE=2G TIMEOUT="" KEEP=0 SCRATCH="" SCRATCH_IMG=""
 
 die() { echo "xen-lab: $*" >&2; exit 1; }
 die_fetch() { echo "xen-lab: $*" >&2; exit 3; }
@@ -289,7 +289,7 @@ DOM0_ARGS="console=hvc0 earlyprintk=xen mitigations=off"
 # boot SERIAL_LOG STORE DOM0_EXTRA: one Xen boot; the serial console goes to SERIAL_LOG (and to
 # this terminal when it is one and the lab is interactive).
 boot() {
-    local log=$1 store=$2 extra=$3
+    local log=$1 store=$2 tmo=$3 extra=$4
     # -cpu max with smap=0 (pitfall 1); -smp 1: one host core is faster and steadier (pitfall 6).
     # shellcheck disable=SC2054 # the commas belong to the options
     local q=("$QEMU" -accel tcg,thread=multi -cpu "$CPU" -smp 1 -m 2048 -display none -monitor none
@@ -301,7 +301,7 @@ boot() {
     if [[ $CMD == shell ]]; then
         "${q[@]}" -serial mon:stdio
     else
-        timeout -k 10 "$TIMEOUT" "${q[@]}" -serial "file:$log" </dev/null >"$log.qemu" 2>&1
+        timeout -k 10 "$tmo" "${q[@]}" -serial "file:$log" </dev/null >"$log.qemu" 2>&1
     fi
 }
 
@@ -318,7 +318,9 @@ run_cases() {
     fi
     local t0=$SECONDS
     echo "xen-lab: boot $n: $* (serial console: ${log#"$ROOT"/})"
-    boot "$log" "$store" "plx.cases=$(IFS=:; echo "$*")" || rc=$?
+    # On a machine whose cores are shared with other work a boot alone can take a minute.
+    local tmo=${TIMEOUT:-$((300 + 400 * $#))}
+    boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*")" || rc=$?
     tr -d '\r' <"$log" >"$log.tmp" && mv -f "$log.tmp" "$log"
     [[ $rc -eq 0 ]] || echo "xen-lab: QEMU ended with $rc after $((SECONDS - t0)) s$([[ $rc -eq 124 ]] && echo " (timed out)")"
     for c in "$@"; do
@@ -397,7 +399,7 @@ shell)
     OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/shell.XXXXXX")}
     [[ -e $OUT/store.img ]] || truncate -s "$STORE_SIZE" "$OUT/store.img"
     echo "xen-lab: booting Xen (about 30 s to a dom0 shell); the blockstore is $OUT/store.img"
-    boot "" "$OUT/store.img" "plx.cases=shell"
+    boot "" "$OUT/store.img" 0 "plx.cases=shell"
     ;;
 run)
     build

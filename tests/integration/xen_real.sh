@@ -7,11 +7,11 @@
 # - `xl create` of a PV guest whose disk is the documented Parallax disk string
 #   (script=block-parallax,vdev=xvda,target=web1): the hotplug script starts `parallax serve`
 #   and attaches the VDI through nbd-client, blkback serves it to the guest;
-# - the guest writes 24 checksummed chunks, each followed by a flush, reads them back and
+# - the guest writes 16 checksummed chunks, each followed by a flush, reads them back and
 #   compares;
 # - `parallax vdi-snapshot web1` while the guest writes: afterwards the snapshot, read through
 #   the server, is a clean prefix of the guest's writes holding every chunk the guest had
-#   flushed before it was taken, and the VDI holds all 24 chunks;
+#   flushed before it was taken, and the VDI holds all 16 chunks;
 # - `parallax check --live` in dom0, and after the lab powered off, `parallax check` of the
 #   blockstore image on this host.
 #
@@ -23,7 +23,7 @@ src=${PLX_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 
 require_cmd qemu-system-x86_64 dpkg-deb cpio xz apt-get
 rc=0
-"$src/scripts/xen-lab.sh" --out "$PLX_TEST_TMP/lab" --timeout 300 run short || rc=$?
+"$src/scripts/xen-lab.sh" --out "$PLX_TEST_TMP/lab" --timeout 280 run short || rc=$?
 [[ $rc -ne 3 ]] || skip "the Debian Xen and kernel packages are neither cached nor downloadable"
 [[ $rc -eq 0 ]] || fail "the Xen lab's short case failed"
 echo "xen_real: passed"
