@@ -64,6 +64,8 @@ EOF
 else
     for c in ${cases//:/ }; do
         echo "PLX-START $c"
+        # Each case's failure report shows its own guests' consoles and xl output only.
+        rm -f /var/log/xen/console/guest-*.log /tmp/*.xl
         t0=$(uptime_s)
         rc=0
         bash "/plx/cases/$c.sh" </dev/null 2>&1 || rc=$?

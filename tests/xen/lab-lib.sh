@@ -149,12 +149,18 @@ vdi_read() {
     [ "$(stat -c %s /tmp/got)" -eq $(($3 * CHUNK)) ] || fail "$1: short read"
 }
 
+# first_diff A B: the offset (from 1) of the first byte where two files of one size differ, or
+# nothing when they are equal. (cmp -l: busybox and GNU word their plain output differently.)
+first_diff() {
+    cmp -l "$1" "$2" 2>/dev/null | head -n 1 | awk '{ print $1 }'
+}
+
 vdi_check() {
     local vdi=$1 seed=$2 start=$3 n=$4 i off
     for ((i = start; i < start + n; i++)); do chunk "$seed" "$i"; done >/tmp/want
     vdi_read "$vdi" "$start" "$n"
     if ! cmp -s /tmp/want /tmp/got; then
-        off=$(cmp /tmp/want /tmp/got 2>/dev/null | sed -n 's/.* byte \([0-9]*\).*/\1/p')
+        off=$(first_diff /tmp/want /tmp/got)
         fail "$vdi: chunk $((start + (${off:-1} - 1) / CHUNK)) is not the guest's (seed $seed)"
     fi
     log "$vdi: chunks $start..$((start + n - 1)) verified"
@@ -167,7 +173,7 @@ vdi_prefix() {
     local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p off full nz
     for ((i = start; i < start + n; i++)); do chunk "$seed" "$i"; done >/tmp/want
     vdi_read "$vdi" "$start" "$n"
-    off=$(cmp /tmp/want /tmp/got 2>/dev/null | sed -n 's/.* byte \([0-9]*\).*/\1/p')
+    off=$(first_diff /tmp/want /tmp/got)
     full=$n
     [ -z "$off" ] || full=$(((off - 1) / CHUNK))
     if [ "$full" -lt "$n" ]; then

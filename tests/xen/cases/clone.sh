@@ -11,15 +11,15 @@ for ((i = 0; i < 16; i++)); do chunk gold "$i"; done >/tmp/gold.img
 parallax vdi-create gold --size 64M >/dev/null || fail "vdi-create gold"
 parallax vdi-import gold /tmp/gold.img --quiet || fail "vdi-import gold"
 parallax vdi-snapshot gold --label pristine >/dev/null || fail "vdi-snapshot gold"
-parallax vdi-create web1 --from gold@pristine >/dev/null || fail "vdi-create web1 --from gold@pristine"
+parallax vdi-create cl1 --from gold@pristine >/dev/null || fail "vdi-create cl1 --from gold@pristine"
 
-guest_cfg web1 "c:xvda:gold:0:16,w:xvda:web1:16:16,c:xvdb:gold:0:16,ro:xvdb" \
-    'script=block-parallax,vdev=xvda,target=web1' \
+guest_cfg cl1 "c:xvda:gold:0:16,w:xvda:cl1:16:16,c:xvdb:gold:0:16,ro:xvdb" \
+    'script=block-parallax,vdev=xvda,target=cl1' \
     'script=block-parallax,vdev=xvdb,access=ro,target=gold@pristine'
-guest_start web1
-guest_wait web1 300
-vdi_check web1 gold 0 16
-vdi_check web1 web1 16 16
+guest_start cl1
+guest_wait cl1 300
+vdi_check cl1 gold 0 16
+vdi_check cl1 cl1 16 16
 vdi_check gold@pristine gold 0 16
 vdi_check gold gold 0 16
 vdi_prefix gold gold 16 16 0 # untouched beyond the image: all Z
