@@ -18,9 +18,9 @@
 #   xlc ARGS...                  run xl; a crash of it ends the case with 2
 #   vdi_check VDI SEED START N   the VDI (or VDI@SNAP) holds those chunks, read through
 #                                the Parallax server in dom0 (nbd-client, read-only)
-#   vdi_prefix VDI SEED START N MIN   the VDI holds a clean prefix of the guest's sequential
-#                                writes: chunks complete, at most one partly written, then
-#                                untouched ones; at least the first MIN complete
+#   vdi_prefix VDI SEED START N MIN [MAX]   the VDI holds a clean prefix of the guest's
+#                                sequential writes: chunks complete, at most one partly written,
+#                                then untouched ones; at least MIN and at most MAX complete
 #   guest_wait_any, wait_console_any, wait_domain_gone, no_nbd_left: see below
 #   fail MSG                     print the guest consoles and MSG, exit 1
 set -u
@@ -170,7 +170,7 @@ vdi_check() {
 # what the guest wrote and what the VDI holds; the next chunk may be partly written, in 4 KiB
 # pieces each the guest's or zero; everything after it must be zero.
 vdi_prefix() {
-    local vdi=$1 seed=$2 start=$3 n=$4 min=$5 i p off full nz
+    local vdi=$1 seed=$2 start=$3 n=$4 min=$5 max=${6:-$4} i p off full nz
     for ((i = start; i < start + n; i++)); do chunk "$seed" "$i"; done >/tmp/want
     vdi_read "$vdi" "$start" "$n"
     off=$(first_diff /tmp/want /tmp/got)
@@ -191,6 +191,8 @@ vdi_prefix() {
         "but for partial pieces of the next"
     [ "$full" -ge "$min" ] ||
         fail "$vdi lacks flushed writes: $full complete chunks, the guest had flushed $min"
+    [ "$full" -le "$max" ] ||
+        fail "$vdi has $full complete chunks: more than the guest can have written before it ($max)"
 }
 
 # guest_wait_any NAME SECONDS: wait for the xl of a guest that is not expected to finish its

@@ -22,7 +22,7 @@ vdi_check cl1 gold 0 16
 vdi_check cl1 cl1 16 16
 vdi_check gold@pristine gold 0 16
 vdi_check gold gold 0 16
-vdi_prefix gold gold 16 16 0 # untouched beyond the image: all Z
+vdi_prefix gold gold 16 16 0 0 # untouched beyond the image
 no_nbd_left
 parallax check --live --quiet || fail "parallax check --live"
 log "clone: all verified"
