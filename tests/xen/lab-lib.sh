@@ -98,19 +98,27 @@ guest_wait() {
     kill -0 "$pid" 2>/dev/null && fail "guest $name still running after ${secs}s"
     wait "$pid" || rc=$?
     [ "$rc" -lt 128 ] || toolstack_crash "xl create -F $name died with status $rc"
-    grep -q 'plx-guest: done OK' "/var/log/xen/console/guest-$name.log" 2>/dev/null || {
+    console_has '^plx-guest: done OK' "/var/log/xen/console/guest-$name.log" || {
         [ "$rc" -eq 0 ] || fail "xl create $name failed ($rc): $(tail -n 5 "/tmp/$name.xl")"
         fail "guest $name did not finish cleanly"
     }
     log "guest $name done"
 }
 
+# console_has REGEX FILE...: a line matches; the console's CR LF line ends taken as LF, so
+# that a REGEX may end in $.
+console_has() {
+    local re=$1
+    shift
+    cat "$@" 2>/dev/null | tr -d '\r' | grep -q -E "$re"
+}
+
 wait_console() {
     local name=$1 re=$2 secs=$3 i f=/var/log/xen/console/guest-$1.log
     for ((i = 0; i < secs * 5; i++)); do
-        grep -q -E "$re" "$f" 2>/dev/null && return 0
+        console_has "$re" "$f" && return 0
         if [ -n "${XL_PID[$name]:-}" ] && ! kill -0 "${XL_PID[$name]}" 2>/dev/null; then
-            grep -q -E "$re" "$f" 2>/dev/null && return 0
+            console_has "$re" "$f" && return 0
             return 1
         fi
         sleep 0.2
@@ -213,7 +221,7 @@ wait_console_any() {
     local glob=$1 re=$2 secs=$3 i
     for ((i = 0; i < secs * 5; i++)); do
         # shellcheck disable=SC2086 # the glob is meant
-        grep -q -E "$re" /var/log/xen/console/guest-$glob.log 2>/dev/null && return 0
+        console_has "$re" /var/log/xen/console/guest-$glob.log && return 0
         sleep 0.2
     done
     return 1

@@ -16,7 +16,7 @@ xlc migrate -s '' web3 'xl migrate-receive' || fail "xl migrate web3 failed"
 log "migrated web3"
 # The incoming domain's console is logged under the name it had while arriving.
 wait_console_any 'web3*' '^plx-guest: done' 300 || fail "the migrated guest did not finish"
-grep -h -q '^plx-guest: done OK' /var/log/xen/console/guest-web3*.log ||
+console_has '^plx-guest: done OK' /var/log/xen/console/guest-web3*.log ||
     fail "the migrated guest found wrong data"
 wait_domain_gone web3 60
 vdi_check web3 web3 0 $N
