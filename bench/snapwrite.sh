@@ -15,7 +15,7 @@
 # --prewrite writes the whole store file through (zeros, O_DIRECT) before formatting it, so the
 # runs write into space the medium has written before, as on a block device or a store in use;
 # by default the store is a fresh sparse file, and on this VM's disk a write into space the file
-# system allocates fresh is about 1.45x slower than one into written space (bench/README.md,
+# system allocates fresh is about 1.45x slower than one into written space (bench/notes/snapshots.md,
 # "Fresh space").
 #
 # --loop puts the store on a block device: a loop device (direct I/O) over a file under --dir

@@ -72,7 +72,7 @@ local_burst() { # BS -> bytes/s
         jq '.jobs[0].write.bw_bytes'
 }
 # QD1 completion latency, us: "p50 mean p99 p99.9 max" (the mean and the tail show the drain's
-# work beside the writer, which the median hides: bench/README.md, "QD1 tail with the drain").
+# work beside the writer, which the median hides: bench/notes/wcache.md, "QD1 tail with the drain").
 qd1_lat='.jobs[0].write.clat_ns | "\(.percentile["50.000000"] / 1000) \(.mean / 1000 | floor) \(.percentile["99.000000"] / 1000) \(.percentile["99.900000"] / 1000) \(.max / 1000 | floor)"'
 local_qd1() {
     fio_json --name=qd1 --filename="$work/local.bin" --size=256M --rw=randwrite --bs=4k \

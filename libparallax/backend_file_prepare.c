@@ -118,7 +118,7 @@ static void go_ahead(struct file_backend *f, struct prep_range *r, uint64_t i, i
  * could be overwritten by zeros). Otherwise it is counted and goes ahead, into holes if the
  * thread has not been there yet: slower on ext4 than written space, but far faster than waiting
  * for 1 MiB zero writes one after another when a snapshot has just made every leaf take a fresh
- * slot (bench/README.md, issue 16). */
+ * slot (bench/notes/snapshots.md, issue 16). */
 static void wait_all(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     if (whole && r->state[i] != CH_BUSY) {
@@ -155,8 +155,8 @@ static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n, int 
  * written, and after every snapshot a sequential writer's copy-on-write into fresh slots) needs
  * no zeros: its own writes fill the chunks, and zeroing ahead of it only makes the medium write
  * everything twice. With a snapshot every 10 ms that cost a 1 MiB writer a quarter of its speed
- * (bench/README.md, issue 16, "Zeroing ahead stands aside for streams"). So while writes into
- * chunks not done arrive as streams (each of 64 KiB or more starting where an earlier write
+ * (bench/notes/snapshots.md, issue 16, "Zeroing ahead stands aside for streams"). So while writes
+ * into chunks not done arrive as streams (each of 64 KiB or more starting where an earlier write
  * ended, or large, or covering a chunk whole) and fewer than PREP_RANDOM_N small writes out of
  * any stream land in such chunks within prep_stream_ns, the thread zeroes only urgent chunks
  * (those small writes' chunks) and leaves the rest pending; it zeroes ahead again once the

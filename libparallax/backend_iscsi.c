@@ -108,7 +108,7 @@ static void service(struct iscsi_backend *b)
             /* Corked while libiscsi writes out what is queued, one PDU after another: the
              * PDUs of one call leave in full segments when uncorked at its end, not a segment
              * (and a wake-up of the target) each. The write cache's drain sends hundreds of
-             * 4 KiB WRITEs at once (bench/README.md, "QD1 mean with the drain beside the
+             * 4 KiB WRITEs at once (bench/notes/wcache.md, "QD1 mean with the drain beside the
              * writer"). */
             bool cork = (revents & POLLOUT) != 0 && set_cork(fd, 1);
             int rc = iscsi_service(b->iscsi, revents & ~POLLRDHUP);

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include "alloc.h"
 #include "pipeline.h"
+#include "snaplog.h"
 
 int plx_store_wait(plx_store *st, const int *done)
 {
@@ -101,8 +102,23 @@ int plx_vdi_snapshot(plx_store *st, const char *vdi, const char *label, uint64_t
                        "%s is a snapshot, and snapshots never change: snapshot the VDI %.*s, or "
                        "make a writable copy with 'vdi-create NAME --from %s'",
                        vdi, (int)(at - vdi), vdi, vdi);
+    /* A label already taken is refused before the writable open, which writes the VDI's
+     * record (its lock, taken and given back): a refused snapshot leaves the store as it was.
+     * The request stream checks again, for a label taken meanwhile. */
+    int rc = label ? plx_label_check(st, label) : 0;
+    if (!rc && label && *label) {
+        char spec[PLX_NAME_MAX + PLX_LABEL_MAX + 2];
+        struct plx_snap_info si;
+        struct plx_vdi_info vi;
+        snprintf(spec, sizeof spec, "%s@%s", vdi, label);
+        if (plx_snap_lookup(st, spec, &si) == 0 && plx_vdi_lookup(st, vdi, &vi) == 0)
+            return plx_err(st, -EEXIST, "VDI %s already has a snapshot labelled '%s' (@%llu)",
+                           vi.name, label, (unsigned long long)si.index);
+    }
+    if (rc)
+        return rc;
     plx_vdi *v;
-    int rc = plx_vdi_open(st, vdi, 0, &v);
+    rc = plx_vdi_open(st, vdi, 0, &v);
     if (rc)
         return rc;
     rc = plx_vdi_snapshot_open(v, label, index_out);

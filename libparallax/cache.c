@@ -316,15 +316,28 @@ struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
 }
 
 struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level,
-                               struct plx_owner *owner)
+                               struct plx_owner *owner, int *err)
 {
     struct plx_node *old = plx_cache_lookup(st, addr);
+    /* A node an open tree uses cannot be dropped (its handle or batch points to it), and its
+     * block must not be reused: the collector keeps what open trees reach (a reader's through
+     * its hold, hold.h). Freeing it here would leave the tree on freed memory and the block
+     * both its node and the new one. */
+    if (old && (old->pins || old->state != NODE_VALID || old->dirty_batch)) {
+        *err = plx_err(st, -EUCLEAN,
+                       "block %llu was allocated again while an open tree still uses it as a "
+                       "radix node (level %u): not written",
+                       (unsigned long long)addr, old->level);
+        return NULL;
+    }
     if (old)
         plx_cache_drop(st, old); /* a stale entry for a block that was freed and reused */
     struct plx_node *n = insert(st, addr, level);
     if (n) {
         n->state = NODE_VALID;
         n->owner = owner;
+    } else {
+        *err = plx_err(st, -ENOMEM, "out of memory for the node cache");
     }
     return n;
 }

@@ -72,9 +72,11 @@ struct plx_node *plx_cache_lookup(plx_store *st, uint64_t addr);
  * given, waits for it: see struct plx_load_wait); sets *err on failure. */
 struct plx_node *plx_cache_get(plx_store *st, uint64_t addr, unsigned level,
                                struct plx_owner *owner, struct plx_load_wait *w, int *err);
-/* Insert a freshly allocated node (contents zeroed). */
+/* Insert a freshly allocated node (contents zeroed); NULL and *err on failure. A cached node at
+ * addr that an open tree still uses (pinned, loading, changed) means the block was handed out
+ * while that tree reaches it: -EUCLEAN, never a silent replacement. */
 struct plx_node *plx_cache_new(plx_store *st, uint64_t addr, unsigned level,
-                               struct plx_owner *owner);
+                               struct plx_owner *owner, int *err);
 /* Blocking read of a node (admin and check paths). */
 int plx_cache_get_sync(plx_store *st, uint64_t addr, unsigned level, struct plx_owner *owner,
                        struct plx_node **out);

@@ -30,13 +30,15 @@
  * Levels: a tree of height h has its root at level h-1; links of level L >= 1 name nodes of
  * level L-1 in metadata extents; links of level 0 name data blocks in data extents. Deleted VDIs
  * and deleted snapshots are skipped: their blocks are garbage for the collector, so they show up
- * as leaked (allocated, unreachable), which is not an error.
+ * as leaked (allocated, unreachable), which is not an error. Unless a live process holds one
+ * open (hold.h): the collector keeps such a tree, so it is walked like a live one.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
+#include "hold.h"
 #include "labelidx.h"
 #include "lock.h"
 #include "registry.h"
@@ -670,6 +672,8 @@ out:
 
 /* ---- Snapshot logs --------------------------------------------------------------------------- */
 
+static void add_root(struct ck *c, size_t t);
+
 static int tree_add(struct ck *c, size_t vdi, uint64_t snap, uint64_t root)
 {
     if (c->ntrees == c->trees_cap) {
@@ -993,6 +997,42 @@ static int check_log(struct ck *c, size_t vi)
 stopped:
     c->incomplete = true;
     return 0;
+}
+
+/* ---- Trees held open by live processes ------------------------------------------------------- */
+
+/* A tree a live process reads (hold.h) that no live VDI or snapshot reaches: its snapshot or VDI
+ * was deleted, and the collector keeps it until the holder lets go. Walked like the rest, under
+ * its VDI's record, or a stand-in naming the deleted VDI. */
+static int hold_tree(void *arg, const struct plx_hold *h)
+{
+    struct ck *c = arg;
+    if (h->root == 0 || h->root >= c->nb || bit_test(c->reach, h->root))
+        return 0; /* a live tree, walked already (or nothing to walk) */
+    if (h->height < PLX_HEIGHT_SMALL || h->height > PLX_HEIGHT_LARGE) {
+        problem(c, 1, "hold table: a tree held open by pid %u has %u levels", h->pid, h->height);
+        return 0;
+    }
+    size_t vi = 0;
+    while (vi < c->nvdis && !(c->vdis[vi].id == h->vdi_id && c->vdis[vi].height == h->height))
+        vi++;
+    if (vi == c->nvdis) {
+        struct plx_vdi_record *v = realloc(c->vdis, (c->nvdis + 1) * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        c->vdis = v;
+        memset(&v[vi], 0, sizeof v[vi]);
+        v[vi].id = h->vdi_id;
+        v[vi].height = h->height;
+        v[vi].flags = PLX_VDI_DELETED;
+        snprintf(v[vi].name, sizeof v[vi].name, "(deleted VDI %llu, held open by pid %u)",
+                 (unsigned long long)h->vdi_id, h->pid);
+        c->nvdis++;
+    }
+    int rc = tree_add(c, vi, h->snap, h->root);
+    if (!rc)
+        add_root(c, c->ntrees - 1);
+    return rc;
 }
 
 /* ---- Radix trees ----------------------------------------------------------------------------- */
@@ -1420,6 +1460,14 @@ int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_ch
         add_root(&c, t);
     for (size_t t = ncurrent; !rc && t < c.ntrees; t++)
         add_root(&c, t);
+    if (!rc) {
+        rc = plx_hold_each_live(st, hold_tree, &c);
+        if (rc && rc != -ENOMEM) {
+            problem(&c, 1, "hold table: %s", st->errmsg);
+            c.incomplete = true; /* a held tree's blocks may show as leaks */
+            rc = 0;
+        }
+    }
     for (int level = PLX_HEIGHT_LARGE - 1; !rc && !c.nomem && level >= 0; level--)
         walk_level(&c, (unsigned)level);
     if (!rc && c.nomem)

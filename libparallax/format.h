@@ -40,6 +40,7 @@ static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h name
 #define PLX_MAGIC_WLOG_HEAD 0x4857504cu /* bytes "LPWH": the log's header, block 0 */
 #define PLX_MAGIC_WLOG_BATCH 0x4257504cu /* bytes "LPWB": one log write (a batch of records) */
 #define PLX_MAGIC_LABELIDX 0x5844494cu /* bytes "LIDX": label index node */
+#define PLX_MAGIC_HOLD 0x444c484cu     /* bytes "LHLD": hold table block (read-only opens) */
 
 struct plx_blkhdr {
     uint32_t magic;
@@ -104,7 +105,7 @@ struct plx_state_block {
     uint64_t gc_epoch;           /* bumped by every collection that freed blocks: a process
                                   * that sees it change drops cached nodes, whose blocks may
                                   * have been freed and reused */
-    char lockd_addr[64];         /* lock manager address ("host:port"), "" = none */
+    char lockd_addr[64];         /* lock manager(s): "host:port[,host:port...]", "" = none */
     /* Version 2: the registry's roots (registry.c). */
     uint64_t vdi_table_root;     /* VDI table (id -> record block), 0 = no VDI yet */
     uint32_t vdi_table_height;   /* levels of the VDI table, 0 with no root */
@@ -243,6 +244,33 @@ struct plx_vdi_record {
     char name[PLX_NAME_MAX + 1];
 };
 static_assert(sizeof(struct plx_vdi_record) <= PLX_BLOCK_SIZE, "VDI record fits");
+
+/* ---- Hold table: the trees that read-only handles read, in extent 0's tail ------------------ */
+/* A process that opens a snapshot or a VDI read-only records here which tree it reads, so that
+ * a collection in any process keeps that tree while the holder lives, deleted or not (hold.c,
+ * FORMAT.md §7.5). Written only under the admin lock. */
+#define PLX_HOLD_BLOCKS 16u /* at most; fewer when extent 0 has less room (plx_hold_area) */
+struct plx_hold {
+    uint64_t host;    /* holder: host hash, 0 = free entry */
+    uint32_t pid;
+    uint32_t height;  /* radix levels of the held tree */
+    uint64_t epoch;   /* holder's start time (clock ticks), as in the lock fields */
+    uint64_t vdi_id;  /* the VDI the tree belongs to */
+    uint64_t snap;    /* snapshot index, 0 = the VDI's current tree */
+    uint64_t root;    /* the held tree's radix root */
+    uint64_t time_ns; /* when it was opened */
+};
+static_assert(sizeof(struct plx_hold) == 56, "hold entry layout");
+#define PLX_HOLD_HDR 32u
+#define PLX_HOLDS_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_HOLD_HDR) / 56u) /* 72 */
+struct plx_hold_block {
+    struct plx_blkhdr hdr;
+    uint64_t reserved[2];
+    struct plx_hold holds[PLX_HOLDS_PER_BLOCK];
+    uint8_t zero[PLX_BLOCK_SIZE - PLX_HOLD_HDR - PLX_HOLDS_PER_BLOCK * 56u];
+};
+/* Exactly a block: the table is read into an array of them. */
+static_assert(sizeof(struct plx_hold_block) == PLX_BLOCK_SIZE, "hold table block layout");
 
 /* ---- Snapshot log: blocks in metadata extents, newest first via prev ------------------------- */
 #define PLX_SNAP_DELETED 1u

@@ -5,9 +5,10 @@
  *    holds (or whose holder died), and the ones this process holds, after giving back its
  *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
  *    blocks may be linked into a tree at any moment, and only the holder knows which.
- * 2. Mark the roots of every live VDI and live snapshot, the snapshot-log blocks and the
- *    registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs leave the
- *    registry here, so their records are swept with the blocks they reached.
+ * 2. Mark the roots of every live VDI and live snapshot, of every tree a live process holds open
+ *    read-only (hold.h: deleted or not, a tree someone reads is not garbage), the snapshot-log
+ *    blocks and the registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs
+ *    leave the registry here, so their records are swept with the blocks they reached.
  * 3. Pass over the metadata extents in disk order, reading every marked, not yet read radix
  *    node and marking what it links, until a pass finds nothing new (at most one pass per tree
  *    level). Each node is read once, in runs of consecutive blocks.
@@ -33,6 +34,7 @@
 #include <time.h>
 #include "alloc.h"
 #include "cache.h"
+#include "hold.h"
 #include "labelidx.h"
 #include "lock.h"
 #include "pipeline.h"
@@ -209,6 +211,16 @@ static int mark_vdi(void *arg, uint64_t id, uint64_t rec_addr)
     return rc;
 }
 
+/* A tree a live process holds open read-only (hold.h): kept like a live snapshot's, whether its
+ * snapshot or VDI was deleted or not. */
+static int mark_hold(void *arg, const struct plx_hold *h)
+{
+    struct gc *g = arg;
+    if (h->root < g->st->sb.block_count)
+        set_bit(g->rmap, h->root);
+    return 0;
+}
+
 /* Deleted VDIs leave the registry (part of step 2, under the admin lock): out of the name index
  * and the VDI table, so their record blocks are swept with the rest of what they reached. */
 static int purge_deleted(struct gc *g)
@@ -298,6 +310,10 @@ static int checkpoint(struct gc *g, bool dry_run)
     g->epoch = st->state.gc_epoch;
     if (!rc)
         rc = plx_vditab_walk(st, 0, NULL, mark_vdi, g);
+    /* The trees live processes read: a hold is recorded under the admin lock in the same hold
+     * as the lookup that found its tree live, so a tree is either held here or was live. */
+    if (!rc)
+        rc = plx_hold_each_live(st, mark_hold, g);
     if (!rc && !dry_run)
         rc = purge_deleted(g);
     /* The registry's blocks as the purge left them: buckets it merged and table blocks it

@@ -36,7 +36,7 @@ static int tail_each(plx_store *st, const struct plx_vdi_record *rec, struct plx
         if (addr == 0 || ++steps > rec->snap_count + 1)
             return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
                            rec->name, (unsigned long long)hi);
-        int rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        int rc = plx_snaplog_read_block(st, addr, rec, b);
         if (rc)
             return rc;
         *b_addr = addr;

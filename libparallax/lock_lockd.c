@@ -49,9 +49,19 @@ enum lk_state { LK_DOWN, LK_CONNECTING, LK_HELLO, LK_UP };
 /* An ADMIN-TRY: none outstanding; sent, no answer yet; answered, the answer not yet taken. */
 enum lk_try { TRY_NONE, TRY_ASKED, TRY_GRANTED, TRY_BUSY };
 
+/* Fail-over: at most this many lock managers in the list the store names (lockd-set). */
+#define MAX_ADDRS 8
+
 struct plx_lockd {
-    char addr[64];
-    int fd; /* -1: LK_DOWN */
+    char addr[256]; /* as configured: one HOST:PORT, or several separated by commas */
+    /* The lock managers of that list, tried in turn: the active one answers HELLO, a standby
+     * says STANDBY (lockd/lockd.c), a dead one does not answer. cur is the one tried now,
+     * tried how many were tried since one last answered. */
+    char addrs[MAX_ADDRS][64];
+    int naddrs, cur, tried;
+    bool standby_seen;      /* a standby answered since the last connection was set up */
+    uint64_t ping_unanswered_ns; /* the oldest PING sent since the last PONG (0: none) */
+    int fd;                 /* -1: LK_DOWN */
     enum lk_state state;
     uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
     char in[PLX_LOCKD_LINE_MAX];
@@ -99,6 +109,7 @@ static void lk_close(struct plx_lockd *lk)
     lk->in_len = 0;
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
+    lk->ping_unanswered_ns = 0;
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -122,7 +133,26 @@ static int send_line(struct plx_lockd *lk, const char *line)
 static int send_ping(struct plx_lockd *lk)
 {
     lk->last_ping_ns = mono_ns();
+    if (!lk->ping_unanswered_ns)
+        lk->ping_unanswered_ns = lk->last_ping_ns;
     return send_line(lk, "PING");
+}
+
+/* With several lock managers: has the one we are connected to left heartbeats unanswered for
+ * half a lease (stopped, or cut off)? Then close the connection and try the next one: a standby
+ * may have taken over. With one lock manager the connection is kept (it may come back). */
+static bool unanswered(struct plx_lockd *lk)
+{
+    uint64_t now = mono_ns();
+    if (lk->naddrs < 2 || lk->state != LK_UP || !lk->ping_unanswered_ns ||
+        now - lk->ping_unanswered_ns <= lk->lease_ns / 2)
+        return false;
+    snprintf(lk->why_down, sizeof lk->why_down,
+             "%s left heartbeats unanswered for %.1f s (stopped, or cut off)", lk->addrs[lk->cur],
+             (double)(now - lk->ping_unanswered_ns) / 1e9);
+    lk_close(lk);
+    lk->cur = (lk->cur + 1) % lk->naddrs;
+    return true;
 }
 
 /* A line that answers something other than the request being waited for (a heartbeat, an
@@ -131,6 +161,7 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
 {
     if (!strcmp(line, "PONG")) {
         lk->last_pong_ns = mono_ns();
+        lk->ping_unanswered_ns = 0;
         return true;
     }
     if (lk->try_state == TRY_ASKED) {
@@ -230,19 +261,20 @@ static void start_connect(struct plx_lockd *lk)
 {
     lk_close(lk);
     char host[64], port[16];
+    const char *addr = lk->addrs[lk->cur];
     snprintf(port, sizeof port, "%d", PLX_LOCKD_DEFAULT_PORT);
-    const char *colon = strrchr(lk->addr, ':');
+    const char *colon = strrchr(addr, ':');
     if (colon) {
-        snprintf(host, sizeof host, "%.*s", (int)(colon - lk->addr), lk->addr);
+        snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
         snprintf(port, sizeof port, "%s", colon + 1);
     } else {
-        snprintf(host, sizeof host, "%s", lk->addr);
+        snprintf(host, sizeof host, "%s", addr);
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *ai;
     int rc = getaddrinfo(host, port, &hints, &ai);
     if (rc) {
-        snprintf(lk->why_down, sizeof lk->why_down, "%s", gai_strerror(rc));
+        snprintf(lk->why_down, sizeof lk->why_down, "%s: %s", addr, gai_strerror(rc));
         return;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -251,7 +283,7 @@ static void start_connect(struct plx_lockd *lk)
         rc = -errno;
     freeaddrinfo(ai);
     if (rc) {
-        snprintf(lk->why_down, sizeof lk->why_down, "%s", strerror(-rc));
+        snprintf(lk->why_down, sizeof lk->why_down, "%s: %s", addr, strerror(-rc));
         if (fd >= 0)
             close(fd);
         return;
@@ -261,6 +293,17 @@ static void start_connect(struct plx_lockd *lk)
     lk->fd = fd;
     lk->state = LK_CONNECTING;
     lk->setup_deadline_ns = mono_ns() + CONNECT_TIMEOUT_MS * 1000000ull;
+}
+
+/* The lock manager tried now failed (down, unreachable, a standby): start connecting to the
+ * next one in the list not tried since one last answered. Leaves LK_DOWN when all were tried. */
+static void failover_next(struct plx_lockd *lk)
+{
+    while (lk->state == LK_DOWN && lk->tried + 1 < lk->naddrs) {
+        lk->tried++;
+        lk->cur = (lk->cur + 1) % lk->naddrs;
+        start_connect(lk);
+    }
 }
 
 /* The boot id tells two machines configured with the same host id apart. */
@@ -288,11 +331,12 @@ static void setup_step(plx_store *st, int wait_ms)
     while (lk->state == LK_CONNECTING || lk->state == LK_HELLO) {
         uint64_t now = mono_ns();
         if (now >= lk->setup_deadline_ns) {
-            snprintf(lk->why_down, sizeof lk->why_down, "%s",
+            snprintf(lk->why_down, sizeof lk->why_down, "%s: %s", lk->addrs[lk->cur],
                      lk->state == LK_CONNECTING ? "connecting timed out (is its host down?)"
                                                 : "no answer to HELLO");
             lk_close(lk);
-            return;
+            failover_next(lk);
+            continue;
         }
         uint64_t stop = until < lk->setup_deadline_ns ? until : lk->setup_deadline_ns;
         int ms = stop > now ? (int)((stop - now + 999999) / 1000000) : 0;
@@ -309,9 +353,11 @@ static void setup_step(plx_store *st, int wait_ms)
             if (getsockopt(lk->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
                 err = errno;
             if (err) {
-                snprintf(lk->why_down, sizeof lk->why_down, "%s", strerror(err));
+                snprintf(lk->why_down, sizeof lk->why_down, "%s: %s", lk->addrs[lk->cur],
+                         strerror(err));
                 lk_close(lk);
-                return;
+                failover_next(lk);
+                continue;
             }
             char inst[64], line[PLX_LOCKD_LINE_MAX];
             host_instance(inst, sizeof inst);
@@ -324,10 +370,19 @@ static void setup_step(plx_store *st, int wait_ms)
             continue;
         }
         char reply[PLX_LOCKD_LINE_MAX];
-        if (fill(lk))
-            return;
+        if (fill(lk)) {
+            failover_next(lk);
+            continue;
+        }
         if (!take_line(lk, reply, sizeof reply))
             continue;
+        if (!strncmp(reply, "STANDBY", 7)) {
+            snprintf(lk->why_down, sizeof lk->why_down, "%s is a standby", lk->addrs[lk->cur]);
+            lk->standby_seen = true;
+            lk_close(lk);
+            failover_next(lk);
+            continue;
+        }
         unsigned long long lease_ms;
         if (sscanf(reply, "OK %llu", &lease_ms) != 1) {
             lk_close(lk);
@@ -339,6 +394,7 @@ static void setup_step(plx_store *st, int wait_ms)
         lk->lease_ns = lease_ms * 1000000ull;
         lk->refused[0] = 0;
         lk->state = LK_UP;
+        lk->tried = 0;
         set_timer(lk, lk->lease_ns / 4);
     }
 }
@@ -348,9 +404,13 @@ static void setup_step(plx_store *st, int wait_ms)
 static int lk_connect(plx_store *st)
 {
     struct plx_lockd *lk = st->lockd;
-    if (lk->state == LK_DOWN)
+    if (lk->state == LK_DOWN) {
+        lk->tried = 0;
         start_connect(lk);
-    setup_step(st, CONNECT_TIMEOUT_MS + REPLY_TIMEOUT_MS);
+        failover_next(lk);
+    }
+    /* Each lock manager in the list gets its own time to connect and answer. */
+    setup_step(st, (CONNECT_TIMEOUT_MS + REPLY_TIMEOUT_MS) * lk->naddrs);
     if (lk->state == LK_UP)
         return 0;
     if (lk->refused[0])
@@ -387,7 +447,7 @@ static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t time
             continue;
         }
         lk->last_attempt_ns = mono_ns();
-        if (send_ping(lk))
+        if (unanswered(lk) || send_ping(lk))
             return -ENOTCONN;
     }
 }
@@ -571,10 +631,12 @@ static void lockd_tick(plx_store *st)
         } else if (lk->try_state == TRY_BUSY) {
             lk->try_state = TRY_NONE;
         }
-        if (lk->state == LK_UP) {
+        if (lk->state == LK_UP && !unanswered(lk)) {
             send_ping(lk);
         } else if (lk->state == LK_DOWN) {
+            lk->tried = 0;
             start_connect(lk); /* unreachable: keep serving; later ticks go on */
+            failover_next(lk);
             setup_step(st, 0);
         }
     }
@@ -614,12 +676,43 @@ int plx_lockd_attach(plx_store *st, const char *addr)
     if (!lk)
         return plx_err(st, -ENOMEM, "out of memory");
     snprintf(lk->addr, sizeof lk->addr, "%s", addr);
+    bool bad = false;
+    for (const char *p = addr;; p++) {
+        size_t n = strcspn(p, ",");
+        bad |= n == 0 || n >= sizeof lk->addrs[0] || lk->naddrs == MAX_ADDRS;
+        if (bad)
+            break;
+        snprintf(lk->addrs[lk->naddrs++], sizeof lk->addrs[0], "%.*s", (int)n, p);
+        p += n;
+        if (!*p)
+            break;
+    }
+    if (bad) {
+        free(lk);
+        return plx_err(st, -EINVAL,
+                       "lock manager address '%s': give HOST:PORT, or up to %d of them "
+                       "separated by commas",
+                       addr, MAX_ADDRS);
+    }
     lk->fd = -1;
     lk->timer_fd = -1;
     lk->lease_ns = PLX_LOCKD_DEFAULT_LEASE_MS * 1000000ull;
     st->lockd = lk;
     int rc = lk_connect(st);
-    if (rc == -ENOTCONN)
+    /* Only standbys answered: one of them is taking over (it does within half a lease). Wait
+     * for it as for the admin lock. */
+    uint64_t deadline = mono_ns() + plx_admin_lock_timeout_ns();
+    while (rc == -ENOTCONN && lk->standby_seen && mono_ns() < deadline) {
+        usleep(100000);
+        lk->standby_seen = false;
+        rc = lk_connect(st);
+    }
+    if (rc == -ENOTCONN && lk->standby_seen)
+        rc = plx_err(st, -EHOSTUNREACH,
+                     "no active lock manager at %s: only standbys answered (none took over in "
+                     "%.0f s; %s)",
+                     addr, plx_admin_lock_timeout_ns() / 1e9, lk->why_down);
+    else if (rc == -ENOTCONN)
         rc = plx_err(st, -EHOSTUNREACH, "cannot reach the lock manager at %s: %s", addr,
                      lk->why_down);
     if (!rc) {

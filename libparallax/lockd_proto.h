@@ -18,6 +18,11 @@
  *   ALIVE <host-hash> <pid> <epoch>            -> "YES" or "NO": is that holder alive?
  *   STATUS                                     -> lines "HOST ...", then "END"
  *
+ * A lock manager that is a standby (parallax-lockd --store: one of several, lockd/arbiter.c)
+ * answers HELLO and STATUS with "STANDBY <text>" and nothing else; the engine then tries the
+ * next address of its list. STATUS of an active one that took over recently adds the line
+ * "TAKEOVER <id> grants in <ms> ms" before "END".
+ *
  * host-id is the configured, stable name of the host; instance tells two machines that were
  * given the same id apart (the boot id); host-hash is plx_host_hash(host-id) as recorded in the
  * VDI and extent holder fields (FORMAT.md). A connection's lease lasts lease-ms after its last

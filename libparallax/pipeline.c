@@ -726,7 +726,7 @@ static void vdi_reload(struct plx_vdi *v)
         } else if (rc == 0) {
             if (!v->log_head)
                 v->log_head = plx_block_alloc(1);
-            rc = plx_snaplog_read_block(st, rec.snaplog_head, rec.id, v->log_head);
+            rc = plx_snaplog_read_block(st, rec.snaplog_head, &rec, v->log_head);
         }
         plx_labels_init(&v->labels, &rec);
     }
@@ -1039,11 +1039,9 @@ static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, str
         *err = rc;
         return NULL;
     }
-    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner);
-    if (!c) {
-        *err = -ENOMEM;
+    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner, err);
+    if (!c)
         return NULL;
-    }
     if (src)
         for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
             c->links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
@@ -1241,10 +1239,8 @@ static void do_snapshot(struct plx_req *r)
         log_addr = v->rec.snaplog_head;
     }
     struct plx_node *nr = NULL;
-    if (!err && !clean) {
-        nr = plx_cache_new(st, new_addr, v->height - 1, v->owner);
-        err = nr ? 0 : -ENOMEM;
-    }
+    if (!err && !clean)
+        nr = plx_cache_new(st, new_addr, v->height - 1, v->owner, &err);
     if (err) {
         if (nr)
             plx_cache_drop(st, nr);

@@ -162,6 +162,8 @@ struct plx_vdi {
     struct plx_vdi_record rec;   /* in-memory copy of the registry record */
     uint64_t slot_addr;
     bool ro;
+    bool held;                   /* a read-only handle's hold is recorded (hold.h) at hold_slot */
+    uint32_t hold_slot;
     uint64_t nblocks;            /* virtual blocks */
     unsigned height;
     uint64_t root_addr;
@@ -184,7 +186,7 @@ struct plx_vdi {
      * counter per hash of a block; nwide counts the active ones with more. A request whose every
      * block's counter is 1 (its own) overlaps no other active request and starts without the
      * walk of the active list, which the write cache's drain, keeping hundreds of 4 KiB writes
-     * active, paid on every submission (bench/README.md, "QD1 mean with the drain"). */
+     * active, paid on every submission (bench/notes/wcache.md, "QD1 mean with the drain"). */
     uint32_t busy[PLX_BUSY_SLOTS];
     unsigned nwide;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */

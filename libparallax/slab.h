@@ -8,7 +8,7 @@
  * land in the freed 1 MiB buffers and split them; the next buffer no longer fits and the heap
  * grows by a fresh 1 MiB (page faults and the kernel's zeroing, on the thread that receives
  * the data) for every request of a fresh process's first burst, and keeps that memory for
- * good (bench/README.md, "Through tapdisk": 200,000 minor faults and 800 MB more resident in
+ * good (bench/notes/wcache.md, "Through tapdisk": 200,000 minor faults and 800 MB more resident in
  * the first 768 MiB burst). Objects from a slab never touch the heap.
  *
  * A slab hands out objects of one size from chunks of PLX_SLAB_CHUNK bytes mapped anonymously

@@ -56,6 +56,10 @@ int plx_snap_resolve(plx_store *st, const char *spec, struct plx_vdi_record *rec
                 rc = plx_err(st, -ENOENT, "snapshot %s@%s was deleted", rec->name, what);
             else if (!rc)
                 info_from_record(rec, idx, &b->records[idx - b->first_index], snap);
+        } else if (rec->snap_count == 0) {
+            rc = plx_err(st, -ENOENT,
+                         "VDI %s has no snapshots yet ('parallax vdi-snapshot %s' takes one)",
+                         rec->name, rec->name);
         } else {
             rc = plx_err(st, -ENOENT,
                          "VDI %s has no snapshot %s (its snapshots are numbered 1 "
@@ -148,7 +152,7 @@ int plx_snap_label(plx_store *st, const char *snap, const char *label)
         rc = plx_labels_note(st, slot, &rec, si.index, label);
     struct plx_snaplog_block *b = plx_block_alloc(1);
     if (!rc)
-        rc = plx_snaplog_read_block(st, log_block, rec.id, b);
+        rc = plx_snaplog_read_block(st, log_block, &rec, b);
     if (!rc) {
         struct plx_snap_record *r = &b->records[si.index - b->first_index];
         memset(r->label, 0, sizeof r->label);
@@ -203,7 +207,7 @@ int plx_snap_delete(plx_store *st, const char *snap)
     }
     struct plx_snaplog_block *b = plx_block_alloc(1);
     if (!rc)
-        rc = plx_snaplog_read_block(st, log_block, rec.id, b);
+        rc = plx_snaplog_read_block(st, log_block, &rec, b);
     if (!rc) {
         /* The record stays (indexes are positions in the log); only its root stops being one. */
         b->records[si.index - b->first_index].flags |= PLX_SNAP_DELETED;

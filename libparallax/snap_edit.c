@@ -165,7 +165,7 @@ static void log_read_done(plx_store *st, struct plx_ev *ev)
                           (unsigned long long)e->read_addr, r->v->rec.name, strerror(-ev->status)));
         return;
     }
-    int rc = plx_snaplog_check_block(st, e->read_addr, r->v->rec.id, ev->io.buf);
+    int rc = plx_snaplog_check_block(st, e->read_addr, &r->v->rec, ev->io.buf);
     if (rc) {
         finish(r, rc);
         return;

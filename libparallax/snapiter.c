@@ -37,7 +37,7 @@ static int read_prev(plx_store *st, const struct plx_vdi_record *rec,
     if (addr == 0)
         return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu", rec->name,
                        (unsigned long long)want);
-    int rc = plx_snaplog_read_block(st, addr, rec->id, out);
+    int rc = plx_snaplog_read_block(st, addr, rec, out);
     if (!rc && (out->first_index > want || out->first_index + out->count - 1 < want ||
                 out->first_index >= b->first_index))
         rc = plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s does not hold snapshot %llu",

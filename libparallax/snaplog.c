@@ -13,7 +13,7 @@
 #include "snaplog.h"
 #include "system.h"
 
-int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+int plx_snaplog_read_block(plx_store *st, uint64_t addr, const struct plx_vdi_record *rec,
                            struct plx_snaplog_block *out)
 {
     /* Another process may have typed a new extent since we read the catalogue: look again
@@ -23,28 +23,29 @@ int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
         plx_catalogue_read(st);
     if (addr == 0 || addr >= st->sb.block_count || plx_block_type(st, addr) !=
                                                        PLX_EXTENT_METADATA)
-        return plx_err(st, -EUCLEAN, "snapshot log of VDI %llu links to block %llu, outside "
-                                     "the metadata extents",
-                       (unsigned long long)vdi_id, (unsigned long long)addr);
+        return plx_err(st, -EUCLEAN,
+                       "snapshot log of VDI %s links to block %llu, outside "
+                       "the metadata extents",
+                       rec->name, (unsigned long long)addr);
     int rc = plx_sync_io(st, PLX_IO_READ, addr, 1, out, 0);
     if (rc)
         return plx_err(st, rc, "reading snapshot log block %llu: %s", (unsigned long long)addr,
                        strerror(-rc));
-    return plx_snaplog_check_block(st, addr, vdi_id, out);
+    return plx_snaplog_check_block(st, addr, rec, out);
 }
 
-int plx_snaplog_check_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+int plx_snaplog_check_block(plx_store *st, uint64_t addr, const struct plx_vdi_record *rec,
                             const struct plx_snaplog_block *out)
 {
     const char *why = "";
     int rc = plx_blkhdr_verify(out, PLX_MAGIC_SNAPLOG, addr, &why);
-    if (!rc && out->vdi_id != vdi_id)
+    if (!rc && out->vdi_id != rec->id)
         why = "belongs to another VDI", rc = -EUCLEAN;
     if (!rc && (out->count > PLX_SNAPLOG_PER_BLOCK || out->first_index == 0))
         why = "bad record count", rc = -EUCLEAN;
     if (rc)
-        return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %llu is corrupt: %s",
-                       (unsigned long long)addr, (unsigned long long)vdi_id, why);
+        return plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s is corrupt: %s",
+                       (unsigned long long)addr, rec->name, why);
     return 0;
 }
 
@@ -73,7 +74,7 @@ int plx_snaplog_read(plx_store *st, const struct plx_vdi_record *rec, struct plx
                          rec->name, (unsigned long long)expect_last);
             break;
         }
-        rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        rc = plx_snaplog_read_block(st, addr, rec, b);
         if (rc)
             break;
         if (b->first_index > expect_last ||
@@ -132,7 +133,7 @@ int plx_snaplog_find(plx_store *st, const struct plx_vdi_record *rec, uint64_t i
         if (addr == 0 || steps > rec->snap_count + 1)
             return plx_err(st, -EUCLEAN, "snapshot log of VDI %s ends before snapshot %llu",
                            rec->name, (unsigned long long)index);
-        int rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        int rc = plx_snaplog_read_block(st, addr, rec, b);
         if (!rc)
             rc = plx_snaplog_find_step(st, rec, index, b, addr, &expect_first, &addr);
         if (rc < 0)
@@ -234,7 +235,7 @@ static int link_log(plx_store *st, const struct plx_vdi_record *rec)
                          (unsigned long long)i);
             break;
         }
-        rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        rc = plx_snaplog_read_block(st, addr, rec, b);
         if (!rc && b->first_index != i * PLX_SNAPLOG_PER_BLOCK + 1)
             rc = plx_err(st, -EUCLEAN, "snapshot log block %llu of VDI %s starts at snapshot "
                                        "%llu, not %llu",
@@ -245,7 +246,7 @@ static int link_log(plx_store *st, const struct plx_vdi_record *rec)
     }
     bool wrote = false;
     for (uint64_t i = 0; !rc && i < nblocks; i++) {
-        rc = plx_snaplog_read_block(st, addrs[i], rec->id, b);
+        rc = plx_snaplog_read_block(st, addrs[i], rec, b);
         if (rc)
             break;
         uint64_t skip = b->skip, skip_first = b->skip_first;
@@ -284,7 +285,7 @@ int plx_snaplog_spine_load(plx_store *st, const struct plx_vdi_record *rec,
     bool linked = false;
     int rc = 0;
     for (;;) {
-        rc = plx_snaplog_read_block(st, addr, rec->id, b);
+        rc = plx_snaplog_read_block(st, addr, rec, b);
         if (rc)
             break;
         if ((expect_first && b->first_index != expect_first) || sp->n == PLX_SPINE_MAX) {

@@ -11,11 +11,13 @@
  * and are ignored). *out malloc'd. */
 int plx_snaplog_read(plx_store *st, const struct plx_vdi_record *rec, struct plx_snap_info **out,
                      size_t *count, uint64_t **blocks);
-int plx_snaplog_read_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+/* Read log block addr of the VDI of `rec` (its id checked, its name in messages, as check names
+ * VDIs). */
+int plx_snaplog_read_block(plx_store *st, uint64_t addr, const struct plx_vdi_record *rec,
                            struct plx_snaplog_block *out);
-/* Is `b`, read from addr, a sound log block of VDI vdi_id? 0 or -EUCLEAN with a message (the
+/* Is `b`, read from addr, a sound log block of the VDI of rec? 0 or -EUCLEAN with a message (the
  * checks of plx_snaplog_read_block after its read, for callers that read asynchronously). */
-int plx_snaplog_check_block(plx_store *st, uint64_t addr, uint64_t vdi_id,
+int plx_snaplog_check_block(plx_store *st, uint64_t addr, const struct plx_vdi_record *rec,
                             const struct plx_snaplog_block *b);
 /* The block of rec's log that holds snapshot `index` (1..snap_count), reached by skip links in
  * O(log n) block reads; read into *b, its address in *addr. */

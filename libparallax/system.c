@@ -5,17 +5,26 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "system.h"
 
 /* ---- Open / close ------------------------------------------------------------------------------ */
 
 int plx_superblock_load(plx_store *st)
 {
-    if (st->be->nblocks == 0)
+    if (st->be->nblocks == 0) {
+        /* A file of a few bytes is no more a store than an empty one, but it is not empty. */
+        struct stat sb;
+        if (stat(st->be->desc, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+            return plx_err(st, -EUCLEAN,
+                           "%s is not a Parallax blockstore: its %lld bytes are less than the "
+                           "4 KiB superblock; 'parallax format --size SIZE' makes one",
+                           st->be->desc, (long long)sb.st_size);
         return plx_err(st, -EUCLEAN,
                        "%s is empty (less than one 4 KiB block): not a Parallax blockstore; "
                        "'parallax format --size SIZE' makes one",
                        st->be->desc);
+    }
     uint8_t *buf = plx_block_alloc(1);
     int rc = plx_sync_io(st, PLX_IO_READ, 0, 1, buf, 0);
     if (rc) {
@@ -94,7 +103,8 @@ int plx_state_read(plx_store *st)
     if (rc == 0 && st->state.gc_epoch != st->seen_gc_epoch) {
         /* A collector freed blocks since we last looked: a cached node may describe a block
          * that now holds something else. Pinned nodes belong to open trees, which the
-         * collector never frees. */
+         * collector never frees: a writer's is live (a VDI open for writing cannot be
+         * deleted), a reader's is held (hold.h). */
         if (st->gc_epoch_moved)
             st->gc_epoch_moved(st);
         st->seen_gc_epoch = st->state.gc_epoch;

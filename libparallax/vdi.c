@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include "cache.h"
+#include "hold.h"
 #include "lock.h"
 #include "pipeline.h"
 #include "registry.h"
@@ -79,6 +80,20 @@ static bool written_here(const plx_store *st, uint64_t id)
     return false;
 }
 
+/* A reader of a VDI's current image whose last writes wait in a write log that no live process
+ * has attached (its server was killed, or closed without draining) would read older data where
+ * those writes went, with nothing to tell it so: an export taken as a backup would be stale. The
+ * same refusal as a writer's open, which names the way out (attach the log: it is replayed).
+ * A live holder on this host (or a holder on another host: its liveness is lockd's call) is the
+ * usual reader-beside-a-writer case. Snapshots are not affected: a snapshot is taken only once
+ * the VDI's records before it are drained (docs/DESIGN.md, "The write cache"). */
+static int check_log_holds_newer(plx_store *st, const struct plx_vdi_record *rec)
+{
+    bool live_holder =
+        rec->lock_host && !plx_holder_stale(st, rec->lock_host, rec->lock_pid, rec->lock_epoch);
+    return live_holder ? 0 : plx_wlog_check_owner(st, rec);
+}
+
 /* Which of this VDI's cached writable nodes the new handle may trust (struct plx_owner). A
  * writer took the lock and bumped writer_gen: nodes cached under the generation before it are
  * still good. A reader trusts the generation on disk, unless a writer elsewhere holds the VDI
@@ -111,15 +126,25 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     v->st = st;
     int rc;
     bool locked = false; /* this call took the single-writer lock: undo it on failure */
+    struct plx_snap_info si = {0};
+    v->ro = strchr(spec, '@') || (flags & PLX_OPEN_READONLY);
+    /* A reader records which tree it reads (hold.h), found live and held in one hold of the
+     * admin lock: a collection then either sees the hold or saw the tree live, and keeps it
+     * either way. A store opened read-only cannot record it (DESIGN.md, "Readers hold what
+     * they read"). */
+    bool hold = v->ro && !st->read_only;
+    if (hold && (rc = plx_admin_lock(st)) != 0) {
+        free(v);
+        return rc;
+    }
     if (strchr(spec, '@')) {
-        struct plx_snap_info si;
         rc = plx_snap_resolve(st, spec, &v->rec, &v->slot_addr, &si, NULL);
         v->root_addr = si.root;
-        v->ro = true;
     } else {
         rc = plx_registry_find(st, spec, &v->rec, &v->slot_addr);
         v->root_addr = v->rec.root;
-        v->ro = (flags & PLX_OPEN_READONLY) != 0;
+        if (!rc && v->ro)
+            rc = check_log_holds_newer(st, &v->rec);
         if (!rc && !v->ro && st->read_only)
             rc = plx_err(st, -EROFS, "blockstore opened read-only");
         if (!rc && !v->ro && written_here(st, v->rec.id))
@@ -133,6 +158,12 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     }
     v->height = v->rec.height;
     v->nblocks = v->rec.size / PLX_BLOCK_SIZE;
+    if (!rc && hold) {
+        rc = plx_hold_add(st, v->rec.id, si.index, v->root_addr, v->height, &v->hold_slot);
+        v->held = rc == 0;
+    }
+    if (hold)
+        plx_admin_unlock(st);
     struct plx_node *root = NULL;
     if (!rc)
         rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
@@ -153,11 +184,13 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     }
     if (!rc && !v->ro && v->rec.snaplog_head) {
         v->log_head = plx_block_alloc(1);
-        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, v->rec.id, v->log_head);
+        rc = plx_snaplog_read_block(st, v->rec.snaplog_head, &v->rec, v->log_head);
     }
     if (rc) {
         if (locked)
             lock_record(st, v, false);
+        if (v->held)
+            plx_hold_drop(st, v->hold_slot, v->root_addr);
         plx_cache_owner_close(st, v->owner);
         plx_block_free(v->log_head);
         free(v->spine);
@@ -219,6 +252,10 @@ int plx_vdi_close(plx_vdi *v)
         plx_alloc_release_slots(st, v->rec.id);
     if (v->root)
         plx_cache_unpin(st, v->root);
+    /* The tree may be freed by the next collection from here on (if it was deleted). A failure
+     * only keeps it until this process is gone: the close goes on. */
+    if (v->held && !st->fatal && !st->fenced)
+        (void)plx_hold_drop(st, v->hold_slot, v->root_addr);
     plx_cache_owner_close(st, v->owner);
     for (struct plx_vdi **pp = &st->vdis; *pp; pp = &(*pp)->next) {
         if (*pp == v) {

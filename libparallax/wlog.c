@@ -45,7 +45,7 @@
 /* The drain reads a round back in spans of batches adjacent in the ring, READ_SPAN blocks at
  * most each (a larger batch alone), one span per service pass (round_read_step). A buffered
  * read completes inside io_submit (a copy out of the page cache): with spans of 257 blocks
- * (1 MiB and a block) QD1's p99 was 1.65x that with 64 (bench/README.md, "QD1 tail"). */
+ * (1 MiB and a block) QD1's p99 was 1.65x that with 64 (bench/notes/wcache.md, "QD1 tail"). */
 #define READ_SPAN 64u
 #define APPLY_RECORDS 128u /* records a drain round submits per service pass ... */
 #define APPLY_BLOCKS 1024u /* ... or data blocks (4 MiB) */
@@ -1203,10 +1203,10 @@ static void round_read_done(struct plx_store *st, struct plx_ev *ev)
 /* Read the round's batches back into rarena: batches adjacent in the ring in one read of their
  * headers and data (READ_SPAN blocks at most, or one larger batch), one span per service pass,
  * the rest on the next (plx_defer_turn). At QD1 every batch is one 4 KiB record: a read each,
- * all in one pass, held the serving loop for milliseconds (bench/README.md, "QD1 tail with the
- * drain"). A batch written past the page cache as a whole (zc_blocks) is read the same way,
- * its data alone (no copy, and the page cache is not filled with what is read once). The
- * round's round_pending holds one count for the steps until the last one. */
+ * all in one pass, held the serving loop for milliseconds (bench/notes/wcache.md, "QD1 tail with
+ * the drain"). A batch written past the page cache as a whole (zc_blocks) is read the same way, its
+ * data alone (no copy, and the page cache is not filled with what is read once). The round's
+ * round_pending holds one count for the steps until the last one. */
 static void round_read_step(struct plx_wlog *wl)
 {
     struct wbatch *end = wl->round_last->next;
@@ -1426,9 +1426,10 @@ int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec)
         return 0;
     bool here = rec->wlog_host == st->host_hash;
     return plx_err(st, -EBUSY,
-                   "VDI %s has writes not yet drained in write log %016llx of %s: open it where "
-                   "that log is attached (it is replayed first), or drop those writes with "
-                   "'parallax cache discard %s --force'",
+                   "VDI %s has writes not yet drained in write log %016llx of %s: attach that "
+                   "log again ('parallax serve --write-cache PATH', or the tapdisk that used "
+                   "it, on that host), which replays them into the VDI first, then open it "
+                   "there; or drop those writes with 'parallax cache discard %s --force'",
                    rec->name, (unsigned long long)rec->wlog_id,
                    here ? "this host (another process's log)" : "another host", rec->name);
 }

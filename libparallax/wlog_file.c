@@ -16,6 +16,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 #include "lock.h"
+#include "medium_path.h"
 #include "registry.h"
 #include "vdi.h"
 #include "wlog.h"
@@ -33,18 +34,6 @@ static long fs_type(const char *path)
     long t = copy && statfs(dirname(copy), &sf) == 0 ? (long)sf.f_type : 0;
     free(copy);
     return t;
-}
-
-/* Is the log path the blockstore itself, or on the blockstore's device? */
-static bool on_store(const char *store_desc, const char *log)
-{
-    struct stat s, l;
-    if (stat(store_desc, &s) != 0 || stat(log, &l) != 0)
-        return false;
-    if (s.st_dev == l.st_dev && s.st_ino == l.st_ino)
-        return true;
-    return S_ISBLK(s.st_mode) &&
-           (l.st_dev == s.st_rdev || (S_ISBLK(l.st_mode) && l.st_rdev == s.st_rdev));
 }
 
 /* Write zeros over the whole file, O_DIRECT (not through the page cache). 0 or an errno. */
@@ -103,7 +92,7 @@ static int sync_dir_of(const char *path)
  * the first write of each region converts it in the filesystem's journal, where it waits behind
  * other files' commits (the store's, when it is on the same filesystem). Measured on ext4 with
  * QD1 writes through the cache against a store file on the same disk, in three interleaved
- * pairs: median 150-317 us fallocated only, 66-125 us written through (bench/README.md). The
+ * pairs: median 150-317 us fallocated only, 66-125 us written through (bench/notes/wcache.md). The
  * price: creating a log writes its whole size once.
  *
  * All of it happens under a temporary name, and the file takes the log's name only with its head
@@ -146,7 +135,8 @@ static int create_log(plx_store *st, const char *path, uint64_t size)
         if (e == ENOSPC)
             return plx_err(st, -ENOSPC,
                            "write log %s: the disk has no room for %llu MiB (nothing was "
-                           "created; give a smaller --size or free some space)",
+                           "created; give a smaller size: serve's --write-cache-size, cache's "
+                           "--size, tapdisk's write-cache-size=; or free some space)",
                            path, (unsigned long long)(size >> 20));
         return plx_err(st, -e, "write log %s: creating %llu MiB: %s", path,
                        (unsigned long long)(size >> 20), strerror(e));
@@ -167,7 +157,7 @@ int plx_wcache_attach(plx_store *st, const char *path, uint64_t size)
                        "write log %s is on %s: it would vanish with a crash or reboot, and with "
                        "it writes already acknowledged; put it on this host's own disk",
                        path, t == TMPFS_MAGIC_ ? "tmpfs" : "ramfs");
-    if (on_store(st->be->desc, path))
+    if (plx_path_on_medium(st->be->desc, path))
         return plx_err(st, -EINVAL,
                        "write log %s is on the blockstore itself: the cache must be on this "
                        "host's own disk",

@@ -10,7 +10,16 @@
  * period, long enough for the live ones to reconnect; after it, a holder without a lease is
  * dead and its VDIs and extents may be taken by others.
  *
- * One thread, one poll loop; nothing here touches the data path.
+ * Several instances on several hosts (--store, the LUN): one is active, the others are
+ * standbys, decided on the LUN itself by SCSI-3 persistent reservation keys (arbiter.c). A
+ * standby answers HELLO with STANDBY, so engines try the next address they were given. The active
+ * one grants the admin lock only while its last renewal on the LUN is recent (arbiter.h:
+ * valid_until), and after becoming active it grants nothing, and counts every holder as alive, for
+ * one grace period: every lease and grant the former active one gave out has run its course by
+ * then, and the live engines have reconnected. An active one that can no longer renew steps down:
+ * it closes every connection and becomes a standby.
+ *
+ * One poll loop (and the arbiter's thread); nothing here touches the data path.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arbiter.h"
 #include "lockd_proto.h"
 
 #define MAX_CONNS 1024
@@ -40,9 +50,10 @@ struct conn {
     char instance[64];
     uint64_t host_hash, epoch;
     uint32_t pid;
-    uint64_t last_ns;   /* last line received: the lease runs from here */
-    bool waiting_admin; /* queued for the admin lock */
-    uint64_t wait_seq;  /* queue order */
+    uint64_t last_ns;    /* last line received: the lease runs from here */
+    bool waiting_admin;  /* queued for the admin lock */
+    uint64_t standby_ns; /* told STANDBY then: closed when the client has not within a second */
+    uint64_t wait_seq;   /* queue order */
     char in[PLX_LOCKD_LINE_MAX];
     size_t in_len;
 };
@@ -52,6 +63,12 @@ static struct conn *admin_holder;
 static uint64_t admin_seq;
 static uint64_t lease_ns;
 static uint64_t grace_until_ns;
+/* Fail-over (--store): is this instance active, since when may it grant, and until when. Without
+ * --store it is the only one: always active, granting at once. */
+static bool ha, active = true;
+static uint64_t grant_from_ns, valid_until_ns = UINT64_MAX, grace_ns;
+static const char *instance_id = "";
+static uint64_t arb_window_ns;
 static volatile sig_atomic_t stopping;
 
 static uint64_t now_ns(void)
@@ -95,10 +112,20 @@ static bool lease_live(const struct conn *c, uint64_t now)
     return c->hello && now - c->last_ns < lease_ns;
 }
 
+/* May this instance grant the admin lock now? Read with a fresh clock at each grant: a process
+ * that was stopped must not grant on a renewal older than its window. */
+static bool may_grant(void)
+{
+    if (!ha)
+        return true;
+    uint64_t now = now_ns();
+    return active && now >= grant_from_ns && now < valid_until_ns;
+}
+
 /* Grant the admin lock to the longest-waiting connection, if it is free. */
 static void admin_grant(void)
 {
-    if (admin_holder)
+    if (admin_holder || !may_grant())
         return;
     struct conn *next = NULL;
     for (int i = 0; i < MAX_CONNS; i++)
@@ -165,7 +192,8 @@ static bool holder_alive(uint64_t hash, uint32_t pid, uint64_t epoch, uint64_t n
         if (o && lease_live(o, now) && o->host_hash == hash && o->pid == pid && o->epoch == epoch)
             return true;
     }
-    return now < grace_until_ns;
+    /* A standby, or an active one whose window ran out, declares nobody dead. */
+    return now < grace_until_ns || !active || (ha && now_ns() >= valid_until_ns);
 }
 
 static void cmd_status(struct conn *c, uint64_t now)
@@ -181,6 +209,9 @@ static void cmd_status(struct conn *c, uint64_t now)
     }
     if (now < grace_until_ns)
         reply(c, "GRACE %llu ms", (unsigned long long)((grace_until_ns - now) / 1000000));
+    if (ha && now < grant_from_ns)
+        reply(c, "TAKEOVER %s grants in %llu ms", instance_id,
+              (unsigned long long)((grant_from_ns - now) / 1000000));
     reply(c, "END");
 }
 
@@ -193,6 +224,13 @@ static void handle_line(struct conn *c, char *line, uint64_t now)
         args = line + strlen(line);
     if (!c->hello && strcmp(line, "HELLO") != 0 && strcmp(line, "STATUS") != 0) {
         reply(c, "ERR say HELLO first");
+        return;
+    }
+    if (!active && (!strcmp(line, "HELLO") || !strcmp(line, "STATUS"))) {
+        /* The engine tries the next lock manager it knows of. Not shut down here: the client
+         * reads the line before it sees the connection end (expire_leases closes it later). */
+        reply(c, "STANDBY %s is a standby lock manager", instance_id);
+        c->standby_ns = now;
         return;
     }
     if (!strcmp(line, "HELLO")) {
@@ -212,7 +250,7 @@ static void handle_line(struct conn *c, char *line, uint64_t now)
     } else if (!strcmp(line, "ADMIN-TRY")) {
         /* For a claim made ahead from an engine's event loop: answered at once, never queued,
          * and not ahead of anyone queued. */
-        bool idle = admin_holder == NULL;
+        bool idle = admin_holder == NULL && may_grant();
         for (int i = 0; idle && i < MAX_CONNS; i++)
             idle = !(conns[i] && conns[i]->waiting_admin);
         if (idle)
@@ -270,10 +308,48 @@ static void conn_read(int i, uint64_t now)
 static void expire_leases(uint64_t now)
 {
     for (int i = 0; i < MAX_CONNS; i++)
+        if (conns[i] && conns[i]->standby_ns && now - conns[i]->standby_ns > 1000000000ull)
+            conn_close(i, "told it this lock manager is a standby");
+    for (int i = 0; i < MAX_CONNS; i++)
         if (conns[i] && conns[i]->hello && !lease_live(conns[i], now)) {
             say("%s pid %u: lease expired", conns[i]->host_id, conns[i]->pid);
             conn_close(i, "lease expired");
         }
+}
+
+/* Take the arbiter's word: become active (grant nothing, and count every holder as alive, for a
+ * grace period and at least one window), or stop being active (drop every connection: its
+ * engines go to the next lock manager they know of). */
+static void follow_arbiter(void)
+{
+    static uint64_t gave_up; /* the arbiter's generation we stepped down from */
+    struct arb_view v;
+    arb_get(&v);
+    if (v.generation == gave_up)
+        v.active = false; /* the arbiter has yet to drop the key */
+    uint64_t now = now_ns();
+    if (v.active && !active) {
+        active = true;
+        uint64_t wait = grace_ns > arb_window_ns ? grace_ns : arb_window_ns;
+        grant_from_ns = v.since_ns + wait;
+        grace_until_ns = v.since_ns + grace_ns;
+        say("active: engines may connect; granting the admin lock in %.1f s",
+            (double)(grant_from_ns > now ? grant_from_ns - now : 0) / 1e9);
+    }
+    valid_until_ns = v.active ? v.valid_until_ns : 0;
+    if (active && (!v.active || now >= valid_until_ns)) {
+        active = false;
+        say("%s: now a standby; dropping every connection",
+            v.active ? "could not renew our key on the LUN in time" : "our key was taken");
+        admin_holder = NULL;
+        for (int i = 0; i < MAX_CONNS; i++)
+            if (conns[i])
+                conn_close(i, "this lock manager is a standby now");
+        if (v.active) {
+            gave_up = v.generation;
+            arb_step_down();
+        }
+    }
 }
 
 static int listen_on(const char *addr, char *err, size_t errlen)
@@ -320,12 +396,18 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: parallax-lockd [--listen [ADDR]:PORT] [--lease SECONDS] "
-            "[--grace SECONDS]\n"
+            "[--grace SECONDS] [--store LUN [--id NAME]]\n"
             "  --listen  address to listen on (default 0.0.0.0:%d)\n"
             "  --lease   how long a holder stays alive after its last heartbeat "
             "(default %u)\n"
-            "  --grace   after a start, how long every holder counts as alive "
-            "(default: the lease plus 2 s)\n",
+            "  --grace   after a start (or taking over), how long every holder counts as "
+            "alive\n"
+            "            (default: the lease plus 2 s; with --store, the lease)\n"
+            "  --store   the blockstore's iSCSI LUN: one of several lock managers, the active "
+            "one\n"
+            "            chosen on the LUN (the others are standbys that take over)\n"
+            "  --id      this lock manager's name among them (default: the --listen "
+            "address)\n",
             PLX_LOCKD_DEFAULT_PORT, PLX_LOCKD_DEFAULT_LEASE_MS / 1000);
 }
 
@@ -341,7 +423,7 @@ static bool parse_seconds(const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-    const char *listen_addr = "";
+    const char *listen_addr = "", *store = NULL;
     double lease_s = PLX_LOCKD_DEFAULT_LEASE_MS / 1000.0, grace_s = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc) {
@@ -356,6 +438,10 @@ int main(int argc, char **argv)
                 say("--grace '%s': not a number of seconds (0 to 3600)", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
+            store = argv[++i];
+        } else if (!strcmp(argv[i], "--id") && i + 1 < argc) {
+            instance_id = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage();
             return 0;
@@ -366,20 +452,51 @@ int main(int argc, char **argv)
     }
     lease_ns = (uint64_t)(lease_s * 1e9);
     if (grace_s < 0)
-        grace_s = lease_s + 2;
+        grace_s = store ? lease_s : lease_s + 2;
+    grace_ns = (uint64_t)(grace_s * 1e9);
+    if (!*instance_id)
+        instance_id = *listen_addr ? listen_addr : "lockd";
+    if (strlen(instance_id) > 48 || strpbrk(instance_id, " \t\n")) {
+        say("--id '%s': at most 48 characters, no spaces", instance_id);
+        return 2;
+    }
     char err[300];
     int lfd = listen_on(listen_addr, err, sizeof err);
     if (lfd < 0) {
         say("%s", err);
         return 1;
     }
-    grace_until_ns = now_ns() + (uint64_t)(grace_s * 1e9);
+    grace_until_ns = now_ns() + grace_ns;
+    /* The arbiter's timing, from the lease (docs/DESIGN.md, "Fail-over"): the active one renews
+     * its key twelve times a lease, a standby takes over a key unchanged for a quarter lease
+     * (three renewals missed), and a renewal lets the active one grant for a quarter lease
+     * after it started. */
+    struct arb_config acfg = {.url = store,
+                              .id = instance_id,
+                              .period_ns = lease_ns / 12,
+                              .stale_ns = lease_ns / 4,
+                              .window_ns = lease_ns / 4};
+    if (store) {
+        ha = true;
+        arb_window_ns = acfg.window_ns;
+        active = false;
+        valid_until_ns = 0;
+        if (strncmp(store, "iscsi://", 8) != 0) {
+            say("--store '%s': give the blockstore's iSCSI LUN (iscsi://HOST[:PORT]/IQN/LUN)",
+                store);
+            return 2;
+        }
+        if (arb_start(&acfg, err, sizeof err) != 0) {
+            say("%s", err);
+            return 1;
+        }
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    say("listening on %s (lease %.1f s, grace %.1f s)", *listen_addr ? listen_addr : "0.0.0.0",
-        lease_s, grace_s);
+    say("listening on %s (lease %.1f s, grace %.1f s)%s", *listen_addr ? listen_addr : "0.0.0.0",
+        lease_s, grace_s, ha ? ", a standby until the LUN makes it the active one" : "");
 
     static struct pollfd pfd[MAX_CONNS + 1];
     while (!stopping) {
@@ -392,7 +509,7 @@ int main(int argc, char **argv)
                 pfd[n] = (struct pollfd){.fd = conns[i]->fd, .events = POLLIN};
                 map[n++] = i;
             }
-        int timeout_ms = (int)(lease_ns / 4000000) + 1;
+        int timeout_ms = (int)(lease_ns / (ha ? 20000000 : 4000000)) + 1;
         int r = poll(pfd, (nfds_t)n, timeout_ms);
         if (r < 0 && errno != EINTR) {
             say("poll: %s", strerror(errno));
@@ -423,12 +540,17 @@ int main(int argc, char **argv)
                 conn_read(map[k], now);
             }
         }
+        if (ha)
+            follow_arbiter();
         expire_leases(now);
+        admin_grant();
     }
     say("stopping");
     for (int i = 0; i < MAX_CONNS; i++)
         if (conns[i])
             conn_close(i, "lockd stopping");
+    if (ha)
+        arb_stop();
     close(lfd);
     return 0;
 }

@@ -9,7 +9,7 @@
 # otherwise names them and exits 1.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-dev cppcheck clang-format libgnutls28-dev)
+BUILD_PKGS=(build-essential pkg-config libaio-dev libiscsi-dev check libsubunit-dev cppcheck clang-format libgnutls28-dev libblkid-dev)
 TEST_PKGS=(
     e2fsprogs util-linux jq python3 graphviz xxd
     # integration tests: NBD export, images, workloads, FUSE, iSCSI

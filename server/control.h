@@ -38,6 +38,9 @@
 void control_dir(char *buf, size_t len);
 /* The socket of the server process `pid`. */
 void control_path(int pid, char *buf, size_t len);
+/* Remove the sockets of servers that are gone (killed: nobody unlinked them), whose pid no
+ * process has; called when a server starts. */
+void control_sweep_stale(void);
 
 /* Server side. The process that serves VDIs (`parallax serve`'s engine thread, or tapdisk's
  * scheduler) runs the control socket on its own event loop, through these hooks; every

@@ -2,7 +2,9 @@
  * control_client.c - where control sockets live, and the client side of the protocol
  * (see control.h). Shared by the server and the `parallax` command.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,32 @@ void control_path(int pid, char *buf, size_t len)
     char dir[200];
     control_dir(dir, sizeof dir);
     snprintf(buf, len, "%.80s/serve-%d.sock", dir, pid);
+}
+
+void control_sweep_stale(void)
+{
+    char dir[200];
+    control_dir(dir, sizeof dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid, end = 0;
+        if (sscanf(e->d_name, "serve-%d.sock%n", &pid, &end) != 1 || e->d_name[end] != '\0' ||
+            pid <= 0)
+            continue;
+        /* Only a pid that no process has: a live one (EPERM included) may be the socket's
+         * server, still serving. */
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+            unlink(path);
+    }
+    closedir(d);
 }
 
 int control_request(int pid, const char *line, char *reply, size_t replylen)

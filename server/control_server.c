@@ -337,6 +337,7 @@ int control_start(const struct control_host *h, char *err, size_t errlen)
     char dir[200];
     control_dir(dir, sizeof dir);
     mkdir(dir, 0700);
+    control_sweep_stale();
     control_path((int)getpid(), sock_path, sizeof sock_path);
     unlink(sock_path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -642,7 +642,7 @@ static void log_request_error(struct conn *c, const struct req *r, int status)
  * takes only so many segments per request (virtio-blk here: 254), so a 1 MiB read into 256
  * scattered 4 KiB pages reached the disk as two requests and merged with none of its
  * neighbours; whether the pages were contiguous was luck, and it moved 1 MiB reads by 20-30 %
- * from one server process to the next (bench/README.md, issue 16). */
+ * from one server process to the next (bench/notes/snapshots.md, issue 16). */
 #define REQ_BUF_HUGE (1u << 20)
 #define HUGE_PAGE (2u << 20)
 static size_t req_buf_size(uint32_t len)

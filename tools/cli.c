@@ -157,9 +157,14 @@ int cli_parse(struct cli_ctx *ctx, int argc, char **argv, const struct cli_opt *
             return cli_usage_error(ctx, "unexpected argument '%s'", a);
         }
     }
-    if (npos < min_pos)
-        return cli_usage_error(ctx, "missing argument (usage: parallax %s %s)", ctx->command,
-                               ctx->synopsis);
+    if (npos < min_pos) {
+        /* The error is one line; the synopsis, which may run over several (cache), follows it
+         * as printed by --help, before the hint. */
+        cli_error("%s: missing argument", ctx->command);
+        fprintf(stderr, "usage: parallax %s %s\n(see 'parallax --help')\n", ctx->command,
+                ctx->synopsis);
+        return EXIT_USAGE;
+    }
     for (int i = npos; i < max_pos; i++)
         pos[i] = NULL;
     return EXIT_OK;

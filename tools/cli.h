@@ -12,7 +12,7 @@
 
 #include "parallax.h"
 
-/* EXIT_BUSY: `check` did not run because another process writes the store. */
+/* EXIT_BUSY: `check` (or `format --force`) did not run because another process uses the store. */
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2, EXIT_BUSY = 3 };
 
 struct cli_ctx {

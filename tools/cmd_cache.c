@@ -18,6 +18,7 @@
 #include "control.h"
 #include "json.h"
 #include "size.h"
+#include "utf8.h"
 
 /* The VDIs a server on this host holds for writing (all of them, or the one named). */
 static int held_vdis(plx_store *st, const char *vdi, struct plx_vdi_info **out, size_t *n)
@@ -95,7 +96,13 @@ static int enable_disable(plx_store *st, const char *vdi, int on, const char *lo
         else
             snprintf(line, sizeof line, "cache-%s %llu", on ? "enable" : "disable",
                      (unsigned long long)v[i].id);
-        rc = send(&v[i], line, reply, sizeof reply);
+        rc = control_request((int)v[i].lock_pid, line, reply, sizeof reply) == 0
+                 ? EXIT_OK
+                 : cli_error("VDI %s (pid %u): %s%s", v[i].name, v[i].lock_pid, reply,
+                             on && !log && strstr(reply, "no write log") != NULL
+                                 ? ": give it one with --log PATH (and --size SIZE), or start "
+                                   "the server with --write-cache PATH"
+                                 : "");
         if (rc == EXIT_OK && on == 2)
             printf("%s: write cache automatic (on above %.3g ms of store write latency)\n",
                    v[i].name, threshold_ms > 0 ? threshold_ms : PLX_WCACHE_AUTO_ON_MS);
@@ -131,6 +138,15 @@ static uint64_t ufield(const char *reply, const char *key)
     return strtoull(v, NULL, 10);
 }
 
+/* The name padded to 20 terminal columns (not bytes: names may be UTF-8), as the rows' first
+ * column. */
+static const char *padded(const char *name, char *buf, size_t len)
+{
+    size_t w = utf8_width(name);
+    snprintf(buf, len, "%s%*s", name, w < 20 ? (int)(20 - w) : 0, "");
+    return buf;
+}
+
 static int status(plx_store *st, int json)
 {
     struct plx_vdi_info *v;
@@ -147,12 +163,13 @@ static int status(plx_store *st, int json)
     }
     for (size_t i = 0; i < n; i++) {
         char line[64], reply[1024], path[300], error[300], mode[8], setting[8], num[32], sz[4][32];
-        char drain[16];
+        char drain[16], name[PLX_NAME_MAX + 24];
         snprintf(line, sizeof line, "cache-status %llu", (unsigned long long)v[i].id);
         int err = control_request((int)v[i].lock_pid, line, reply, sizeof reply);
         if (err) {
             if (!json)
-                printf("%-20s pid %-7u  (no answer: %s)\n", v[i].name, v[i].lock_pid, reply);
+                printf("%s pid %-7u  (no answer: %s)\n", padded(v[i].name, name, sizeof name),
+                       v[i].lock_pid, reply);
             continue;
         }
         field(reply, "vdi", mode, sizeof mode);
@@ -238,7 +255,8 @@ static int status(plx_store *st, int json)
             continue;
         }
         if (!attached) {
-            printf("%-20s pid %-7u  cache off (no write log attached)\n", v[i].name, v[i].lock_pid);
+            printf("%s pid %-7u  cache off (no write log attached)\n",
+                   padded(v[i].name, name, sizeof name), v[i].lock_pid);
             continue;
         }
         plx_size_format(logb, sz[0], sizeof sz[0]);
@@ -263,9 +281,9 @@ static int status(plx_store *st, int json)
                      (unsigned long long)max_age_ms);
         else if (drain[0])
             snprintf(why, sizeof why, " (%s)", drain);
-        printf("%-20s pid %-7u  cache %-3s  log %s: %s of %s used, backlog %s, drain %s/s%s%s%s\n",
-               v[i].name, v[i].lock_pid, shown, path, sz[1], sz[0], sz[2], sz[3], why,
-               error[0] ? "\n    " : "", error);
+        printf("%s pid %-7u  cache %-3s  log %s: %s of %s used, backlog %s, drain %s/s%s%s%s\n",
+               padded(v[i].name, name, sizeof name), v[i].lock_pid, shown, path, sz[1], sz[0],
+               sz[2], sz[3], why, error[0] ? "\n    " : "", error);
     }
     if (json) {
         json_end_array(&w);

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,16 @@ static int export_to(plx_store *st, const char *spec, const char *file, int quie
     struct progress prog;
     struct sink s = {.fd = -1, .prog = &prog};
     plx_vdi *v;
-    int err = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v);
+    char why[PATH_MAX + 128];
+    /* Checked before the target is opened (and truncated): stdout too, which the shell may have
+     * pointed at the store. */
+    int err =
+        plx_store_path_conflict(st, strcmp(file, "-") == 0 ? "/dev/stdout" : file, why, sizeof why);
+    if (err > 0)
+        return cli_error("vdi-export: %s: writing the image there would destroy it; nothing was "
+                         "written",
+                         why);
+    err = plx_vdi_open(st, spec, PLX_OPEN_READONLY, &v);
 
     if (err < 0)
         return cli_engine_error(st, err);
@@ -166,6 +176,23 @@ static int export_to(plx_store *st, const char *spec, const char *file, int quie
     return err < 0 && rc == EXIT_OK ? cli_engine_error(st, err) : rc;
 }
 
+/* The store is opened for writing, though nothing of it changes, so that the open of the VDI
+ * or snapshot records its hold (docs/DESIGN.md, "Readers hold what they read"): a gc elsewhere
+ * then keeps the tree while the export reads it, even if it is deleted meanwhile. Read-only only
+ * when the medium cannot be written. */
+static int store_writable(const struct cli_ctx *ctx)
+{
+    const char *path = NULL;
+    if (cli_blockstore(ctx, &path) != EXIT_OK || plx_blockstore_is_url(path) ||
+        access(path, W_OK) == 0)
+        return 1; /* the open reports what is wrong */
+    fprintf(stderr,
+            "parallax: vdi-export: warning: %s is read-only here: the export does not hold what "
+            "it reads, and a gc elsewhere after a delete of it would change the image under it\n",
+            path);
+    return 0;
+}
+
 int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
 {
     int quiet = 0;
@@ -175,7 +202,7 @@ int cmd_vdi_export(struct cli_ctx *ctx, int argc, char **argv)
     int rc = cli_parse(ctx, argc, argv, opts, pos, 2, 2);
 
     if (rc == EXIT_OK)
-        rc = cli_open_store_aio(ctx, 1, &st);
+        rc = cli_open_store_aio(ctx, !store_writable(ctx), &st);
     if (rc != EXIT_OK)
         return rc;
     return cli_close_store(st, export_to(st, pos[0], pos[1], quiet));

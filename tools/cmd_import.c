@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,16 @@ static int alloc_bufs(struct import *im)
 static int import_into(plx_store *st, const char *vdi, int fd, const char *file, int quiet)
 {
     struct import im = {.st = st};
+    const char *at = strchr(vdi, '@');
+    if (at != NULL)
+        return cli_error("%s is a snapshot, and snapshots never change: import into the VDI "
+                         "%.*s, or into a writable copy made with 'vdi-create NAME --from %s'",
+                         vdi, (int)(at - vdi), vdi, vdi);
+    /* Reading the store into one of its own VDIs reads blocks the import is changing; a write
+     * log is no disk image either. Both are mistakes for the name of an image file. */
+    char why[PATH_MAX + 128];
+    if (fd != STDIN_FILENO && plx_store_path_conflict(st, file, why, sizeof why) > 0)
+        return cli_error("vdi-import: %s, not a disk image to import; nothing was written", why);
     int err = plx_vdi_open(st, vdi, 0, &im.v);
 
     if (err < 0)

@@ -14,6 +14,7 @@
 #include "json.h"
 #include "preallocate.h"
 #include "progress.h"
+#include "signature.h"
 #include "size.h"
 
 #define ERRBUF_MAX 4096
@@ -62,6 +63,29 @@ static int format_preallocate(const char *path, int existed)
                      err, w);
 }
 
+/* --force over a Parallax store that a live process uses (a VDI open for writing, an extent it
+ * allocates in; the same test as check's): the process would go on writing into the new store's
+ * structures. Refused, naming it. A target that does not open as a store has nobody to protect.
+ * (A process that opens the store after this look is not caught: stop the servers first.) */
+static int refuse_if_in_use(const char *path)
+{
+    struct plx_open_opts opts = {.struct_size = sizeof opts, .read_only = 1, .blocking_io = 1};
+    char err[ERRBUF_MAX], who[PLX_NAME_MAX + 160];
+    plx_store *st = NULL;
+    if (plx_store_open(path, &opts, &st, err, sizeof err) < 0)
+        return EXIT_OK;
+    int n = plx_store_writers(st, who, sizeof who);
+    if (n < 0)
+        return cli_close_store(st, cli_engine_error(st, n));
+    if (n > 0)
+        cli_error("format: refused, the blockstore is in use: %s%s. Stop every process that "
+                  "uses it (servers, tapdisks, imports) before formatting it again; nothing "
+                  "was changed",
+                  who, n > 1 ? " (and other processes use it too)" : "");
+    plx_store_close(st);
+    return n > 0 ? EXIT_BUSY : EXIT_OK;
+}
+
 int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 {
     const char *size_arg = NULL, *extent_arg = NULL, *path = NULL;
@@ -77,6 +101,10 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
 
     if (rc == EXIT_OK && size_arg != NULL)
         rc = cli_parse_size(ctx, "--size", size_arg, &size);
+    /* 0 used to mean "keep the size" (silently, even with --force): leaving --size out says so. */
+    if (rc == EXIT_OK && size_arg != NULL && size == 0)
+        rc = cli_usage_error(ctx, "--size must be more than 0 (leave it out to keep the size of "
+                                  "an existing file or device)");
     if (rc == EXIT_OK && extent_arg != NULL)
         rc = cli_parse_size(ctx, "--extent-size", extent_arg, &extent);
     if (rc == EXIT_OK)
@@ -87,6 +115,17 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
     int existed = stat(path, &sb) == 0;
     if (preallocate && (strncmp(path, "iscsi://", 8) == 0 || (existed && !S_ISREG(sb.st_mode))))
         return cli_usage_error(ctx, "--preallocate is for a blockstore in a file, not %s", path);
+    if (!force && existed && !plx_blockstore_is_url(path)) {
+        char what[160];
+        int found = signature_probe(path, what, sizeof what);
+        if (found < 0)
+            return cli_error("%s: looking for what it holds: %s", path, strerror(-found));
+        if (found > 0)
+            return cli_error("%s holds %s; use --force to overwrite it", path, what);
+    }
+    if (force && (existed || plx_blockstore_is_url(path)) &&
+        (rc = refuse_if_in_use(path)) != EXIT_OK)
+        return rc;
     int ret = plx_format(path, size, extent, force, err, sizeof err);
     if (ret < 0)
         return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
@@ -166,7 +205,8 @@ static void info_json(const struct plx_store_info *in)
     json_finish(&w);
 }
 
-static void info_human(const char *path, const struct plx_store_info *in)
+/* why_unknown: what stopped the count of leaked blocks (the engine's message), or "". */
+static void info_human(const char *path, const struct plx_store_info *in, const char *why_unknown)
 {
     char size[32], extent[32];
 
@@ -196,7 +236,8 @@ static void info_human(const char *path, const struct plx_store_info *in)
                (unsigned long long)in->blocks_free_by_type[type], leaked);
     }
     if (in->blocks_unreachable_by_type[0] == PLX_UNKNOWN)
-        printf("(leaked: unknown, a radix node is corrupt; `parallax check` says which)\n");
+        printf("(leaked: unknown: %s; `parallax check` lists every problem)\n",
+               *why_unknown ? why_unknown : "a radix node or snapshot log block is corrupt");
     else
         printf("(leaked: allocated, reachable from no live VDI or snapshot; `parallax gc` frees "
                "it)\n");
@@ -220,10 +261,13 @@ int cmd_info(struct cli_ctx *ctx, int argc, char **argv)
     int err = plx_store_info(st, &info);
     if (err < 0)
         return cli_close_store(st, cli_engine_error(st, err));
+    /* The count of leaked blocks stops at the first corrupt structure; its message is the
+     * store's last. */
+    const char *why = info.blocks_unreachable_by_type[0] == PLX_UNKNOWN ? plx_store_errmsg(st) : "";
     if (json)
         info_json(&info);
     else
-        info_human(path, &info);
+        info_human(path, &info, why ? why : "");
     return cli_close_store(st, EXIT_OK);
 }
 

@@ -55,6 +55,10 @@ int cmd_vdi_delete(struct cli_ctx *ctx, int argc, char **argv)
     plx_store *st = NULL;
     int rc = cli_parse(ctx, argc, argv, opts, &vdi, 1, 1);
 
+    if (rc == EXIT_OK && strchr(vdi, '@') != NULL)
+        return cli_error("%s is a snapshot: 'parallax snap-delete %s' deletes it (vdi-delete "
+                         "deletes a whole VDI with all its snapshots)",
+                         vdi, vdi);
     if (rc == EXIT_OK)
         rc = cli_open_store(ctx, 0, &st);
     if (rc != EXIT_OK)
@@ -189,8 +193,10 @@ static int snapshot_held(struct cli_ctx *ctx, const char *vdi, const char *label
 {
     plx_store *st = NULL;
     struct plx_vdi_info info;
-    if (cli_open_store(ctx, 1, &st) != EXIT_OK)
-        return 0; /* the writable open below reports the problem */
+    /* A store that cannot be opened to read cannot be opened to write either: its one error
+     * line is the command's. */
+    if ((*rc = cli_open_store(ctx, 1, &st)) != EXIT_OK)
+        return 1;
     if (plx_vdi_lookup(st, vdi, &info) != 0 || info.lock_pid == 0) {
         plx_store_close(st);
         return 0;

@@ -43,8 +43,8 @@ static const struct command commands[] = {
      "        [--write-cache PATH [--write-cache-size SIZE] [--write-cache-mode on|auto]\n"
      "        [--write-cache-threshold MS]]",
      "export every VDI and snapshot over NBD"},
-    {"lockd-set", cmd_lockd_set, "HOST:PORT | none",
-     "name the lock manager that the hosts sharing this blockstore use"},
+    {"lockd-set", cmd_lockd_set, "HOST:PORT[,HOST:PORT...] | none",
+     "name the lock managers that the hosts sharing this blockstore use"},
     {"lockd-status", cmd_lockd_status, "", "show the engines the lock manager sees"},
     {"cache", cmd_cache,
      "enable (VDI|--all) [--log PATH] [--size SIZE] | disable (VDI|--all) |\n"
@@ -66,13 +66,15 @@ static int print_help(void)
         printf("  %-13s %s\n  %-13s   %s\n", commands[i].name, commands[i].synopsis, "",
                commands[i].summary);
     puts("\n"
-         "  -b BLOCKSTORE  file or block device holding the store (default: $PARALLAX_BLOCKSTORE)\n"
+         "  -b BLOCKSTORE  file, block device or iSCSI LUN holding the store (default:\n"
+         "                 $PARALLAX_BLOCKSTORE, else the first line of " CLI_BLOCKSTORE_FILE ")\n"
          "  SIZE           bytes, or a number with K, M, G or T (powers of 1024), e.g. 4G\n"
          "  VDI            a VDI's name or decimal id\n"
          "  SNAP           VDI@N (the Nth snapshot, from 1) or VDI@LABEL\n"
          "\n"
          "Options may come before or after a command's arguments; 'parallax COMMAND --help'\n"
-         "shows one command. Exit status: 0 success, 1 error, 2 usage error.");
+         "shows one command. Exit status: 0 success, 1 error, 2 usage error, 3 not run\n"
+         "because another process uses the store (check without --live, format --force).");
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERR;
 }
 

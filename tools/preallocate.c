@@ -2,10 +2,10 @@
  * preallocate.c - `format --preallocate`: write a store file's holes through; see preallocate.h.
  *
  * Why: on a thin medium (a sparse file on ext4 over a virtual disk, a thin LUN) the first write
- * to a block is slower than a rewrite - measured 1.45x on this project's test VM (bench/README.md,
- * "Fresh space") - and copy-on-write below snapshots sends every write after a snapshot to blocks
- * the store has never written. Writing the file through once, as `qemu-img create -o
- * preallocation=full` does for an image, moves that cost to format time.
+ * to a block is slower than a rewrite - measured 1.45x on this project's test VM
+ * (bench/notes/snapshots.md, "Fresh space") - and copy-on-write below snapshots sends every write
+ * after a snapshot to blocks the store has never written. Writing the file through once, as
+ * `qemu-img create -o preallocation=full` does for an image, moves that cost to format time.
  *
  * Only holes are written, and only with zeros: a hole already reads as zeros, so the store's
  * contents cannot change, whatever the file held or the format wrote.

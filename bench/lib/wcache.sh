@@ -23,7 +23,7 @@
 #                             the target then runs only on CPU time that nothing else wants, as if
 #                             the shared store were another machine (an iSCSI array's CPU is not
 #                             the host's); on this 2-core VM tgtd otherwise spends about as much
-#                             CPU per 4 KiB WRITE as serve (bench/README.md, "QD1 mean with the
+#                             CPU per 4 KiB WRITE as serve (bench/notes/wcache.md, "QD1 mean with the
 #                             drain beside the writer").
 
 # (killed after FIO_TIMEOUT seconds, default 900: fio stuck on an NBD server ignores SIGTERM)

@@ -76,7 +76,7 @@ done
 case $MODE in
 full)
     # The build: 2 copies a run (about 15 s), 3 rounds a row; the best of the rounds carries the
-    # statistics (3 copies took 4-6 min more a full run; bench/README.md, "... and the suite's time").
+    # statistics (3 copies took 4-6 min more a full run; bench/notes/snapshots.md, "... and the suite's time").
     VDI=1G RUNTIME=3 REPS=2 DEPTHS="1 10 100 1000" GROW_KIB=16 QCOW2_BUDGET=480 QCOW2_MAX_CHAIN=1000
     LAT_IDLE=500 LAT_CLI=200 LAT_BUSY=200 LAT_BUSY_CLI=100
     INTERVALS="1 0.1 0.02 0.01" ROUNDS=2 PAIR_ROUNDS=6 TRICKLE_S=5 FREQ_VDI=1G FREQ_LOOPS=2
@@ -591,7 +591,7 @@ section_frequency() {
     # (b) 1 MiB writes at full speed over a fresh disk: the stress case. With snapshots the second
     # pass copies every block into new space, without them it overwrites in place. In the sparse
     # store file new space is space the file has never written, which this VM's disk writes about
-    # 1.45x slower (bench/README.md, "Fresh space"); a block device or LUN has no such cost. So
+    # 1.45x slower (bench/notes/snapshots.md, "Fresh space"); a block device or LUN has no such cost. So
     # Parallax also runs without snapshots and at the fastest interval on a store formatted with
     # `parallax format --preallocate` (parallax-preallocated), the production-like store that the
     # 10 % target is judged on; the sparse store's pair stays as information. Every row runs
@@ -807,7 +807,7 @@ verify_args=(--results "$OUT" --sections "$ONLY")
 [[ $MODE == smoke ]] && verify_args+=(--strict)
 $S verify "${verify_args[@]}" || die "the results are incomplete (see above)"
 if ((README_UPDATE)); then
-    $S readme --results "$OUT" --readme "$ROOT/bench/README.md" || die "could not update bench/README.md"
+    $S readme --results "$OUT" --readme "$ROOT/bench/README.md" || die "could not update bench/notes/wcache.md"
     log "bench/README.md: results block rewritten from ${OUT#"$ROOT"/}"
 fi
 log "done in $(($(date +%s) - T_START)) s: $OUT/results.md"

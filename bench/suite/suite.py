@@ -37,74 +37,10 @@ import subprocess
 import sys
 import time
 
-# ---- NBD --------------------------------------------------------------------------------------
+# ---- NBD: bench/lib/nbdclient.py ------------------------------------------------------------
 
-NBDMAGIC = 0x4E42444D41474943
-IHAVEOPT = 0x49484156454F5054
-REPLY_MAGIC = 0x3E889045565A9
-NBD_OPT_GO = 7
-NBD_REP_ACK = 1
-NBD_REP_INFO = 3
-NBD_CMD_WRITE, NBD_CMD_DISC, NBD_CMD_FLUSH = 1, 2, 3
-NBD_SIMPLE_REPLY_MAGIC = 0x67446698
-
-
-def _recvall(s, n):
-    b = b""
-    while len(b) < n:
-        d = s.recv(n - len(b))
-        if not d:
-            raise EOFError("connection closed")
-        b += d
-    return b
-
-
-class NBD:
-    def __init__(self, path, export):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(60)
-        self.s.connect(path)
-        magic, opt, flags = struct.unpack(">QQH", _recvall(self.s, 18))
-        if magic != NBDMAGIC or opt != IHAVEOPT:
-            raise RuntimeError("not a fixed-newstyle NBD server")
-        self.s.sendall(struct.pack(">I", 1 | (2 if flags & 2 else 0)))  # FIXED_NEWSTYLE, NO_ZEROES
-        name = export.encode()
-        data = struct.pack(">I", len(name)) + name + struct.pack(">H", 0)
-        self.s.sendall(struct.pack(">QII", IHAVEOPT, NBD_OPT_GO, len(data)) + data)
-        self.size = None
-        while True:
-            _, _, rtype, rlen = struct.unpack(">QIII", _recvall(self.s, 20))
-            payload = _recvall(self.s, rlen)
-            if rtype == NBD_REP_ACK:
-                break
-            if rtype == NBD_REP_INFO and len(payload) >= 12 and struct.unpack(">H", payload[:2])[0] == 0:
-                self.size = struct.unpack(">Q", payload[2:10])[0]
-            elif rtype & 0x80000000:
-                raise RuntimeError("NBD_OPT_GO refused (%#x): %s" % (rtype, payload[4:].decode(errors="replace")))
-        self.handle = 0
-
-    def _cmd(self, cmd, off, length, data=b""):
-        self.handle += 1
-        self.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, cmd, self.handle, off, length) + data)
-        magic, err, handle = struct.unpack(">IIQ", _recvall(self.s, 16))
-        if magic != NBD_SIMPLE_REPLY_MAGIC or handle != self.handle:
-            raise RuntimeError("bad NBD reply")
-        if err:
-            raise OSError(err, "NBD command %d failed" % cmd)
-
-    def write(self, off, data):
-        self._cmd(NBD_CMD_WRITE, off, len(data), data)
-
-    def flush(self):
-        self._cmd(NBD_CMD_FLUSH, 0, 0)
-
-    def close(self):
-        try:
-            self.handle += 1
-            self.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, NBD_CMD_DISC, self.handle, 0, 0))
-        except OSError:
-            pass
-        self.s.close()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from nbdclient import NBD  # noqa: E402
 
 
 # ---- Parallax control socket ----------------------------------------------------------------
@@ -791,7 +727,7 @@ def cmd_assemble(a):
         if r1 and rn and dr1 and drn:
             # The two steps are minutes apart and this shared VM drifts by 10 % in that time (the
             # run of 64cef47: Parallax 0.911, direct, which has no depth, 0.906; ten interleaved
-            # rounds of depth 1 and 1000 side by side: 0.990, bench/README.md "Paired rounds"),
+            # rounds of depth 1 and 1000 side by side: 0.990, bench/notes/snapshots.md "Paired rounds"),
             # so the ratio is taken against direct in the same step.
             rel = (rn / drn) / (r1 / dr1)
             targets.append({"key": "depth_read", "section": 1,
@@ -1024,7 +960,7 @@ def cmd_assemble(a):
                                      "issue's 10 % target is judged on it. On the sparse store of the 'parallax' rows "
                                      "the second pass overwrites in place without snapshots, while with them it "
                                      "copies every block into space the file has never written, which this VM's disk "
-                                     "writes about 1.45x slower (bench/README.md, 'Fresh space'); that row is shown "
+                                     "writes about 1.45x slower (bench/notes/snapshots.md, 'Fresh space'); that row is shown "
                                      "as information."] if prealloc else [])}
         for wl in res:
             with open(os.path.join(pd, "freq-%s.dat" % wl), "w") as f:

@@ -287,6 +287,14 @@ int plx_check(plx_store *st, struct plx_check_report *out,
  * writing". A check beside a writer can see changes half made. Blocking. */
 int plx_store_writers(plx_store *st, char *who, size_t len);
 
+/* Would writing to `path` destroy this store or the writes of a write cache? 1 when it would
+ * (`why`, which may be NULL, receives the reason in a sentence such as "PATH is the blockstore
+ * itself (or on its device)"), 0 when not (or path does not exist yet). Caught: the store's file
+ * or device, also through symlinks, bind mounts, a loop device or a partition of it, or a file
+ * on its device; the write log attached to this store; any Parallax write log (its head block
+ * says so, whichever process has it). vdi-export checks its target with it. */
+int plx_store_path_conflict(plx_store *st, const char *path, char *why, size_t len);
+
 /* Progress of a long blocking call (plx_check_ex, plx_gc_ex): called from inside the call as it
  * advances. `step` names what it is doing ("reading bitmaps", "walking trees", "marking",
  * "sweeping", ...; the wording may change); `done` of `total` units of that step are finished
@@ -346,7 +354,9 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
 #define PLX_OPEN_READONLY 1u
 
 /* Open "VDI" for writing (single writer: -EBUSY when another process holds it) or read-only,
- * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. */
+ * or "VDI@N"/"VDI@LABEL" (always read-only). Blocking. A read-only open of a store opened for
+ * writing records a hold until the close: plx_gc in any process keeps the tree it reads, even if
+ * the VDI or snapshot is deleted meanwhile (-ENOSPC when the store's 1,152 holds are taken). */
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
 /* Complete outstanding requests, write back, release the VDI lock. Blocking. */
 int plx_vdi_close(plx_vdi *v);

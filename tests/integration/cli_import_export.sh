@@ -68,7 +68,41 @@ cmp -s -i 10000 -n $(((1 << 20) - 10000)) "$tmp/c.out" /dev/zero || fail "bytes 
 truncate -s $((vsize + 4096)) "$tmp/big.img"
 expect_fail 1 plx vdi-import disk "$tmp/big.img"
 expect_fail 1 plx vdi-import disk@1 "$tmp/a.img"
+[[ $PLX_LAST_STDERR == *"disk@1 is a snapshot"*"vdi-create NAME --from disk@1"* ]] ||
+    fail "import into a snapshot: $PLX_LAST_STDERR"
 expect_fail 1 plx vdi-import disk "$tmp/absent.img"
+
+# The store itself is no target for an export, whichever way it is named (the file, a symlink,
+# a bind mount, a loop device over it, stdout pointed at it), nor a source for an import: each is
+# refused before anything is written.
+sum=$(sha256sum <"$tmp/store.img")
+refuse_target() { # TARGET
+    expect_fail 1 plx vdi-export disk "$1"
+    [[ $PLX_LAST_STDERR == *"is the blockstore itself"*"nothing was written"* ]] ||
+        fail "export onto $1: $PLX_LAST_STDERR"
+    assert_eq "$sum" "$(sha256sum <"$tmp/store.img")" "store after a refused export onto $1"
+}
+refuse_target "$tmp/store.img"
+ln -s store.img "$tmp/link.img"
+refuse_target "$tmp/link.img"
+refuse_target "$tmp/../$(basename "$tmp")/store.img"
+mkdir "$tmp/bind"
+if mount --bind "$tmp" "$tmp/bind" 2>/dev/null; then
+    on_exit "umount '$tmp/bind'"
+    refuse_target "$tmp/bind/store.img"
+    umount "$tmp/bind"
+fi
+if loop=$(losetup -f --show "$tmp/store.img" 2>/dev/null); then
+    on_exit "losetup -d '$loop' 2>/dev/null"
+    refuse_target "$loop"
+    losetup -d "$loop"
+fi
+expect_fail 1 plx vdi-export disk - >>"$tmp/store.img"
+[[ $PLX_LAST_STDERR == *"is the blockstore itself"* ]] || fail "export to stdout on the store"
+assert_eq "$sum" "$(sha256sum <"$tmp/store.img")" "store after a refused export to stdout"
+expect_fail 1 plx vdi-import disk "$tmp/link.img"
+[[ $PLX_LAST_STDERR == *"is the blockstore itself"* ]] || fail "import from the store"
+assert_eq "$sum" "$(sha256sum <"$tmp/store.img")" "store after a refused import of itself"
 
 out=$(plx check)
 grep -q '^check: 0 errors,' <<<"$out" || fail "check: $out"

@@ -23,6 +23,16 @@ start=$SECONDS
 (cd "$T/pkg/parallax" && dpkg-buildpackage -b -us -uc -j2) >"$T/build.log" 2>&1 ||
     { tail -40 "$T/build.log"; fail "dpkg-buildpackage"; }
 echo "deb_package: dpkg-buildpackage took $((SECONDS - start)) s"
+# What the build leaves in debian/ is ignored by git: a package build in the tree leaves nothing
+# untracked behind (debian/*.debhelper.log was).
+if command -v git >/dev/null && [[ -e $src/.git ]]; then
+    while IFS= read -r f; do
+        [[ -e $src/debian/$f ]] && continue
+        [[ -d $T/pkg/parallax/debian/$f ]] && f+=/ # a directory pattern matches only so
+        git -C "$src" check-ignore -q --no-index "debian/$f" ||
+            fail "the package build leaves debian/$f, which .gitignore does not cover"
+    done < <(cd "$T/pkg/parallax/debian" && find . -maxdepth 1 -mindepth 1 -printf '%P\n')
+fi
 
 version=$(sed -n 's/^#define PLX_API_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' \
     "$src/libparallax/include/parallax.h" | paste -sd.)

@@ -125,4 +125,16 @@ printf 'write-cache-size=lots\n' >"$conf"
 expect_fail 1 plx serve --unix "$T/x.sock"
 [[ $PLX_LAST_STDERR == *"write-cache-size=lots"* ]] || fail "bad size: $PLX_LAST_STDERR"
 [[ ! -S $T/x.sock ]] || fail "serve listened despite a malformed settings file"
+echo "== no log at all: cache enable says how to give one"
+rm -f "$conf"
+start_server "$T/e.sock" "$T/e.log"
+hold_vdi "$T/e.sock"
+for ((i = 0; i < 50; i++)); do
+    plx cache status | contains "^vm .*no write log attached" && break
+    sleep 0.1
+done
+expect_fail 1 plx cache enable vm
+[[ $PLX_LAST_STDERR == *"no write log"*"--log PATH"* ]] || fail "enable without a log: $PLX_LAST_STDERR"
+kill "$HOLDER_PID"
+stop_server
 echo "wcache_config: ok"

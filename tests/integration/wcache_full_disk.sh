@@ -30,6 +30,8 @@ free_kib=$(df -k --output=avail "$T/disk" | tail -1 | tr -d ' ')
 
 expect_fail 1 plx serve --unix "$T/x.sock" --write-cache "$T/disk/wlog" --write-cache-size 16M
 [[ $PLX_LAST_STDERR == *"no room"* ]] || fail "full disk: $PLX_LAST_STDERR"
+# What to do, in serve's own terms (it named cache's --size).
+[[ $PLX_LAST_STDERR == *"--write-cache-size"* ]] || fail "full disk, the option: $PLX_LAST_STDERR"
 [[ ! -e $T/disk/wlog ]] || fail "a log the disk had no room for was left behind"
 [[ ! -S $T/x.sock ]] || fail "the server listened although the log was refused"
 

@@ -6,6 +6,8 @@
 # - kill -9 with a full log (the drain held, a writer blocked on the full log): the VDI record
 #   names the log, so the VDI cannot be opened for writing without it; a restarted server
 #   replays it, and everything written and flushed before the kill reads back; check is clean;
+#   until then vdi-export of the VDI is refused too (it would miss the log's writes), while a
+#   snapshot taken before exports whole;
 # - `cache discard --force` on a copy of the blockstore drops the log's writes (the older data).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -95,6 +97,7 @@ PARALLAX_HOST_ID=other-host expect_fail 1 plx serve --unix "$T/x.sock" --write-c
 
 # ---- kill -9 with a full log -----------------------------------------------------------------------
 echo "== kill -9"
+plx vdi-snapshot vm --label before-kill >/dev/null
 PARALLAX_WCACHE_HOLD_DRAIN=1 start_server "$T/b.sock" "$T/b.log" --write-cache "$T/wlog"
 # One client: 4 MiB written and flushed, then more than the 8 MiB log holds: that write waits
 # for a drain that is held (the client stays connected, so the VDI stays open).
@@ -125,6 +128,21 @@ expect_fail 1 plx vdi-snapshot vm
 [[ $PLX_LAST_STDERR == *"write log"* && $PLX_LAST_STDERR == *"cache discard"* ]] ||
     fail "open without the log: $PLX_LAST_STDERR"
 expect_fail 2 plx cache discard vm
+# Nor read its current image: an export would miss the log's writes and pass for a backup. The
+# message says how to get them out. A snapshot taken before is whole (a snapshot waits for the
+# VDI's records to drain), so its export goes on.
+expect_fail 1 plx vdi-export vm "$T/vm.raw"
+[[ $PLX_LAST_STDERR == *"write log"* && $PLX_LAST_STDERR == *"--write-cache"* ]] ||
+    fail "export without the log: $PLX_LAST_STDERR"
+[[ ! -e $T/vm.raw ]] || fail "the refused export created $T/vm.raw"
+plx vdi-export vm@before-kill "$T/before.raw"
+# The log itself, whose writes wait for the replay, is no target for an export.
+sum=$(sha256sum <"$T/wlog")
+expect_fail 1 plx vdi-export vm@before-kill "$T/wlog"
+[[ $PLX_LAST_STDERR == *"is a Parallax write log"* ]] || fail "export onto the log: $PLX_LAST_STDERR"
+assert_eq "$sum" "$(sha256sum <"$T/wlog")" "the log after a refused export onto it"
+cmp -n 4M "$T/before.raw" <(python3 -c 'import sys; sys.stdout.buffer.write(b"\x11" * (4 << 20))') ||
+    fail "the snapshot taken before the kill does not read back"
 cp --sparse=always "$T/store.img" "$T/copy.img"
 
 echo "== replay"
