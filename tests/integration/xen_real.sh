@@ -7,11 +7,11 @@
 # - `xl create` of a PV guest whose disk is the documented Parallax disk string
 #   (script=block-parallax,vdev=xvda,target=web1): the hotplug script starts `parallax serve`
 #   and attaches the VDI through nbd-client, blkback serves it to the guest;
-# - the guest writes 16 checksummed chunks, each followed by a flush, reads them back and
+# - the guest writes 24 checksummed chunks, each followed by a flush, reads them back and
 #   compares;
 # - `parallax vdi-snapshot web1` while the guest writes: afterwards the snapshot, read through
 #   the server, is a clean prefix of the guest's writes holding every chunk the guest had
-#   flushed before it was taken, and the VDI holds all 16 chunks;
+#   flushed before it was taken, and the VDI holds all 24 chunks;
 # - `parallax check --live` in dom0, and after the lab powered off, `parallax check` of the
 #   blockstore image on this host.
 #

@@ -4,10 +4,12 @@
 # The guest carries out the operations named on its kernel command line, given by the case in
 # the xl config's extra=, as plx.do=OP,OP,... and powers off:
 #
-#   w:DEV:SEED:START:N   write chunks START..START+N-1 of /dev/DEV, each followed by an fsync
-#                        (a flush through blkfront, blkback and the NBD device to Parallax) and
-#                        a line "plx-guest: wrote DEV I"; then drop the caches, read them back
-#                        and compare
+#   w:DEV:SEED:START:N[:PAUSE]
+#                        write chunks START..START+N-1 of /dev/DEV, each followed by an fsync
+#                        (a flush through blkfront, blkback and the NBD device to Parallax), a
+#                        line "plx-guest: wrote DEV I" and PAUSE seconds of sleep (default none:
+#                        a pause keeps the guest writing while dom0 does something slow); then
+#                        drop the caches, read them back and compare
 #   c:DEV:SEED:START:N   read chunks START..START+N-1 and compare
 #   ro:DEV               a write to /dev/DEV must be refused (a read-only disk)
 #   p:SECONDS            pause
@@ -58,7 +60,8 @@ check() {
 ops=$(sed -n 's/.*plx\.do=\([^ ]*\).*/\1/p' /proc/cmdline)
 status=OK
 for op in $(echo "$ops" | tr ',' ' '); do
-    IFS=: read -r what dev seed start n <<EOF
+    pause=""
+    IFS=: read -r what dev seed start n pause <<EOF
 $op
 EOF
     case $what in
@@ -73,6 +76,7 @@ EOF
                 break 2
             fi
             echo "plx-guest: wrote $dev $i"
+            [ -z "$pause" ] || sleep "$pause"
             i=$((i + 1))
         done
         check "$dev" "$seed" "$start" "$n" || { status=FAIL; break; }

@@ -13,8 +13,8 @@
 . /plx/lab-lib.sh
 
 parallax vdi-create web3 --size 64M >/dev/null || fail "vdi-create web3"
-N=32
-guest_cfg web3 "w:xvda:web3:0:$N" 'script=block-parallax,vdev=xvda,target=web3'
+N=32 # with a pause between chunks: still writing when the slow save begins
+guest_cfg web3 "w:xvda:web3:0:$N:0.3" 'script=block-parallax,vdev=xvda,target=web3'
 guest_start web3
 wait_console web3 '^plx-guest: wrote xvda 4$' 300 || fail "guest web3 did not write"
 log "saving web3 after chunk $(last_wrote web3 xvda)"
