@@ -327,7 +327,7 @@ run_cases() {
         r=$(sed -n "s/.*PLX-CASE $c \(PASS\|FAIL\|TOOLSTACK\).*/\1/p" "$log" | tail -1)
         RES[$c]=${r:-MISSING}
     done
-    # The timings dom0 reported (Xen's clock: seconds since Xen started).
+    # The timings dom0 reported (its uptime in seconds at each milestone; case-* are durations).
     grep -o 'PLX-TIME .*' "$log" | sed 's/^/xen-lab:   /' || true
     # The blockstore read by a second reader, on the host: consistent after the run?
     if [[ ${RES[*]} != *MISSING* ]] && ! "$ROOT/build/parallax" -b "$store" check --quiet \
