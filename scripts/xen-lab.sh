@@ -7,7 +7,7 @@
 #   scripts/xen-lab.sh build            assemble build/xen-lab/ (Xen, kernel, dom0 and guest
 #                                       initramfs); `shell` and `run` do it first themselves
 #   scripts/xen-lab.sh shell            boot Xen and dom0 with a root shell on this terminal
-#                                       (the store is set up, xl and parallax ready; `poweroff`
+#                                       (the store is set up, xl and parallax ready; `exit`
 #                                       or Ctrl-A X ends it)
 #   scripts/xen-lab.sh run CASE...      boot, run the cases (tests/xen/cases/CASE.sh) in dom0,
 #                                       print each case's result; a case that failed through a
@@ -397,6 +397,7 @@ list) find "$ROOT/tests/xen/cases" -name "*.sh" -printf "%f\n" | sed "s/\.sh$//"
 shell)
     build
     OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/shell.XXXXXX")}
+    mkdir -p "$OUT"
     [[ -e $OUT/store.img ]] || truncate -s "$STORE_SIZE" "$OUT/store.img"
     echo "xen-lab: booting Xen (about 30 s to a dom0 shell); the blockstore is $OUT/store.img"
     boot "" "$OUT/store.img" 0 "plx.cases=shell"

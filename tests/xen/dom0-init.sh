@@ -57,7 +57,8 @@ if [ "$cases" = shell ] || [ -z "$cases" ]; then
   Xen 4.17 dom0 with Parallax. The blockstore is /dev/vda (/etc/parallax/blockstore).
   Try:  parallax vdi-create demo --size 64M
         xl create /plx/example.cfg -c        (a busybox guest on the VDI; Ctrl-] leaves it)
-  Guest kernel and initramfs: /plx/guest/. `poweroff` ends the lab.
+  Guest kernel and initramfs: /plx/guest/. `exit` ends the lab (dom0 stops the Parallax
+  server, syncs and powers Xen off); Ctrl-A X stops QEMU at once.
 
 EOF
     setsid -c /bin/bash -l </dev/hvc0 >/dev/hvc0 2>&1
