@@ -29,7 +29,7 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 echo "PLX-TIME dom0-userspace $(uptime_s)"
 
 for m in xenfs xen-evtchn xen-gntdev xen-gntalloc xen-privcmd xen-blkback loop virtio_pci \
-    virtio_blk; do
+    virtio_blk ext4; do
     modprobe "$m" || echo "dom0-init: modprobe $m failed"
 done
 # Enough NBD devices for every guest disk of a case plus dom0's own reads.
