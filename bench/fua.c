@@ -2,7 +2,8 @@
  * bench/fua.c - FUA writes: what durable-on-completion writes cost, and how many device flushes
  * they need, in the engine and through the NBD server, against a raw file.
  *
- * 4 KiB random writes for a fixed time at queue depth 1 and 32, each with and without FUA, on:
+ * 4 KiB random writes for a fixed time at queue depth 1 and 32 (--qd N: 1 and N, e.g. 8, what
+ * tapdisk's NBD server keeps in flight), each with and without FUA, on:
  *   raw      a preallocated, fully written file through the file backend (libaio + O_DIRECT):
  *            FUA is RWF_DSYNC, i.e. a write plus a device flush for each write;
  *   engine   a fully written Parallax VDI in this process: the engine's own I/O is counted
@@ -16,6 +17,8 @@
  * disk); the order of the compared runs alternates over --repeat rounds; values are medians.
  *
  * Build: make build/bench-fua     Run: build/bench-fua [--dir DIR] [--quick] [--runtime S]
+ *                                      [--rounds N] [--qd N] [--no-nbd]
+ * --no-nbd: only the raw and engine rows (no parallax serve, qemu-storage-daemon or libnbd run).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -391,9 +394,12 @@ int main(int argc, char **argv)
     double secs = 5;
     unsigned rounds = 3;
     uint64_t size = 256 * MiB;
-    static const struct option lo[] = {{"dir", 1, 0, 'd'},   {"runtime", 1, 0, 't'},
-                                       {"quick", 0, 0, 'q'}, {"rounds", 1, 0, 'r'},
-                                       {"parallax", 1, 0, 'p'}, {0, 0, 0, 0}};
+    unsigned qd_hi = 32;
+    int no_nbd = 0;
+    static const struct option lo[] = {{"dir", 1, 0, 'd'},      {"runtime", 1, 0, 't'},
+                                       {"quick", 0, 0, 'q'},    {"rounds", 1, 0, 'r'},
+                                       {"parallax", 1, 0, 'p'}, {"qd", 1, 0, 'Q'},
+                                       {"no-nbd", 0, 0, 'N'},   {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (o) {
@@ -401,6 +407,8 @@ int main(int argc, char **argv)
         case 't': secs = atof(optarg); break;
         case 'r': rounds = (unsigned)atoi(optarg); break;
         case 'p': parallax = optarg; break;
+        case 'Q': qd_hi = (unsigned)atoi(optarg); break;
+        case 'N': no_nbd = 1; break;
         case 'q':
             secs = 0.5;
             rounds = 1;
@@ -408,12 +416,12 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: bench-fua [--dir DIR] [--runtime S] [--rounds N] [--quick] "
-                            "[--parallax PATH]\n");
+                            "[--parallax PATH] [--qd N] [--no-nbd]\n");
             return 2;
         }
     }
-    if (secs <= 0 || rounds < 1 || rounds > MAX_ROUNDS)
-        die("--runtime > 0 and --rounds 1..%d", MAX_ROUNDS);
+    if (secs <= 0 || rounds < 1 || rounds > MAX_ROUNDS || qd_hi < 2 || qd_hi > MAX_QD)
+        die("--runtime > 0, --rounds 1..%d and --qd 2..%d", MAX_ROUNDS, MAX_QD);
     signal(SIGPIPE, SIG_IGN);
     struct stat sb;
     if (stat(dir, &sb) != 0)
@@ -466,7 +474,7 @@ int main(int argc, char **argv)
 
     /* res[side][qd index][fua][round] */
     static struct result res[SIDES][2][2][MAX_ROUNDS];
-    static const unsigned qds[2] = {1, 32};
+    const unsigned qds[2] = {1, qd_hi};
     fprintf(stderr, "bench-fua: %u rounds of %.1f s per run, %llu MiB, in %s\n", rounds, secs,
             (unsigned long long)(size / MiB), dir);
     for (unsigned k = 0; k < rounds; k++) {
@@ -486,41 +494,43 @@ int main(int argc, char **argv)
         die("close");
     rc->base.ops->destroy(&rc->base);
 
-    char *serve[] = {(char *)parallax, "-b", store, "serve", "--unix", sock, NULL};
-    char blockdev[4400];
-    snprintf(blockdev, sizeof blockdev,
-             "driver=file,node-name=f0,filename=%s,cache.direct=on,aio=native", raw);
-    char nbdsrv[4400];
-    snprintf(nbdsrv, sizeof nbdsrv, "addr.type=unix,addr.path=%s", qsock);
-    char chardev[4400];
-    snprintf(chardev, sizeof chardev, "socket,id=qmp,path=%s,server=on,wait=off", qmp);
-    char *qsd[] = {"qemu-storage-daemon", "--blockdev", blockdev, "--blockdev",
-                   "driver=raw,node-name=r0,file=f0", "--nbd-server", nbdsrv, "--export",
-                   "type=nbd,id=e0,node-name=r0,name=v,writable=on", "--chardev", chardev,
-                   "--monitor", "chardev=qmp", NULL};
-    pid_t sp = spawn(serve, log);
-    pid_t qp = spawn(qsd, qlog);
-    wait_socket(sock, sp);
-    wait_socket(qsock, qp);
-    for (unsigned k = 0; k < rounds; k++)
-        for (int q = 0; q < 2; q++)
-            for (int f = 0; f < 2; f++) {
-                uint64_t seed = 7000 + 1000 * k + 10 * (unsigned)q + (unsigned)f;
-                for (int side = 0; side < 2; side++) {
-                    int s = (side + (int)k) % 2 ? S_NBD_RAW : S_NBD_PLX;
-                    res[s][q][f][k] = s == S_NBD_RAW
-                                          ? run_nbd(qsock, "v", size, qds[q], f, secs, seed)
-                                          : run_nbd(sock, "fua", size, qds[q], f, secs, seed);
+    if (!no_nbd) {
+        char *serve[] = {(char *)parallax, "-b", store, "serve", "--unix", sock, NULL};
+        char blockdev[4400];
+        snprintf(blockdev, sizeof blockdev,
+                 "driver=file,node-name=f0,filename=%s,cache.direct=on,aio=native", raw);
+        char nbdsrv[4400];
+        snprintf(nbdsrv, sizeof nbdsrv, "addr.type=unix,addr.path=%s", qsock);
+        char chardev[4400];
+        snprintf(chardev, sizeof chardev, "socket,id=qmp,path=%s,server=on,wait=off", qmp);
+        char *qsd[] = {"qemu-storage-daemon", "--blockdev", blockdev, "--blockdev",
+                       "driver=raw,node-name=r0,file=f0", "--nbd-server", nbdsrv, "--export",
+                       "type=nbd,id=e0,node-name=r0,name=v,writable=on", "--chardev", chardev,
+                       "--monitor", "chardev=qmp", NULL};
+        pid_t sp = spawn(serve, log);
+        pid_t qp = spawn(qsd, qlog);
+        wait_socket(sock, sp);
+        wait_socket(qsock, qp);
+        for (unsigned k = 0; k < rounds; k++)
+            for (int q = 0; q < 2; q++)
+                for (int f = 0; f < 2; f++) {
+                    uint64_t seed = 7000 + 1000 * k + 10 * (unsigned)q + (unsigned)f;
+                    for (int side = 0; side < 2; side++) {
+                        int s = (side + (int)k) % 2 ? S_NBD_RAW : S_NBD_PLX;
+                        res[s][q][f][k] = s == S_NBD_RAW
+                                              ? run_nbd(qsock, "v", size, qds[q], f, secs, seed)
+                                              : run_nbd(sock, "fua", size, qds[q], f, secs, seed);
+                    }
                 }
-            }
-    stop(sp);
-    stop(qp);
+        stop(sp);
+        stop(qp);
+    }
 
     printf("FUA writes: 4 KiB random overwrites, %.1f s per run, median of %u rounds\n", secs,
            rounds);
     printf("%-36s %4s %4s %10s %8s %10s %8s %8s\n", "target", "QD", "FUA", "IOPS", "vs raw",
            "flush/wr", "FUA/wr", "other MiB");
-    for (int s = 0; s < SIDES; s++)
+    for (int s = 0; s < (no_nbd ? S_NBD_RAW : SIDES); s++)
         for (int q = 0; q < 2; q++)
             for (int f = 0; f < 2; f++) {
                 double iops[MAX_ROUNDS], fl[MAX_ROUNDS], fu[MAX_ROUNDS], fm[MAX_ROUNDS],

@@ -33,6 +33,7 @@ struct file_slot {
     size_t total, done; /* bytes */
     enum slot_stage stage;
     int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
+    int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
     int status;
     struct file_slot *next; /* free, stalled, ready or helper-thread list */
 };
@@ -104,6 +105,9 @@ struct file_backend {
      * $PARALLAX_IOPRIO=0 turns it off. */
     int ioprio_rt;
     int sync_rt; /* the fdatasync helper thread asks for the real-time class */
+    /* FUA writes without PLX_IO_URGENT accepted and not yet delivered (slot_begin): with
+     * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
+    unsigned fua_data_inflight;
 };
 
 /* A prepared range: blocks [first, end), cut at absolute 1 MiB boundaries into chunks c0.. */

@@ -38,6 +38,7 @@ struct plx_alloc;
 struct plx_cache;
 struct plx_lock_ops;
 struct plx_lockd;
+struct plx_reclaim;
 struct plx_vdi;
 struct plx_wlog;
 
@@ -118,15 +119,16 @@ struct plx_store {
     struct plx_timer *timers;
     int timer_fd;
     uint64_t timer_fd_at;
-    int fatal;         /* nonzero: the store stopped (negative errno) */
-    bool fenced;       /* lease lost: no I/O may reach the medium any more */
+    int fatal;   /* nonzero: the store stopped (negative errno) */
+    bool fenced; /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
 
     /* The layers above, each owning its state. */
-    struct plx_alloc *alloc; /* alloc.c */
-    struct plx_cache *cache; /* cache.c */
-    struct plx_vdi *vdis;    /* open VDI handles (vdi.c) */
-    struct plx_wlog *wlog;   /* the write cache's log, or NULL (wlog.c) */
+    struct plx_alloc *alloc;     /* alloc.c */
+    struct plx_cache *cache;     /* cache.c */
+    struct plx_vdi *vdis;        /* open VDI handles (vdi.c) */
+    struct plx_wlog *wlog;       /* the write cache's log, or NULL (wlog.c) */
+    struct plx_reclaim *reclaim; /* answering collectors in held extents, or NULL (reclaim.c) */
     /* A second medium the service loop polls beside `be`: the write log's local file. */
     plx_backend *side_be;
     /* The store's write latency as the engine sees it: an exponentially weighted mean (weight

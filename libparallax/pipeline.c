@@ -334,6 +334,7 @@ static struct plx_batch *batch_open(struct plx_vdi *v)
 
 static int batch_add_node(struct plx_batch *b, struct plx_node *n)
 {
+    b->v->meta_seq = b->seq;
     if (n->dirty_batch == b->seq)
         return 0;
     if (b->nnodes == b->cap) {
@@ -510,6 +511,10 @@ static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
                                 v->rec.name, b->early);
     }
     btrace(b, BT_DONE);
+    /* Its last flush came after its own writes, and its stage B after the older batch had
+     * finished: everything of this batch and of those before it is durable. */
+    if (!status && (b->final_flush || b->snap))
+        v->durable_seq = b->seq;
     struct plx_req *r = b->reqs;
     b->reqs = NULL;
     while (r) {
@@ -778,6 +783,7 @@ static void submit_data_buf(struct plx_req *r, enum plx_io_op op, uint8_t *buf, 
     struct plx_ev *ev = &r->ios[r->nios++];
     memset(ev, 0, sizeof *ev);
     ev->io.op = op;
+    ev->io.flags = op == PLX_IO_WRITE && r->fua_in_place ? PLX_IO_FUA : 0;
     ev->io.block = pb;
     ev->io.nblocks = n;
     ev->io.buf = buf;
@@ -1155,10 +1161,17 @@ static void do_mutate(struct plx_req *r)
         batch_maybe_start(v); /* nodes it shadowed are in the open batch: commit them */
         return;
     }
-    r->needs_batch = r->nrelinks > 0 || (r->flags & PLX_WRITE_FUA);
+    /* A FUA write that only overwrites writable blocks, while every link in memory is durable
+     * (no batch that changed a node is waiting for its flush), changes nothing its data needs:
+     * its data writes carry FUA and it completes when they do, without a batch commit. Any other
+     * FUA write completes with its batch, whose last flush makes it durable. It stays a member
+     * of the batch either way (data_pending), so a snapshot after it still follows its data. */
+    bool fua = r->flags & PLX_WRITE_FUA;
+    r->fua_in_place = fua && r->op == REQ_WRITE && !r->nrelinks && v->meta_seq <= v->durable_seq;
+    r->needs_batch = r->nrelinks > 0 || (fua && !r->fua_in_place);
     r->state = RQ_IO;
     r->batch = b;
-    if (r->flags & PLX_WRITE_FUA)
+    if (fua && !r->fua_in_place)
         b->final_flush = true;
     if (ensure_ios(r, nb)) {
         free(phys);
@@ -1313,6 +1326,7 @@ static void do_snapshot(struct plx_req *r)
         r->trace->batches_ahead = (v->flight != NULL) + (v->flight_next != NULL);
     }
     batch_wait(b, r);
+    v->meta_seq = b->seq; /* a new root and a record: not durable until the batch is */
     if (err)
         b->status = err;
     batch_maybe_start(v);

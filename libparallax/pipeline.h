@@ -96,6 +96,7 @@ struct plx_req {
     struct plx_relink *relinks;
     size_t nrelinks;
     bool needs_batch;            /* allocated or changed metadata */
+    bool fua_in_place;           /* a FUA overwrite made durable by FUA data writes alone */
     struct plx_batch *batch;
     char label[PLX_LABEL_MAX + 1];
     uint64_t *index_out;
@@ -192,6 +193,12 @@ struct plx_vdi {
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     uint64_t next_seq, batch_seq;
+    /* meta_seq: the newest batch that changed a node of the tree (or carried a snapshot);
+     * durable_seq: the newest batch that finished with a flush after its writes (its own and,
+     * batches finishing in order, every older batch's). meta_seq <= durable_seq: every link in
+     * memory is durable on the medium, so a FUA overwrite of a writable block needs only its
+     * data durable (fua_in_place). */
+    uint64_t meta_seq, durable_seq;
     bool needs_reload;
     /* A commit failed after some of its writes were acknowledged (they completed when their
      * data was written, before their batch committed): every request fails with this error

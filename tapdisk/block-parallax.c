@@ -29,8 +29,9 @@
  *   durable as far as its drivers make it (block-aio completes on the O_DIRECT write, with no
  *   device flush). Two durability modes (docs/tapdisk.md):
  *     durability=fua (default): every write is submitted with PLX_WRITE_FUA, so a completed
- *       write survives a power failure; writes in flight together share the engine's batch
- *       flushes (group commit).
+ *       write survives a power failure; writes that allocate share the engine's batch flushes
+ *       (group commit), and overwrites of the VDI's own blocks are one FUA data write each,
+ *       without a commit (docs/DESIGN.md, "FUA overwrites in place").
  *     durability=ordered: aio:'s contract. A write completes once its data, and the tree nodes
  *       that reach it, are written (not flushed): it survives a crash of tapdisk, and after a
  *       power failure the VDI is consistent and each block holds old or new data, but the last

@@ -333,9 +333,12 @@ struct plx_gc_report {
 };
 /* The mark-and-sweep collector (thesis algorithm 1): checkpoint the allocation bitmaps, mark
  * from every live root through the metadata extents in disk order, then free every block that
- * was allocated in the checkpoint and is unmarked. Runs beside writers in other processes: an
- * extent another live process holds is skipped (its claimed blocks may be linked at any time).
- * In this process, open VDIs are first brought to a committed state. Blocking. */
+ * was allocated in the checkpoint and is unmarked. Runs beside writers in other processes: in an
+ * extent another live process holds, that process frees the blocks, after answering a request
+ * through the extent's reclaim record (waited for up to $PARALLAX_RECLAIM_WAIT_MS, default
+ * 10 s; an extent whose holder does not answer is skipped: extents_skipped). freed_by_type
+ * counts what the holders confirmed within that wait. In this process, open VDIs are first
+ * brought to a committed state. Blocking. */
 int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out);
 
 /* Options of plx_gc_ex. Zero-initialise, set struct_size = sizeof(struct plx_gc_opts); fields

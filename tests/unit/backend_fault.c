@@ -72,6 +72,7 @@ struct fault_backend {
 
     uint64_t io_count, errors;
     uint64_t urgent_writes; /* writes submitted with PLX_IO_URGENT */
+    uint64_t fua_writes;    /* writes submitted with PLX_IO_FUA */
     struct nth_rule *nth;
     size_t nnth;
     struct fail_rule *rules;
@@ -193,6 +194,15 @@ uint64_t plx_fault_urgent_writes(const plx_backend *be)
     return fault_of(be)->urgent_writes;
 }
 
+void plx_fault_counts(const plx_backend *be, uint64_t *writes, uint64_t *fua_writes,
+                      uint64_t *flushes)
+{
+    const struct fault_backend *f = fault_of(be);
+    *writes = f->nwrites;
+    *fua_writes = f->fua_writes;
+    *flushes = f->nflushes;
+}
+
 uint64_t plx_fault_errors_injected(const plx_backend *be)
 {
     return fault_of(be)->errors;
@@ -293,6 +303,7 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
         f->errors++;
     } else if (io->op == PLX_IO_WRITE) {
         f->urgent_writes += (io->flags & PLX_IO_URGENT) != 0;
+        f->fua_writes += (io->flags & PLX_IO_FUA) != 0;
         /* Copied now: a crash before completion may still have landed the data as it was at
          * submission. */
         r->ev = f->log_len;

@@ -39,6 +39,9 @@ uint64_t plx_fault_io_count(const plx_backend *be);
 uint64_t plx_fault_errors_injected(const plx_backend *be);
 /* Writes submitted with PLX_IO_URGENT (the engine's hint: a snapshot or flush waits for them). */
 uint64_t plx_fault_urgent_writes(const plx_backend *be);
+/* Writes (FUA ones among them) and flushes submitted so far that reached the medium's log. */
+void plx_fault_counts(const plx_backend *be, uint64_t *writes, uint64_t *fua_writes,
+                      uint64_t *flushes);
 
 /* ---- Holding I/O ---------------------------------------------------------------------------- */
 

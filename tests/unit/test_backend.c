@@ -727,6 +727,7 @@ static struct {
     int refuse_prio;   /* a per-I/O priority: EPERM, as without CAP_SYS_NICE for the RT class */
     unsigned calls, eagains, refused;
     unsigned fdsyncs, prio_rt, prio_other; /* submitted: FDSYNCs, I/Os with a priority */
+    unsigned rwf_dsync;                    /* submitted: writes with RWF_DSYNC */
 } aio_fault;
 
 #define TEST_IOCB_FLAG_IOPRIO (1 << 1) /* <linux/aio_abi.h>, which clashes with libaio.h */
@@ -755,6 +756,7 @@ int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
     long rc = syscall(SYS_io_submit, ctx, nr, ios);
     for (long i = 0; i < rc; i++) {
         aio_fault.fdsyncs += ios[i]->aio_lio_opcode == IO_CMD_FDSYNC;
+        aio_fault.rwf_dsync += (ios[i]->aio_rw_flags & RWF_DSYNC) != 0;
         if (ios[i]->u.c.flags & TEST_IOCB_FLAG_IOPRIO) {
             if ((ios[i]->aio_reqprio >> 13) == 1) /* IOPRIO_CLASS_RT */
                 aio_fault.prio_rt++;
@@ -843,8 +845,10 @@ END_TEST
 
 /* The writes a commit waits for (PLX_IO_URGENT) go to the kernel in the real-time I/O class, so
  * that the I/O scheduler does not queue them behind data writes; no other I/O does; and flushes
- * go through the helper thread (its fdatasync writes ext4's metadata in that class too), not as
- * an aio FDSYNC run by a kernel worker. */
+ * and the flush of an urgent FUA write go through the helper thread (its fdatasync writes ext4's
+ * metadata in that class too), not as an aio FDSYNC run by a kernel worker. So does that of a FUA
+ * write that is not urgent (a FUA data write) alone in flight; among others in flight, such a
+ * write is one write with RWF_DSYNC: the kernel flushes after it. */
 START_TEST(test_file_urgent_ioprio)
 {
     plx_backend *be = make_backend(K_FILE_RT, 64);
@@ -854,8 +858,29 @@ START_TEST(test_file_urgent_ioprio)
     write_pattern(be, 2, 4, 82, 0);
     write_pattern(be, 8, 1, 83, PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 1);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0); /* alone: a write, then the helper's fdatasync */
+    /* Three at once: the first alone as above, the two others with RWF_DSYNC. */
+    unsigned char *buf = plx_block_alloc(3);
+    struct rec r[3];
+    int count = 0;
+    for (int i = 0; i < 3; i++) {
+        tu_fill(buf + (size_t)i * BS, BS, 85 + (uint64_t)i);
+        r[i].counter = &count;
+        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, 20 + (uint64_t)i, 1,
+                                    buf + (size_t)i * BS, PLX_IO_FUA),
+                         0);
+    }
+    drain_via_fd(be);
+    ck_assert_int_eq(count, 3);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
     write_pattern(be, 9, 1, 84, PLX_IO_URGENT | PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 2);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(r[i].status, 0);
+        ck_assert(has_pattern(be, 20 + (uint64_t)i, 1, 85 + (uint64_t)i));
+    }
+    plx_block_free(buf);
     ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
     ck_assert(has_pattern(be, 1, 1, 81));
     ck_assert(has_pattern(be, 2, 4, 82));

@@ -2037,6 +2037,32 @@ static void wl_trim(struct wl *wl)
     run_phase(wl, &mx, scale(480), 1u << a);
 }
 
+/* FUA overwrites in place (DESIGN.md, "The request pipeline": a FUA write of writable blocks
+ * while every link in memory is durable completes when its FUA data writes do, without a batch
+ * commit): a filled VDI overwritten mostly by FUA writes, 8 in flight as tapdisk keeps them,
+ * among cached and plain writes (which allocate after trims and snapshots, and whose links are
+ * not durable until a flush), trims, flushes and snapshots. */
+static void wl_fua_overwrite(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 192), R(512, 64)};
+    int a = add_vdi(wl, "fua-ow", 4 * MIB, r, 2);
+    open_vdi(wl, a);
+    struct mix fill = {.write = 95, .flush = 5, .max_nb = 16, .seq = true, .inflight = 16};
+    run_phase(wl, &fill, scale(40), 1u << a);
+    struct mix mx = {.write = 20,
+                     .fua = 60,
+                     .trim = 3,
+                     .flush = 4,
+                     .snap = 2,
+                     .read = 11,
+                     .max_nb = 4,
+                     .max_trim = 4,
+                     .hot = 60,
+                     .inflight = 8,
+                     .max_snaps = 10};
+    run_phase(wl, &mx, scale(400), 1u << a);
+}
+
 /* A sparse 1 TiB VDI (four tree levels) with ranges straddling leaf, level-1 and level-2
  * boundaries, through a node cache small enough to evict. */
 static void wl_sparse(struct wl *wl)
@@ -2084,6 +2110,83 @@ static void wl_checkpoint(struct wl *wl)
         run_phase(wl, &writes, scale(round % 3 == 2 ? 4 : 30), 1u << a);
         run_phase(wl, &snaps, scale(12), 1u << a);
     }
+}
+
+/* The collector beside a live holder (reclaim.c, gc.c): the VDI's engine (a host whose reclaim
+ * timer looks every millisecond) writes, snapshots and deletes snapshots, and the other engine
+ * (another host) collects three times. While the collector waits for the holder, marks and
+ * sweeps, the holder serves and takes new requests, snapshot deletions among them; so blocks
+ * are handed out, linked and unlinked after the mark began. The holder answers each request,
+ * and folds what the collector published into its allocator, freeing blocks of extents it
+ * holds. Every write the holder does afterwards lands in blocks a fold may have freed: a fold
+ * that freed a linked block shows as data a later write overwrote. Crash points fall in the
+ * collector's records and publications and in the holder's answers and folds. */
+struct gc_beside {
+    struct wl *wl;
+    struct mix mx;
+    unsigned ops, budget, vmask;
+};
+
+static void gc_beside_step(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+    struct gc_beside *b = arg;
+    (void)done, (void)total;
+    /* Not while the collector holds the admin lock (its checkpoint): a synchronous claim of the
+     * holder would wait for it in this same thread. */
+    if (strncmp(step, "waiting", 7) && strncmp(step, "marking", 7) && strcmp(step, "sweeping"))
+        return;
+    struct wl *wl = b->wl;
+    /* A burst, so that requests are in flight (blocks handed out, batches not committed) when
+     * the holder's round begins and while the collector marks. */
+    for (int k = 0; k < 8 && b->ops < b->budget && wl->inflight < b->mx.inflight; k++) {
+        gen_op(wl, &b->mx, b->vmask);
+        b->ops++;
+    }
+    service(wl, false);
+}
+
+static void wl_gc_fold(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 256), R(1500, 64)};
+    int a = add_vdi(wl, "folded", 8 * MIB, r, 2);
+    open_vdi(wl, a);
+    /* Every write near the catalogue (records linked and unlinked) is a crash point too. */
+    wl->focus_first = wl->st->sb.catalogue_start;
+    wl->focus_count = wl->st->sb.catalogue_blocks;
+    /* The holder: an engine opened with a fast reclaim poll. */
+    setenv("PARALLAX_RECLAIM_POLL_MS", "1", 1);
+    switch_engine(wl);
+    unsetenv("PARALLAX_RECLAIM_POLL_MS");
+    struct mix mx = {.write = 50,
+                     .fua = 5,
+                     .trim = 4,
+                     .flush = 6,
+                     .snap = 12,
+                     .edit = 15,
+                     .read = 8,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .hot = 30,
+                     .inflight = 24,
+                     .max_snaps = 60,
+                     .label = 10};
+    uint64_t freed = 0;
+    for (int round = 0; round < 3; round++) {
+        run_phase(wl, &mx, scale(200), 1u << a);
+        struct gc_beside b = {.wl = wl, .mx = mx, .budget = scale(80), .vmask = 1u << a};
+        struct plx_gc_opts o = {
+            .struct_size = sizeof o, .progress = gc_beside_step, .progress_arg = &b};
+        struct plx_gc_report rep;
+        snprintf(wl->where, sizeof wl->where, "gc round %d", round);
+        int rc = plx_gc_ex(wl->other, &o, &rep);
+        ck_assert_msg(rc == 0, "[%s] gc: %d %s", wl->name, rc, plx_store_errmsg(wl->other));
+        freed += rep.freed_by_type[PLX_EXTENT_DATA] + rep.freed_by_type[PLX_EXTENT_METADATA];
+        drain(wl);
+    }
+    run_phase(wl, &mx, scale(200), 1u << a);
+    printf("crash[gc-fold]: collections freed %llu blocks, %llu of them in the holder's extents\n",
+           (unsigned long long)freed, (unsigned long long)wl->st->alloc->folded);
+    ck_assert_uint_gt(wl->st->alloc->folded, 0);
 }
 
 /* A VDI handed back and forth between two engines (hosts) on one medium, with writes,
@@ -2381,14 +2484,23 @@ struct workload {
 };
 
 static const struct workload workloads[] = {
-    {"sequential", wl_sequential, 0},         {"random", wl_random, 0},
-    {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
-    {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
-    {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
-    {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
-    {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
-    {"snap-inflight", wl_snap_inflight, 0},  {"snap-edit", wl_snap_edit, 0},
+    {"sequential", wl_sequential, 0},
+    {"random", wl_random, 0},
+    {"snap-overwrite", wl_snap_overwrite, 0},
+    {"clone", wl_clone, 0},
+    {"snap-storm", wl_snap_storm, 0},
+    {"trim", wl_trim, 0},
+    {"sparse-1TiB", wl_sparse, 256 * 1024},
+    {"checkpoint", wl_checkpoint, 0},
+    {"handover", wl_handover, 0},
+    {"takeover", wl_takeover, 0},
+    {"placement", wl_placement, 64 * 1024},
+    {"snap-many", wl_snap_many, 0},
+    {"snap-inflight", wl_snap_inflight, 0},
+    {"snap-edit", wl_snap_edit, 0},
     {"claim-ahead", wl_claim_ahead, 0},
+    {"fua-overwrite", wl_fua_overwrite, 0},
+    {"gc-fold", wl_gc_fold, 0},
 };
 /* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
 static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
