@@ -126,6 +126,10 @@ $(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$
 	@mkdir -p $(dir $@)
 	$(CC) -O1 -g $(SAN) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
+# These run the real lock manager built beside them (order-only: not linked in).
+$(B)/unit/test_lockwait $(B)/unit-san/test_lockwait $(B)/unit/test_tapdisk \
+    $(B)/unit-san/test_tapdisk: | $(B)/parallax-lockd
+
 # Objects are kept (make would delete them as intermediates of the binaries above).
 .SECONDARY:
 
@@ -212,6 +216,19 @@ check: deps
 # The smoke runs of the benchmarks, one after the other (make check-long runs them beside the
 # crash harness's long runs).
 bench-smokes: bench-smoke bench-suite-smoke bench-clones-smoke bench-cluster-smoke bench-soak-smoke
+
+# The Xen lab (docs/xen-lab.md): Debian's Xen 4.17 and kernel booted under QEMU TCG, this tree
+# installed in dom0. `make xen-lab` gives a dom0 shell; `make check-xen` runs every case in
+# tests/xen/cases (the short one also runs in make check, as tests/integration/xen_real.sh).
+XEN_CASES := short clone attach saverestore destroy
+xendeps: builddeps
+	@$(DEPS_SCRIPT) xen
+
+xen-lab: xendeps all
+	@scripts/xen-lab.sh shell
+
+check-xen: xendeps all
+	@scripts/xen-lab.sh run $(XEN_CASES)
 
 # The step that installs missing Debian packages; a package build sets DEPS_SCRIPT=true, since
 # dpkg-buildpackage has already checked Build-Depends.
@@ -354,8 +371,9 @@ clean:
 # make install / make uninstall (PREFIX, DESTDIR, ...): see mk/install.mk.
 include mk/install.mk
 
-# Header dependencies written by -MMD (none before the first build).
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# Header dependencies written by -MMD (none before the first build). Only the object trees: the
+# rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
+-include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

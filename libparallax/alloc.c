@@ -197,6 +197,8 @@ void plx_alloc_free(plx_store *st)
         free(a->ext[e].dirty_blocks);
         free(a->ext[e].slots);
         free(a->ext[e].reserved);
+        free(a->ext[e].young[0]);
+        free(a->ext[e].young[1]);
     }
     free(a->ext);
     claim_discard(a->claim);
@@ -242,6 +244,11 @@ static int extent_hold(plx_store *st, uint64_t e, uint8_t *bits, bool spare)
     x->free = count_free(st, bits);
     x->held = true;
     x->spare = spare;
+    /* Taken during a reclaim round: no publication of that round (or an earlier one) may be
+     * folded into it (plx_alloc_fold), so its hand-outs need not be young for them; the next
+     * round allocates its young sets. */
+    x->hold_round = st->alloc->round;
+    x->folded_nonce = 0;
     if (!spare)
         st->alloc->empty_cursor = 0;
     /* Placing by leaf writes the extent in random order: have the medium zero its holes ahead
@@ -725,6 +732,16 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     return rc;
 }
 
+/* Blocks [i, i + n) of held extent e were handed out: young for the reclaim rounds kept. */
+static void young_mark(plx_store *st, uint64_t e, uint64_t i, uint64_t n)
+{
+    struct plx_extent_state *x = &st->alloc->ext[e];
+    for (int k = 0; k < 2; k++)
+        if (x->young[k])
+            for (uint64_t j = i; j < i + n; j++)
+                bit_set(x->young[k], j, true);
+}
+
 /* Claim a run of free blocks in a held extent of `type` into the pool. */
 static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_alloc_pool *pool)
 {
@@ -784,6 +801,7 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
         n = want;
     *first = pool->next;
     pool->next += n;
+    young_mark(st, pool->extent, *first % eb(st), n);
     return (int)n;
 }
 
@@ -1064,11 +1082,13 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
             i = *slot % eb(st) + off;
             if (!place_free(x, i) && spill_block(st, &e, &i)) {
                 take_block(st, e, i);
+                young_mark(st, e, i, 1);
                 *block = e * eb(st) + i;
                 return 0;
             }
             if (place_free(x, i) || slot_nearest_free(st, x, *slot % eb(st) / n, off, &i)) {
                 take_block(st, e, i);
+                young_mark(st, e, i, 1);
                 *block = e * eb(st) + i;
                 return 0;
             }
@@ -1090,6 +1110,7 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
             slot_take(st, e, s, leaf_addr, tag);
             *slot = e * eb(st) + s * n;
             take_block(st, e, s * n + off);
+            young_mark(st, e, s * n + off, 1);
             *block = *slot + off;
             return 0;
         }
@@ -1097,6 +1118,7 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
             unreserve_all(st); /* the store is full but for reservations */
         if (any_free_block(st, &e, &i)) {
             claim_block(st, e, i);
+            young_mark(st, e, i, 1);
             *block = e * eb(st) + i;
             return 0;
         }
@@ -1134,6 +1156,8 @@ void plx_alloc_extent_released(plx_store *st, uint64_t e)
     free(x->dirty_blocks);
     free(x->slots);
     free(x->reserved);
+    free(x->young[0]);
+    free(x->young[1]);
     memset(x, 0, sizeof *x);
 }
 
@@ -1301,6 +1325,86 @@ void plx_alloc_blocks_freed(plx_store *st)
     st->alloc->empty_cursor = 0;
 }
 
+/* ---- Folding in what a collector found ------------------------------------------------------
+ *
+ * A collector cannot free blocks in an extent a live process holds: the holder writes that
+ * bitmap from memory, and only the holder knows which of its blocks are handed out but not yet
+ * linked (a write in flight, a batch not committed) and so unmarked by a mark that read their
+ * parents too early. So the holder frees them itself, in two steps with the collector between
+ * (reclaim.c has the protocol):
+ *
+ * 1. A round begins (plx_alloc_round_begin) when the holder sees a collector's request; the
+ *    holder answers it once everything handed out before the round began is linked or
+ *    abandoned (the pipeline's batches of that time have finished). Only then does the collector
+ *    checkpoint the bitmap and read the roots. So a block handed out before the round began and
+ *    linked at any time after the checkpoint was linked, on the medium, before it: the mark
+ *    finds it. A block handed out after the round began is young for the round.
+ * 2. The collector publishes the blocks it found allocated in its checkpoint and unmarked, for
+ *    that round; the holder frees those that are still allocated here and are not young for the
+ *    round, not in a pool and not reserved by a slot (plx_alloc_fold).
+ *
+ * Young sets are bitmaps per held extent, kept for the current round and the one before (a
+ * hand-out marks both), so a publication made for the round before the current one still folds
+ * (a second collector's request may begin a round between one's answer and its publication).
+ */
+uint64_t plx_alloc_round_begin(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    uint64_t r = ++a->round;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        if (!x->held)
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (!x->young[k])
+                x->young[k] = calloc(eb(st) / 8, 1);
+        /* The set of round r - 2 becomes round r's, empty: nothing was handed out in r yet. */
+        if (x->young[r & 1])
+            memset(x->young[r & 1], 0, eb(st) / 8);
+    }
+    return r;
+}
+
+int64_t plx_alloc_fold(plx_store *st, uint64_t e, uint64_t round, uint64_t nonce,
+                       const uint8_t *bits)
+{
+    struct plx_alloc *a = st->alloc;
+    if (e == 0 || e >= st->sb.extent_count)
+        return -EINVAL;
+    struct plx_extent_state *x = &a->ext[e];
+    /* Not held now, or taken after the round began (the round's answer may have come from an
+     * earlier hold of it: what was handed out in between is not in the young sets), or a round
+     * whose young set is gone, or folded already: nothing may be freed. */
+    if (!x->held || round == 0 || x->hold_round >= round || round > a->round ||
+        round + 1 < a->round || !x->young[round & 1] || (nonce && x->folded_nonce == nonce))
+        return -ESTALE;
+    const uint8_t *young = x->young[round & 1];
+    uint64_t freed = 0, base = e * eb(st);
+    a->gen++;
+    for (uint64_t i = bitmap_blocks(st); i < eb(st); i++) {
+        if (!bit_get(bits, i) || !bit_get(x->bitmap, i) || bit_get(young, i))
+            continue;
+        if (x->reserved && bit_get(x->reserved, i))
+            continue;
+        bool pooled = false;
+        for (int t = 0; t < 2; t++) {
+            const struct plx_alloc_pool *p = &a->pool[t];
+            pooled |= p->valid && p->extent == e && base + i >= p->next && base + i < p->end;
+        }
+        if (pooled)
+            continue;
+        bit_set(x->bitmap, i, false);
+        x->dirty_blocks[i / (PLX_BLOCK_SIZE * 8)] = a->gen;
+        x->free++;
+        freed++;
+    }
+    x->folded_nonce = nonce;
+    a->folded += freed;
+    if (freed)
+        plx_alloc_blocks_freed(st);
+    return (int64_t)freed;
+}
+
 /* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
 int plx_alloc_shutdown(plx_store *st)
 {
@@ -1340,6 +1444,9 @@ int plx_alloc_shutdown(plx_store *st)
     rc = plx_admin_lock(st);
     if (rc)
         return rc;
+    /* Entries as they are now: a collector may have named a reclaim record in one since we
+     * read them (FORMAT.md §6.1), and the release must not drop it. */
+    rc = plx_catalogue_read(st);
     for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
         if (!a->ext[e].held)
             continue;
@@ -1358,6 +1465,10 @@ int plx_alloc_shutdown(plx_store *st)
         a->ext[e].slots = NULL;
         free(a->ext[e].reserved);
         a->ext[e].reserved = NULL;
+        for (int k = 0; k < 2; k++) {
+            free(a->ext[e].young[k]);
+            a->ext[e].young[k] = NULL;
+        }
     }
     if (!rc)
         rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);

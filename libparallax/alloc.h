@@ -17,6 +17,13 @@ struct plx_extent_state {
     uint8_t *reserved;          /* data extents: set in the bitmap for an owned slot, not handed out */
     bool held;
     bool spare;                 /* held, claimed ahead, not handed out from yet (alloc.c) */
+    /* Reclaim rounds (alloc.c, "Folding in what a collector found"): the blocks handed out
+     * since round r began, in young[r & 1], for the current round and the one before; the
+     * round that was current when the extent was taken (hold_round), and the last collector's
+     * publication folded in (folded_nonce: never twice). */
+    uint8_t *young[2];
+    uint64_t hold_round;
+    uint64_t folded_nonce;
 };
 
 /* A slot is an aligned run of PLX_RADIX_FANOUT blocks (one leaf's worth of data; less when the
@@ -73,6 +80,8 @@ struct plx_alloc {
     uint64_t claims_failed; /* claims ahead ended by an error (the next one, or the fallback, tries
                              * again: no request sees it) */
     uint64_t stall_ns, stall_max_ns; /* time the allocating request waited in claims (sync, waited) */
+    uint64_t round;                  /* reclaim round (0: none begun yet) */
+    uint64_t folded;                 /* blocks freed by folding collectors' publications in */
     bool no_ahead;                   /* $PARALLAX_CLAIM_AHEAD=0: every claim synchronous */
     bool no_zero_ahead;              /* $PARALLAX_ZERO_AHEAD=0: data extents not prepared */
 };
@@ -119,6 +128,19 @@ bool plx_alloc_claim_io(const plx_store *st);
 /* Let a claim ahead in flight finish (or drop one still waiting for the lock), so that a
  * blocking call returns with no claim holding the admin lock. Blocking. */
 void plx_alloc_claim_finish(plx_store *st);
+/* Begin reclaim round a->round + 1 (reclaim.c): from now on every block handed out is young
+ * for it; the young set of the round before the current one is forgotten. */
+uint64_t plx_alloc_round_begin(plx_store *st);
+/* Fold a collector's candidates for held extent e (bits: one per block of the extent, set for a
+ * block the collector found allocated and unreachable) into the bitmap, for a publication made
+ * for reclaim round `round`: every candidate still allocated is freed, except blocks handed out
+ * since that round began (their links may postdate the collector's mark), blocks claimed and
+ * not handed out (pools, slot reservations), and all of them when the extent was taken after
+ * the round began or the round is older than the one before the current. In memory; the next
+ * allocator write carries it. Returns the blocks freed, or a negative errno (-ESTALE: the
+ * publication cannot be used, nothing freed). */
+int64_t plx_alloc_fold(plx_store *st, uint64_t e, uint64_t round, uint64_t nonce,
+                       const uint8_t *bits);
 /* Write every allocator change made so far and wait for it. Blocking. */
 int plx_wait_alloc_written(plx_store *st);
 

@@ -1001,6 +1001,41 @@ stopped:
 
 /* ---- Trees held open by live processes ------------------------------------------------------- */
 
+/* The extents' reclaim records (FORMAT.md §6.1): live while their catalogue entry names them,
+ * not radix nodes. One an older collector freed (not a record any more) is no error: readers
+ * check every block of it, and the next collection unlinks it. */
+static void reclaim_records(struct ck *c)
+{
+    plx_store *st = c->st;
+    struct plx_reclaim_req *q = plx_block_alloc(1);
+    for (uint64_t e = 1; q && st->cat && e < c->next; e++) {
+        uint64_t addr = st->cat[e].reclaim;
+        const char *why = "";
+        if (!addr || addr >= c->nb || plx_sync_io(st, PLX_IO_READ, addr, 1, q, 0) != 0 ||
+            plx_blkhdr_verify(q, PLX_MAGIC_RECLAIM_REQ, addr, &why) != 0 || q->extent != e ||
+            q->bits_blocks > PLX_RECLAIM_MAX_BITS_BLOCKS)
+            continue;
+        uint64_t blocks[2 + PLX_RECLAIM_MAX_BITS_BLOCKS];
+        size_t n = 0;
+        blocks[n++] = addr;
+        blocks[n++] = q->ack_addr;
+        for (uint32_t k = 0; k < q->bits_blocks; k++)
+            blocks[n++] = q->bits_addr[k];
+        for (size_t i = 0; i < n; i++) {
+            uint64_t a = blocks[i];
+            if (a >= c->nb)
+                continue;
+            if (bit_test(c->reach, a))
+                problem(c, 1,
+                        "block %llu of extent %llu's reclaim record is reachable from a tree "
+                        "or another record too",
+                        (unsigned long long)a, (unsigned long long)e);
+            bit_set(c->reach, a);
+        }
+    }
+    plx_block_free(q);
+}
+
 /* A tree a live process reads (hold.h) that no live VDI or snapshot reaches: its snapshot or VDI
  * was deleted, and the collector keeps it until the holder lets go. Walked like the rest, under
  * its VDI's record, or a stand-in naming the deleted VDI. */
@@ -1476,6 +1511,8 @@ int plx_check_ex(plx_store *st, const struct plx_check_opts *opts, struct plx_ch
         plx_err(st, rc, "check: out of memory");
         goto out;
     }
+    if (!rc)
+        reclaim_records(&c);
     progress(&c, "counting leaks", 0, 0);
     check_leaks(&c);
     for (size_t w = 0; w < words; w++)

@@ -250,6 +250,7 @@ void plx_defer(plx_store *st, struct plx_deferred *d)
 void plx_store_will_service(plx_store *st)
 {
     st->service_next = true;
+    st->serving = true;
 }
 
 void plx_defer_turn(plx_store *st, struct plx_deferred *d)
@@ -518,6 +519,12 @@ int plx_engine_watch_fd(plx_store *st, int fd)
     if (epoll_ctl(st->epoll_fd, EPOLL_CTL_ADD, fd, &e) != 0)
         return plx_err(st, -errno, "epoll_ctl: %s", strerror(errno));
     return 0;
+}
+
+void plx_engine_unwatch_fd(plx_store *st, int fd)
+{
+    struct epoll_event e = {0};
+    (void)epoll_ctl(st->epoll_fd, EPOLL_CTL_DEL, fd, &e);
 }
 
 void plx_fence(plx_store *st, const char *fmt, ...)

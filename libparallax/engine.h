@@ -38,6 +38,9 @@ struct plx_alloc;
 struct plx_cache;
 struct plx_lock_ops;
 struct plx_lockd;
+struct plx_lock_wait;
+struct plx_open_req;
+struct plx_reclaim;
 struct plx_vdi;
 struct plx_wlog;
 
@@ -96,6 +99,16 @@ struct plx_store {
     /* Called at the start of every service pass (the lock manager's heartbeat). */
     void (*service_tick)(struct plx_store *st);
     unsigned admin_depth; /* nested plx_admin_lock calls: only the outermost locks */
+    /* Waiting for the admin lock without blocking the loop (lock.c, plx_admin_lock_async): the
+     * waiters in order, and the timer that asks again and hands a grant to the first. */
+    struct plx_lock_wait *lock_waiters;
+    struct plx_timer lock_timer;
+    unsigned lock_backoff_us;
+    struct plx_open_req *opens; /* asynchronous VDI opens not yet completed (vdi.c) */
+    /* VDIs whose close could not clear their lock (vdi.c, plx_vdi_close_async): the record
+     * names this store's identity, and this store may take the lock back at its next open. */
+    uint64_t *locks_left;
+    unsigned nlocks_left;
     const struct plx_fence_ops *fence_ops; /* the medium's fencing (backend.h), or NULL */
     bool fencing; /* our key is registered at the medium (plx_fence_join) */
 
@@ -110,6 +123,9 @@ struct plx_store {
     bool in_service;     /* inside plx_store_service: completions need no wake */
     /* plx_store_will_service: the caller's loop services before it waits: no wake either */
     bool service_next;
+    /* The host said it serves the store from a loop (plx_store_will_service, ever): layers
+     * below keep their waits short (lock_lockd.c's ALIVE). */
+    bool serving;
     bool wake_pending; /* wake_fd was written since plx_store_service last read it */
     /* Armed plx_timers, and the timerfd in the epoll set that makes plx_store_fd() readable
      * when the earliest is due: programmed for timer_fd_at (0: disarmed). It is moved only
@@ -118,15 +134,16 @@ struct plx_store {
     struct plx_timer *timers;
     int timer_fd;
     uint64_t timer_fd_at;
-    int fatal;         /* nonzero: the store stopped (negative errno) */
-    bool fenced;       /* lease lost: no I/O may reach the medium any more */
+    int fatal;   /* nonzero: the store stopped (negative errno) */
+    bool fenced; /* lease lost: no I/O may reach the medium any more */
     char errmsg[512];
 
     /* The layers above, each owning its state. */
-    struct plx_alloc *alloc; /* alloc.c */
-    struct plx_cache *cache; /* cache.c */
-    struct plx_vdi *vdis;    /* open VDI handles (vdi.c) */
-    struct plx_wlog *wlog;   /* the write cache's log, or NULL (wlog.c) */
+    struct plx_alloc *alloc;     /* alloc.c */
+    struct plx_cache *cache;     /* cache.c */
+    struct plx_vdi *vdis;        /* open VDI handles (vdi.c) */
+    struct plx_wlog *wlog;       /* the write cache's log, or NULL (wlog.c) */
+    struct plx_reclaim *reclaim; /* answering collectors in held extents, or NULL (reclaim.c) */
     /* A second medium the service loop polls beside `be`: the write log's local file. */
     plx_backend *side_be;
     /* The store's write latency as the engine sees it: an exponentially weighted mean (weight
@@ -205,6 +222,8 @@ int plx_drive_handler_while(plx_store *st, void (*handler)(plx_store *st, struct
 /* Add fd to the set behind plx_store_fd(), so that its readiness wakes the host loop (which
  * then calls plx_store_service). */
 int plx_engine_watch_fd(plx_store *st, int fd);
+/* Take fd out of that set again (closing it does too). */
+void plx_engine_unwatch_fd(plx_store *st, int fd);
 /* Stop all further I/O to the medium for good: this process may no longer own what it holds
  * (its lease lapsed). Submissions fail with -ESTALE and the message from then on. */
 void plx_fence(plx_store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

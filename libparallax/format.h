@@ -40,6 +40,9 @@ static_assert(PLX_FORMAT_VERSION == PLX_FORMAT_VERSION_CURRENT, "parallax.h name
 #define PLX_MAGIC_WLOG_HEAD 0x4857504cu /* bytes "LPWH": the log's header, block 0 */
 #define PLX_MAGIC_WLOG_BATCH 0x4257504cu /* bytes "LPWB": one log write (a batch of records) */
 #define PLX_MAGIC_LABELIDX 0x5844494cu /* bytes "LIDX": label index node */
+#define PLX_MAGIC_RECLAIM_REQ 0x5152524cu  /* bytes "LRRQ": reclaim record, collector's block */
+#define PLX_MAGIC_RECLAIM_ACK 0x4b52524cu  /* bytes "LRRK": reclaim record, holder's answer */
+#define PLX_MAGIC_RECLAIM_BITS 0x4252524cu /* bytes "LRRB": reclaim record, candidate bits */
 #define PLX_MAGIC_HOLD 0x444c484cu     /* bytes "LHLD": hold table block (read-only opens) */
 
 struct plx_blkhdr {
@@ -120,6 +123,61 @@ struct plx_state_block {
 };
 static_assert(sizeof(struct plx_state_block) == PLX_BLOCK_SIZE, "state block layout");
 
+/* ---- Reclaim records (FORMAT.md §6.1) -------------------------------------------------------
+ * A collector that finds unreachable blocks in an extent a live process holds cannot clear their
+ * bits itself (the holder writes that bitmap from memory). It hands them to the holder through
+ * the extent's reclaim record instead: three kinds of block, each sealed with its own address
+ * and magic, found from the catalogue entry's `reclaim`. The request block and the candidate
+ * bits are written only by collectors (under the admin lock), the ack block only by the holder
+ * the request names. */
+#define PLX_RECLAIM_REQUEST 1u   /* the collector asks the holder for a round (a barrier) */
+#define PLX_RECLAIM_PUBLISHED 2u /* candidates for the round are in the bit blocks */
+#define PLX_RECLAIM_BITS_HDR 64u
+#define PLX_RECLAIM_BITS_PER_BLOCK ((PLX_BLOCK_SIZE - PLX_RECLAIM_BITS_HDR) * 8u) /* 32256 */
+#define PLX_RECLAIM_MAX_BITS_BLOCKS 496u /* extents up to 496 * 32256 blocks (61 GiB) */
+struct plx_reclaim_req {
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_REQ, self */
+    uint64_t extent;       /* the extent this record belongs to */
+    uint64_t nonce;        /* the collection's request (random, never 0) */
+    uint32_t state;        /* PLX_RECLAIM_REQUEST or PLX_RECLAIM_PUBLISHED */
+    uint32_t bits_blocks;  /* candidate bit blocks in bits_addr */
+    uint64_t holder_host;  /* the holder the request is for (catalogue holder fields) */
+    uint32_t holder_pid;
+    uint32_t reserved0;
+    uint64_t holder_epoch;
+    uint64_t round;      /* PUBLISHED: the holder's round the candidates hold for */
+    uint64_t candidates; /* PUBLISHED: bits set in the candidate blocks */
+    uint64_t gc_epoch;   /* PUBLISHED: state.gc_epoch after the collector's bump */
+    uint64_t ack_addr;   /* the ack block */
+    uint64_t reserved1[4];
+    uint64_t bits_addr[PLX_RECLAIM_MAX_BITS_BLOCKS];
+};
+static_assert(sizeof(struct plx_reclaim_req) == PLX_BLOCK_SIZE, "reclaim request layout");
+struct plx_reclaim_ack {
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_ACK, self */
+    uint64_t extent;
+    uint64_t holder_host; /* who answers: the holder named in the request */
+    uint32_t holder_pid;
+    uint32_t reserved0;
+    uint64_t holder_epoch;
+    uint64_t acked_nonce;  /* the request answered: every block handed out before the round
+                            * began was linked (or abandoned) when this was written */
+    uint64_t round;        /* the round begun for acked_nonce */
+    uint64_t folded_nonce; /* the last publication folded into the holder's allocator */
+    uint64_t folded;       /* blocks it freed */
+};
+static_assert(sizeof(struct plx_reclaim_ack) <= PLX_BLOCK_SIZE, "reclaim ack fits");
+struct plx_reclaim_bits {
+    struct plx_blkhdr hdr; /* PLX_MAGIC_RECLAIM_BITS, self */
+    uint64_t extent;
+    uint64_t nonce; /* the publication these bits belong to */
+    uint32_t index; /* bits cover blocks [index * PLX_RECLAIM_BITS_PER_BLOCK, ...) */
+    uint32_t reserved0;
+    uint64_t reserved1[3];
+    uint8_t bits[PLX_BLOCK_SIZE - PLX_RECLAIM_BITS_HDR];
+};
+static_assert(sizeof(struct plx_reclaim_bits) == PLX_BLOCK_SIZE, "reclaim bits layout");
+
 /* ---- Extent catalogue -------------------------------------------------------------------------- */
 struct plx_extent_entry {
     uint8_t type;       /* enum plx_extent_type */
@@ -129,7 +187,10 @@ struct plx_extent_entry {
     uint64_t holder_host;  /* hash of the holder's host name, 0 = unlocked */
     uint64_t holder_epoch; /* holder process start time (clock ticks since boot, from
                             * /proc/PID/stat): tells a reused pid apart */
-    uint64_t reserved1;
+    uint64_t reclaim;      /* the extent's reclaim record (its request block), 0 = none: how a
+                            * collector hands what it found unreachable in a held extent to
+                            * the holder (struct plx_reclaim_req; DESIGN.md "Space comes back
+                            * while hosts serve"). Was reserved (0) before. */
 };
 static_assert(sizeof(struct plx_extent_entry) == 32, "extent entry layout");
 #define PLX_EXTENT_FULL 1u

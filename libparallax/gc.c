@@ -1,10 +1,14 @@
 /*
  * gc.c - the mark-and-sweep garbage collector (thesis section 3.4.3, algorithm 1).
  *
+ * 0. Ask the holder of every extent another live process holds for a reclaim round (reclaim.c):
+ *    it answers once every block it handed out before the round is linked (or given up). Wait
+ *    for the answers, bounded.
  * 1. Checkpoint the allocation bitmap of every extent this process may sweep: extents nobody
- *    holds (or whose holder died), and the ones this process holds, after giving back its
- *    claimed-but-unused blocks. An extent another live process holds is skipped: its claimed
- *    blocks may be linked into a tree at any moment, and only the holder knows which.
+ *    holds (or whose holder died), the ones this process holds, after giving back its
+ *    claimed-but-unused blocks, and those whose holder answered. An extent another live process
+ *    holds and that did not answer is skipped: its claimed blocks may be linked into a tree at
+ *    any moment, and only the holder knows which.
  * 2. Mark the roots of every live VDI and live snapshot, of every tree a live process holds open
  *    read-only (hold.h: deleted or not, a tree someone reads is not garbage), the snapshot-log
  *    blocks and the registry's blocks (VDI table, name index, live VDIs' records). Deleted VDIs
@@ -14,7 +18,10 @@
  *    level). Each node is read once, in runs of consecutive blocks.
  * 4. Per extent, under the admin lock and after checking the holder again, free every block that
  *    was allocated in the checkpoint and is still allocated but unmarked. A block allocated after
- *    the checkpoint is never freed. An extent left empty goes back to "unused".
+ *    the checkpoint is never freed. An extent left empty goes back to "unused". In an extent
+ *    whose holder answered, publish those blocks instead, for the holder's round: the holder
+ *    frees them, except what it handed out since the round began (alloc.c, "Folding in"); then
+ *    wait (bounded) for it to say how many.
  *
  * Why concurrent writers are safe: a writer links only blocks it allocated from extents it
  * holds (skipped here) or blocks it reaches already (read-only links copied from a live tree).
@@ -31,7 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include "alloc.h"
 #include "cache.h"
 #include "hold.h"
@@ -45,13 +54,27 @@
 #define GC_RUN 64u /* blocks per read at most (a run of consecutive marked nodes) */
 #define GC_QD 32u  /* reads in flight while marking: scattered nodes need the device's queue */
 
+/* An extent a live process holds: what the collector asked its holder (reclaim.c, FORMAT.md
+ * §6.1). */
+struct gc_rec {
+    struct plx_reclaim_req *q; /* the request block as written (q->hdr.self: its address) */
+    uint64_t addr;             /* where it goes */
+    bool acked;                /* the holder answered: its round began before our checkpoint */
+    bool published;
+    bool folded;
+    bool gone; /* the holder died while we waited for it: wait no more */
+    uint64_t candidates;
+};
+
 struct gc {
     plx_store *st;
-    uint64_t eb, bmb;  /* blocks per extent, bitmap blocks per extent */
-    unsigned eshift;   /* log2(eb) */
-    uint64_t *rmap;    /* reachable, one bit per block */
-    uint64_t *scanned; /* radix node already read, one bit per block */
-    uint8_t **ckpt;    /* per extent: checkpointed bitmap, NULL = not swept */
+    struct gc_rec **rec; /* per extent, NULL: not asked */
+    uint64_t nonce;      /* this collection's requests */
+    uint64_t eb, bmb;    /* blocks per extent, bitmap blocks per extent */
+    unsigned eshift;     /* log2(eb) */
+    uint64_t *rmap;      /* reachable, one bit per block */
+    uint64_t *scanned;   /* radix node already read, one bit per block */
+    uint8_t **ckpt;      /* per extent: checkpointed bitmap, NULL = not swept */
     struct plx_vdi_record *recs;
     uint64_t *slots;
     size_t nrecs;   /* deleted VDIs found in the VDI table */
@@ -279,6 +302,230 @@ static int registry_drop(struct gc *g, bool dry_run)
     return rc;
 }
 
+/* ---- Held extents: asking their holders (reclaim.c has the holder's side) -------------------- */
+
+static uint64_t reclaim_wait_ns(void)
+{
+    const char *env = getenv("PARALLAX_RECLAIM_WAIT_MS");
+    return (env && *env ? strtoull(env, NULL, 10) : 10000) * 1000000ull;
+}
+
+static bool held_by_other(plx_store *st, const struct plx_extent_entry *c)
+{
+    return (c->type == PLX_EXTENT_METADATA || c->type == PLX_EXTENT_DATA) && c->holder_host &&
+           !is_candidate_holder(st, c);
+}
+
+static bool same_holder(const struct plx_extent_entry *c, const struct plx_reclaim_req *q)
+{
+    return c->holder_host == q->holder_host && c->holder_pid == q->holder_pid &&
+           c->holder_epoch == q->holder_epoch;
+}
+
+/* The record of extent e at addr, if it is one (an older collector may have freed its blocks);
+ * into q. */
+static bool record_read(plx_store *st, uint64_t e, uint64_t addr, struct plx_reclaim_req *q)
+{
+    const char *why = "";
+    uint64_t need =
+        (st->sb.extent_blocks + PLX_RECLAIM_BITS_PER_BLOCK - 1) / PLX_RECLAIM_BITS_PER_BLOCK;
+    if (!addr || addr >= st->sb.block_count || plx_sync_io(st, PLX_IO_READ, addr, 1, q, 0) != 0 ||
+        plx_blkhdr_verify(q, PLX_MAGIC_RECLAIM_REQ, addr, &why) != 0 || q->extent != e ||
+        q->bits_blocks != need || !q->ack_addr || q->ack_addr >= st->sb.block_count)
+        return false;
+    for (uint32_t k = 0; k < q->bits_blocks; k++)
+        if (!q->bits_addr[k] || q->bits_addr[k] >= st->sb.block_count)
+            return false;
+    return true;
+}
+
+static int alloc_one(plx_store *st, uint64_t *addr)
+{
+    int n = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, addr);
+    return n < 0 ? n : 0;
+}
+
+/* Step 0: ask the holder of every extent a live process holds for a round, in the extent's
+ * record (made here in our own metadata extent when it has none). Under the admin lock: the
+ * records are written before the catalogue entries that name them. */
+static int request_all(struct gc *g)
+{
+    plx_store *st = g->st;
+    uint64_t need =
+        (st->sb.extent_blocks + PLX_RECLAIM_BITS_PER_BLOCK - 1) / PLX_RECLAIM_BITS_PER_BLOCK;
+    if (need > PLX_RECLAIM_MAX_BITS_BLOCKS)
+        return 0; /* extents too large for a record: skipped, as before */
+    while (!g->nonce)
+        if (getrandom(&g->nonce, sizeof g->nonce, 0) != sizeof g->nonce)
+            g->nonce = plx_now_ns() ^ ((uint64_t)getpid() << 32);
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_catalogue_read(st);
+    bool made = false;
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        const struct plx_extent_entry *c = &st->cat[e];
+        if (!held_by_other(st, c))
+            continue;
+        struct gc_rec *r = calloc(1, sizeof *r);
+        struct plx_reclaim_req *q = plx_block_alloc(1);
+        if (!r || !q) {
+            free(r);
+            plx_block_free(q);
+            rc = plx_err(st, -ENOMEM, "gc: out of memory");
+            break;
+        }
+        r->q = q;
+        g->rec[e] = r;
+        uint64_t addr = c->reclaim;
+        if (!record_read(st, e, addr, q)) {
+            /* A new record: request, ack and candidate blocks in our metadata extent. */
+            memset(q, 0, PLX_BLOCK_SIZE);
+            q->bits_blocks = (uint32_t)need;
+            rc = alloc_one(st, &addr);
+            if (!rc)
+                rc = alloc_one(st, &q->ack_addr);
+            for (uint32_t k = 0; !rc && k < need; k++)
+                rc = alloc_one(st, &q->bits_addr[k]);
+            made = true;
+        }
+        if (rc)
+            break;
+        q->extent = e;
+        q->nonce = g->nonce;
+        q->state = PLX_RECLAIM_REQUEST;
+        q->holder_host = c->holder_host;
+        q->holder_pid = c->holder_pid;
+        q->holder_epoch = c->holder_epoch;
+        q->round = q->candidates = q->gc_epoch = 0;
+        r->addr = addr;
+    }
+    /* Our claims of the new blocks are durable before anything names them. */
+    if (!rc && made)
+        rc = plx_wait_alloc_written(st);
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        struct gc_rec *r = g->rec[e];
+        if (!r)
+            continue;
+        plx_blkhdr_seal(r->q, PLX_MAGIC_RECLAIM_REQ, r->addr);
+        rc = plx_sync_io(st, PLX_IO_WRITE, r->addr, 1, r->q, 0);
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    for (uint64_t e = 1; !rc && made && e < st->sb.extent_count; e++) {
+        struct gc_rec *r = g->rec[e];
+        if (!r || st->cat[e].reclaim == r->q->hdr.self)
+            continue;
+        struct plx_extent_entry ent = st->cat[e];
+        ent.reclaim = r->q->hdr.self;
+        rc = plx_extent_entry_write(st, e, &ent);
+    }
+    if (!rc && made)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (rc)
+        plx_err(st, rc, "gc: writing reclaim requests: %s", strerror(-rc));
+    plx_admin_unlock(st);
+    /* What we claimed for records and did not use goes back before the checkpoint. */
+    if (!rc && made) {
+        plx_alloc_return_pools(st);
+        rc = plx_wait_alloc_written(st);
+    }
+    return rc;
+}
+
+/* Read the ack block of r's record: did its holder answer (folded: fold) our request? */
+static bool ack_seen(struct gc *g, uint64_t e, const struct gc_rec *r, bool fold,
+                     struct plx_reclaim_ack *a)
+{
+    const char *why = "";
+    const struct plx_reclaim_req *q = r->q;
+    if (plx_sync_io(g->st, PLX_IO_READ, q->ack_addr, 1, a, 0) != 0 ||
+        plx_blkhdr_verify(a, PLX_MAGIC_RECLAIM_ACK, q->ack_addr, &why) != 0 || a->extent != e ||
+        a->holder_host != q->holder_host || a->holder_pid != q->holder_pid ||
+        a->holder_epoch != q->holder_epoch)
+        return false;
+    return fold ? a->folded_nonce == g->nonce : a->acked_nonce == g->nonce;
+}
+
+/* Wait (bounded) until every holder asked has answered (fold: has folded our publication).
+ * Holders look every second by default; one that does not answer in time is skipped. */
+static void wait_holders(struct gc *g, bool fold)
+{
+    plx_store *st = g->st;
+    struct plx_reclaim_ack *a = plx_block_alloc(1);
+    uint64_t deadline = plx_mono_ns() + reclaim_wait_ns();
+    for (unsigned turn = 0;; turn++) {
+        uint64_t left = 0, total = 0;
+        for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+            struct gc_rec *r = g->rec[e];
+            if (!r || r->gone || (fold ? !r->published || r->folded : r->acked))
+                continue;
+            total++;
+            if (!ack_seen(g, e, r, fold, a)) {
+                /* A holder that died will not answer (every quarter second: with a lock
+                 * manager, asking costs a round trip). Its extents are a dead holder's now,
+                 * which the next checkpoint (or collection) sweeps itself. */
+                const struct plx_reclaim_req *q = r->q;
+                if (turn % 12 == 11 &&
+                    plx_holder_stale(st, q->holder_host, q->holder_pid, q->holder_epoch))
+                    r->gone = true;
+                else
+                    left++;
+                continue;
+            }
+            if (!fold) {
+                r->acked = true;
+                r->q->round = a->round;
+            } else {
+                r->folded = true;
+                g->out->freed_by_type[st->cat[e].type] += a->folded;
+            }
+        }
+        progress(g, fold ? "waiting for holders to free" : "waiting for holders", total - left,
+                 total);
+        if (!left || plx_mono_ns() >= deadline)
+            break;
+        if (st->service_tick)
+            st->service_tick(st); /* our lease, if a lock manager holds one */
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    plx_block_free(a);
+}
+
+/* In the checkpoint, under the admin lock: an extent's record stays once made (its blocks
+ * marked), whoever holds the extent next, so that collections reuse it instead of making and
+ * sweeping records all the time; one that is not a record any more (an older collector freed
+ * its blocks) is unlinked from its entry (a dry run leaves it). */
+static int records_keep(struct gc *g, bool dry_run)
+{
+    plx_store *st = g->st;
+    struct plx_reclaim_req *q = plx_block_alloc(1);
+    int rc = 0;
+    bool cleared = false;
+    for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
+        struct plx_extent_entry ent = st->cat[e];
+        if (!ent.reclaim)
+            continue;
+        if (record_read(st, e, ent.reclaim, q)) {
+            mark_nonnode(g, ent.reclaim);
+            mark_nonnode(g, q->ack_addr);
+            for (uint32_t k = 0; k < q->bits_blocks; k++)
+                mark_nonnode(g, q->bits_addr[k]);
+            continue;
+        }
+        if (dry_run)
+            continue;
+        ent.reclaim = 0;
+        rc = plx_extent_entry_write(st, e, &ent);
+        cleared = true;
+    }
+    if (!rc && cleared)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_block_free(q);
+    return rc;
+}
+
 /* Step 1 and the registry half of step 2, under the admin lock. */
 static int checkpoint(struct gc *g, bool dry_run)
 {
@@ -292,7 +539,16 @@ static int checkpoint(struct gc *g, bool dry_run)
         const struct plx_extent_entry *c = &st->cat[e];
         if (c->type != PLX_EXTENT_METADATA && c->type != PLX_EXTENT_DATA)
             continue;
-        if (!is_candidate_holder(st, c) && !dry_run) {
+        struct gc_rec *r = g->rec[e];
+        /* A live holder that answered our request: its blocks handed out before its round are
+         * linked by now, so this checkpoint and the roots read below hold for them. */
+        bool answered = r && r->acked && same_holder(c, r->q) && held_by_other(st, c);
+        if (r && !answered) {
+            plx_block_free(r->q);
+            free(r);
+            g->rec[e] = NULL;
+        }
+        if (!is_candidate_holder(st, c) && !dry_run && !answered) {
             g->out->extents_skipped++;
             continue;
         }
@@ -305,6 +561,8 @@ static int checkpoint(struct gc *g, bool dry_run)
     /* Roots and logs are marked while the lock is held: a clone made after this point shares
      * only snapshots that are live here. The registry's own blocks (VDI table, name index,
      * records) are live too, and are not radix nodes: never read them as such. */
+    if (!rc)
+        rc = records_keep(g, dry_run);
     if (!rc)
         rc = plx_state_read(st);
     g->epoch = st->state.gc_epoch;
@@ -482,6 +740,71 @@ static int claim_epoch(struct gc *g, bool will_free)
     return 0;
 }
 
+/* Step 4 for an extent a live process holds and whose holder answered: publish what we found
+ * allocated in the checkpoint and unreachable, for the holder's round; the holder frees it
+ * (reclaim.c). Under the admin lock, after the epoch check (and our bump when there is any). */
+static int publish_extent(struct gc *g, uint64_t e)
+{
+    plx_store *st = g->st;
+    struct gc_rec *r = g->rec[e];
+    struct plx_reclaim_req *q = r->q;
+    int rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    rc = plx_catalogue_read(st);
+    if (!rc)
+        rc = claim_epoch(g, false);
+    const struct plx_extent_entry *c = &st->cat[e];
+    if (!rc && (!same_holder(c, q) || !held_by_other(st, c) || c->reclaim != q->hdr.self)) {
+        /* Released or taken over since: what it handed out after its round is in the
+         * checkpoint and may be linked by now. The next collection sees it afresh. */
+        g->out->extents_skipped++;
+        plx_admin_unlock(st);
+        return 0;
+    }
+    struct plx_reclaim_bits *bb = plx_block_alloc(q->bits_blocks);
+    uint64_t count = 0, base = e * g->eb;
+    for (uint64_t i = g->bmb; !rc && i < g->eb; i++) {
+        if (!bm_get(g->ckpt[e], i) || test_bit(g->rmap, base + i))
+            continue;
+        uint64_t k = i / PLX_RECLAIM_BITS_PER_BLOCK, j = i % PLX_RECLAIM_BITS_PER_BLOCK;
+        bb[k].bits[j >> 3] |= (uint8_t)(1u << (j & 7));
+        count++;
+    }
+    if (!rc && count)
+        rc = claim_epoch(g, true);
+    for (uint32_t k = 0; !rc && count && k < q->bits_blocks; k++) {
+        bb[k].extent = e;
+        bb[k].nonce = g->nonce;
+        bb[k].index = k;
+        plx_blkhdr_seal(&bb[k], PLX_MAGIC_RECLAIM_BITS, q->bits_addr[k]);
+        rc = plx_sync_io(st, PLX_IO_WRITE, q->bits_addr[k], 1, &bb[k], 0);
+    }
+    /* The bits are on the medium before the request block that says they are there. */
+    if (!rc && count)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (!rc && count) {
+        q->state = PLX_RECLAIM_PUBLISHED;
+        q->candidates = count;
+        q->gc_epoch = g->epoch;
+        plx_blkhdr_seal(q, PLX_MAGIC_RECLAIM_REQ, q->hdr.self);
+        rc = plx_sync_io(st, PLX_IO_WRITE, q->hdr.self, 1, q, 0);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc) {
+            r->published = true;
+            r->candidates = count;
+        }
+    }
+    /* (The epoch check's and the catalogue's errors carry their own message.) */
+    if (rc && rc != -EAGAIN && count)
+        plx_err(st, rc, "gc: publishing what extent %llu's holder may free: %s",
+                (unsigned long long)e, strerror(-rc));
+    plx_block_free(bb);
+    plx_admin_unlock(st);
+    return rc;
+}
+
 /* Step 4 for one extent. */
 static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
 {
@@ -550,9 +873,11 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
     bool pooled = st->alloc->pool[0].valid && st->alloc->pool[0].extent == e;
     pooled |= st->alloc->pool[1].valid && st->alloc->pool[1].extent == e;
     if (!rc && !dry_run && used == 0 && !pooled) {
-        /* Nothing left in it: give the extent back to the unused pool, untyped. */
+        /* Nothing left in it: give the extent back to the unused pool, untyped (its reclaim
+         * record stays for its next holder). */
         struct plx_extent_entry empty;
         memset(&empty, 0, sizeof empty);
+        empty.reclaim = ent.reclaim;
         /* Once released, another process may write in it: no zeroing ahead there any more. */
         if (x->held)
             plx_backend_prepare_stop(st->be, e * g->eb, g->eb);
@@ -611,12 +936,20 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
     g.rmap = calloc(words, sizeof *g.rmap);
     g.scanned = calloc(words, sizeof *g.scanned);
     g.ckpt = calloc(st->sb.extent_count, sizeof *g.ckpt);
+    g.rec = calloc(st->sb.extent_count, sizeof *g.rec);
     uint64_t *bufs = plx_block_alloc((size_t)GC_RUN * GC_QD);
     for (unsigned q = 0; q < GC_QD; q++)
         g.reads[q].buf = bufs + (size_t)q * GC_RUN * (PLX_BLOCK_SIZE / 8);
-    int rc = (!g.rmap || !g.scanned || !g.ckpt) ? plx_err(st, -ENOMEM, "gc: out of memory") : 0;
+    int rc = (!g.rmap || !g.scanned || !g.ckpt || !g.rec)
+                 ? plx_err(st, -ENOMEM, "gc: out of memory")
+                 : 0;
     if (!rc)
         rc = drain_open_vdis(st);
+    if (!rc && !dry_run) {
+        rc = request_all(&g);
+        if (!rc)
+            wait_holders(&g, false);
+    }
     if (!rc)
         rc = checkpoint(&g, dry_run);
     for (long n = 1; !rc && n > 0;) {
@@ -632,9 +965,13 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
     }
     for (uint64_t e = 1; !rc && e < st->sb.extent_count; e++) {
         progress(&g, "sweeping", e, st->sb.extent_count);
-        if (g.ckpt[e])
+        if (g.ckpt[e] && g.rec[e])
+            rc = publish_extent(&g, e);
+        else if (g.ckpt[e])
             rc = sweep_extent(&g, e, dry_run);
     }
+    if (!rc && !dry_run)
+        wait_holders(&g, true);
     if (!rc && g.bumped) {
         /* Blocks we freed may be cached here, and may be reused from now on. */
         plx_cache_drop_clean(st);
@@ -643,6 +980,12 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
     out->seconds = mono_seconds() - t0;
     for (uint64_t e = 0; g.ckpt && e < st->sb.extent_count; e++)
         plx_block_free(g.ckpt[e]);
+    for (uint64_t e = 0; g.rec && e < st->sb.extent_count; e++) {
+        if (g.rec[e])
+            plx_block_free(g.rec[e]->q);
+        free(g.rec[e]);
+    }
+    free(g.rec);
     free(g.ckpt);
     free(g.rmap);
     free(g.scanned);

@@ -3,6 +3,7 @@
  * seam: the single-host implementation (lock_local.c) or the lock manager's (lock_lockd.c).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,11 +154,30 @@ int plx_holder_evict(plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 /* ---- The admin lock ----------------------------------------------------------------------------
  */
 
+/* The message of a wait for the admin lock that ended without it (rc from the lock seam). */
+static int lock_wait_error(plx_store *st, int rc, double waited)
+{
+    if (rc == -EWOULDBLOCK)
+        return plx_err(st, -EBUSY,
+                       "%s: another process has held the blockstore's admin lock for %.0f s",
+                       st->be->desc, waited);
+    if (rc == -ENOTCONN)
+        return plx_err(st, -EHOSTUNREACH,
+                       "%s: waited %.0f s for the lock manager, which cannot be reached (%s); "
+                       "data already open is still served",
+                       st->be->desc, waited,
+                       st->lock_ops->unreachable ? st->lock_ops->unreachable(st) : "");
+    if (rc == -EACCES || rc == -EPROTO)
+        return rc; /* the message is set */
+    return plx_err(st, rc, "locking %s: %s", st->be->desc, strerror(-rc));
+}
+
 int plx_admin_lock(plx_store *st)
 {
     if (st->admin_depth++)
         return 0;
     double limit = plx_admin_lock_timeout_ns() / 1e9, t0 = plx_now_ns() / 1e9;
+    uint64_t mono0 = plx_mono_ns();
     for (unsigned sleep_us = 1000;; sleep_us = sleep_us < 50000 ? sleep_us * 2 : 50000) {
         int rc = st->lock_ops->admin_try(st, 1);
         if (rc == 0)
@@ -167,26 +187,116 @@ int plx_admin_lock(plx_store *st)
         bool retry = rc == -EWOULDBLOCK || rc == -ENOTCONN;
         if (!retry || waited >= limit) {
             st->admin_depth--;
-            if (rc == -EWOULDBLOCK)
-                return plx_err(st, -EBUSY,
-                               "%s: another process has held the blockstore's admin lock for "
-                               "%.0f s",
-                               st->be->desc, waited);
-            if (rc == -ENOTCONN)
-                return plx_err(st, -EHOSTUNREACH,
-                               "%s: waited %.0f s for the lock manager, which cannot be "
-                               "reached (%s); data already open is still served",
-                               st->be->desc, waited,
-                               st->lock_ops->unreachable ? st->lock_ops->unreachable(st) : "");
-            if (rc == -EACCES || rc == -EPROTO)
-                return rc; /* the message is set */
-            return plx_err(st, rc, "locking %s: %s", st->be->desc, strerror(-rc));
+            /* Not queued behind another holder: lockd answers nothing (stopped, cut off). */
+            if (rc == -EWOULDBLOCK && st->lock_ops->silent && st->lock_ops->silent(st, mono0))
+                rc = -ENOTCONN;
+            return lock_wait_error(st, rc, waited);
         }
         usleep(sleep_us);
         /* Keep our own lease while we wait (a server waits here on its engine thread). */
         if (st->service_tick)
             st->service_tick(st);
     }
+}
+
+/* ---- Waiting for the admin lock on the event loop ------------------------------------------ */
+
+/* How often an ask that is outstanding is looked at although no answer woke the loop: the
+ * answer wakes it (lock_lockd.c watches the socket while an ask is out), so this only bounds
+ * how late a timeout is noticed. */
+#define ASK_LOOK_NS 100000000ull
+
+static void lock_timer_arm(plx_store *st, uint64_t at_ns)
+{
+    if (!st->lock_timer.at_ns || at_ns < st->lock_timer.at_ns)
+        plx_timer_arm(st, &st->lock_timer, at_ns);
+}
+
+/* The lock timer: ask for the admin lock for the first waiter; hand a grant over; end waits
+ * that ran out of time. Runs from a service pass's timers, outside every I/O handler, so a
+ * waiter's done may do blocking admin work (an open's reads and writes). */
+static void lock_pump(struct plx_timer *t)
+{
+    plx_store *st = (plx_store *)((char *)t - offsetof(plx_store, lock_timer));
+    struct plx_lock_wait *w;
+    while ((w = st->lock_waiters) != NULL) {
+        int rc = 0;
+        if (st->admin_depth) {
+            st->admin_depth++; /* held here already (a claim ahead): nests as plx_admin_lock */
+        } else {
+            rc = st->lock_ops->admin_ask ? st->lock_ops->admin_ask(st)
+                                         : st->lock_ops->admin_try(st, 1);
+            if (rc == 0)
+                st->admin_depth = 1;
+        }
+        uint64_t now = plx_mono_ns();
+        if (rc == -EINPROGRESS || rc == -EWOULDBLOCK || rc == -ENOTCONN) {
+            if (now < w->deadline_ns) {
+                uint64_t next;
+                if (rc == -EINPROGRESS) {
+                    next = now + ASK_LOOK_NS;
+                } else {
+                    /* Held elsewhere or unreachable: ask again soon, then less often. */
+                    next = now + (uint64_t)st->lock_backoff_us * 1000u;
+                    st->lock_backoff_us =
+                        st->lock_backoff_us < 50000 ? st->lock_backoff_us * 2 : 50000;
+                }
+                lock_timer_arm(st, next < w->deadline_ns ? next : w->deadline_ns);
+                return;
+            }
+            double waited = (double)(now - w->since_ns) / 1e9;
+            if (rc == -EINPROGRESS) {
+                /* Asked and never answered: queued behind another holder, or lockd stopped
+                 * answering (frozen, partitioned) while the connection stays up. */
+                bool silent = st->lock_ops->silent && st->lock_ops->silent(st, w->since_ns);
+                rc = silent ? -ENOTCONN : -EWOULDBLOCK;
+            }
+            rc = lock_wait_error(st, rc, waited);
+        }
+        st->lock_waiters = w->next;
+        w->next = NULL;
+        st->lock_backoff_us = 1000;
+        w->done(w, rc);
+    }
+    /* Nobody waits: an ask still out is withdrawn, a late grant given back. */
+    if (!st->admin_depth && st->lock_ops->admin_withdraw)
+        st->lock_ops->admin_withdraw(st);
+}
+
+void plx_admin_lock_async(plx_store *st, struct plx_lock_wait *w)
+{
+    w->since_ns = plx_mono_ns();
+    w->deadline_ns = w->since_ns + plx_admin_lock_timeout_ns();
+    w->next = NULL;
+    struct plx_lock_wait **pp = &st->lock_waiters;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = w;
+    st->lock_timer.run = lock_pump;
+    if (!st->lock_backoff_us)
+        st->lock_backoff_us = 1000;
+    /* Never inside this call: the first look is the next service pass's. */
+    lock_timer_arm(st, w->since_ns);
+}
+
+void plx_admin_lock_cancel(plx_store *st, struct plx_lock_wait *w)
+{
+    for (struct plx_lock_wait **pp = &st->lock_waiters; *pp; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            w->next = NULL;
+            break;
+        }
+    }
+    /* The pump withdraws what nobody waits for any more. */
+    if (!st->lock_waiters)
+        lock_timer_arm(st, plx_mono_ns());
+}
+
+void plx_admin_lock_kick(plx_store *st)
+{
+    if (st->lock_timer.run)
+        lock_timer_arm(st, plx_mono_ns());
 }
 
 int plx_admin_lock_try(plx_store *st)

@@ -28,6 +28,18 @@ struct plx_lock_ops {
     bool (*holder_alive)(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch);
     /* Optional: why admin_try answered -ENOTCONN (the lock manager cannot be reached). */
     const char *(*unreachable)(const plx_store *st);
+    /* Optional: ask for the admin lock without waiting, for a waiter on the event loop
+     * (plx_admin_lock_async): 0 (held now), -EINPROGRESS (asked; the answer arrives later and
+     * wakes the loop through plx_admin_lock_kick: ask again then), -EWOULDBLOCK (held
+     * elsewhere: ask again later), -ENOTCONN (unreachable: ask again later), or -errno with the
+     * store's message set. NULL: admin_try(st, 1) answers at once. */
+    int (*admin_ask)(plx_store *st);
+    /* Optional: nobody waits any more: withdraw an ask still outstanding, or give back a grant
+     * that came in after its waiter left. Never waits. */
+    void (*admin_withdraw)(plx_store *st);
+    /* Optional: after an ask made at since_ns timed out: has the lock manager stopped answering
+     * (a heartbeat went unanswered), rather than kept us queued behind another holder? */
+    bool (*silent)(const plx_store *st, uint64_t since_ns);
 };
 /* Single host: the backend's lock (flock) and /proc (pid and start time) on this host; holders
  * on other hosts count as alive. */
@@ -78,6 +90,23 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 int plx_admin_lock(plx_store *st);
 uint64_t plx_admin_lock_timeout_ns(void);
 void plx_admin_unlock(plx_store *st);
+/* Waiting for the admin lock on the event loop (a VDI opening in a server that serves others:
+ * plx_vdi_open_async): the waiter is queued, the loop goes on, and w->done runs once, from a
+ * service pass's timers (never inside plx_admin_lock_async), with rc 0 (the admin lock is
+ * held: plx_admin_unlock releases it) or -errno with the store's message set: -EBUSY (another
+ * process held it for the whole $PARALLAX_LOCK_TIMEOUT), -EHOSTUNREACH (the lock manager could
+ * not be reached or stopped answering; the message names it). Waiters are served in order. */
+struct plx_lock_wait {
+    void (*done)(struct plx_lock_wait *w, int rc);
+    uint64_t since_ns, deadline_ns; /* monotonic; set by plx_admin_lock_async */
+    struct plx_lock_wait *next;
+};
+void plx_admin_lock_async(plx_store *st, struct plx_lock_wait *w);
+/* Withdraw a waiter whose done has not run: it never will. */
+void plx_admin_lock_cancel(plx_store *st, struct plx_lock_wait *w);
+/* The lock implementation's answer to an ask came in: look at the waiters in this pass. */
+void plx_admin_lock_kick(plx_store *st);
+
 /* Take the admin lock without waiting (alloc.c's claims ahead, from the service loop): 0 (held;
  * plx_admin_unlock releases it), -EWOULDBLOCK (another process holds it: try again later),
  * -EOPNOTSUPP (this lock implementation cannot answer without waiting: lockd), or -errno. */

@@ -40,6 +40,14 @@
 /* How long a claim made ahead waits for ADMIN-TRY's answer inside the event loop. lockd answers
  * at once (a round trip); a slower answer is taken by a later try or released by the tick. */
 #define TRY_WAIT_MS 50
+/* An ask not granted within ASK_PROBE_NS sends a heartbeat; one unanswered for SILENT_NS means
+ * lockd answers nothing (the message of a wait that times out says so). */
+#define ASK_PROBE_NS 250000000ull
+/* A waiter on the loop starts a connection to an unreachable lockd at most this often. */
+#define RECONNECT_NS 250000000ull
+#define SILENT_NS 500000000ull
+/* How long ALIVE's answer is waited for on a serving loop (lockd_holder_alive). */
+#define ALIVE_LOOP_MS 300
 
 /* The connection to lockd. Setting it up never blocks the service loop: the heartbeat starts a
  * non-blocking connect and later ticks advance it (CONNECTING -> HELLO -> UP); only the
@@ -48,6 +56,11 @@ enum lk_state { LK_DOWN, LK_CONNECTING, LK_HELLO, LK_UP };
 
 /* An ADMIN-TRY: none outstanding; sent, no answer yet; answered, the answer not yet taken. */
 enum lk_try { TRY_NONE, TRY_ASKED, TRY_GRANTED, TRY_BUSY };
+
+/* An ADMIN-LOCK: none outstanding; sent, GRANTED not yet in; GRANTED in, not yet taken. The
+ * blocking admin lock and the waiters on the event loop (plx_admin_lock_async) share it: one
+ * ask at a time, taken by whoever looks first. */
+enum lk_ask { ASK_NONE, ASK_SENT, ASK_GRANTED };
 
 /* Fail-over: at most this many lock managers in the list the store names (lockd-set). */
 #define MAX_ADDRS 8
@@ -64,6 +77,7 @@ struct plx_lockd {
     int fd;                 /* -1: LK_DOWN */
     enum lk_state state;
     uint64_t setup_deadline_ns; /* CONNECTING/HELLO: give up then */
+    uint64_t connect_started_ns; /* the last start_connect */
     char in[PLX_LOCKD_LINE_MAX];
     size_t in_len; /* buffered bytes of the next line(s) */
     int timer_fd;
@@ -74,11 +88,22 @@ struct plx_lockd {
     uint64_t last_ping_ns;    /* last PING sent */
     uint64_t last_pong_ns;    /* last PONG received: lockd renewed our lease then */
     char why_down[400];       /* why the last connection attempt failed */
+    char why_at[700];         /* "addr: why_down", for messages (lockd_unreachable) */
     char refused[400];        /* lockd refused our HELLO: why ("" = it did not) */
     enum lk_try try_state;
     uint64_t try_sent_ns;
     bool try_unsupported;     /* an older lockd: no ADMIN-TRY, claims wait for the admin lock */
-    unsigned releases_unread; /* ADMIN-UNLOCKs of unclaimed TRY grants whose RELEASED is due */
+    unsigned releases_unread; /* ADMIN-UNLOCKs sent whose RELEASED is due (none is waited for) */
+    enum lk_ask ask;
+    uint64_t ask_sent_ns;
+    /* An ask was withdrawn (ADMIN-UNLOCK) and its RELEASED is not in yet: a GRANTED that comes
+     * before it is the withdrawn ask's, not ours to use, and no new ask goes out until then. */
+    bool withdrawing;
+    /* The socket is in the store's epoll set: an answer the event loop waits for is due (an
+     * ask, a withdrawal), so its arrival wakes the loop. Only then: an unread PONG would keep
+     * the set readable. */
+    bool watched;
+    unsigned alive_unread; /* ALIVEs whose answer came too late: take_aside consumes them */
 };
 
 static uint64_t mono_ns(void)
@@ -110,6 +135,10 @@ static void lk_close(struct plx_lockd *lk)
     lk->try_state = TRY_NONE; /* lockd releases what a closed connection held */
     lk->releases_unread = 0;
     lk->ping_unanswered_ns = 0;
+    lk->alive_unread = 0;
+    lk->ask = ASK_NONE;
+    lk->withdrawing = false;
+    lk->watched = false; /* closing the socket took it out of the epoll set */
 }
 
 static int send_line(struct plx_lockd *lk, const char *line)
@@ -175,10 +204,22 @@ static bool take_aside(struct plx_lockd *lk, const char *line)
             return true;
         }
     }
+    if (!strcmp(line, "GRANTED")) {
+        if (lk->withdrawing)
+            return true; /* the withdrawn ask's: its RELEASED follows and gives it back */
+        if (lk->ask == ASK_SENT) {
+            lk->ask = ASK_GRANTED;
+            return true;
+        }
+    }
+    if (lk->alive_unread && (!strcmp(line, "YES") || !strcmp(line, "NO"))) {
+        lk->alive_unread--; /* lockd answers in order: the oldest ALIVE's */
+        return true;
+    }
     if (lk->releases_unread && !strcmp(line, "RELEASED")) {
-        /* lockd answers in order: if a blocking ADMIN-UNLOCK's RELEASED is taken here, ours
-         * comes after it and answers that request the same way. */
-        lk->releases_unread--;
+        /* lockd answers in order: the RELEASED of the last ADMIN-UNLOCK sent comes last. */
+        if (--lk->releases_unread == 0)
+            lk->withdrawing = false;
         return true;
     }
     return false;
@@ -250,16 +291,11 @@ static int read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms
     }
 }
 
-static int request(struct plx_lockd *lk, const char *line, char *reply, size_t len, int timeout_ms)
-{
-    int rc = send_line(lk, line);
-    return rc ? rc : read_line(lk, reply, len, timeout_ms);
-}
-
 /* Start a non-blocking connect: LK_CONNECTING (or LK_DOWN with why_down set). */
 static void start_connect(struct plx_lockd *lk)
 {
     lk_close(lk);
+    lk->connect_started_ns = mono_ns();
     char host[64], port[16];
     const char *addr = lk->addrs[lk->cur];
     snprintf(port, sizeof port, "%d", PLX_LOCKD_DEFAULT_PORT);
@@ -423,35 +459,6 @@ static int ensure_connected(plx_store *st)
     return st->lockd->state == LK_UP ? 0 : lk_connect(st);
 }
 
-/* Wait for a line while keeping the lease: a heartbeat every quarter lease. */
-static int read_line_beating(plx_store *st, char *out, size_t len, uint64_t timeout_ns)
-{
-    struct plx_lockd *lk = st->lockd;
-    uint64_t deadline = mono_ns() + timeout_ns;
-    for (;;) {
-        if (lk->fd < 0)
-            return -ENOTCONN;
-        if (take_line(lk, out, len))
-            return 0;
-        uint64_t now = mono_ns();
-        if (now >= deadline)
-            return -ETIMEDOUT;
-        uint64_t slice = lk->lease_ns / 4;
-        if (slice > deadline - now)
-            slice = deadline - now;
-        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)(slice / 1000000) + 1);
-        if (r > 0) {
-            if (fill(lk))
-                return -ENOTCONN;
-            continue;
-        }
-        lk->last_attempt_ns = mono_ns();
-        if (unanswered(lk) || send_ping(lk))
-            return -ENOTCONN;
-    }
-}
-
 /* Wait until until_ns for an outstanding ADMIN-TRY's answer: 0 when it is in, -ETIMEDOUT, or
  * -errno when the connection failed. */
 static int await_try(struct plx_lockd *lk, uint64_t until_ns)
@@ -485,14 +492,99 @@ static int try_settle(struct plx_lockd *lk, int timeout_ms)
     return rc;
 }
 
+/* Give the admin lock back, or withdraw an ask: ADMIN-UNLOCK, whose RELEASED nobody waits for
+ * (take_aside consumes it). Never waits: lockd handles our lines in order, so a later request
+ * of ours comes after the release. If the send fails the connection is gone, and with it
+ * everything it held. */
+static void send_unlock(struct plx_lockd *lk)
+{
+    if (lk->state == LK_UP && !send_line(lk, "ADMIN-UNLOCK"))
+        lk->releases_unread++;
+}
+
+/* Read what has arrived and take the answers it holds (take_aside); other lines are not
+ * expected between requests and are dropped. Never waits. */
+static void drain(struct plx_lockd *lk)
+{
+    if (lk->state != LK_UP || fill(lk))
+        return;
+    char line[PLX_LOCKD_LINE_MAX];
+    while (take_line(lk, line, sizeof line))
+        ;
+}
+
+/* Keep the socket in the store's epoll set exactly while the event loop waits for an answer. */
+static void watch_update(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    bool want = lk->state == LK_UP && (lk->ask == ASK_SENT || lk->withdrawing);
+    if (want == lk->watched)
+        return;
+    if (want && plx_engine_watch_fd(st, lk->fd) != 0)
+        return; /* the lock timer still looks every ASK_LOOK_NS */
+    if (!want)
+        plx_engine_unwatch_fd(st, lk->fd);
+    lk->watched = want;
+}
+
+/* Wait (bounded, keeping our lease) until an outstanding ask is granted: 0, -ETIMEDOUT, or
+ * -ENOTCONN when the connection failed. */
+static int await_grant(plx_store *st, uint64_t deadline)
+{
+    struct plx_lockd *lk = st->lockd;
+    for (;;) {
+        if (lk->fd < 0)
+            return -ENOTCONN;
+        char line[PLX_LOCKD_LINE_MAX];
+        while (take_line(lk, line, sizeof line))
+            ; /* nothing but answers taken aside is expected here */
+        if (lk->ask == ASK_GRANTED) {
+            lk->ask = ASK_NONE;
+            return 0;
+        }
+        if (lk->ask != ASK_SENT && !lk->withdrawing)
+            return -ENOTCONN;
+        uint64_t now = mono_ns();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        /* No grant yet: a heartbeat tells a lockd that answers nothing from one that queues us
+         * (lockd_silent, for the message if the wait times out). */
+        if (lk->ask == ASK_SENT && now - lk->ask_sent_ns > ASK_PROBE_NS &&
+            lk->last_ping_ns < lk->ask_sent_ns) {
+            lk->last_attempt_ns = now;
+            if (send_ping(lk))
+                return -ENOTCONN;
+        }
+        uint64_t slice = lk->lease_ns / 4;
+        if (lk->last_ping_ns < lk->ask_sent_ns && slice > ASK_PROBE_NS)
+            slice = ASK_PROBE_NS;
+        if (slice > deadline - now)
+            slice = deadline - now;
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(slice / 1000000) + 1);
+        if (r > 0) {
+            if (fill(lk))
+                return -ENOTCONN;
+            continue;
+        }
+        lk->last_attempt_ns = mono_ns();
+        if (unanswered(lk) || send_ping(lk))
+            return -ENOTCONN;
+    }
+}
+
 static int lockd_admin_try(plx_store *st, int take)
 {
     struct plx_lockd *lk = st->lockd;
-    char reply[PLX_LOCKD_LINE_MAX];
+    if (!take) {
+        send_unlock(lk);
+        watch_update(st);
+        return 0;
+    }
     int rc = ensure_connected(st);
     if (rc)
         return rc;
-    if (take && lk->try_state != TRY_NONE) {
+    if (lk->try_state != TRY_NONE) {
         /* A claim made ahead asked with ADMIN-TRY: its answer first (a grant is ours now). */
         rc = try_settle(lk, REPLY_TIMEOUT_MS);
         if (rc)
@@ -502,29 +594,114 @@ static int lockd_admin_try(plx_store *st, int take)
         if (granted)
             return 0;
     }
-    if (!take) {
-        rc = request(lk, "ADMIN-UNLOCK", reply, sizeof reply, REPLY_TIMEOUT_MS);
-        while (!rc && !strcmp(reply, "GRANTED"))
-            rc = read_line(lk, reply, sizeof reply, REPLY_TIMEOUT_MS);
-        return rc ? -ENOTCONN : 0;
+    uint64_t deadline = mono_ns() + plx_admin_lock_timeout_ns();
+    if (lk->withdrawing) {
+        /* A withdrawn ask's RELEASED first: a GRANTED before it is not ours. */
+        rc = await_grant(st, mono_ns() + REPLY_TIMEOUT_MS * 1000000ull);
+        if (rc == -ETIMEDOUT) {
+            snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", REPLY_TIMEOUT_MS);
+            lk_close(lk);
+        }
+        if (lk->fd < 0)
+            return -ENOTCONN;
     }
-    /* Waiting for the grant happens in lockd's queue; its answer is the grant. The connection
-     * is our lease, so it is never dropped to give up: a withdrawn request is released. */
-    rc = send_line(lk, "ADMIN-LOCK");
-    if (!rc)
-        rc = read_line_beating(st, reply, sizeof reply, plx_admin_lock_timeout_ns());
+    /* Waiting for the grant happens in lockd's queue; its answer is the grant. An ask a waiter
+     * on the event loop made already is the same ask. The connection is our lease, so it is
+     * never dropped to give up: a withdrawn request is released. */
+    if (lk->ask == ASK_NONE) {
+        if (send_line(lk, "ADMIN-LOCK"))
+            return -ENOTCONN;
+        lk->ask = ASK_SENT;
+        lk->ask_sent_ns = mono_ns();
+    }
+    rc = await_grant(st, deadline);
     if (rc == -ETIMEDOUT) {
-        rc = send_line(lk, "ADMIN-UNLOCK");
-        while (!rc && !(rc = read_line(lk, reply, sizeof reply, REPLY_TIMEOUT_MS)) &&
-               strcmp(reply, "RELEASED") != 0)
-            ;
-        return rc ? -ENOTCONN : -EWOULDBLOCK;
+        if (st->lock_waiters) {
+            watch_update(st); /* a waiter on the loop keeps the ask */
+        } else {
+            send_unlock(lk);
+            lk->ask = ASK_NONE;
+            lk->withdrawing = lk->releases_unread > 0;
+        }
+        return -EWOULDBLOCK;
     }
-    if (rc)
+    watch_update(st);
+    return rc ? -ENOTCONN : 0;
+}
+
+/* For a waiter on the event loop (plx_admin_lock_async): never waits. */
+static int lockd_admin_ask(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (lk->state == LK_DOWN) {
+        if (lk->refused[0])
+            return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
+        /* Not at every look (1-50 ms apart): each attempt resolves the address and opens a
+         * socket. The heartbeat's timer advances it. */
+        if (mono_ns() - lk->connect_started_ns >= RECONNECT_NS) {
+            lk->tried = 0;
+            start_connect(lk);
+            failover_next(lk); /* several lock managers: the next, if this one failed at once */
+            set_timer(lk, SETUP_POLL_NS);
+        }
+    }
+    if (lk->state != LK_UP)
         return -ENOTCONN;
-    if (strcmp(reply, "GRANTED") != 0)
-        return plx_err(st, -EPROTO, "the lock manager at %s answered '%s'", lk->addr, reply);
-    return 0;
+    drain(lk);
+    if (lk->state != LK_UP)
+        return -ENOTCONN;
+    int rc = -EINPROGRESS;
+    if (lk->try_state == TRY_GRANTED) {
+        lk->try_state = TRY_NONE; /* a claim's late TRY grant: ours now */
+        rc = 0;
+    } else if (lk->ask == ASK_GRANTED) {
+        lk->ask = ASK_NONE;
+        rc = 0;
+    } else if (lk->withdrawing || lk->try_state == TRY_ASKED) {
+        rc = -EINPROGRESS; /* their answers first */
+    } else if (lk->ask == ASK_NONE) {
+        if (send_line(lk, "ADMIN-LOCK"))
+            return -ENOTCONN;
+        lk->ask = ASK_SENT;
+        lk->ask_sent_ns = mono_ns();
+    } else if (mono_ns() - lk->ask_sent_ns > ASK_PROBE_NS && lk->last_ping_ns < lk->ask_sent_ns) {
+        /* No grant yet: a heartbeat tells a lockd that answers nothing (stopped, partitioned)
+         * from one that queues us behind another holder (lockd_silent). */
+        lk->last_attempt_ns = mono_ns();
+        (void)send_ping(lk);
+    }
+    watch_update(st);
+    return lk->state == LK_UP || rc == 0 ? rc : -ENOTCONN;
+}
+
+static void lockd_admin_withdraw(plx_store *st)
+{
+    struct plx_lockd *lk = st->lockd;
+    if (lk->ask == ASK_SENT) {
+        send_unlock(lk);
+        lk->withdrawing = lk->releases_unread > 0;
+    } else if (lk->ask == ASK_GRANTED) {
+        send_unlock(lk);
+    }
+    lk->ask = ASK_NONE;
+    watch_update(st);
+}
+
+/* Has a heartbeat gone unanswered for SILENT_NS? Then lockd is not answering at all (a queued
+ * ask is answered later, a PING at once: a round trip, milliseconds). */
+static bool lockd_silent(const plx_store *st, uint64_t since_ns)
+{
+    struct plx_lockd *lk = st->lockd;
+    uint64_t now = mono_ns();
+    if (lk->state != LK_UP)
+        return true;
+    uint64_t t = lk->ping_unanswered_ns;
+    if (!t || now - t < SILENT_NS)
+        return false;
+    snprintf(lk->why_down, sizeof lk->why_down,
+             "%s has not answered a heartbeat for %.1f s: stopped, or the network to it is down",
+             lk->addrs[lk->cur], (double)(now - t) / 1e9);
+    return true;
 }
 
 /* From the event loop, for a claim made ahead: ADMIN-TRY, waiting for its answer TRY_WAIT_MS at
@@ -554,24 +731,58 @@ static int lockd_admin_try_now(plx_store *st)
     return answer == TRY_GRANTED ? 0 : -EWOULDBLOCK;
 }
 
+/* ALIVE's answer within timeout_ms: 1 alive or unknown, 0 dead. A late answer is left for
+ * take_aside (alive_unread), and the connection stays: it holds our lease and maybe our admin
+ * lock, which closing it would hand to another host in the middle of our change. */
+static bool ask_alive(struct plx_lockd *lk, const char *line, int timeout_ms)
+{
+    if (send_line(lk, line))
+        return true;
+    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char reply[PLX_LOCKD_LINE_MAX];
+    for (;;) {
+        if (lk->fd < 0)
+            return true;
+        if (take_line(lk, reply, sizeof reply))
+            return strcmp(reply, "NO") != 0;
+        uint64_t now = mono_ns();
+        struct pollfd p = {.fd = lk->fd, .events = POLLIN};
+        if (now >= deadline || poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0) {
+            lk->alive_unread++;
+            return true;
+        }
+        if (fill(lk))
+            return true;
+    }
+}
+
 static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid, uint64_t epoch)
 {
     if (host == st->host_hash)
         return plx_lock_local.holder_alive(st, host, pid, epoch);
     struct plx_lockd *lk = st->lockd;
-    char line[128], reply[PLX_LOCKD_LINE_MAX];
+    char line[128];
     snprintf(line, sizeof line, "ALIVE %llx %u %llu", (unsigned long long)host, pid,
              (unsigned long long)epoch);
+    /* On a serving loop (a timer of the service pass: an asynchronous open's; or a server's
+     * engine thread) the answer is waited for briefly and no connection is set up: lockd just
+     * granted the admin lock when this is asked, and answers at once unless it stopped. */
+    bool on_loop = st->in_service || st->serving;
     /* Unreachable: nobody can be declared dead, so nothing is taken from anyone. */
-    if (ensure_connected((plx_store *)st) ||
-        request(lk, line, reply, sizeof reply, REPLY_TIMEOUT_MS))
+    if (on_loop ? lk->state != LK_UP : ensure_connected((plx_store *)st) != 0)
         return true;
-    return strcmp(reply, "NO") != 0;
+    return ask_alive(lk, line, on_loop ? ALIVE_LOOP_MS : REPLY_TIMEOUT_MS);
 }
 
 static const char *lockd_unreachable(const plx_store *st)
 {
-    return st->lockd->why_down;
+    struct plx_lockd *lk = st->lockd;
+    /* Most reasons name the lock manager they are about already ("HOST:PORT: ..."). */
+    for (int i = 0; i < lk->naddrs; i++)
+        if (!strncmp(lk->why_down, lk->addrs[i], strlen(lk->addrs[i])))
+            return lk->why_down;
+    snprintf(lk->why_at, sizeof lk->why_at, "%s: %s", lk->addr, lk->why_down);
+    return lk->why_at;
 }
 
 const struct plx_lock_ops plx_lock_lockd = {
@@ -580,6 +791,9 @@ const struct plx_lock_ops plx_lock_lockd = {
     .admin_try_now = lockd_admin_try_now,
     .holder_alive = lockd_holder_alive,
     .unreachable = lockd_unreachable,
+    .admin_ask = lockd_admin_ask,
+    .admin_withdraw = lockd_admin_withdraw,
+    .silent = lockd_silent,
 };
 
 /* Were we stopped (SIGSTOP, a hung machine) for most of a lease since the last heartbeat
@@ -614,6 +828,13 @@ static void lockd_tick(plx_store *st)
     }
     if (lk->state == LK_CONNECTING || lk->state == LK_HELLO)
         setup_step(st, 0);
+    /* An answer a waiter on the event loop wants may have woken us: take it, and hand a grant
+     * (or the news that the ask is gone with the connection) to the lock timer. */
+    bool asked = lk->ask == ASK_SENT || lk->withdrawing;
+    if (lk->watched)
+        drain(lk);
+    if (lk->ask == ASK_GRANTED || (asked && lk->ask != ASK_SENT && !lk->withdrawing))
+        plx_admin_lock_kick(st);
     uint64_t now = mono_ns();
     if (now >= lk->next_beat_ns && !frozen(st, now)) {
         lk->last_attempt_ns = now;
@@ -643,6 +864,7 @@ static void lockd_tick(plx_store *st)
     /* While a connection is being set up, look at it often; else once a quarter lease. */
     bool setting_up = lk->state == LK_CONNECTING || lk->state == LK_HELLO;
     set_timer(lk, setting_up ? SETUP_POLL_NS : lk->lease_ns / 4);
+    watch_update(st);
 }
 
 int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns)

@@ -217,6 +217,10 @@ struct plx_vdi {
     struct plx_wpass *wpass_head, *wpass_tail;
     bool wpass_dirty;
     uint64_t wpass_flush_gen;
+    /* vdi.c: a close under way (plx_vdi_close_async), and the error of its wait for the admin
+     * lock when that failed: the close then leaves the record's lock fields as they are. */
+    struct plx_close_req *close_req;
+    int unlock_err;
     struct plx_wcache_auto_state {
         bool on;                     /* the automatic mode decides (wcache_auto.c) */
         uint32_t on_us, off_us, hold_ms;

@@ -14,15 +14,18 @@
 #include "registry.h"
 #include "system.h"
 #include "vdi.h"
+#include "reclaim.h"
 #include "wlog.h"
 
 #define DEFAULT_CACHE_BYTES (64ull << 20)
 
 static void store_free(plx_store *st)
 {
+    plx_reclaim_free(st);
     plx_cache_free(st);
     plx_alloc_free(st);
     plx_lockd_detach(st);
+    free(st->locks_left);
     free(st->cat);
     if (st->be)
         st->be->ops->destroy(st->be);
@@ -82,6 +85,8 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool up
             opts->placement == PLX_PLACEMENT_ARRIVAL);
     if (!rc)
         rc = plx_cache_init(st, cache);
+    if (!rc && !upgrading)
+        plx_reclaim_init(st);
     if (rc) {
         plx_set_errbuf(errbuf, errlen, "%s", st->errmsg);
         store_free(st);
@@ -134,6 +139,8 @@ int plx_store_close(plx_store *st)
 {
     if (!st)
         return 0;
+    plx_vdi_open_cancel_all(st);
+    plx_reclaim_stop(st);
     int rc = plx_vdi_close_all(st);
     int wrc = plx_wlog_close(st);
     if (!rc)

@@ -3,6 +3,7 @@
  * The requests themselves are carried out by pipeline.c.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,30 @@
 /* ---- Open / close -------------------------------------------------------------------------------
  */
 
+/* Is VDI id among the locks this store's closes left behind? forget: take it off the list. */
+static bool lock_left(plx_store *st, uint64_t id, bool forget)
+{
+    for (unsigned i = 0; i < st->nlocks_left; i++) {
+        if (st->locks_left[i] != id)
+            continue;
+        if (forget)
+            st->locks_left[i] = st->locks_left[--st->nlocks_left];
+        return true;
+    }
+    return false;
+}
+
+static void lock_left_note(plx_store *st, uint64_t id)
+{
+    if (lock_left(st, id, false))
+        return;
+    uint64_t *n = realloc(st->locks_left, (st->nlocks_left + 1) * sizeof *n);
+    if (!n)
+        return; /* then only a restart frees it, as before */
+    st->locks_left = n;
+    st->locks_left[st->nlocks_left++] = id;
+}
+
 static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
 {
     int rc = plx_admin_lock(st);
@@ -34,7 +59,12 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
         /* Writes of this VDI still in another host's (or process's) write log come first. */
         else if ((rc = plx_wlog_check_owner(st, &rec)) != 0)
             ;
+        /* Our own lock that a close of ours left behind (its wait for the admin lock failed:
+         * plx_vdi_close_async) is ours to take back. Only one this store noted: another store
+         * of this process (same identity) may hold the VDI. */
         else if (rec.lock_host &&
+                 !(plx_holder_is_me(st, rec.lock_host, rec.lock_pid, rec.lock_epoch) &&
+                   lock_left(st, rec.id, false)) &&
                  !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
             rc = plx_err(st, -EBUSY, "VDI %s is already open for writing by %s pid %u", rec.name,
                          rec.lock_host == st->host_hash ? st->host : "another host", rec.lock_pid);
@@ -66,6 +96,8 @@ static int lock_record(plx_store *st, struct plx_vdi *v, bool take)
     if (!rc) {
         rec.seq++;
         v->rec = rec;
+        if (take)
+            (void)lock_left(st, rec.id, true);
     }
     plx_admin_unlock(st);
     return rc;
@@ -206,6 +238,224 @@ int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out)
     return 0;
 }
 
+/* ---- Opening without waiting for the lock manager -------------------------------------------- */
+
+struct plx_open_req {
+    plx_store *st;
+    char spec[PLX_NAME_MAX + 64];
+    unsigned flags;
+    plx_open_fn cb;
+    void *arg;
+    /* A writable open waits for the admin lock on the loop (lw), then runs plx_vdi_open under
+     * it; one that needs no lock runs it from a timer due at once (t). Both run from a service
+     * pass's timers, outside every I/O handler, so the open's blocking reads are safe there. */
+    struct plx_lock_wait lw;
+    struct plx_timer t;
+    bool lock_waiting;
+    struct plx_open_req *next;
+};
+
+static void open_unlink(struct plx_open_req *o)
+{
+    for (struct plx_open_req **pp = &o->st->opens; *pp; pp = &(*pp)->next) {
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    }
+}
+
+/* Run the open (the admin lock held, or not needed) and report it. */
+static void open_finish(struct plx_open_req *o, int rc)
+{
+    plx_store *st = o->st;
+    plx_vdi *v = NULL;
+    open_unlink(o);
+    if (!rc)
+        rc = plx_vdi_open(st, o->spec, o->flags, &v);
+    o->cb(o->arg, rc, rc ? NULL : v);
+    free(o);
+}
+
+static void open_lock_done(struct plx_lock_wait *w, int rc)
+{
+    struct plx_open_req *o = (struct plx_open_req *)((char *)w - offsetof(struct plx_open_req, lw));
+    plx_store *st = o->st;
+    o->lock_waiting = false;
+    if (rc) {
+        open_finish(o, rc); /* the message names the lock manager or the holder */
+        return;
+    }
+    /* The open takes the lock again inside (nested, no wait) and we let go after it. */
+    open_unlink(o);
+    plx_vdi *v = NULL;
+    rc = plx_vdi_open(st, o->spec, o->flags, &v);
+    char msg[sizeof st->errmsg];
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    plx_admin_unlock(st);
+    if (rc)
+        snprintf(st->errmsg, sizeof st->errmsg, "%s", msg);
+    o->cb(o->arg, rc, rc ? NULL : v);
+    free(o);
+}
+
+static void open_timer(struct plx_timer *t)
+{
+    open_finish((struct plx_open_req *)((char *)t - offsetof(struct plx_open_req, t)), 0);
+}
+
+int plx_vdi_open_async(plx_store *st, const char *spec, unsigned flags, plx_open_fn cb, void *arg,
+                       plx_open_req **req)
+{
+    if (req)
+        *req = NULL;
+    if (!cb || !spec || strlen(spec) >= sizeof((struct plx_open_req *)0)->spec)
+        return plx_err(st, -EINVAL, "opening VDI '%.80s': no callback, or the name is too long",
+                       spec ? spec : "");
+    struct plx_open_req *o = calloc(1, sizeof *o);
+    if (!o)
+        return plx_err(st, -ENOMEM, "out of memory");
+    o->st = st;
+    snprintf(o->spec, sizeof o->spec, "%s", spec);
+    o->flags = flags;
+    o->cb = cb;
+    o->arg = arg;
+    o->next = st->opens;
+    st->opens = o;
+    /* Every open of a store opened for writing takes the admin lock: a writer to take the
+     * VDI's lock (lock_record), a reader to record its hold (hold.h). Only a read-only store's
+     * opens never wait for the lock manager. */
+    if (!st->read_only) {
+        o->lw.done = open_lock_done;
+        o->lock_waiting = true;
+        plx_admin_lock_async(st, &o->lw);
+    } else {
+        o->t.run = open_timer;
+        plx_timer_arm(st, &o->t, plx_mono_ns());
+    }
+    if (req)
+        *req = o;
+    return 0;
+}
+
+void plx_vdi_open_cancel(plx_open_req *o)
+{
+    if (!o)
+        return;
+    if (o->lock_waiting)
+        plx_admin_lock_cancel(o->st, &o->lw);
+    else
+        plx_timer_cancel(o->st, &o->t);
+    open_unlink(o);
+    free(o);
+}
+
+void plx_vdi_open_cancel_all(plx_store *st)
+{
+    while (st->opens)
+        plx_vdi_open_cancel(st->opens);
+}
+
+/* ---- Closing without waiting for the lock manager -------------------------------------------- */
+
+struct plx_close_req {
+    plx_vdi *v;
+    plx_done_fn cb;
+    void *arg;
+    /* First the VDI's requests finish (t, looking every millisecond: plx_vdi_close must not
+     * service the store itself, as it runs from the service pass here), then the admin lock
+     * is waited for on the loop (lw), then the close runs under it. */
+    struct plx_timer t;
+    struct plx_lock_wait lw;
+    bool lock_waiting;
+};
+
+static void close_req_drop(struct plx_close_req *c)
+{
+    if (c->lock_waiting)
+        plx_admin_lock_cancel(c->v->st, &c->lw);
+    else
+        plx_timer_cancel(c->v->st, &c->t);
+    c->v->close_req = NULL;
+    free(c);
+}
+
+static void close_finish(struct plx_close_req *c, bool locked, int lock_rc)
+{
+    plx_vdi *v = c->v;
+    plx_store *st = v->st;
+    plx_done_fn cb = c->cb;
+    void *arg = c->arg;
+    v->close_req = NULL;
+    free(c);
+    char msg[sizeof st->errmsg] = "";
+    if (lock_rc) {
+        v->unlock_err = lock_rc; /* closed all the same; the record keeps our lock */
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    }
+    int rc = plx_vdi_close(v);
+    if (rc && !lock_rc)
+        snprintf(msg, sizeof msg, "%s", st->errmsg);
+    if (locked)
+        plx_admin_unlock(st);
+    if (rc)
+        snprintf(st->errmsg, sizeof st->errmsg, "%s", msg);
+    cb(arg, rc);
+}
+
+static void close_lock_done(struct plx_lock_wait *w, int rc)
+{
+    struct plx_close_req *c =
+        (struct plx_close_req *)((char *)w - offsetof(struct plx_close_req, lw));
+    c->lock_waiting = false;
+    if (!rc && !plx_vdi_idle(c->v)) {
+        /* Work of the VDI's own came up meanwhile: let it finish first. */
+        plx_admin_unlock(c->v->st);
+        plx_timer_arm(c->v->st, &c->t, plx_mono_ns() + 1000000);
+        return;
+    }
+    close_finish(c, rc == 0, rc);
+}
+
+static void close_timer(struct plx_timer *t)
+{
+    struct plx_close_req *c =
+        (struct plx_close_req *)((char *)t - offsetof(struct plx_close_req, t));
+    plx_vdi *v = c->v;
+    if (!plx_vdi_idle(v)) {
+        plx_timer_arm(v->st, t, plx_mono_ns() + 1000000);
+        return;
+    }
+    /* A writer clears its lock, a reader drops its hold: both under the admin lock. */
+    if ((!v->ro || (v->held && !v->st->fenced)) && !v->st->fatal) {
+        c->lock_waiting = true;
+        plx_admin_lock_async(v->st, &c->lw);
+        return;
+    }
+    close_finish(c, false, 0);
+}
+
+int plx_vdi_close_async(plx_vdi *v, plx_done_fn cb, void *arg)
+{
+    if (v->wc && plx_wlog_vdi_draining(v))
+        return -EAGAIN;
+    if (v->close_req || !cb)
+        return plx_err(v->st, -EINVAL, "closing VDI %s: %s", v->rec.name,
+                       cb ? "a close is under way already" : "no callback");
+    struct plx_close_req *c = calloc(1, sizeof *c);
+    if (!c)
+        return plx_err(v->st, -ENOMEM, "out of memory");
+    c->v = v;
+    c->cb = cb;
+    c->arg = arg;
+    c->t.run = close_timer;
+    c->lw.done = close_lock_done;
+    v->close_req = c;
+    plx_timer_arm(v->st, &c->t, plx_mono_ns());
+    return 0;
+}
+
 int plx_vdi_try_close(plx_vdi *v)
 {
     /* Only the wait for the write cache's drain is left out: the rest of a close is the VDI's
@@ -218,6 +468,8 @@ int plx_vdi_try_close(plx_vdi *v)
 int plx_vdi_close(plx_vdi *v)
 {
     plx_store *st = v->st;
+    if (v->close_req)
+        close_req_drop(v->close_req); /* finished here, without its callback */
     /* The write cache drains this VDI's records first; if it cannot, the record keeps naming
      * the log, so nobody else opens the VDI until the log is replayed. */
     int wrc = v->wc ? plx_wlog_vdi_detach(v) : 0;
@@ -244,7 +496,10 @@ int plx_vdi_close(plx_vdi *v)
     if (!v->ro && !st->fatal && !st->fenced && !rc && !v->needs_reload && !v->failed)
         (void)plx_labels_fold(st, v->slot_addr, &v->rec, PLX_SNAPLOG_PER_BLOCK);
     if (!v->ro && !st->fatal) {
-        int lrc = lock_record(st, v, false);
+        /* The admin lock could not be had (plx_vdi_close_async): the record keeps our lock. */
+        int lrc = v->unlock_err ? v->unlock_err : lock_record(st, v, false);
+        if (v->unlock_err)
+            lock_left_note(st, v->rec.id);
         if (!rc)
             rc = lrc;
     }

@@ -9,5 +9,7 @@
 
 /* Close every VDI handle of the store (at store close). */
 int plx_vdi_close_all(plx_store *st);
+/* Drop the asynchronous opens not yet completed (their callbacks never run): store close. */
+void plx_vdi_open_cancel_all(plx_store *st);
 
 #endif

@@ -3,6 +3,7 @@
 #
 #   scripts/install-deps.sh build   compiler, libaio, Check, cppcheck, clang-format
 #   scripts/install-deps.sh test    the above plus everything the tests use
+#   scripts/install-deps.sh xen     build plus what the Xen lab needs on this machine
 #
 # Silent when nothing is missing. Installs the missing packages with apt-get when run as root;
 # otherwise names them and exits 1.
@@ -29,15 +30,23 @@ TEST_PKGS=(
     qemu-system-x86 cpio
 )
 
+# The Xen lab (scripts/xen-lab.sh, make xen-lab, make check-xen, tests/integration/xen_real.sh):
+# QEMU to boot Xen, the initramfs packer, xz for the kernel, and the host programs copied into
+# dom0. The Xen hypervisor, its toolstack and the kernel are Debian packages too, but they are
+# fetched with `apt-get download` into build/cache/debs and unpacked into the lab's images, not
+# installed on this machine (installing xen-hypervisor would change how the machine boots).
+XEN_PKGS=(qemu-system-x86 cpio xz-utils e2fsprogs util-linux bonnie++ postmark diffutils)
+
 usage() {
-    echo "usage: $0 build|test" >&2
+    echo "usage: $0 build|test|xen" >&2
     exit 2
 }
 
 [[ $# -eq 1 ]] || usage
 case "$1" in
 build) want=("${BUILD_PKGS[@]}") ;;
-test) want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+test) want=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${XEN_PKGS[@]}") ;;
+xen) want=("${BUILD_PKGS[@]}" "${XEN_PKGS[@]}") ;;
 *) usage ;;
 esac
 

@@ -152,6 +152,21 @@ struct export
      * Closing at once would drain while the engine thread waits, and every other export with
      * it (issue 14). */
     int closing;
+    /* The VDI is being opened (plx_vdi_open_async): a writable open waits for the admin lock,
+     * which is the lock manager's to grant, and the loop serves the other exports meanwhile
+     * (issue 30). The clients that asked for it wait in their option (conn.wait_ex) until the
+     * idle hook settles the export (export_settle). */
+    plx_open_req *opening;
+    int opened;  /* the open reported (open_rc), not yet settled */
+    int open_rc; /* its result */
+    int settled; /* settled: open, waiting for a handover, or failed (open_rc, open_err) */
+    char open_err[512];
+    plx_open_req *retry_req; /* handover: a try of the open in progress */
+    int retry_done;          /* ... has reported: retry_rc, retry_v, for the next retry tick */
+    int retry_rc;
+    plx_vdi *retry_v;
+    int unlinked; /* failed: out of the exports list, freed with its last client */
+    char close_err[512];
 };
 
 /* One queued output message: hdr[0..hlen) then data[0..dlen) (data is owned, freed). */
@@ -201,6 +216,10 @@ struct conn {
     int dirty;
     struct conn *dirty_next;
     struct conn *prev, *next;
+    /* An option (GO, INFO, EXPORT_NAME) waits for this export's open: nothing more is read or
+     * parsed until the idle hook answers it (conn_parse). Holds a reference. */
+    struct export *wait_ex;
+    uint32_t wait_opt;
 };
 
 struct req {
@@ -281,12 +300,13 @@ plx_vdi *nbd_server_find_writable(uint64_t id)
     if (!the_server)
         return NULL;
     for (struct export *e = the_server->exports; e; e = e->next)
-        if (e->v && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+        if (e->v && e->closing != 2 && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
             return e->v;
     return NULL;
 }
 
 static int retry_arm(struct nbd_server *srv);
+static void conn_kick(struct conn *c);
 
 static int cache_all;
 static double cache_all_threshold_ms;
@@ -310,7 +330,10 @@ static void export_opened(plx_store *st, struct export *e)
                 plx_store_errmsg(st));
 }
 
-/* Open (or share) the export `name`. Blocking: never from a completion callback. */
+static void export_open_done(void *arg, int status, plx_vdi *v);
+
+/* Open (or share) the export `name`. The VDI's open is asynchronous: the export may come back
+ * still opening (e->opening), and the caller's option waits for it (conn.wait_ex). */
 static int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out)
 {
     if (!*name) {
@@ -319,7 +342,9 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
         return -ENOENT;
     }
     for (struct export *e = srv->exports; e; e = e->next) {
-        if (strcmp(e->name, name) == 0) {
+        /* One being closed is not shared: a new open of its VDI waits for the close as for a
+         * handover (the VDI is open here until then). */
+        if (strcmp(e->name, name) == 0 && e->closing != 2) {
             e->refs++;
             e->closing = 0;
             *out = e;
@@ -329,22 +354,13 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     struct export *e = calloc(1, sizeof *e);
     if (!e)
         return -ENOMEM;
-    int rc = plx_vdi_open(st, name, 0, &e->v);
-    struct plx_vdi_info info;
-    if (rc == -EBUSY && !strchr(name, '@') && plx_vdi_lookup(st, name, &info) == 0 &&
-        retry_arm(srv) == 0) {
-        fprintf(stderr, "parallax: serve: export '%s': %s; its requests wait until it lets go\n",
-                name, plx_store_errmsg(st));
-        e->size = info.size;
-        e->wait_since_ns = now_ns();
-        rc = 0;
-    } else if (rc) {
+    snprintf(e->name, sizeof e->name, "%s", name);
+    int rc = plx_vdi_open_async(st, name, 0, export_open_done, e, &e->opening);
+    if (rc) {
         fprintf(stderr, "parallax: serve: export '%s': %s\n", name, plx_store_errmsg(st));
         free(e);
         return rc;
     }
-    snprintf(e->name, sizeof e->name, "%s", name);
-    export_opened(st, e);
     e->refs = 1;
     e->next = srv->exports;
     srv->exports = e;
@@ -352,16 +368,63 @@ static int export_get(struct nbd_server *srv, const char *name, plx_store *st, s
     return 0;
 }
 
-/* Close e unless its VDI's writes are still being drained from the write cache (then it stays
- * in the list, closing, for export_reap). Blocking (the close's own writes): never from a
- * completion callback. */
-static void export_close(struct nbd_server *srv, struct export *e)
+/* The open of e's VDI is done (from the store's service pass): note it and wake the clients
+ * waiting for it; the idle hook settles the export outside the service pass. */
+static void export_open_done(void *arg, int status, plx_vdi *v)
 {
-    int rc = e->v ? plx_vdi_try_close(e->v) : 0;
-    if (rc == -EAGAIN) {
-        e->closing = 1;
+    struct export *e = arg;
+    struct nbd_server *srv = the_server;
+    e->opening = NULL;
+    e->opened = 1;
+    e->open_rc = status;
+    e->v = v;
+    if (status)
+        snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(et_store(srv->et)));
+    for (struct conn *c = srv->conns; c; c = c->next)
+        if (c->wait_ex == e)
+            conn_kick(c);
+}
+
+static void export_unlink(struct nbd_server *srv, struct export *e)
+{
+    for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    }
+    e->unlinked = 1;
+}
+
+/* Settle an export whose open reported (idle hook, outside the service pass: what follows may
+ * block on the medium): open; or held by another process, so its requests wait for a
+ * handover; or failed, out of the list so that the next client tries afresh. */
+static void export_settle(struct nbd_server *srv, struct export *e, plx_store *st)
+{
+    if (e->settled || !e->opened)
+        return;
+    e->settled = 1;
+    int rc = e->open_rc;
+    if (!rc) {
+        export_opened(st, e);
         return;
     }
+    struct plx_vdi_info info;
+    if (rc == -EBUSY && !strchr(e->name, '@') && plx_vdi_lookup(st, e->name, &info) == 0 &&
+        retry_arm(srv) == 0) {
+        fprintf(stderr, "parallax: serve: export '%s': %s; its requests wait until it lets go\n",
+                e->name, e->open_err);
+        e->size = info.size;
+        e->wait_since_ns = now_ns();
+        e->open_rc = 0;
+        return;
+    }
+    fprintf(stderr, "parallax: serve: export '%s': %s\n", e->name, e->open_err);
+    export_unlink(srv, e);
+}
+
+static void export_free(struct nbd_server *srv, struct export *e, int rc)
+{
     for (struct export **pp = &srv->exports; *pp; pp = &(*pp)->next) {
         if (*pp == e) {
             *pp = e->next;
@@ -369,8 +432,50 @@ static void export_close(struct nbd_server *srv, struct export *e)
         }
     }
     if (rc)
-        fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name, strerror(-rc));
+        fprintf(stderr, "parallax: serve: closing '%s': %s\n", e->name,
+                e->close_err[0] ? e->close_err : strerror(-rc));
     free(e);
+}
+
+/* The close of e's VDI is done (from the store's service pass). */
+static void export_closed(void *arg, int status)
+{
+    struct export *e = arg;
+    if (status)
+        snprintf(e->close_err, sizeof e->close_err, "%s",
+                 plx_store_errmsg(et_store(the_server->et)));
+    e->v = NULL;
+    export_free(the_server, e, status);
+}
+
+/* Close e unless its VDI's writes are still being drained from the write cache (then it stays
+ * in the list, closing, for export_reap). The close waits for the admin lock (the lock
+ * manager's) on the loop (plx_vdi_close_async): the export stays in the list, closing == 2,
+ * shared with no new client, until export_closed frees it. Never from a completion callback. */
+static void export_close(struct nbd_server *srv, struct export *e)
+{
+    if (e->closing == 2)
+        return;
+    if (e->opening)
+        plx_vdi_open_cancel(e->opening);
+    if (e->retry_req)
+        plx_vdi_open_cancel(e->retry_req);
+    e->opening = e->retry_req = NULL;
+    if (e->retry_v && !e->v)
+        e->v = e->retry_v; /* handed over, and nobody left to serve */
+    e->retry_v = NULL;
+    int rc = e->v ? plx_vdi_close_async(e->v, export_closed, e) : 0;
+    if (rc == -EAGAIN) {
+        e->closing = 1;
+        return;
+    }
+    if (e->v && rc == 0) {
+        e->closing = 2;
+        return;
+    }
+    if (e->v)
+        rc = plx_vdi_close(e->v); /* the close could not be started: the blocking one */
+    export_free(srv, e, rc);
 }
 
 static void export_put(struct nbd_server *srv, struct export *e)
@@ -386,8 +491,10 @@ static void export_reap(struct nbd_server *srv)
 {
     for (struct export *e = srv->exports, *next; e; e = next) {
         next = e->next;
-        if (e->closing && e->refs == 0)
+        if (e->closing == 1 && e->refs == 0)
             export_close(srv, e);
+        else
+            export_settle(srv, e, et_store(srv->et));
     }
 }
 
@@ -897,7 +1004,22 @@ static void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, 
     (void)off;
 }
 
-/* Try the waiting exports' VDIs again (every few ms, from the retry timer). */
+/* A try of a waiting export's open reported (from the service pass): the retry timer's next
+ * tick, outside the service pass, acts on it. */
+static void retry_open_done(void *arg, int status, plx_vdi *v)
+{
+    struct export *e = arg;
+    e->retry_req = NULL;
+    e->retry_done = 1;
+    e->retry_rc = status;
+    e->retry_v = v;
+    if (status)
+        snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(et_store(the_server->et)));
+}
+
+/* Try the waiting exports' VDIs again (every few ms, from the retry timer). Each try is an
+ * asynchronous open (plx_vdi_open_async): with the lock manager slow or gone, the try waits on
+ * the loop while the other exports are served, and the handover goes on waiting for it. */
 static void retry_ready(struct et_fd_handler *h, plx_store *st)
 {
     struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, retry));
@@ -907,19 +1029,32 @@ static void retry_ready(struct et_fd_handler *h, plx_store *st)
     }
     int still_waiting = 0;
     for (struct export *e = srv->exports; e; e = e->next) {
-        if (e->v || e->failed)
+        if (e->v || e->failed || !e->settled || e->open_rc)
             continue;
-        int rc = plx_vdi_open(st, e->name, 0, &e->v);
-        if (rc == -EBUSY && now_ns() - e->wait_since_ns < handover_wait_ns()) {
-            e->v = NULL;
-            still_waiting = 1;
+        still_waiting = 1;
+        if (e->retry_req)
             continue;
+        if (!e->retry_done) {
+            if (plx_vdi_open_async(st, e->name, 0, retry_open_done, e, &e->retry_req) == 0)
+                continue;
+            e->retry_done = 1;
+            e->retry_rc = -ENOMEM;
+            snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(st));
         }
+        e->retry_done = 0;
+        int rc = e->retry_rc;
+        /* Held by the source still, or the lock manager not answering (it may come back within
+         * the wait): try again. */
+        if ((rc == -EBUSY || rc == -EHOSTUNREACH) &&
+            now_ns() - e->wait_since_ns < handover_wait_ns())
+            continue;
+        e->v = e->retry_v;
+        e->retry_v = NULL;
         if (rc) {
             e->v = NULL;
             e->failed = rc == -EBUSY ? -ETIMEDOUT : rc;
             fprintf(stderr, "parallax: serve: export '%s': gave up waiting for it: %s\n", e->name,
-                    plx_store_errmsg(st));
+                    e->open_err);
         } else {
             fprintf(stderr, "parallax: serve: export '%s': handed over after %.1f ms\n", e->name,
                     (double)(now_ns() - e->wait_since_ns) / 1e6);
@@ -1139,6 +1274,8 @@ static void opt_list(struct conn *c, plx_store *st, uint32_t len)
         opt_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
 }
 
+static void opt_info_go_reply(struct conn *c, uint32_t opt, struct export *e);
+
 /* INFO and GO: u32 name length, name, u16 n, n x u16 info requests. */
 static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
                         uint32_t len)
@@ -1159,6 +1296,27 @@ static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsig
     int rc = export_get(c->srv, name, st, &e);
     if (rc) {
         opt_error(c, opt, NBD_REP_ERR_UNKNOWN, *name ? plx_store_errmsg(st) : "no export name");
+        return;
+    }
+    if (!e->settled) {
+        c->wait_ex = e; /* answered by opt_settled once the open is settled */
+        c->wait_opt = opt;
+        return;
+    }
+    opt_info_go_reply(c, opt, e);
+}
+
+/* INFO and GO, the export settled: its information, or why it cannot be opened. Takes over the
+ * caller's reference to e. */
+static void opt_info_go_reply(struct conn *c, uint32_t opt, struct export *e)
+{
+    if (e->open_rc) {
+        /* The client gets the engine's message as the reply's text: "no VDI named ...", or
+         * that the lock manager cannot be reached. The protocol has no code for "try again
+         * later"; UNKNOWN ("export not available" to qemu) is the least wrong, and clients
+         * that show the text (qemu: "server reported: ...") say why. */
+        opt_error(c, opt, NBD_REP_ERR_UNKNOWN, e->open_err);
+        export_put(c->srv, e);
         return;
     }
     struct export *old = c->ex;
@@ -1257,6 +1415,48 @@ static void opt_starttls(struct conn *c, uint32_t len)
     c->tls_state = TLS_ACK;
 }
 
+/* EXPORT_NAME, the export settled. Takes over the caller's reference to e. */
+static void export_name_reply(struct conn *c, struct export *e)
+{
+    if (e->open_rc) {
+        export_put(c->srv, e);
+        c->quit = 1; /* the protocol's only answer to an export that cannot be had: close */
+        return;
+    }
+    if (c->ex)
+        export_put(c->srv, c->ex);
+    c->ex = e;
+    c->size = e->v ? plx_vdi_size(e->v) : e->size;
+    c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
+    unsigned char h[10];
+    put64(h, c->size);
+    put16(h + 8, export_flags(c));
+    char *zeroes = c->no_zeroes ? NULL : calloc(1, 124);
+    if (!c->no_zeroes && !zeroes) {
+        c->quit = 1;
+        return;
+    }
+    queue(c, h, sizeof h, zeroes, zeroes ? 124 : 0);
+    c->state = ST_TRANSMISSION;
+}
+
+/* The option that waited for an export's open: answer it once the export is settled. Returns
+ * 1 while it still waits (nothing more is parsed). */
+static int opt_settled(struct conn *c)
+{
+    struct export *e = c->wait_ex;
+    if (!e)
+        return 0;
+    if (!e->settled)
+        return 1;
+    c->wait_ex = NULL;
+    if (c->wait_opt == NBD_OPT_EXPORT_NAME)
+        export_name_reply(c, e);
+    else
+        opt_info_go_reply(c, c->wait_opt, e);
+    return 0;
+}
+
 static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
                           uint32_t len)
 {
@@ -1286,21 +1486,12 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
             c->quit = 1; /* the protocol's only answer to an unknown name: close */
             return;
         }
-        if (c->ex)
-            export_put(c->srv, c->ex);
-        c->ex = e;
-        c->size = e->v ? plx_vdi_size(e->v) : e->size;
-        c->writable = e->v ? !plx_vdi_readonly(e->v) : 1;
-        unsigned char h[10];
-        put64(h, c->size);
-        put16(h + 8, export_flags(c));
-        char *zeroes = c->no_zeroes ? NULL : calloc(1, 124);
-        if (!c->no_zeroes && !zeroes) {
-            c->quit = 1;
+        if (!e->settled) {
+            c->wait_ex = e;
+            c->wait_opt = opt;
             return;
         }
-        queue(c, h, sizeof h, zeroes, zeroes ? 124 : 0);
-        c->state = ST_TRANSMISSION;
+        export_name_reply(c, e);
         return;
     }
     case NBD_OPT_ABORT:
@@ -1337,14 +1528,16 @@ static void handle_option(struct conn *c, plx_store *st, uint32_t opt, const uns
 
 static int may_read(const struct conn *c)
 {
-    return !c->eof && !c->quit && c->outstanding < NBD_MAX_INFLIGHT &&
+    return !c->eof && !c->quit && !c->wait_ex && c->outstanding < NBD_MAX_INFLIGHT &&
            c->out_bytes < NBD_OUT_LIMIT && (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP);
 }
 
 /* Handle every complete message in the input buffer that may be handled now. */
 static void conn_parse(struct conn *c, plx_store *st)
 {
-    while (!c->quit && c->out_bytes < NBD_OUT_LIMIT &&
+    if (opt_settled(c))
+        return;
+    while (!c->wait_ex && !c->quit && c->out_bytes < NBD_OUT_LIMIT &&
            (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP)) {
         const unsigned char *p = (const unsigned char *)c->in + c->in_off;
         size_t avail = c->in_len - c->in_off;
@@ -1581,6 +1774,8 @@ static void conn_destroy(struct conn *c)
     close(c->h.fd);
     if (c->ex)
         export_put(srv, c->ex);
+    if (c->wait_ex)
+        export_put(srv, c->wait_ex); /* the last client of an open in progress cancels it */
     free_out(c);
     free(c->in);
     free(c->pay);
@@ -1628,7 +1823,7 @@ static void wauto_ready(struct et_fd_handler *h, plx_store *st)
         /* EAGAIN: a spurious wake-up. */
     }
     for (struct export *e = srv->exports; e; e = e->next) {
-        if (!e->v || plx_vdi_readonly(e->v))
+        if (!e->v || e->closing == 2 || plx_vdi_readonly(e->v))
             continue;
         int rc = plx_vdi_wcache_tick(e->v);
         if (rc > 0)

@@ -2,9 +2,9 @@
 # tests/check-exports.sh LIBRARY.so INCLUDE_DIR [MAP]
 #
 # Checks that the shared library exports exactly the functions declared in the public headers
-# INCLUDE_DIR/*.h: every declared function is exported, with symbol version PARALLAX_<major>,
-# and nothing else is (no internal function, no data symbol). With MAP (the linker version
-# script), also that the map lists exactly the declared functions. Used by the install and
+# INCLUDE_DIR/*.h: every declared function is exported, with symbol version PARALLAX_<major>
+# (or PARALLAX_<major>.<minor>, the node of the version that added it), and nothing else is (no
+# internal function, no data symbol). With MAP (the linker version script), also that the map lists exactly the declared functions. Used by the install and
 # package tests; prints what differs and exits 1 on any difference.
 set -euo pipefail
 
@@ -43,9 +43,10 @@ if [[ -s $tmp/other ]]; then
     echo "check-exports: $lib exports symbols that are not functions:" $(cat "$tmp/other")
     status=1
 fi
-unversioned=$(awk -v v="PARALLAX_$major" '$1 == "FUNC" && $2 !~ ("@@?" v "$") {print $2}' "$tmp/dyn")
+# PARALLAX_<major>, or the node of the minor version that added the function (PARALLAX_1.7).
+unversioned=$(awk -v v="PARALLAX_$major" '$1 == "FUNC" && $2 !~ ("@@?" v "([.][0-9]+)?$") {print $2}' "$tmp/dyn")
 if [[ -n $unversioned ]]; then
-    echo "check-exports: functions without version PARALLAX_$major:" $unversioned
+    echo "check-exports: functions without version PARALLAX_$major or PARALLAX_$major.N:" $unversioned
     status=1
 fi
 if [[ -n $map ]]; then
@@ -59,5 +60,5 @@ if [[ -n $map ]]; then
         status=1
     fi
 fi
-[[ $status -ne 0 ]] || echo "check-exports: $(wc -l <"$tmp/exported") functions exported, all declared, version PARALLAX_$major"
+[[ $status -ne 0 ]] || echo "check-exports: $(wc -l <"$tmp/exported") functions exported, all declared, version PARALLAX_$major[.N]"
 exit $status

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 6
+#define PLX_API_VERSION_MINOR 7
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -292,7 +292,7 @@ int plx_store_writers(plx_store *st, char *who, size_t len);
  * itself (or on its device)"), 0 when not (or path does not exist yet). Caught: the store's file
  * or device, also through symlinks, bind mounts, a loop device or a partition of it, or a file
  * on its device; the write log attached to this store; any Parallax write log (its head block
- * says so, whichever process has it). vdi-export checks its target with it. */
+ * says so, whichever process has it). vdi-export checks its target with it. (API 1.7) */
 int plx_store_path_conflict(plx_store *st, const char *path, char *why, size_t len);
 
 /* Progress of a long blocking call (plx_check_ex, plx_gc_ex): called from inside the call as it
@@ -333,9 +333,12 @@ struct plx_gc_report {
 };
 /* The mark-and-sweep collector (thesis algorithm 1): checkpoint the allocation bitmaps, mark
  * from every live root through the metadata extents in disk order, then free every block that
- * was allocated in the checkpoint and is unmarked. Runs beside writers in other processes: an
- * extent another live process holds is skipped (its claimed blocks may be linked at any time).
- * In this process, open VDIs are first brought to a committed state. Blocking. */
+ * was allocated in the checkpoint and is unmarked. Runs beside writers in other processes: in an
+ * extent another live process holds, that process frees the blocks, after answering a request
+ * through the extent's reclaim record (waited for up to $PARALLAX_RECLAIM_WAIT_MS, default
+ * 10 s; an extent whose holder does not answer is skipped: extents_skipped). freed_by_type
+ * counts what the holders confirmed within that wait. In this process, open VDIs are first
+ * brought to a committed state. Blocking. */
 int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out);
 
 /* Options of plx_gc_ex. Zero-initialise, set struct_size = sizeof(struct plx_gc_opts); fields
@@ -358,6 +361,25 @@ int plx_gc_ex(plx_store *st, const struct plx_gc_opts *opts, struct plx_gc_repor
  * writing records a hold until the close: plx_gc in any process keeps the tree it reads, even if
  * the VDI or snapshot is deleted meanwhile (-ENOSPC when the store's 1,152 holds are taken). */
 int plx_vdi_open(plx_store *st, const char *spec, unsigned flags, plx_vdi **out);
+/* plx_vdi_open without waiting for the lock manager (API 1.7). An open on a store opened for
+ * writing needs the store's admin lock (a writer takes the VDI's lock, a reader records its
+ * hold), which on a store shared through parallax-lockd is lockd's to grant: with
+ * lockd slow, stopped or gone, plx_vdi_open waits up to $PARALLAX_LOCK_TIMEOUT (30 s) and a
+ * server's other VDIs wait with it. Here that wait is an event on the store's loop, as a
+ * request's I/O is: the call returns at once and the loop goes on serving. cb runs exactly
+ * once, from plx_store_service (never inside this call), with 0 and the new handle, or -errno
+ * and NULL; plx_store_errmsg says why while cb runs (-EHOSTUNREACH: the lock manager could not
+ * be reached or stopped answering, and the message names it; -EBUSY: another process holds
+ * the VDI, or held the admin lock for the whole wait). Once the lock is granted, the rest of
+ * the open (the VDI's record, root and log) is blocking medium I/O, as in plx_vdi_open. On a
+ * submission error (-ENOMEM, -EINVAL) cb never runs. *req (may be NULL) names the open for
+ * plx_vdi_open_cancel until cb runs. */
+typedef struct plx_open_req plx_open_req;
+typedef void (*plx_open_fn)(void *arg, int status, plx_vdi *v);
+int plx_vdi_open_async(plx_store *st, const char *spec, unsigned flags, plx_open_fn cb, void *arg,
+                       plx_open_req **req);
+/* Withdraw an open whose cb has not run: it never will. (API 1.7) */
+void plx_vdi_open_cancel(plx_open_req *req);
 /* Complete outstanding requests, write back, release the VDI lock. Blocking. */
 int plx_vdi_close(plx_vdi *v);
 /* plx_vdi_close without waiting for the write cache: while the write log still holds writes of
@@ -371,6 +393,17 @@ uint64_t plx_vdi_id(const plx_vdi *v);
 int plx_vdi_readonly(const plx_vdi *v);
 
 typedef void (*plx_done_fn)(void *arg, int status); /* status: 0 or -errno */
+/* plx_vdi_close without waiting for the lock manager (API 1.7): a writable VDI's close clears
+ * its lock in the VDI's record, a reader's drops its hold, under the admin lock, and that wait
+ * is an event on the store's loop. Returns -EAGAIN at once, doing nothing, while the write cache
+ * still drains v (as plx_vdi_try_close); else 0: v is being closed and must not be used again
+ * (submit nothing more), and cb runs once, from plx_store_service, with the close's result. If the
+ * admin lock cannot be had within $PARALLAX_LOCK_TIMEOUT the handle is closed all the same and cb
+ * gets -EHOSTUNREACH (or -EBUSY), the message saying so: the record still names this process as the
+ * VDI's writer, so no other process opens it for writing while this one runs (this store does,
+ * taking the lock back). A close under way is finished by plx_vdi_close(v) or plx_store_close,
+ * without cb. */
+int plx_vdi_close_async(plx_vdi *v, plx_done_fn cb, void *arg);
 
 #define PLX_WRITE_FUA 1u /* durable when the callback fires */
 /* The write may complete once its data is written and the VDI's tree in memory links it (reads

@@ -665,10 +665,71 @@ static int add_clone(struct wl *wl, const char *name, int parent, size_t srec_id
     return wl->nv++;
 }
 
+/* Odd-numbered VDIs open and close through the asynchronous calls (plx_vdi_open_async,
+ * plx_vdi_close_async: the admin lock waited for on the loop, the open or close run from a
+ * timer of the service pass), even ones through the blocking calls: both under every crash. */
+struct async_res {
+    int fired, rc;
+    plx_vdi *v;
+};
+
+static void async_open_done(void *arg, int status, plx_vdi *v)
+{
+    struct async_res *r = arg;
+    r->fired = 1;
+    r->rc = status;
+    r->v = v;
+}
+
+static void async_close_done(void *arg, int status)
+{
+    struct async_res *r = arg;
+    r->fired = 1;
+    r->rc = status;
+}
+
+/* Run the store's loop until r fired: 0, or the service pass's error. */
+static int loop_until(plx_store *st, const struct async_res *r)
+{
+    while (!r->fired) {
+        struct pollfd p = {.fd = plx_store_fd(st), .events = POLLIN};
+        (void)poll(&p, 1, 100);
+        int rc = plx_store_service(st);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int open_any(plx_store *st, const char *name, int async, plx_vdi **h)
+{
+    if (!async)
+        return plx_vdi_open(st, name, 0, h);
+    struct async_res r = {0};
+    plx_open_req *req;
+    int rc = plx_vdi_open_async(st, name, 0, async_open_done, &r, &req);
+    if (!rc && (rc = loop_until(st, &r)) != 0)
+        plx_vdi_open_cancel(req);
+    *h = rc ? NULL : r.v;
+    return rc ? rc : r.rc;
+}
+
+static int close_any(plx_store *st, plx_vdi *h, int async)
+{
+    struct async_res r = {0};
+    int rc = async ? plx_vdi_close_async(h, async_close_done, &r) : -EAGAIN;
+    if (rc == -EAGAIN) /* the write cache still drains it: the blocking close waits for that */
+        return plx_vdi_close(h);
+    if (rc)
+        return rc;
+    rc = loop_until(st, &r);
+    return rc ? plx_vdi_close(h) /* the close under way is finished here */ : r.rc;
+}
+
 static void open_vdi(struct wl *wl, int vi)
 {
     struct mvdi *m = &wl->v[vi];
-    int rc = plx_vdi_open(wl->st, m->name, 0, &m->h);
+    int rc = open_any(wl->st, m->name, vi & 1, &m->h);
     ck_assert_msg(rc == 0, "open %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
     if (wl->log_blocks) {
         rc = plx_wlog_vdi_enable(m->h);
@@ -679,7 +740,7 @@ static void open_vdi(struct wl *wl, int vi)
 static void close_vdi(struct wl *wl, int vi)
 {
     struct mvdi *m = &wl->v[vi];
-    int rc = plx_vdi_close(m->h);
+    int rc = close_any(wl->st, m->h, vi & 1);
     if (rc != 0 && wl->expect_ok)
         violation(wl, "closing VDI %s: %d %s", m->name, rc, plx_store_errmsg(wl->st));
     m->h = NULL;
@@ -2112,6 +2173,83 @@ static void wl_checkpoint(struct wl *wl)
     }
 }
 
+/* The collector beside a live holder (reclaim.c, gc.c): the VDI's engine (a host whose reclaim
+ * timer looks every millisecond) writes, snapshots and deletes snapshots, and the other engine
+ * (another host) collects three times. While the collector waits for the holder, marks and
+ * sweeps, the holder serves and takes new requests, snapshot deletions among them; so blocks
+ * are handed out, linked and unlinked after the mark began. The holder answers each request,
+ * and folds what the collector published into its allocator, freeing blocks of extents it
+ * holds. Every write the holder does afterwards lands in blocks a fold may have freed: a fold
+ * that freed a linked block shows as data a later write overwrote. Crash points fall in the
+ * collector's records and publications and in the holder's answers and folds. */
+struct gc_beside {
+    struct wl *wl;
+    struct mix mx;
+    unsigned ops, budget, vmask;
+};
+
+static void gc_beside_step(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+    struct gc_beside *b = arg;
+    (void)done, (void)total;
+    /* Not while the collector holds the admin lock (its checkpoint): a synchronous claim of the
+     * holder would wait for it in this same thread. */
+    if (strncmp(step, "waiting", 7) && strncmp(step, "marking", 7) && strcmp(step, "sweeping"))
+        return;
+    struct wl *wl = b->wl;
+    /* A burst, so that requests are in flight (blocks handed out, batches not committed) when
+     * the holder's round begins and while the collector marks. */
+    for (int k = 0; k < 8 && b->ops < b->budget && wl->inflight < b->mx.inflight; k++) {
+        gen_op(wl, &b->mx, b->vmask);
+        b->ops++;
+    }
+    service(wl, false);
+}
+
+static void wl_gc_fold(struct wl *wl)
+{
+    static const struct range r[] = {R(0, 256), R(1500, 64)};
+    int a = add_vdi(wl, "folded", 8 * MIB, r, 2);
+    open_vdi(wl, a);
+    /* Every write near the catalogue (records linked and unlinked) is a crash point too. */
+    wl->focus_first = wl->st->sb.catalogue_start;
+    wl->focus_count = wl->st->sb.catalogue_blocks;
+    /* The holder: an engine opened with a fast reclaim poll. */
+    setenv("PARALLAX_RECLAIM_POLL_MS", "1", 1);
+    switch_engine(wl);
+    unsetenv("PARALLAX_RECLAIM_POLL_MS");
+    struct mix mx = {.write = 50,
+                     .fua = 5,
+                     .trim = 4,
+                     .flush = 6,
+                     .snap = 12,
+                     .edit = 15,
+                     .read = 8,
+                     .max_nb = 8,
+                     .max_trim = 8,
+                     .hot = 30,
+                     .inflight = 24,
+                     .max_snaps = 60,
+                     .label = 10};
+    uint64_t freed = 0;
+    for (int round = 0; round < 3; round++) {
+        run_phase(wl, &mx, scale(200), 1u << a);
+        struct gc_beside b = {.wl = wl, .mx = mx, .budget = scale(80), .vmask = 1u << a};
+        struct plx_gc_opts o = {
+            .struct_size = sizeof o, .progress = gc_beside_step, .progress_arg = &b};
+        struct plx_gc_report rep;
+        snprintf(wl->where, sizeof wl->where, "gc round %d", round);
+        int rc = plx_gc_ex(wl->other, &o, &rep);
+        ck_assert_msg(rc == 0, "[%s] gc: %d %s", wl->name, rc, plx_store_errmsg(wl->other));
+        freed += rep.freed_by_type[PLX_EXTENT_DATA] + rep.freed_by_type[PLX_EXTENT_METADATA];
+        drain(wl);
+    }
+    run_phase(wl, &mx, scale(200), 1u << a);
+    printf("crash[gc-fold]: collections freed %llu blocks, %llu of them in the holder's extents\n",
+           (unsigned long long)freed, (unsigned long long)wl->st->alloc->folded);
+    ck_assert_uint_gt(wl->st->alloc->folded, 0);
+}
+
 /* A VDI handed back and forth between two engines (hosts) on one medium, with writes,
  * overwrites, trims and snapshots on both sides: each engine's cached nodes go stale while the
  * other writes. Crash points fall in the writer-lock handovers too. */
@@ -2407,14 +2545,23 @@ struct workload {
 };
 
 static const struct workload workloads[] = {
-    {"sequential", wl_sequential, 0},         {"random", wl_random, 0},
-    {"snap-overwrite", wl_snap_overwrite, 0}, {"clone", wl_clone, 0},
-    {"snap-storm", wl_snap_storm, 0},         {"trim", wl_trim, 0},
-    {"sparse-1TiB", wl_sparse, 256 * 1024},  {"checkpoint", wl_checkpoint, 0},
-    {"handover", wl_handover, 0},            {"takeover", wl_takeover, 0},
-    {"placement", wl_placement, 64 * 1024},  {"snap-many", wl_snap_many, 0},
-    {"snap-inflight", wl_snap_inflight, 0},  {"snap-edit", wl_snap_edit, 0},
-    {"claim-ahead", wl_claim_ahead, 0},      {"fua-overwrite", wl_fua_overwrite, 0},
+    {"sequential", wl_sequential, 0},
+    {"random", wl_random, 0},
+    {"snap-overwrite", wl_snap_overwrite, 0},
+    {"clone", wl_clone, 0},
+    {"snap-storm", wl_snap_storm, 0},
+    {"trim", wl_trim, 0},
+    {"sparse-1TiB", wl_sparse, 256 * 1024},
+    {"checkpoint", wl_checkpoint, 0},
+    {"handover", wl_handover, 0},
+    {"takeover", wl_takeover, 0},
+    {"placement", wl_placement, 64 * 1024},
+    {"snap-many", wl_snap_many, 0},
+    {"snap-inflight", wl_snap_inflight, 0},
+    {"snap-edit", wl_snap_edit, 0},
+    {"claim-ahead", wl_claim_ahead, 0},
+    {"fua-overwrite", wl_fua_overwrite, 0},
+    {"gc-fold", wl_gc_fold, 0},
 };
 /* Write-cache workloads: a test case of their own (CK_RUN_CASE=wcache runs only them). */
 static const struct workload wcache_workload = {"wcache", wl_wcache, 0};

@@ -13,8 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -1599,6 +1603,111 @@ START_TEST(test_write_cache_param)
 }
 END_TEST
 
+/* ---- With the real lock manager ---------------------------------------------------------- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* parallax-lockd, built beside this binary, listening on 127.0.0.1:port. */
+static pid_t lockd_start(int port)
+{
+    char exe[4096], path[4200], listen[64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ck_assert_int_gt(n, 0);
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0;
+    snprintf(path, sizeof path, "%s/../parallax-lockd", exe);
+    ck_assert_msg(access(path, X_OK) == 0, "%s not built", path);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(126);
+        execl(path, path, "--listen", listen, "--lease", "3", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (ok)
+            return pid;
+        usleep(20000);
+    }
+    ck_abort_msg("parallax-lockd did not start on port %d", port);
+    return -1;
+}
+
+/* lockd stops answering (SIGSTOP), then goes away, while this tapdisk serves web1 from a store
+ * shared through it: opening web2 (same store) fails after $PARALLAX_LOCK_TIMEOUT, and the log
+ * line says the lock manager does not answer / cannot be reached; web1 is still served. */
+START_TEST(test_open_with_lockd_gone)
+{
+    int port = free_port();
+    pid_t lockd = lockd_start(port);
+    char err[256] = "", addr[64];
+    plx_store *st = NULL;
+    ck_assert_msg(plx_store_open(store_path, NULL, &st, err, sizeof err) == 0, "%s", err);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    ck_assert_msg(plx_store_set_lockd(st, addr) == 0, "%s", plx_store_errmsg(st));
+    ck_assert_int_eq(plx_store_close(st), 0);
+    setenv("PARALLAX_LOCK_TIMEOUT", "1", 1);
+
+    td_driver_t *web1 = open_ok("web1", 0);
+    char *buf = malloc(8 * SEC), *back = malloc(8 * SEC);
+    tu_fill(buf, 8 * SEC, 41);
+    ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf, 0, 8), 0);
+
+    /* Let a claim made ahead give its TRY grant back (the heartbeat does): an admin lock held
+     * here would let the open through. */
+    for (int i = 0; i < 40; i++)
+        tdd_fire_ready(50);
+    char params[4400];
+    snprintf(params, sizeof params, "%s:web2", store_path);
+    td_driver_t *web2 = NULL;
+    /* Frozen: the connection stays up and nothing answers (before, the log blamed "another
+     * process" holding the admin lock). */
+    kill(lockd, SIGSTOP);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = try_open(params, 0, &web2);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kill(lockd, SIGCONT);
+    ck_assert_int_eq(rc, -EHOSTUNREACH);
+    /* The lock timeout (1 s), not lockd's reply timeout on top (5 s more before). */
+    ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 4);
+    ck_assert_msg(tdd_log_contains("cannot open VDI web2") && tdd_log_contains("lock manager") &&
+                      tdd_log_contains("has not answered"),
+                  "the log does not say the lock manager does not answer: %s", tdd_log_last());
+    kill(lockd, SIGKILL);
+    waitpid(lockd, NULL, 0);
+    rc = try_open(params, 0, &web2);
+    ck_assert_int_eq(rc, -EHOSTUNREACH);
+    ck_assert_msg(tdd_log_contains("cannot open VDI web2") && tdd_log_contains("lock manager"),
+                  "the log does not say the lock manager cannot be reached: %s", tdd_log_last());
+    ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf, 8, 8), 0);
+    ck_assert_int_eq(io_sync(web1, TD_OP_READ, back, 8, 8), 0);
+    ck_assert_mem_eq(back, buf, 8 * SEC);
+    (void)web1->ops->td_close(web1); /* clearing web1's lock needs lockd: it fails, said */
+    tdd_driver_free(web1);
+    unsetenv("PARALLAX_LOCK_TIMEOUT");
+    free(buf);
+    free(back);
+}
+END_TEST
+
 static Suite *tapdisk_suite(void)
 {
     Suite *s = suite_create("tapdisk");
@@ -1634,6 +1743,7 @@ static Suite *tapdisk_suite(void)
     tcase_add_test(tc, test_open_wait_times_out);
     tcase_add_test(tc, test_durability_option_errors);
     tcase_add_test(tc, test_write_cache_param);
+    tcase_add_test(tc, test_open_with_lockd_gone);
     tcase_add_test(tc, test_durability_fua);
     tcase_add_test(tc, test_fua_overwrite_io);
     tcase_add_test(tc, test_durability_ordered);
