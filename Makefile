@@ -1,6 +1,7 @@
 # Parallax build. `make` builds the library and the `parallax` command; `make check` builds and
-# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck, and smoke
-# runs of the engine benchmark and the side-by-side suite); `make bench` runs the full suite.
+# runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck);
+# `make check-long` what is too long for it (the crash harness's second seeds, the smoke runs of
+# the benchmarks); `make bench` runs the full suite.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -24,7 +25,8 @@ SONAME      := libparallax.so.$(PLX_MAJOR)
 LIB_MAP     := libparallax/libparallax.map
 
 LIB_SRCS  := $(wildcard libparallax/*.c)
-TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c
+TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
+                 tests/unit/check_msgfile.c
 TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
              server/engine_thread.c server/control_server.c server/export_names.c
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -105,6 +107,10 @@ $(B):
 # compiled once per flavour, not once per test.
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 
+# Check's runner creates the file each test reports through with mkstemp(); the unit tests take
+# that call (tests/unit/check_msgfile.c) to give the file its room before the test writes to it.
+CHECK_WRAP := -Wl,--wrap=mkstemp
+
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
                       server/control_server.c server/control_client.c
@@ -113,12 +119,12 @@ EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
              $(B)/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
 $(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$(TEST_LIB_SRCS)) \
                  $(B)/san/libparallax.a
 	@mkdir -p $(dir $@)
-	$(CC) -O1 -g $(SAN) $^ $(LIBS) $(CHECK_LIBS) -o $@
+	$(CC) -O1 -g $(SAN) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
 # These run the real lock manager built beside them (order-only: not linked in).
 $(B)/unit/test_lockwait $(B)/unit-san/test_lockwait $(B)/unit/test_tapdisk \
@@ -137,13 +143,31 @@ unit-san: $(UNIT_SAN_BINS)
 	@tests/run-unit.sh $(UNIT_SAN_BINS)
 
 # Both builds in one run, one binary per CPU at a time, the longest first so that no long one
-# runs alone at the end: the crash harness (in two shards), then the next longest (about 50 and
-# 12 s), then the rest.
-UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit/test_model
+# runs alone at the end: the crash harness (the first run of each workload, in three shards),
+# then the next longest, then the rest. The crash harness's further runs (another seed of each
+# workload) are in check-long.
+CRASH := $(B)/unit/test_crash
+UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit-san/test_scale $(B)/unit-san/test_registry \
+             $(B)/unit/test_model
 unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
-	@tests/run-unit.sh "env PLX_CRASH_SHARD=0/2 $(B)/unit/test_crash" \
-	    "env PLX_CRASH_SHARD=1/2 $(B)/unit/test_crash" $(UNIT_LONG) \
-	    $(filter-out $(B)/unit/test_crash $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
+	@tests/run-unit.sh "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=0/3 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=1/3 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=2/3 $(CRASH)" $(UNIT_LONG) \
+	    $(filter-out $(CRASH) $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
+
+# What is too long for make check (CI runs both, README "Tests"): the crash harness's runs after
+# the first of each workload (another seed, in two shards) and the smoke runs of the benchmarks,
+# side by side (the smokes judge no times).
+check-long: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CRASH) all
+	@$(BESIDE_MAKE) crash-long & crash=$$!; \
+	    $(BESIDE_MAKE) bench-smokes; smokes=$$?; \
+	    wait $$crash && [ $$smokes -eq 0 ]
+	@echo "make check-long: all passed"
+
+crash-long: $(CRASH)
+	@PLX_TEST_JOBS=1 tests/run-unit.sh "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=0/2 $(CRASH)" \
+	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)"
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -171,26 +195,26 @@ format: builddeps
 	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
-# ran on one CPU and the bench smokes after the integration scripts, which mostly wait):
+# ran on one CPU):
 # 1. everything the tests run is built at once, cppcheck beside the compiler;
 # 2. the unit tests, plain and sanitized (unit-all);
-# 3. the integration scripts, the alone ones first, then the others with the bench smokes in one
-#    of their job slots: the smokes judge no times, the alone scripts do, so nothing runs beside
-#    those (tests/run-integration.sh --beside).
+# 3. the integration scripts, the alone ones first, then the others.
+# The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
+# 12-19) are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-v1 \
                $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
-# (The smokes' make is named through BESIDE_MAKE: a line naming $(MAKE) itself would run the
-# integration scripts even under make -n.)
+# (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
+# would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
 	@$(MAKE) --no-print-directory unit-all
-	@tests/run-integration.sh --beside '$(BESIDE_MAKE) bench-smokes'
+	@tests/run-integration.sh
 	@echo "make check: all passed"
 
-# The smoke runs of the benchmarks, one after the other (make check runs them beside the
-# integration scripts).
+# The smoke runs of the benchmarks, one after the other (make check-long runs them beside the
+# crash harness's long runs).
 bench-smokes: bench-smoke bench-suite-smoke bench-clones-smoke bench-cluster-smoke bench-soak-smoke
 
 # The Xen lab (docs/xen-lab.md): Debian's Xen 4.17 and kernel booted under QEMU TCG, this tree
@@ -351,5 +375,5 @@ include mk/install.mk
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
 -include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

@@ -5,7 +5,7 @@
 #   tests/run-integration.sh            run them all
 #   tests/run-integration.sh NAME...    run only these (with or without the .sh)
 #   tests/run-integration.sh --beside CMD [NAME...]
-#                                       also run the shell command CMD (make check: the bench
+#                                       also run the shell command CMD (e.g. the bench
 #                                       smokes) in one of the job slots, beside the scripts that
 #                                       may share the machine and never beside an alone one; its
 #                                       output is passed through, and the run fails if it fails

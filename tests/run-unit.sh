@@ -5,9 +5,14 @@
 # Binaries run $PLX_TEST_JOBS at a time (default: the number of CPUs), in the order given, so
 # pass the longest first. A binary under build/unit-san/ runs with the sanitizer settings
 # (PLX_TEST_QUICK=1, leak detection, UBSan stack traces), so one run can mix both builds and
-# keep both cores busy. Each binary's output is shown whole when it ends, never interleaved.
+# keep both cores busy. Each binary's output is shown whole when it ends, never interleaved;
+# while the console has been quiet for $PLX_TEST_HEARTBEAT seconds (default 30), a line per
+# binary still running says how long it has run and what it printed last (so far its output is
+# only in its log), so that a long binary is seen to move.
 # An argument may start with `env NAME=VALUE ...` (it is split into words): make check runs the
 # crash harness as two shards that way.
+#
+# Each binary's line at its end gives its wall seconds and CPU seconds (user + system).
 #
 # A binary that exits 77 after its suite passed ran everything it could but skipped a part
 # (e.g. test_backend without a tgtd it may start): reported as skipped, with its SKIP line, and
@@ -15,12 +20,15 @@
 set -u
 
 jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+beat=${PLX_TEST_HEARTBEAT:-30}
 work=$(mktemp -d "${TMPDIR:-/tmp}/plx-unit.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+trap 'rm -rf "$work"' EXIT
+# (A trap on INT and TERM that only cleaned up let the run go on; exiting runs the EXIT trap.)
+trap 'exit 1' INT TERM
 
 # run_one N BIN: run BIN, leaving its output in $work/N.out and its exit status in $work/N.rc.
 run_one() {
-    start=$(date +%s)
+    start=$(cat "$work/$1.start")
     case "$2" in
     */unit-san/*)
         PLX_TEST_QUICK=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
@@ -30,6 +38,12 @@ run_one() {
     esac
     rc=$?
     echo "$(($(date +%s) - start))" >"$work/$1.secs"
+    # CPU seconds (user + system) of the binary and its children: on a busy machine the wall
+    # time says more about the load than about the test.
+    # (times itself, not in a pipeline: a pipeline's subshell has no children of its own.)
+    times >"$work/$1.times"
+    awk 'NR == 2 { split($1 " " $2, t, /[ms ]+/); printf "%d\n", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
+        "$work/$1.times" >"$work/$1.cpu"
     echo "$rc" >"$work/$1.rc"
 }
 
@@ -42,7 +56,8 @@ status=0
 report() {
     rc=$(cat "$work/$1.rc")
     cat "$work/$1.out"
-    echo "== $2: exit $rc after $(cat "$work/$1.secs") s"
+    echo "== $2: exit $rc after $(cat "$work/$1.secs") s (CPU $(cat "$work/$1.cpu") s)"
+    quiet_since=$(date +%s)
     echo "$(cat "$work/$1.secs") $2" >>"$work/times"
     # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.
     summary=$(sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p' "$work/$1.out")
@@ -88,19 +103,46 @@ $running
 JOBS
     running=$still
 }
-for bin in "$@"; do
-    n=$((n + 1))
-    while [ "$(echo "$running" | wc -l)" -gt "$jobs" ]; do
+
+# heartbeat: a line for each binary still running: seconds so far and its latest output line.
+heartbeat() {
+    while IFS= read -r job; do
+        [ -n "$job" ] || continue
+        i=${job%%:*}
+        last=$(grep -v '^[[:space:]]*$' "$work/$i.out" 2>/dev/null | tail -n 1 | cut -c 1-110)
+        echo "== running for $(($1 - $(cat "$work/$i.start"))) s: ${job#*:}${last:+ (last line: $last)}"
+    done <<JOBS
+$running
+JOBS
+}
+
+# wait_until N: wait until at most N binaries run, reporting those that end and, when nothing
+# was printed for $beat seconds, the ones still running.
+quiet_since=$(date +%s)
+wait_until() {
+    while [ "$(echo "$running" | wc -l)" -gt $(($1 + 1)) ]; do
         sleep 0.2
         reap
+        now=$(date +%s)
+        if [ $((now - quiet_since)) -ge "$beat" ]; then
+            heartbeat "$now"
+            quiet_since=$now
+        fi
     done
+}
+
+for bin in "$@"; do
+    n=$((n + 1))
+    wait_until $((jobs - 1))
     echo "== $bin ($n of $#) started"
+    date +%s >"$work/$n.start"
+    quiet_since=$(cat "$work/$n.start")
     run_one "$n" "$bin" &
     running="$running
 $n:$bin"
 done
+wait_until 0
 wait
-reap
 
 if [ "$failed" -ne 0 ]; then
     status=1

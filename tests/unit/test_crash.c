@@ -2571,10 +2571,15 @@ static const struct workload wcache_workload = {"wcache", wl_wcache, 0};
 #define FULL_RUNS 2
 
 /* PLX_CRASH_SHARD=K/N runs only the workload runs whose index is K modulo N (the loop of this
- * shard counts only those), the write-cache and EIO cases only in shard 0 and the registry
- * cases only in shard N-1, so that N processes share the
- * harness (make check runs two on two cores); unset, everything runs. */
+ * shard counts only those), the write-cache cases in shards 0 and 1 (mod N), the EIO cases only
+ * in shard 1 (mod N) and the registry cases only in shard N-1, so that N processes share the
+ * harness (make check runs three beside the other tests on two cores); unset, everything runs.
+ * PLX_CRASH_RUNS=first runs only the first run (seed) of each workload and the other cases
+ * (make check); PLX_CRASH_RUNS=rest only the runs after the first (make check-long); unset,
+ * all of them. */
 static unsigned g_shard, g_shards = 1;
+static int g_first_run, g_end_run = FULL_RUNS; /* the runs [first, end) of each workload */
+static bool g_other_cases = true;              /* the write-cache, EIO and registry cases */
 
 static void parse_shard(void)
 {
@@ -2587,11 +2592,24 @@ static void parse_shard(void)
         fprintf(stderr, "test_crash: PLX_CRASH_SHARD=%s is not K/N with K < N\n", e);
         exit(2);
     }
+    if (tu_quick())
+        g_end_run = 1;
+    const char *r = getenv("PLX_CRASH_RUNS");
+    if (r && strcmp(r, "first") == 0) {
+        g_end_run = 1;
+    } else if (r && strcmp(r, "rest") == 0) {
+        g_first_run = 1;
+        g_other_cases = false;
+    } else if (r) {
+        fprintf(stderr, "test_crash: PLX_CRASH_RUNS=%s is not 'first' or 'rest'\n", r);
+        exit(2);
+    }
 }
 
+/* The workload runs of all shards together. */
 static int workload_runs(void)
 {
-    return NWORKLOADS * (tu_quick() ? 1 : FULL_RUNS);
+    return g_end_run > g_first_run ? NWORKLOADS * (g_end_run - g_first_run) : 0;
 }
 
 static void run_workload(const struct workload *wk, int i, uint64_t run, uint64_t log_blocks);
@@ -2599,7 +2617,8 @@ static void run_workload(const struct workload *wk, int i, uint64_t run, uint64_
 START_TEST(test_crash_workload)
 {
     int i = _i * (int)g_shards + (int)g_shard; /* this shard's _i-th run */
-    run_workload(&workloads[i % NWORKLOADS], i % NWORKLOADS, (uint64_t)(i / NWORKLOADS), 0);
+    run_workload(&workloads[i % NWORKLOADS], i % NWORKLOADS,
+                 (uint64_t)(g_first_run + i / NWORKLOADS), 0);
 }
 END_TEST
 
@@ -3963,13 +3982,17 @@ static Suite *crash_suite(void)
     tcase_add_loop_test(tc, test_crash_workload, 0, mine);
     suite_add_tcase(s, tc);
 
-    if (g_shard == 0) { /* the write-cache and EIO cases */
+    /* The write-cache cases: two seeds, the drain deferred (run 0, in shard 0) and eager (run 1,
+     * in shard 1 mod N): some 15 s each in full runs, the longest cases of the harness. */
+    for (int run = 0; run < 2; run++) {
+        if (!g_other_cases || g_shard != (unsigned)run % g_shards)
+            continue;
         tc = tcase_create("wcache");
         tcase_set_timeout(tc, 900);
-        /* two seeds, the drain deferred and eager: some 15 s each in full runs */
-        tcase_add_loop_test(tc, test_crash_wcache, 0, 2);
+        tcase_add_loop_test(tc, test_crash_wcache, run, run + 1);
         suite_add_tcase(s, tc);
-
+    }
+    if (g_other_cases && g_shard == 1 % g_shards) { /* the EIO cases */
         tc = tcase_create("eio");
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, test_eio_data_read);
@@ -3986,7 +4009,7 @@ static Suite *crash_suite(void)
         tcase_add_loop_test(tc, test_eio_nth, 0, 2);
         suite_add_tcase(s, tc);
     }
-    if (g_shard == g_shards - 1) { /* the registry cases */
+    if (g_other_cases && g_shard == g_shards - 1) { /* the registry cases */
         tc = tcase_create("registry");
         tcase_set_timeout(tc, 900);
         tcase_add_test(tc, test_crash_registry);
