@@ -114,6 +114,7 @@ cmp -s "$T/ff.raw" "$T/back4.raw" || fail "filler2 exports wrong at the end"
 assert_eq filler2@1 "$(plx vdi-snapshot filler2)" "snapshot of filler2"
 head -c 16M /dev/zero | tr '\0' '\021' >"$T/x11.raw"
 plx vdi-import filler2 "$T/x11.raw" --quiet # 4096 blocks of filler2@1 are its own now
+rm -f "$sock" # as below: wait_socket must see this server's socket, not one left before it
 "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve2.log" 2>&1 &
 server=$!
 bg_pid "$server"
@@ -144,6 +145,9 @@ wait "$qio_pid" 2>/dev/null || true
 assert_eq filler2@2 "$(plx vdi-snapshot filler2 --label b)" "snapshot filler2@b"
 head -c 16M /dev/zero | tr '\0' '\042' >"$T/x22.raw"
 plx vdi-import filler2 "$T/x22.raw" --quiet # filler2's own blocks, garbage once it is deleted
+# The server killed -9 above left its socket file: remove it, or wait_socket would find that one
+# before this server has replaced it (a client then races the server's unlink and bind).
+rm -f "$sock"
 PARALLAX_HOST_ID=host-b "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/serve3.log" 2>&1 &
 server=$!
 bg_pid "$server"
