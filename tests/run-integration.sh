@@ -4,6 +4,8 @@
 #
 #   tests/run-integration.sh            run them all
 #   tests/run-integration.sh NAME...    run only these (with or without the .sh)
+#   tests/run-integration.sh --long     run only the scripts with long parts, those parts included
+#                                       (make check-long; see below)
 #   tests/run-integration.sh --beside CMD [NAME...]
 #                                       also run the shell command CMD (e.g. the bench
 #                                       smokes) in one of the job slots, beside the scripts that
@@ -24,6 +26,11 @@
 # that the machine is never drained for one in the middle of the run (each drain left a CPU idle
 # while the last script before it finished).
 #
+# A script whose header has the line `# plx-test: long-parts` keeps its longer parts (more cases of
+# the same feature, a wider sweep) for make check-long: make check runs its short case with
+# PLX_TEST_LONG=0, and `--long` runs it again whole with PLX_TEST_LONG=1 (lib.sh: long_parts;
+# logs in build/test-logs/integration-long/).
+#
 # Exit 0 = pass, 77 = skip (a required tool or facility is missing), anything else = fail.
 # A skip is never counted as a pass. With PLX_TEST_STRICT=1 a skip counts as a failure.
 # PLX_KEEP_TMP=1 keeps the temp dir of a failed script.
@@ -43,6 +50,15 @@ if [[ ! -x $PARALLAX ]]; then
     exit 1
 fi
 mkdir -p "$tmp_base" "$log_dir"
+
+long=0
+if [[ ${1:-} == --long ]]; then
+    long=1
+    shift
+    log_dir+=-long
+    mkdir -p "$log_dir"
+fi
+export PLX_TEST_LONG=$long
 
 beside=""
 if [[ ${1:-} == --beside ]]; then
@@ -65,6 +81,15 @@ else
 fi
 
 is_alone() { grep -q '^# plx-test: alone' "$1"; }
+has_long() { grep -q '^# plx-test: long-parts' "$1"; }
+
+if ((long)); then
+    with_long=()
+    for f in ${scripts[@]+"${scripts[@]}"}; do
+        if has_long "$f"; then with_long+=("$f"); fi
+    done
+    scripts=(${with_long[@]+"${with_long[@]}"})
+fi
 
 # The alone scripts first, in the order given; then the others.
 ordered=()
@@ -199,6 +224,7 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
     # (bash -c around the script: its `times` gives the CPU seconds of the script and of the
     # children it waited for, written to NAME.cpu; timeout stops the whole group.)
     rm -f "$log_dir/$name.cpu"
+    # shellcheck disable=SC2016 # expanded by that bash
     (cd "$tmp" && PLX_TEST_TMP="$tmp" exec timeout -k 10 "$timeout_s" \
         bash -c 'bash "$1"; rc=$?; times >"$2"; exit $rc' _ "$root/$f" "$log_dir/$name.cpu") \
         </dev/null >"$log_dir/$name.log" 2>&1 &

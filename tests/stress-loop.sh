@@ -98,6 +98,7 @@ for ((r = 1; r <= rounds; r++)); do
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
     secs=$(($(date +%s) - start))
+    # shellcheck disable=SC2016 # a sed script: its lowest and highest line
     load=$(sort -n "$log_dir/round-$r.load" | sed -n '1h; ${H; x; s/\n/-/; p}')
     totals=$(grep '^unit: [0-9]* passed' "$log_dir/round-$r.log")
     if [[ $rc -ne 0 ]]; then
