@@ -6,7 +6,7 @@
 #     a row whose cell says "in that order from the top", the files so listed refer only to those
 #     listed after them (the others of the row are not ordered);
 #   - a header includes only headers of its own row or a lower one;
-#   - every .c and .h under libparallax/ has a row.
+#   - every .c and .h under libparallax/ has a row, and every file the table names exists.
 # A lower layer reaching an upper one through a callback the upper one registered names no symbol
 # of it, so the rule holds for it. The document is the rule: a new file gets its row there.
 #
@@ -62,6 +62,12 @@ awk 'FILENAME == ARGV[1] { row[$1] = 1; next }
 while read -r p; do
     say "$p has no row in docs/DESIGN.md's layers table (\"Layers: which file holds what\"): add it to the row of its layer"
 done <"$work/norow"
+
+awk 'FILENAME == ARGV[1] { n = split($0, part, "/"); have[part[n]] = 1; next }
+     !($1 in have) { print $1 }' "$work/files" "$work/table" >"$work/stale"
+while read -r f; do
+    say "$f has a row in docs/DESIGN.md's layers table but no file under libparallax/: remove or rename it there"
+done <"$work/stale"
 
 # Symbols: "FILE SYMBOL" for each global symbol an object defines, and for each it leaves
 # undefined (one nm for all objects: nm -A names the object on each line).
