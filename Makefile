@@ -30,8 +30,7 @@ LIB_MAP     := libparallax/libparallax.map
 LIB_SRCS  := $(wildcard libparallax/*/*.c)
 TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
                  tests/unit/check_msgfile.c
-TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
-             server/engine_thread.c server/control_server.c server/export_names.c
+TOOL_SRCS := $(wildcard tools/*.c server/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
 # Object of each source: build/obj/PATH.o, and build/san/PATH.o for the ASan+UBSan build.
