@@ -31,7 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "parallax_control.h"
 #include "nbd_internal.h"
 
 struct nbd_server *the_server;

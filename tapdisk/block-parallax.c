@@ -44,8 +44,8 @@
  *   order, so the next piece is asked for only once the previous one is answered.
  * - Admin commands (vdi-snapshot, snap-label, snap-delete) reach this process as they reach
  *   `parallax serve`: the `parallax` command finds the VDI's holder pid and connects to its
- *   control socket (server/control.h), which the driver serves from tapdisk's scheduler while
- *   any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
+ *   control socket (host/parallax_control.h), which the driver serves from tapdisk's scheduler
+ *   while any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
  *   once the snapshot is durable.
  *
  * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
@@ -63,7 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "parallax_control.h"
 #include "parallax.h"
 #include "tapdisk-iface.h"
 
