@@ -116,7 +116,7 @@ CHECK_WRAP := -Wl,--wrap=mkstemp
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
-                      host/control_server.c host/control_client.c
+                      host/control_server.c host/control_client.c host/handover.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
@@ -175,7 +175,8 @@ crash-long: $(CRASH)
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
 TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_driver.c \
-                        tests/unit/tapdisk_double.c host/control_server.c host/control_client.c
+                        tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
+                        host/handover.c
 $(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 

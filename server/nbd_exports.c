@@ -71,6 +71,7 @@ int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct e
     if (!e)
         return -ENOMEM;
     snprintf(e->name, sizeof e->name, "%s", name);
+    e->retry.st = st;
     int rc = plx_vdi_open_async(st, name, 0, export_open_done, e, &e->opening);
     if (rc) {
         fprintf(stderr, "parallax: serve: export '%s': %s\n", name, plx_store_errmsg(st));
@@ -174,12 +175,12 @@ static void export_close(struct nbd_server *srv, struct export *e)
         return;
     if (e->opening)
         plx_vdi_open_cancel(e->opening);
-    if (e->retry_req)
-        plx_vdi_open_cancel(e->retry_req);
-    e->opening = e->retry_req = NULL;
-    if (e->retry_v && !e->v)
-        e->v = e->retry_v; /* handed over, and nobody left to serve */
-    e->retry_v = NULL;
+    if (e->retry.req)
+        plx_vdi_open_cancel(e->retry.req);
+    e->opening = e->retry.req = NULL;
+    if (e->retry.v && !e->v)
+        e->v = e->retry.v; /* handed over, and nobody left to serve */
+    e->retry.v = NULL;
     int rc = e->v ? plx_vdi_close_async(e->v, export_closed, e) : 0;
     if (rc == -EAGAIN) {
         e->closing = 1;

@@ -13,15 +13,6 @@
 
 #include "nbd_internal.h"
 
-/* How long a handover may take before the waiting requests fail: $PARALLAX_HANDOVER_WAIT
- * seconds, default 60 (libxl gives a migrating guest's disks about as long). */
-static uint64_t handover_wait_ns(void)
-{
-    const char *env = getenv("PARALLAX_HANDOVER_WAIT");
-    double s = env ? strtod(env, NULL) : 60.0;
-    return (uint64_t)((s > 0 ? s : 60.0) * 1e9);
-}
-
 void req_wait(struct export *e, struct req *r)
 {
     if (e->failed) {
@@ -52,22 +43,8 @@ void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_
     (void)off;
 }
 
-/* A try of a waiting export's open reported (from the service pass): the retry timer's next
- * tick, outside the service pass, acts on it. */
-static void retry_open_done(void *arg, int status, plx_vdi *v)
-{
-    struct export *e = arg;
-    e->retry_req = NULL;
-    e->retry_done = 1;
-    e->retry_rc = status;
-    e->retry_v = v;
-    if (status)
-        snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(et_store(the_server->et)));
-}
-
-/* Try the waiting exports' VDIs again (every few ms, from the retry timer). Each try is an
- * asynchronous open (plx_vdi_open_async): with the lock manager slow or gone, the try waits on
- * the loop while the other exports are served, and the handover goes on waiting for it. */
+/* Try the waiting exports' VDIs again (every few ms, from the retry timer; each try is
+ * asynchronous: host/parallax_handover.h). */
 static void retry_ready(struct et_fd_handler *h, plx_store *st)
 {
     struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, retry));
@@ -80,29 +57,18 @@ static void retry_ready(struct et_fd_handler *h, plx_store *st)
         if (e->v || e->failed || !e->settled || e->open_rc)
             continue;
         still_waiting = 1;
-        if (e->retry_req)
+        int rc;
+        plx_vdi *v;
+        if (handover_try_step(&e->retry, e->name, &rc, &v))
             continue;
-        if (!e->retry_done) {
-            if (plx_vdi_open_async(st, e->name, 0, retry_open_done, e, &e->retry_req) == 0)
-                continue;
-            e->retry_done = 1;
-            e->retry_rc = -ENOMEM;
-            snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(st));
-        }
-        e->retry_done = 0;
-        int rc = e->retry_rc;
-        /* Held by the source still, or the lock manager not answering (it may come back within
-         * the wait): try again. */
-        if ((rc == -EBUSY || rc == -EHOSTUNREACH) &&
-            now_ns() - e->wait_since_ns < handover_wait_ns())
+        if (handover_keep_waiting(rc, now_ns() - e->wait_since_ns))
             continue;
-        e->v = e->retry_v;
-        e->retry_v = NULL;
+        e->v = v;
         if (rc) {
             e->v = NULL;
             e->failed = rc == -EBUSY ? -ETIMEDOUT : rc;
             fprintf(stderr, "parallax: serve: export '%s': gave up waiting for it: %s\n", e->name,
-                    e->open_err);
+                    e->retry.err);
         } else {
             fprintf(stderr, "parallax: serve: export '%s': handed over after %.1f ms\n", e->name,
                     (double)(now_ns() - e->wait_since_ns) / 1e6);

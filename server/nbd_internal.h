@@ -14,6 +14,7 @@
 #include "nbd_proto.h"
 #include "nbd_server.h"
 #include "nbd_tls.h"
+#include "parallax_handover.h"
 
 /* ---- limits ---------------------------------------------------------------------------------- */
 
@@ -61,10 +62,7 @@ struct export
     int open_rc; /* its result */
     int settled; /* settled: open, waiting for a handover, or failed (open_rc, open_err) */
     char open_err[512];
-    plx_open_req *retry_req; /* handover: a try of the open in progress */
-    int retry_done;          /* ... has reported: retry_rc, retry_v, for the next retry tick */
-    int retry_rc;
-    plx_vdi *retry_v;
+    struct handover_try retry; /* handover: the tries of the open (nbd_handover.c) */
     int unlinked; /* failed: out of the exports list, freed with its last client */
     char close_err[512];
 };
