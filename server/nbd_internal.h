@@ -63,7 +63,7 @@ struct export
     int settled; /* settled: open, waiting for a handover, or failed (open_rc, open_err) */
     char open_err[512];
     struct handover_try retry; /* handover: the tries of the open (nbd_handover.c) */
-    int unlinked; /* failed: out of the exports list, freed with its last client */
+    int unlinked;              /* failed: out of the exports list, freed with its last client */
     char close_err[512];
 };
 
