@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
