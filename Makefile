@@ -11,9 +11,10 @@ WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-protot
 # "Layers"); each folder is on the include path, so a file names a header by its bare name.
 LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
 INC     := $(addprefix -I,$(LIB_WINGS))
-# Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
-# library's own objects do not get them, so it cannot include what sits above it.
-APP_INC := -Itools -Iserver -Itapdisk -Itests/unit
+# Headers of the programs around the library (tools, NBD server, host/: what every host of the
+# engine builds in, tapdisk driver, tests); the library's own objects do not get them, so it
+# cannot include what sits above it.
+APP_INC := -Itools -Iserver -Ihost -Itapdisk -Itests/unit
 LIBS    := -laio -liscsi
 B       := build
 # Every object writes its header dependencies beside it (build/**/*.d, included at the end).
@@ -30,8 +31,7 @@ LIB_MAP     := libparallax/libparallax.map
 LIB_SRCS  := $(wildcard libparallax/*/*.c)
 TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
                  tests/unit/check_msgfile.c
-TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
-             server/engine_thread.c server/control_server.c server/export_names.c
+TOOL_SRCS := $(wildcard tools/*.c server/*.c host/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
 # Object of each source: build/obj/PATH.o, and build/san/PATH.o for the ASan+UBSan build.
@@ -116,7 +116,7 @@ CHECK_WRAP := -Wl,--wrap=mkstemp
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
-                      server/control_server.c server/control_client.c
+                      host/control_server.c host/control_client.c host/handover.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
@@ -175,7 +175,8 @@ crash-long: $(CRASH)
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
 TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_driver.c \
-                        tests/unit/tapdisk_double.c server/control_server.c server/control_client.c
+                        tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
+                        host/handover.c
 $(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
@@ -198,7 +199,7 @@ layers: $(LIB_OBJS)
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
-	    libparallax tools server tapdisk lockd
+	    libparallax tools server host tapdisk lockd
 
 format: builddeps
 	clang-format -i $(wildcard libparallax/*/*.[ch] tools/*.[ch] tests/unit/*.[ch])
