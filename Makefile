@@ -190,6 +190,12 @@ $(B)/make-v1: $(call obj,$(MAKE_V1_SRCS)) $(B)/libparallax.a
 integration: all deps $(B)/tapdisk-standin $(B)/make-v1
 	@tests/run-integration.sh
 
+# The layer rule of docs/DESIGN.md ("Layers: which file holds what"): every file of the library
+# has a row, every reference between its objects (nm) goes to its own row or a lower one, every
+# header includes headers of its row or lower (tests/layers.sh; well under a second).
+layers: $(LIB_OBJS)
+	@tests/layers.sh $(B)/obj
+
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
@@ -200,7 +206,8 @@ format: builddeps
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
 # ran on one CPU):
-# 1. everything the tests run is built at once, cppcheck beside the compiler;
+# 1. everything the tests run is built at once, cppcheck beside the compiler, the layer rule
+#    (make layers) once the library's objects are;
 # 2. the unit tests, plain and sanitized (unit-all);
 # 3. the integration scripts, the alone ones first, then the others.
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
@@ -212,7 +219,7 @@ CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-
 # would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint layers
 	@$(MAKE) --no-print-directory unit-all
 	@tests/run-integration.sh
 	@echo "make check: all passed"
@@ -379,5 +386,5 @@ include mk/install.mk
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
 -include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes
