@@ -21,11 +21,12 @@
  * must belong to this store and host, and its records past the tail are replayed into their
  * VDIs (only those whose record still names this log) before this returns. `desc` names the
  * log in messages. Blocking. */
-/* Open the log and replay it (wlog_attach.c; the layer above wlog.c and blocking.c). */
+/* Open the log and replay it (wlog_attach.c; the layer above the write log and blocking.c). */
 int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
 
-/* What wlog_attach.c is built from (wlog.c): open without replaying; read the batches past the
- * tail in order; restart the log after the last one applied; or give the log up. */
+/* What wlog_attach.c is built from (wlog_open.c, wlog_cursor.c): open without
+ * replaying; read the batches past the tail in order; restart the log after the last one
+ * applied; or give the log up. */
 int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc);
 /* The head block of a new, empty log of nblocks for this store and host (sealed). */
 void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks);
