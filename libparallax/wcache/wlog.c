@@ -29,7 +29,7 @@
 #include "vdi_io.h"
 #include "wlog_internal.h"
 
-/* ---- Queue ------------------------------------------------------------------------------------- */
+/* ---- Queue ----------------------------------------------------------------------------------- */
 
 static void edge_done(void *arg, int status);
 static void merge_edges(struct wreq *r);
@@ -189,7 +189,7 @@ void wlog_enqueue(struct plx_wlog_vdi *w, struct wreq *r)
     w->q_tail = r;
 }
 
-/* ---- Entry points -------------------------------------------------------------------------------- */
+/* ---- Entry points ---------------------------------------------------------------------------- */
 
 static int entry_check(struct plx_vdi *v, uint64_t off, uint64_t len)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include "wlog_internal.h"
 
-/* ---- Requests ------------------------------------------------------------------------------ */
+/* ---- Requests -------------------------------------------------------------------------------- */
 
 void wlog_req_run_done(struct plx_deferred *d)
 {
@@ -91,8 +91,7 @@ void wlog_piece_done(struct plx_wlog *wl, struct wreq *r, uint64_t seq, bool dur
     wlog_req_complete(wl, r, 0);
 }
 
-/* ---- Batches -----------------------------------------------------------------------------------
- */
+/* ---- Batches --------------------------------------------------------------------------------- */
 
 /* Batch buffers (1 MiB + 4 KiB) are kept for reuse: a lone writer at QD1 would otherwise
  * allocate and zero one per write. Nothing in them needs to be zero (the header is rebuilt
@@ -469,8 +468,7 @@ void wlog_kick_later(struct plx_wlog *wl)
     plx_defer(wl->st, &wl->kick);
 }
 
-/* ---- Flushes ------------------------------------------------------------------------------------
- */
+/* ---- Flushes --------------------------------------------------------------------------------- */
 
 static void log_flushed(struct plx_store *st, struct plx_ev *ev)
 {
@@ -544,8 +542,7 @@ void wlog_flush_kick(struct plx_wlog *wl)
     }
 }
 
-/* ---- Queue -------------------------------------------------------------------------------------
- */
+/* ---- Appending a record ---------------------------------------------------------------------- */
 
 /* Copy len bytes to dst and return their CRC-32C with seed 0, a piece at a time so that the
  * checksum reads what the copy has just written while it is in the CPU's nearest cache.

@@ -7,6 +7,8 @@
 #include <string.h>
 #include "wlog_internal.h"
 
+/* ---- Replay's reading side (wlog_attach.c applies what it reads) ----------------------------- */
+
 /* Read and check the batch at pos; returns its header in hb and data in *data, or false. */
 static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t *hb, uint8_t **data)
 {
@@ -43,8 +45,6 @@ static bool read_batch(struct plx_wlog *wl, uint64_t pos, uint64_t seq, uint8_t 
     }
     return true;
 }
-
-/* ---- Replay's reading side (wlog_attach.c applies what it reads) ----------------------------- */
 
 int plx_wlog_cursor_open(plx_store *st, struct plx_wlog_cursor *c)
 {

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include "wlog_internal.h"
 
-/* ---- Index ------------------------------------------------------------------------------------
- */
+/* ---- Index ----------------------------------------------------------------------------------- */
 
 static size_t ihash(const struct plx_wlog *wl, uint64_t vdi, uint64_t chunk)
 {

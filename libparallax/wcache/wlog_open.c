@@ -38,6 +38,8 @@ int wlog_side_sync(struct plx_wlog *wl, enum plx_io_op op, uint64_t block, uint3
     return r[0];
 }
 
+/* ---- Open, close, status --------------------------------------------------------------------- */
+
 static uint64_t random_id(void)
 {
     uint64_t x = 0;

@@ -11,8 +11,7 @@
 #include "vdi_io.h"
 #include "wlog_internal.h"
 
-/* ---- VDI records ------------------------------------------------------------------------------
- */
+/* ---- VDI records ----------------------------------------------------------------------------- */
 
 /* Write v's record with its write-log fields set (or cleared). Waits for the pipeline to be
  * idle: a snapshot in flight would write the record from an image taken before. */
@@ -89,7 +88,7 @@ int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec)
                    here ? "this host (another process's log)" : "another host", rec->name);
 }
 
-/* ---- Turning the cache on and off for a VDI ------------------------------------------------- */
+/* ---- Turning the cache on and off for a VDI -------------------------------------------------- */
 
 int plx_wlog_vdi_enable(struct plx_vdi *v)
 {
