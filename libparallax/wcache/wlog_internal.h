@@ -239,6 +239,8 @@ void wlog_enqueue(struct plx_wlog_vdi *w, struct wreq *r);
 void wlog_direct_done(void *arg, int status);
 struct wreq *wlog_req_new(struct plx_vdi *v, enum qkind kind, uint64_t off, uint64_t len,
                           plx_done_fn cb, void *arg);
+/* Records of w, or requests queued behind them, are left: turning the cache off waits. */
+bool wlog_detach_left(const struct plx_wlog_vdi *w);
 
 /* wlog_read.c: reads of blocks through the index. */
 int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb, void *arg);
@@ -253,8 +255,7 @@ void wlog_drain_timer_run(struct plx_timer *t);
 /* wlog_pass.c: the tracked writes go to the log when the cache turns on. */
 void wlog_pass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w);
 
-/* wlog_switch.c: turning off, and the VDI records that name the log. */
-bool wlog_detach_left(const struct plx_wlog_vdi *w);
+/* wlog_switch.c: the end of turning the cache off, and the VDI records that name the log. */
 void wlog_detach_finish(struct plx_vdi *v);
 /* Clear every cached VDI's record of this log: from here on the log is not replayed for them
  * (the log failed; what follows goes through to the store). */
