@@ -11,6 +11,10 @@ WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-protot
 # "Layers"); each folder is on the include path, so a file names a header by its bare name.
 LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
 INC     := $(addprefix -I,$(LIB_WINGS))
+# The lock wing's client of the lock manager and lockd/ share lockd's protocol header
+# (lockd/lockd_proto.h): a definition both sides speak, not lockd's code. Only the lock wing's
+# objects see lockd/ (and cppcheck, which reads them).
+LOCKD_INC := -Ilockd
 # Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
 # library's own objects do not get them, so it cannot include what sits above it.
 APP_INC := -Itools -Iserver -Itapdisk -Itests/unit
@@ -61,6 +65,8 @@ $(B)/obj/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 $(B)/obj/%.o: %.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(OBJ_FLAGS) $(INC) $(APP_INC) -c $< -o $@
+
+$(B)/obj/libparallax/lock/%.o $(B)/san/libparallax/lock/%.o: INC += $(LOCKD_INC)
 
 $(B)/san/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
@@ -191,7 +197,7 @@ integration: all deps $(B)/tapdisk-standin $(B)/make-v1
 
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
+	    --inline-suppr --suppress=missingIncludeSystem $(INC) $(LOCKD_INC) \
 	    libparallax tools server tapdisk lockd
 
 format: builddeps
