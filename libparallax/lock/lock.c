@@ -14,6 +14,7 @@
 #include "lock.h"
 #include "backend.h"
 #include "system.h"
+#include "test_hooks.h"
 
 /* ---- Holders --------------------------------------------------------------------------------- */
 
@@ -156,9 +157,9 @@ static int list_preempted(plx_store *st, uint64_t key)
     int rc = plx_state_read(st);
     if (rc || key_in_list(&st->state, key))
         return rc;
-    /* For tests: a window between listing and preempting, to force the interleaving with a
-     * host registering again (tests/integration/fence_rejoin.sh). */
-    const char *delay = getenv("PLX_TEST_PREEMPT_DELAY_MS");
+    /* Test builds only (test_hooks.h): a window between listing and preempting, to force the
+     * interleaving with a host registering again. */
+    const char *delay = plx_test_hook("PLX_TEST_PREEMPT_DELAY_MS");
     struct plx_state_block *s = &st->state;
     s->preempted_keys[s->preempted_next] = key;
     s->preempted_next = (s->preempted_next + 1) % PLX_PREEMPTED_KEYS;
