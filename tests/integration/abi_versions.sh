@@ -134,4 +134,4 @@ for f in libparallax.so.1 libparallax.a parallax; do
     left=$(strings "$build/$f" | grep 'PLX_TEST_' || true)
     [[ -z $left ]] || fail "the release $f has test hooks: $left"
 done
-echo "abi_versions: ok ($(wc -l <"$T/recorded") functions in closed nodes, $(grep -c "^$current " "$T/nodes") in $current; hooks only in the test build: $(echo $hooks))"
+echo "abi_versions: ok ($(wc -l <"$T/recorded") functions in closed nodes, $(grep -c "^$current " "$T/nodes") in $current; hooks only in the test build: ${hooks//$'\n'/ })"
