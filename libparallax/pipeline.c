@@ -1347,6 +1347,74 @@ static void do_flush(struct plx_req *r)
 
 /* ---- Driving requests -------------------------------------------------------------------------- */
 
+static void do_resolve(struct plx_req *r);
+
+/* Blocks a label index edit may allocate, at most: a path copied, or a fold of the log's tail
+ * (snap_edit.c). A bound, not a count: more is claimed synchronously, as before. */
+#define EDIT_ROOM 64
+
+/* The blocks a write or trim will allocate (do_mutate, shadow_child): a new node for every node
+ * on its paths reached through a read-only or sparse link (and every node below one), a data
+ * block for every block whose link is not writable. Every node on the paths is cached (the
+ * request resolved them); one that is not counts as new, which only overstates. An in-place
+ * overwrite needs nothing, so it never waits for a claim. */
+static void mutate_need(const struct plx_vdi *v, const struct plx_req *r, uint64_t *meta,
+                        uint64_t *data)
+{
+    uint64_t last[8]; /* per level: the last node counted (heights are 3 or 4) */
+    for (unsigned l = 0; l < 8; l++)
+        last[l] = UINT64_MAX;
+    *meta = *data = 0;
+    for (uint64_t vb = r->b0; vb < r->b1; vb++) {
+        const struct plx_node *n = v->root;
+        bool fresh = false;
+        for (unsigned level = v->height - 1; level > 0; level--) {
+            uint64_t link = fresh ? 0 : n->links[plx_index_at(vb, level)];
+            if (!fresh && link && !plx_link_ro(link)) {
+                n = plx_cache_lookup(v->st, plx_link_addr(link));
+                fresh = !n || n->state != NODE_VALID;
+            } else {
+                fresh = true;
+            }
+            uint64_t at = vb >> (PLX_RADIX_BITS * level); /* the child's index at its level */
+            if (fresh && last[level - 1] != at) {
+                last[level - 1] = at;
+                (*meta)++;
+            }
+        }
+        uint64_t link = fresh ? 0 : n->links[plx_index_at(vb, 0)];
+        if (!link || plx_link_ro(link))
+            (*data)++;
+    }
+}
+
+static void room_ready(struct plx_alloc_room *w, int status)
+{
+    struct plx_req *r = (struct plx_req *)((char *)w - offsetof(struct plx_req, room));
+    if (status && !r->status)
+        r->status = plx_err(r->v->st, status, "%s", r->v->st->alloc->claim_err);
+    if (r->state == RQ_RESOLVE && !r->loads.pending && !r->ios_waiting)
+        do_resolve(r);
+}
+
+/* Before a request allocates on a serving loop: is there room without claiming an extent? If
+ * not, it waits here, as for a node load, while the claim waits for the admin lock on the loop
+ * (plx_alloc_room), and the loop serves the other requests meanwhile. True: it waits. */
+static bool room_wait(struct plx_req *r, uint64_t meta, uint64_t data)
+{
+    if (r->room.queued)
+        return true;
+    if (!r->v->st->serving)
+        return false;
+    r->room.ready = room_ready;
+    int rc = plx_alloc_room(r->v->st, meta, data, &r->room);
+    if (rc == -EINPROGRESS)
+        return true;
+    if (rc && !r->status)
+        r->status = rc; /* failed before mutating: do_resolve finishes it */
+    return false;
+}
+
 static void do_resolve(struct plx_req *r)
 {
     struct plx_vdi *v = r->v;
@@ -1377,12 +1445,24 @@ static void do_resolve(struct plx_req *r)
         return;
     }
     if (r->op == REQ_SNAPEDIT) {
+        if (room_wait(r, EDIT_ROOM, 0))
+            return;
+        if (r->status) {
+            req_finish(r);
+            return;
+        }
         r->edit_start(r);
         return;
     }
     if (r->op == REQ_SNAPSHOT) {
         if (v->open && v->open->snap && !log_head_has_room(v))
             return; /* a batch writes one log block: wait for this one to fly */
+        if (room_wait(r, 2, 0)) /* the new root, a new log block */
+            return;
+        if (r->status) {
+            req_finish(r);
+            return;
+        }
         do_snapshot(r);
         return;
     }
@@ -1410,6 +1490,15 @@ static void do_resolve(struct plx_req *r)
             read_edge(r, r->b1 - 1);
         if (r->ios_waiting)
             return; /* data_io_done resolves again */
+    }
+    uint64_t meta = 0, data = 0;
+    if (v->st->serving && !r->room.queued)
+        mutate_need(v, r, &meta, &data);
+    if (room_wait(r, meta, data))
+        return;
+    if (r->status) {
+        req_finish(r);
+        return;
     }
     if (r->bounce) {
         /* Merge the caller's bytes over the old edge contents. */
