@@ -7,7 +7,10 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wno-unused-parameter
-INC     := -Ilibparallax/include -Ilibparallax
+# The library is built from wings, one folder of libparallax/ per part of the engine (docs/DESIGN.md
+# "Layers"); each folder is on the include path, so a file names a header by its bare name.
+LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
+INC     := $(addprefix -I,$(LIB_WINGS))
 # Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
 # library's own objects do not get them, so it cannot include what sits above it.
 APP_INC := -Itools -Iserver -Itapdisk -Itests/unit
@@ -24,7 +27,7 @@ PLX_VERSION := $(PLX_MAJOR).$(call plx_version_part,MINOR).$(call plx_version_pa
 SONAME      := libparallax.so.$(PLX_MAJOR)
 LIB_MAP     := libparallax/libparallax.map
 
-LIB_SRCS  := $(wildcard libparallax/*.c)
+LIB_SRCS  := $(wildcard libparallax/*/*.c)
 TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
                  tests/unit/check_msgfile.c
 TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
@@ -188,11 +191,11 @@ integration: all deps $(B)/tapdisk-standin $(B)/make-v1
 
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
+	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
 	    libparallax tools server tapdisk lockd
 
 format: builddeps
-	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
+	clang-format -i $(wildcard libparallax/*/*.[ch] tools/*.[ch] tests/unit/*.[ch])
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
 # ran on one CPU):
