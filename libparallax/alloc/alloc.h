@@ -61,6 +61,7 @@ struct plx_alloc_room {
     uint64_t meta, data; /* blocks wanted */
     int status;
     bool queued; /* waiting: plx_alloc_room is not to be called again until ready runs */
+    bool full;   /* the caller's: a claim found no extent, go on without (the pipeline's) */
     struct plx_alloc_room *next;
 };
 

@@ -1391,6 +1391,12 @@ static void mutate_need(const struct plx_vdi *v, const struct plx_req *r, uint64
 static void room_ready(struct plx_alloc_room *w, int status)
 {
     struct plx_req *r = (struct plx_req *)((char *)w - offsetof(struct plx_req, room));
+    /* No extent left to claim: the request goes on with what is held (its need is a bound; the
+     * allocator says "full" itself if it really is). */
+    if (status == -ENOSPC) {
+        w->full = true;
+        status = 0;
+    }
     if (status && !r->status)
         r->status = plx_err(r->v->st, status, "%s", r->v->st->alloc->claim_err);
     if (r->state == RQ_RESOLVE && !r->loads.pending && !r->ios_waiting)
@@ -1404,7 +1410,7 @@ static bool room_wait(struct plx_req *r, uint64_t meta, uint64_t data)
 {
     if (r->room.queued)
         return true;
-    if (!r->v->st->serving)
+    if (!r->v->st->serving || r->room.full)
         return false;
     r->room.ready = room_ready;
     int rc = plx_alloc_room(r->v->st, meta, data, &r->room);
