@@ -11,7 +11,8 @@
 # $PARALLAX_LOCK_TIMEOUT with a message naming the lock manager. Once lockd answers again, b's
 # snapshots and writes succeed. Before, the serving thread slept in the admin lock's retry loop
 # for the whole timeout at each such claim, and every guest of the server waited with it.
-# Small extents (1 MiB) so that a few hundred blocks use one up.
+# Small extents (1 MiB) so that a few hundred blocks use one up. With --iscsi the store is a
+# tgtd LUN (lockd_outage_iscsi.sh), as in a pool; else a file.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -33,13 +34,19 @@ for ((i = 0; i < 50; i++)); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
     sleep 0.1
 done
-plx format --size 2G --extent-size 1M >/dev/null
+STORE=$T/store.img
+if [[ ${1:-} == --iscsi ]]; then
+    tgt_start
+    STORE=$(tgt_add_lun 1 2G)
+fi
+plx() { "$PARALLAX" -b "$STORE" "$@"; }
+if [[ $STORE == iscsi:* ]]; then plx format --extent-size 1M >/dev/null; else plx format --size 2G --extent-size 1M >/dev/null; fi
 plx lockd-set "127.0.0.1:$port"
 plx vdi-create a --size 4M >/dev/null
 plx vdi-create b --size 1G >/dev/null
 
 PARALLAX_HOST_ID=h1 PARALLAX_LOCK_TIMEOUT=4 \
-    "$PARALLAX" -b "$T/store.img" serve --unix "$T/h1.sock" >"$T/h1.log" 2>&1 &
+    "$PARALLAX" -b "$STORE" serve --unix "$T/h1.sock" >"$T/h1.log" 2>&1 &
 H1=$!
 bg_pid $H1
 wait_socket "$T/h1.sock" "$H1" "$T/h1.log"
