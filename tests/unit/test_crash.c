@@ -2319,7 +2319,7 @@ static void wl_claim_room(struct wl *wl)
     open_vdi(wl, a);
     wl->st->serving = true;
     struct plx_alloc *al = wl->st->alloc;
-    al->claim_retry_ns = UINT64_MAX; /* no claim ahead starts; needed ones ignore it */
+    al->claim_retry_ns = UINT64_MAX;  /* no claim ahead starts; needed ones ignore it */
     uint64_t sync0 = al->claims_sync; /* the open's, before the loop served */
     wl->focus_first = wl->st->sb.catalogue_start;
     wl->focus_count = wl->st->sb.catalogue_blocks;
