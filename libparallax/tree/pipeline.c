@@ -1365,24 +1365,39 @@ static void mutate_need(const struct plx_vdi *v, const struct plx_req *r, uint64
     for (unsigned l = 0; l < 8; l++)
         last[l] = UINT64_MAX;
     *meta = *data = 0;
+    uint64_t first_edge = r->head_partial ? r->b0 : UINT64_MAX;
+    uint64_t last_edge = r->tail_partial ? r->b1 - 1 : UINT64_MAX;
     for (uint64_t vb = r->b0; vb < r->b1; vb++) {
+        /* A trim unmaps whole blocks: nothing below a sparse link, no data block. */
+        bool unmap = r->op == REQ_TRIM && vb != first_edge && vb != last_edge;
+        /* n: the node as it is (copied from, when fresh); fresh: the node on the path at this
+         * level will be a new one (a copy, or an empty node), and so will all below it. */
         const struct plx_node *n = v->root;
-        bool fresh = false;
-        for (unsigned level = v->height - 1; level > 0; level--) {
-            uint64_t link = fresh ? 0 : n->links[plx_index_at(vb, level)];
+        bool fresh = false, stop = false;
+        for (unsigned level = v->height - 1; level > 0 && !stop; level--) {
+            uint64_t link = n ? n->links[plx_index_at(vb, level)] : 0;
+            if (unmap && !link && (n || !fresh)) {
+                stop = true; /* sparse: nothing to unmap below */
+                break;
+            }
             if (!fresh && link && !plx_link_ro(link)) {
                 n = plx_cache_lookup(v->st, plx_link_addr(link));
-                fresh = !n || n->state != NODE_VALID;
-            } else {
-                fresh = true;
+                if (n && n->state == NODE_VALID)
+                    continue;
             }
+            fresh = true;
+            n = link ? plx_cache_lookup(v->st, plx_link_addr(link)) : NULL;
+            if (n && n->state != NODE_VALID)
+                n = NULL; /* not cached: every link below counts as present (overstates) */
             uint64_t at = vb >> (PLX_RADIX_BITS * level); /* the child's index at its level */
-            if (fresh && last[level - 1] != at) {
+            if (last[level - 1] != at) {
                 last[level - 1] = at;
                 (*meta)++;
             }
         }
-        uint64_t link = fresh ? 0 : n->links[plx_index_at(vb, 0)];
+        if (stop || unmap)
+            continue;
+        uint64_t link = n && !fresh ? n->links[plx_index_at(vb, 0)] : 0;
         if (!link || plx_link_ro(link))
             (*data)++;
     }

@@ -2326,9 +2326,12 @@ static void wl_claim_room(struct wl *wl)
     struct mix mx = {
         .write = 80, .fua = 6, .flush = 8, .read = 6, .max_nb = 16, .seq = true, .inflight = 24};
     run_phase(wl, &mx, scale(480), 1u << a);
+    /* With snapshots, and trims (whose need counts no block below a sparse link). */
     struct mix snap = mx;
     snap.snap = 2;
     snap.max_snaps = 6;
+    snap.trim = 8;
+    snap.max_trim = 64;
     run_phase(wl, &snap, scale(300), 1u << a);
     printf("crash[claim-room]: %llu extents claimed for waiting requests, %llu synchronously\n",
            (unsigned long long)al->claims_waited, (unsigned long long)(al->claims_sync - sync0));
