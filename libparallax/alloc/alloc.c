@@ -393,11 +393,11 @@ static int extent_claim_sync(plx_store *st, enum plx_extent_type type)
  * trip; the loop waits for it 50 ms at most, lock_lockd.c): so an engine whose lock manager is
  * down keeps a spare to allocate from, and only a second extent would wait for lockd.
  *
- * On a serving loop (st->serving: parallax serve's engine thread) nothing waits for the lock
- * manager and nothing claims synchronously: the claim ahead waits for the admin lock on the loop
- * (plx_admin_lock_async), and a request that would need a new extent first waits for room
- * (plx_alloc_room, from the pipeline) while a claim marked needed runs the same steps
- * (docs/DESIGN.md, Allocator, "On a serving loop").
+ * On a serving loop (st->serving: parallax serve's engine thread, tapdisk's scheduler) nothing
+ * waits for the lock manager and nothing claims synchronously: the claim ahead waits for the
+ * admin lock on the loop (plx_admin_lock_async), and a request that would need a new extent
+ * first waits for room (plx_alloc_room, from the pipeline) while a claim marked needed runs the
+ * same steps (docs/DESIGN.md, Allocator, "On a serving loop").
  *
  * Crash safety is the synchronous claim's: the bitmap is durable before the entry that makes the
  * extent ours, and a crash in between leaves an unused extent or one we hold unused (its holder
