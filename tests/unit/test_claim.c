@@ -324,7 +324,7 @@ START_TEST(test_serving_write_waits_for_room)
     ck_assert_msg(rc == 0, "submit: %d (%s)", rc, plx_store_errmsg(st));
     for (int i = 0; i < 20; i++)
         service_once(st);
-    ck_assert_int_eq(w.done, 0); /* 300 blocks: more than the held extents have */
+    ck_assert_int_eq(w.done, 0);        /* 300 blocks: more than the held extents have */
     write_seq(st, a, &s, 0, 256, 8, 4); /* in place: served meanwhile */
     /* A trim of b's unwritten half needs no block: it does not wait either. */
     struct one t = {0};
@@ -336,8 +336,7 @@ START_TEST(test_serving_write_waits_for_room)
     ck_assert_int_eq(fb->ops->lock(fb, 0), 0);
     for (int i = 0; i < 100000 && !w.done; i++)
         service_once(st);
-    ck_assert_msg(w.done && w.status == 0, "b's write: %d (%s)", w.status,
-                  plx_store_errmsg(st));
+    ck_assert_msg(w.done && w.status == 0, "b's write: %d (%s)", w.status, plx_store_errmsg(st));
     ck_assert_uint_eq(st->alloc->claims_sync, sync0);
     ck_assert_uint_ge(st->alloc->claims_waited, 1);
     uint8_t *got = plx_block_alloc(300);
@@ -355,8 +354,7 @@ START_TEST(test_serving_write_waits_for_room)
         service_once(st);
     ck_assert_int_eq(w2.done, 1);
     ck_assert_int_eq(w2.status, -EBUSY);
-    ck_assert_msg(strstr(plx_store_errmsg(st), "admin lock"), "message: %s",
-                  plx_store_errmsg(st));
+    ck_assert_msg(strstr(plx_store_errmsg(st), "admin lock"), "message: %s", plx_store_errmsg(st));
     ck_assert_int_eq(fb->ops->lock(fb, 0), 0);
     unsetenv("PARALLAX_LOCK_TIMEOUT");
     settle(st);

@@ -1679,8 +1679,7 @@ START_TEST(test_write_needing_extent_waits_alone)
     tdd_run_until(before + 1, 300);
     ck_assert_uint_eq(tdd_completions_of(tag, NULL), 0);
     for (int i = 0; i < 4; i++)
-        ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf + i * 8 * SEC, (td_sector_t)i * 64, 8),
-                         0);
+        ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf + i * 8 * SEC, (td_sector_t)i * 64, 8), 0);
     ck_assert_uint_eq(tdd_completions_of(tag, NULL), 0);
     ck_assert_int_eq(flock(fd, LOCK_UN), 0);
     close(fd);
