@@ -138,8 +138,6 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const struct plx_backend_ops file_ops;
-
 /* The slot a list entry is (link is its first member); NULL for NULL. */
 static struct file_slot *slot_of(struct plx_done *d)
 {
@@ -801,6 +799,31 @@ static int file_lock(plx_backend *be, int take)
     }
 }
 
+/* ---- The optional operations (backend_ops.c): alignment, and zeroing ahead, which
+ * backend_file_prepare.c carries out ---- */
+
+static size_t file_dio_align(const plx_backend *be)
+{
+    return ((const struct file_backend *)be)->dio_align;
+}
+
+static int file_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    return plx_file_prep_add(&((struct file_backend *)be)->prep, first, nblocks);
+}
+
+static void file_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    plx_file_prep_stop(&((struct file_backend *)be)->prep, first, nblocks);
+}
+
+static void file_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
+{
+    /* The stats are read under the zeroing thread's mutex, which lives in the backend. */
+    struct file_backend *f = (struct file_backend *)(uintptr_t)be;
+    plx_file_prep_stats(&f->prep, out);
+}
+
 static const struct plx_backend_ops file_ops = {
     .submit = file_submit,
     .poll = file_poll,
@@ -808,50 +831,18 @@ static const struct plx_backend_ops file_ops = {
     .inflight = file_inflight,
     .destroy = file_destroy,
     .lock = file_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .dio_align = file_dio_align,
+    .prepare = file_prepare,
+    .prepare_stop = file_prepare_stop,
+    .prepare_stats = file_prepare_stats,
 };
 
-/* ---- Zeroing ahead: the seam's calls (backend.h), carried out by backend_file_prepare.c ---- */
-
-static struct file_backend *as_file(const plx_backend *be)
-{
-    return be != NULL && be->ops == &file_ops ? (struct file_backend *)(uintptr_t)be : NULL;
-}
-
-size_t plx_backend_dio_align(const plx_backend *be)
-{
-    const struct file_backend *f = as_file(be);
-    if (f)
-        return f->dio_align;
-    return plx_backend_mem_table(be) ? PLX_MEM_DIO_ALIGN : PLX_BLOCK_SIZE;
-}
-
-int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    struct file_backend *f = as_file(be);
-    return f ? plx_file_prep_add(&f->prep, first, nblocks) : -EOPNOTSUPP;
-}
-
-void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_stop(&f->prep, first, nblocks);
-}
-
-void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
-{
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_stats(&f->prep, out);
-    else
-        memset(out, 0, sizeof *out);
-}
-
+/* A test hook of the file backend's own (backend.h), not an operation of the seam. */
 void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
 {
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_test(&f->prep, fail_next, pause);
+    if (be != NULL && be->ops == &file_ops)
+        plx_file_prep_test(&((struct file_backend *)be)->prep, fail_next, pause);
 }
 
 /* ---- Opening --------------------------------------------------------------------------------- */
@@ -1036,3 +1027,10 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);
     return &f->base;
 }
+
+/* Its line in the table of URL schemes (backend_open.c): any name no other scheme claims. */
+const struct plx_backend_scheme plx_backend_file_scheme = {
+    .prefix = NULL,
+    .open = plx_backend_file_open,
+    .ops = &file_ops,
+};

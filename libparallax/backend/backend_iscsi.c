@@ -68,7 +68,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -704,6 +703,11 @@ static int iscsi_lock(plx_backend *be, int take)
     }
 }
 
+static const struct plx_fence_ops iscsi_fence_ops = {
+    .join = iscsi_fence_join,
+    .preempt = iscsi_fence_preempt,
+};
+
 static const struct plx_backend_ops iscsi_ops = {
     .submit = iscsi_submit,
     .poll = iscsi_poll,
@@ -711,17 +715,9 @@ static const struct plx_backend_ops iscsi_ops = {
     .inflight = iscsi_inflight,
     .destroy = iscsi_destroy,
     .lock = iscsi_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .fence = &iscsi_fence_ops,
 };
-
-static const struct plx_fence_ops iscsi_fence_ops = {
-    .join = iscsi_fence_join,
-    .preempt = iscsi_fence_preempt,
-};
-
-const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be)
-{
-    return be != NULL && be->ops == &iscsi_ops ? &iscsi_fence_ops : NULL;
-}
 
 /* ---- Opening -------------------------------------------------------------------------------- */
 
@@ -1033,3 +1029,10 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     plx_iscsi_sync_socket(b, 1);
     return &b->base;
 }
+
+/* Its line in the table of URL schemes (backend_open.c). */
+const struct plx_backend_scheme plx_backend_iscsi_scheme = {
+    .prefix = ISCSI_PREFIX,
+    .open = plx_backend_iscsi_open,
+    .ops = &iscsi_ops,
+};

@@ -310,6 +310,12 @@ static int mem_lock(plx_backend *be, int take)
     return 0;
 }
 
+/* Checked by plx_backend_check_io, so that tests exercise the write log's unaligned path. */
+static size_t mem_dio_align(const plx_backend *be)
+{
+    return PLX_MEM_DIO_ALIGN;
+}
+
 static const struct plx_backend_ops mem_ops = {
     .submit = mem_submit,
     .poll = mem_poll,
@@ -317,6 +323,8 @@ static const struct plx_backend_ops mem_ops = {
     .inflight = mem_inflight,
     .destroy = mem_destroy,
     .lock = mem_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .dio_align = mem_dio_align,
 };
 
 plx_backend *plx_backend_mem_from_table(struct plx_blk_table *t)
