@@ -11,9 +11,10 @@ WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-protot
 # "Layers"); each folder is on the include path, so a file names a header by its bare name.
 LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
 INC     := $(addprefix -I,$(LIB_WINGS))
-# Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
-# library's own objects do not get them, so it cannot include what sits above it.
-APP_INC := -Itools -Iserver -Itapdisk -Itests/unit
+# Headers of the programs around the library (tools, NBD server, host/: what every host of the
+# engine builds in, tapdisk driver, tests); the library's own objects do not get them, so it
+# cannot include what sits above it.
+APP_INC := -Itools -Iserver -Ihost -Itapdisk -Itests/unit
 LIBS    := -laio -liscsi
 B       := build
 # Every object writes its header dependencies beside it (build/**/*.d, included at the end).
@@ -30,8 +31,7 @@ LIB_MAP     := libparallax/libparallax.map
 LIB_SRCS  := $(wildcard libparallax/*/*.c)
 TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
                  tests/unit/check_msgfile.c
-TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
-             server/engine_thread.c server/control_server.c server/export_names.c
+TOOL_SRCS := $(wildcard tools/*.c server/*.c host/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
 # Object of each source: build/obj/PATH.o, and build/san/PATH.o for the ASan+UBSan build.
@@ -116,7 +116,7 @@ CHECK_WRAP := -Wl,--wrap=mkstemp
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
-                      server/control_server.c server/control_client.c
+                      host/control_server.c host/control_client.c host/handover.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
@@ -175,7 +175,8 @@ crash-long: $(CRASH)
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
 TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_driver.c \
-                        tests/unit/tapdisk_double.c server/control_server.c server/control_client.c
+                        tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
+                        host/handover.c
 $(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
@@ -189,17 +190,24 @@ $(B)/make-v1: $(call obj,$(MAKE_V1_SRCS)) $(B)/libparallax.a
 integration: all deps $(B)/tapdisk-standin $(B)/make-v1
 	@tests/run-integration.sh
 
+# The layer rule of docs/DESIGN.md ("Layers: which file holds what"): every file of the library
+# has a row, every reference between its objects (nm) goes to its own row or a lower one, every
+# header includes headers of its row or lower (tests/layers.sh; well under a second).
+layers: $(LIB_OBJS)
+	@tests/layers.sh $(B)/obj
+
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
-	    libparallax tools server tapdisk lockd
+	    libparallax tools server host tapdisk lockd
 
 format: builddeps
 	clang-format -i $(wildcard libparallax/*/*.[ch] tools/*.[ch] tests/unit/*.[ch])
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
 # ran on one CPU):
-# 1. everything the tests run is built at once, cppcheck beside the compiler;
+# 1. everything the tests run is built at once, cppcheck beside the compiler, the layer rule
+#    (make layers) once the library's objects are;
 # 2. the unit tests, plain and sanitized (unit-all);
 # 3. the integration scripts, the alone ones first, then the others.
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
@@ -211,7 +219,7 @@ CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-
 # would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint layers
 	@$(MAKE) --no-print-directory unit-all
 	@tests/run-integration.sh
 	@echo "make check: all passed"
@@ -378,5 +386,5 @@ include mk/install.mk
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
 -include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

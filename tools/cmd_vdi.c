@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "control.h"
+#include "parallax_control.h"
 
 static int create_or_clone(plx_store *st, const char *name, uint64_t size, const char *from)
 {

@@ -445,7 +445,7 @@ static void slot_release(struct file_backend *f, struct file_slot *s)
         f->fua_data_inflight--;
     s->fua_data = 0;
     s->link.io = NULL;
-    s->link.next = &f->free_slots->link; /* NULL when there is none: link is first */
+    s->link.next = f->free_slots != NULL ? &f->free_slots->link : NULL;
     f->free_slots = s;
 }
 

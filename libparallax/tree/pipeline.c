@@ -1,13 +1,15 @@
 /*
- * pipeline.c - logical requests, copy-on-write, and the batches that order their writes.
+ * pipeline.c - logical requests and the batches that order their writes. The walks of the radix
+ * tree are radix.c's, and making a path writable (copy-on-write) is cow.c's; this file runs
+ * them in request order and commits what they changed.
  *
  * A request goes through:
  *   WAIT_RANGE  until no earlier request it conflicts with is active (overlapping blocks where
  *               either writes; writes also wait for an earlier snapshot to swap roots);
  *   RESOLVE     the radix nodes on its paths are brought into the cache, and for sub-block
  *               writes the old contents of the edge blocks are read;
- *   mutation    (synchronous, in memory) links are followed or copied: a read-only or sparse
- *               link on the path gets a new node (copy of the read-only one with every link
+ *   mutation    (synchronous, in memory; cow.c) links are followed or copied: a read-only or
+ *               sparse link on the path gets a new node (copy of the read-only one with every link
  *               read-only) and a data block is allocated where the data link is not writable;
  *               the request joins the VDI's open batch and its data writes are issued at once;
  *   IO          data I/O in flight; a write with PLX_WRITE_CACHED completes when its data is
@@ -37,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cow.h"
 #include "pipeline.h"
+#include "radix.h"
 #include "registry.h"
 #include "snaplog.h"
 
@@ -63,11 +67,6 @@ static void btrace(struct plx_batch *b, enum plx_batch_trace at)
 static struct node_image *images_of(struct plx_batch *b)
 {
     return (struct node_image *)b->images;
-}
-
-unsigned plx_index_at(uint64_t vblock, unsigned level)
-{
-    return (unsigned)(vblock >> (level * PLX_RADIX_BITS)) & (PLX_RADIX_FANOUT - 1);
 }
 
 static bool is_write(const struct plx_req *r)
@@ -330,25 +329,6 @@ static struct plx_batch *batch_open(struct plx_vdi *v)
     b->state = B_OPEN;
     v->open = b;
     return b;
-}
-
-static int batch_add_node(struct plx_batch *b, struct plx_node *n)
-{
-    b->v->meta_seq = b->seq;
-    if (n->dirty_batch == b->seq)
-        return 0;
-    if (b->nnodes == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 16;
-        struct plx_node **nn = realloc(b->nodes, cap * sizeof *nn);
-        if (!nn)
-            return -ENOMEM;
-        b->nodes = nn;
-        b->cap = cap;
-    }
-    b->nodes[b->nnodes++] = n;
-    n->dirty_batch = b->seq;
-    plx_cache_pin(n);
-    return 0;
 }
 
 /* Requests that complete with the batch wait on its list; others only count their data. */
@@ -751,30 +731,6 @@ static void vdi_reload(struct plx_vdi *v)
 
 /* ---- Resolve ------------------------------------------------------------------------------------ */
 
-/* Walk to the leaf for vblock, loading what is missing. Returns the leaf node (NULL when the
- * path is sparse above the leaf or something is being loaded; *loading tells which). */
-static struct plx_node *walk(struct plx_vdi *v, struct plx_req *r, uint64_t vb, bool *loading)
-{
-    plx_store *st = v->st;
-    struct plx_node *n = v->root;
-    for (unsigned level = v->height - 1; level > 0; level--) {
-        uint64_t link = n->links[plx_index_at(vb, level)];
-        if (!link)
-            return NULL;
-        int err;
-        struct plx_node *child =
-            plx_cache_get(st, plx_link_addr(link), level - 1, plx_child_owner(n, link), &r->loads, &err);
-        if (err && !r->status)
-            r->status = err;
-        if (!child) {
-            *loading = true;
-            return NULL;
-        }
-        n = child;
-    }
-    return n;
-}
-
 static void data_io_done(plx_store *st, struct plx_ev *ev);
 
 static void submit_data_buf(struct plx_req *r, enum plx_io_op op, uint8_t *buf, uint64_t pb,
@@ -832,7 +788,7 @@ static void read_fixup(struct plx_req *r)
 static void read_edge(struct plx_req *r, uint64_t vb)
 {
     bool loading = false;
-    struct plx_node *leaf = walk(r->v, r, vb, &loading);
+    struct plx_node *leaf = plx_radix_walk(r->v, r, vb, &loading);
     uint64_t link = leaf ? leaf->links[plx_index_at(vb, 0)] : 0;
     uint8_t *dst = r->io_buf + (vb - r->b0) * PLX_BLOCK_SIZE;
     if (!link)
@@ -909,7 +865,7 @@ static void do_read(struct plx_req *r)
         return;
     }
     for (uint64_t vb = r->b0; vb < r->b1; vb++) {
-        struct plx_node *leaf = walk(v, r, vb, &loading);
+        struct plx_node *leaf = plx_radix_walk(v, r, vb, &loading);
         if (leaf)
             phys[vb - r->b0] = plx_link_addr(leaf->links[plx_index_at(vb, 0)]);
     }
@@ -954,37 +910,6 @@ static void do_read(struct plx_req *r)
 
 /* ---- Block status ---------------------------------------------------------------------------- */
 
-/* Is vblock mapped? Loads missing nodes for r (returns false, *loading set, while one is being
- * read). *span receives how many blocks from vb certainly share the answer. */
-static bool status_at(struct plx_vdi *v, struct plx_req *r, uint64_t vb, int *mapped,
-                      uint64_t *span, bool *loading)
-{
-    struct plx_node *n = v->root;
-    for (unsigned level = v->height - 1;; level--) {
-        uint64_t link = n->links[plx_index_at(vb, level)];
-        uint64_t sub = 1ull << (level * PLX_RADIX_BITS); /* blocks under one link */
-        if (!link) {
-            *mapped = 0;
-            *span = sub - (vb & (sub - 1));
-            return true;
-        }
-        if (level == 0) {
-            *mapped = 1;
-            *span = 1;
-            return true;
-        }
-        int err;
-        n = plx_cache_get(v->st, plx_link_addr(link), level - 1, plx_child_owner(n, link),
-                          &r->loads, &err);
-        if (err && !r->status)
-            r->status = err;
-        if (!n) {
-            *loading = true;
-            return false;
-        }
-    }
-}
-
 /* The run of blocks from b0 sharing b0's state. Walks again from the start after each load:
  * nodes already loaded are cache hits, and a run ends at the first change anyway. */
 static void do_status(struct plx_req *r)
@@ -996,7 +921,7 @@ static void do_status(struct plx_req *r)
     while (vb < r->b1) {
         int m;
         uint64_t span;
-        if (!status_at(v, r, vb, &m, &span, &loading))
+        if (!plx_radix_status_at(v, r, vb, &m, &span, &loading))
             break;
         if (first < 0)
             first = m;
@@ -1016,47 +941,6 @@ static void do_status(struct plx_req *r)
 }
 
 /* ---- Mutation ----------------------------------------------------------------------------------- */
-
-/* Make the child behind links[idx] of n writable: follow a writable link, or give it a new node
- * (a read-only copy or an empty one). */
-static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, struct plx_node *n,
-                                     unsigned idx, int *err)
-{
-    plx_store *st = v->st;
-    uint64_t link = n->links[idx];
-    if (link && !plx_link_ro(link)) {
-        struct plx_node *c = plx_cache_lookup(st, plx_link_addr(link));
-        if (!c || c->state != NODE_VALID)
-            *err = plx_err(st, -EAGAIN, "node %llu left the cache during a write",
-                           (unsigned long long)plx_link_addr(link));
-        return c;
-    }
-    const struct plx_node *src = NULL;
-    if (link) {
-        src = plx_cache_lookup(st, plx_link_addr(link));
-        if (!src || src->state != NODE_VALID) {
-            *err = -EAGAIN;
-            return NULL;
-        }
-    }
-    uint64_t addr;
-    int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &addr);
-    if (rc < 0) {
-        *err = rc;
-        return NULL;
-    }
-    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner, err);
-    if (!c)
-        return NULL;
-    if (src)
-        for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
-            c->links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
-    c->new_batch = b->seq;
-    n->links[idx] = addr;
-    if ((*err = batch_add_node(b, n)) == 0)
-        *err = batch_add_node(b, c);
-    return c;
-}
 
 static void undo_relinks(struct plx_req *r)
 {
@@ -1113,15 +997,7 @@ static void do_mutate(struct plx_req *r)
     uint64_t last_edge = r->tail_partial ? r->b1 - 1 : UINT64_MAX;
     for (uint64_t vb = r->b0; vb < r->b1 && !err; vb++) {
         bool unmap = r->op == REQ_TRIM && vb != first_edge && vb != last_edge;
-        struct plx_node *n = v->root;
-        for (unsigned level = v->height - 1; level > 0 && !err; level--) {
-            unsigned idx = plx_index_at(vb, level);
-            if (unmap && !n->links[idx]) {
-                n = NULL; /* already sparse: nothing to unmap */
-                break;
-            }
-            n = shadow_child(v, b, n, idx, &err);
-        }
+        struct plx_node *n = plx_cow_path(v, b, vb, unmap, &err);
         if (err || !n)
             continue;
         unsigned idx = plx_index_at(vb, 0);
@@ -1130,7 +1006,7 @@ static void do_mutate(struct plx_req *r)
             if (link) {
                 r->relinks[r->nrelinks++] = (struct plx_relink){n->addr, idx, link};
                 n->links[idx] = 0;
-                err = batch_add_node(b, n);
+                err = plx_cow_changed(b, n);
             }
             continue;
         }
@@ -1151,7 +1027,7 @@ static void do_mutate(struct plx_req *r)
         r->relinks[r->nrelinks++] = (struct plx_relink){n->addr, idx, link};
         n->links[idx] = pb;
         phys[vb - r->b0] = pb;
-        err = batch_add_node(b, n);
+        err = plx_cow_changed(b, n);
     }
     if (err) {
         undo_relinks(r);
@@ -1272,7 +1148,7 @@ static void do_snapshot(struct plx_req *r)
         for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
             nr->links[i] = old->links[i] ? (old->links[i] | PLX_LINK_RO) : 0;
         nr->new_batch = b->seq;
-        err = batch_add_node(b, nr);
+        err = plx_cow_changed(b, nr);
     }
 
     /* The log block image: the record beyond snap_count is invisible until the VDI record that
@@ -1390,7 +1266,7 @@ static void do_resolve(struct plx_req *r)
      * they are copied), and the old contents of partial edge blocks must be read. */
     bool loading = false;
     for (uint64_t vb = r->b0; vb < r->b1; vb++)
-        walk(v, r, vb, &loading);
+        plx_radix_walk(v, r, vb, &loading);
     if (r->status && !r->loads.pending) {
         req_finish(r);
         return;

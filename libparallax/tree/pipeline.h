@@ -1,7 +1,7 @@
 /*
- * pipeline.h - VDI trees being read and written: requests, copy-on-write, batches and commit
- * ordering (layer 5; pipeline.c). struct plx_vdi is the state of one open tree; vdi.c (layer 6)
- * opens and closes it.
+ * pipeline.h - VDI trees being read and written: requests, batches and commit ordering (layer
+ * 5; pipeline.c, which walks the tree through radix.c and changes it through cow.c). struct
+ * plx_vdi is the state of one open tree; vdi.c (layer 6) opens and closes it.
  */
 #ifndef PLX_PIPELINE_H
 #define PLX_PIPELINE_H
@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "cache.h"
 #include "engine.h"
+#include "radix.h"
 #include "read_plan.h"
 #include "snaplog.h"
 
@@ -241,7 +242,6 @@ bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq);
 unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq);
 /* When the oldest write or trim of v not finished yet was submitted (plx_mono_ns), or 0. */
 uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v);
-unsigned plx_index_at(uint64_t vblock, unsigned level);
 /* Is `label` the label of a live snapshot of v (snapshots in flight included)? 1 yes, 0 no, or
  * an error. The first call with a label after open reads the log (synchronously). */
 int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index);

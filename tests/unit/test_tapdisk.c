@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "control.h"
+#include "parallax_control.h"
 #include "backend_fault.h"
 #include "parallax.h"
 #include "tapdisk_double.h"

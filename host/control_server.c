@@ -1,6 +1,6 @@
 /*
- * control_server.c - the server side of the control socket (protocol in control.h), on the
- * event loop of the process that holds the VDIs (struct control_host).
+ * control_server.c - the server side of the control socket (protocol in parallax_control.h), on
+ * the event loop of the process that holds the VDIs (struct control_host).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "parallax_control.h"
 
 struct ctl_client {
     int fd;
@@ -159,7 +159,7 @@ static int pending_add(struct ctl_client *c, uint64_t id)
     return 0;
 }
 
-/* The write-cache commands (control.h). cache-attach blocks the loop while it replays;
+/* The write-cache commands (parallax_control.h). cache-attach blocks the loop while it replays;
  * cache-disable answers once the VDI is drained, the loop serving meanwhile (docs/DESIGN.md,
  * "The write cache"). */
 static void cache_command(struct ctl_client *c, const char *cmd, plx_vdi *v, uint64_t id)

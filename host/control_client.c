@@ -1,6 +1,6 @@
 /*
  * control_client.c - where control sockets live, and the client side of the protocol
- * (see control.h). Shared by the server and the `parallax` command.
+ * (see parallax_control.h). Shared by the server and the `parallax` command.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "parallax_control.h"
 
 void control_dir(char *buf, size_t len)
 {

@@ -1,5 +1,9 @@
 /*
- * control.h - the control socket of a process that serves VDIs.
+ * parallax_control.h - the control socket of a process that serves VDIs.
+ *
+ * Built into every host of the engine as it is here: `parallax serve`, the `parallax` command
+ * (the client side) and tapdisk's driver, whose build copies host/ into a blktap tree
+ * (tapdisk/build-into-blktap.sh): hence a name that no header of blktap's has.
  *
  * While a server holds a VDI open for writing, no other process may change that VDI (single
  * writer). Administrative commands for it are therefore carried out by the server, inside its
