@@ -80,7 +80,7 @@ int plx_backend_own(const plx_backend *be);
  * descriptor. A memory backend: PLX_MEM_DIO_ALIGN, which it checks (plx_backend_check_io), so
  * tests exercise the unaligned path. Any other backend, a stacked one included: PLX_BLOCK_SIZE,
  * the public contract. The write log writes a large record from a writer's buffer aligned to
- * this (wlog.c, ZC_MIN): tapdisk's buffers are 512 bytes past a page boundary. */
+ * this (wlog_batch.c, zc_min): tapdisk's buffers are 512 bytes past a page boundary. */
 #define PLX_MEM_DIO_ALIGN 512u
 size_t plx_backend_dio_align(const plx_backend *be);
 
