@@ -2,10 +2,12 @@
 # durability=fua through a real tapdisk against tapdisk's own aio: driver (bench/README.md, "FUA
 # writes and tapdisk"; issue 31 item 4: fua at least 0.8x of aio:). Every disk is served by its
 # own tapdisk over its NBD unix socket (/run/blktap-control/nbd<pid>.<minor>), where fio's nbd
-# engine writes 4 KiB at random at QD 32 (tapdisk's NBD server keeps at most 8 requests in flight
-# per client, NBD_SERVER_NUM_REQS, where Xen's ring to tapdisk holds 32: --jobs N opens N NBD
-# connections, fio jobs of QD/N each, so that QD 32 reaches tapdisk as 32 in flight with
-# --jobs 4). Disks, one tapdisk each, open for the whole run:
+# engine writes 4 KiB at random at QD 32 (tapdisk's NBD server keeps at most 8 of them in flight
+# per client, NBD_SERVER_NUM_REQS, where Xen's ring to tapdisk holds 32 requests: --nbd-reqs N
+# starts every tapdisk with TAPDISK_NBD_REQS=N, which a blktap built with that local change, see
+# bench/notes/fua-tapdisk.md, takes for the limit; a second NBD connection to one tapdisk is no
+# way round it: blktap's NBD server then spins on EBADF). Disks, one tapdisk each, open for the
+# whole run:
 #   aio      `aio:FILE`, a raw file on the local disk written through once: the baseline (a write
 #            completes when its O_DIRECT write does, not flushed);
 #   fua      `parallax:durability=fua:STORE:fua`, a VDI of a file blockstore on the same disk,
@@ -28,7 +30,7 @@
 # the per-round ratios.
 #
 #   bench/tapdisk-fua.sh [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N]
-#                        [--qd N] [--jobs N] [--base-lib DIR] [--base-env VAR=VALUE]...
+#                        [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]...
 # PREFIX: where tapdisk/build-into-blktap.sh installed blktap (default $BLKTAP_PREFIX, else
 # /var/tmp/blktap). Without tap-ctl and a tapdisk that has the parallax driver there, it prints
 # "NOT RUN" and exits 77. Needs root (tap-ctl, perf). Not part of `make check`. Results:
@@ -41,9 +43,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 blktap=${BLKTAP_PREFIX:-/var/tmp/blktap}
-dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 jobs=1 base_lib="" with_base=0 base_env=()
+dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 nbd_reqs="" base_lib="" with_base=0 base_env=()
 usage() {
-    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--jobs N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
+    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
     exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -54,15 +56,13 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
-    --jobs) jobs=$2; shift 2 ;;
+    --nbd-reqs) nbd_reqs=$2; shift 2 ;;
     --base-lib) base_lib=$(cd "$2" && pwd) with_base=1; shift 2 ;;
     --base-env) base_env+=("$2") with_base=1; shift 2 ;;
     *) usage ;;
     esac
 done
 me=bench/tapdisk-fua.sh
-[[ $jobs =~ ^[1-9][0-9]*$ && $qd =~ ^[1-9][0-9]*$ ]] && ((qd % jobs == 0)) ||
-    { echo "$me: --qd must be a multiple of --jobs" >&2; exit 2; }
 tapctl=$blktap/sbin/tap-ctl
 tapdisk_bin=$(find "$blktap" -name tapdisk -type f -perm -u+x 2>/dev/null | head -1 || true)
 if [[ ! -x $tapctl || -z $tapdisk_bin ]] || ! grep -qa 'Parallax VDI (parallax)' "$tapdisk_bin"; then
@@ -124,7 +124,7 @@ sync
 tap_create() { # LIBDIR ARGS [VAR=VALUE...] -> sets td_uri, td_pid
     local out minor pid lib=$1 args=$2
     shift 2
-    out=$(env LD_LIBRARY_PATH="$lib" "$@" timeout -s KILL 120 "$tapctl" create -a "$args" 2>&1) ||
+    out=$(env LD_LIBRARY_PATH="$lib" ${nbd_reqs:+TAPDISK_NBD_REQS=$nbd_reqs} "$@" timeout -s KILL 120 "$tapctl" create -a "$args" 2>&1) ||
         { echo "$me: tap-ctl create -a $2: $out" >&2; exit 1; }
     minor=${out##*tapdisk-}
     [[ $minor =~ ^[0-9]+$ ]] || { echo "$me: tap-ctl create -a $2 printed '$out'" >&2; exit 1; }
@@ -160,7 +160,7 @@ run() {
     sleep 0.2
     d0=$(dev_flushes)
     j=$(fio_json --name=fua --ioengine=nbd --uri="${uris[i]}" --size="$size" --rw=randwrite \
-        --bs=4k --iodepth="$((qd / jobs))" --numjobs="$jobs" --group_reporting --runtime="$seconds" --time_based --norandommap --randrepeat=0)
+        --bs=4k --iodepth="$qd" --runtime="$seconds" --time_based --norandommap --randrepeat=0)
     d1=$(dev_flushes)
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
@@ -178,7 +178,7 @@ base=bench/results/tapdisk-fua-$(hostname -s 2>/dev/null || echo host)-$(date -u
     for ((i = 0; i < ${#names[@]}; i++)); do
         echo "disk ${names[i]}: tapdisk ${pids[i]}, library $(cat "$work/lib.${pids[i]}" 2>/dev/null || echo -)$([[ ${names[i]} == base && ${#base_env[@]} -gt 0 ]] && echo ", environment ${base_env[*]}")"
     done
-    echo "4 KiB random writes at QD $qd ($jobs NBD connection(s) of QD $((qd / jobs))) through tapdisk's NBD socket (fio nbd), $seconds s per run, $rounds rounds, disks of $size written through once"
+    echo "4 KiB random writes at QD $qd through tapdisk's NBD socket (fio nbd; requests in flight per client: ${nbd_reqs:-8, NBD_SERVER_NUM_REQS}), $seconds s per run, $rounds rounds, disks of $size written through once"
 } | tee "$base.txt"
 
 declare -A iops lat p99 fpw dfpw
