@@ -90,7 +90,7 @@ struct plx_req {
     plx_done_fn cb;
     void *arg;
     int status;
-    struct plx_load_wait loads; /* radix nodes this request waits for */
+    struct plx_load_wait loads;  /* radix nodes this request waits for */
     unsigned ios_waiting;
     struct plx_ev *ios;
     size_t nios;
