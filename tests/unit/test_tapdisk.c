@@ -36,7 +36,7 @@
 #define WEB2_SIZE (8 * MiB)
 #define WAIT_MS 20000
 
-/* block-parallax.c's request slots per disk (PLX_TD_SLOTS). */
+/* The driver's request slots per disk (PLX_TD_SLOTS, block-parallax.h). */
 #define DRIVER_SLOTS 1024
 
 static char dir[4096];
