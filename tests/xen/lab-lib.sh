@@ -22,7 +22,9 @@
 #                                sequential writes: chunks complete, at most one partly written,
 #                                then untouched ones; at least MIN and at most MAX complete
 #   guest_wait_any, wait_console_any, wait_domain_gone, no_nbd_left: see below
-#   fail MSG                     print the guest consoles and MSG, exit 1
+#   fail MSG                     print the guest consoles (and the storage VM's logs) and MSG,
+#                                exit 1
+#   dd_run, dd_logs, domid_of    the storage VM: see the end of this file
 set -u
 export PATH=/usr/lib/xen-4.17/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -35,6 +37,7 @@ log() { echo "[$(ts)] $*"; }
 # The console of every guest of this case, and xl's own output.
 show_guests() {
     local f
+    dd_logs
     for f in /var/log/xen/console/guest-*.log /tmp/*.xl; do
         [ -f "$f" ] || continue
         echo "---- $f"
@@ -249,4 +252,55 @@ no_nbd_left() {
     local d left=""
     for d in /sys/block/nbd*; do [ -e "$d/pid" ] && left+=" ${d##*/}"; done
     [ -z "$left" ] || fail "NBD devices still connected after the guests ended:$left"
+}
+
+# ---- the storage VM (tests/xen/dd-init.sh; tests/xen/cases/storagevm.sh) ----------------------
+#   domid_of NAME                the domain's id, from xenstore (empty when there is none)
+#   dd_run CMD [SECONDS]         run CMD (bash, lab-lib.sh loaded) in the storage VM $DD_ID;
+#                                its status is dd_run's, its stdout (up to 3000 bytes) in DD_OUT
+#   dd_logs                      the storage VM's xl devd, hotplug and server logs (failures)
+DD_ID="" DD_SEQ=0 DD_OUT=""
+
+domid_of() {
+    local d
+    for d in $(xenstore-list /local/domain 2>/dev/null); do
+        [ "$(xenstore-read "/local/domain/$d/name" 2>/dev/null)" = "$1" ] && echo "$d" && return 0
+    done
+    return 0
+}
+
+# dd_send CMD SECONDS: 0 and DD_OUT set when the storage VM answered, else 3.
+dd_send() {
+    # (One line: xenstore-read would give a newline back as the two characters \n.)
+    local cmd=${1//$'\n'/ } secs=$2 i r="" base=/local/domain/$DD_ID/data
+    DD_SEQ=$((DD_SEQ + 1))
+    DD_OUT=""
+    xenstore-write -R "$base/plx-cmd" "$DD_SEQ $cmd" || return 3
+    for ((i = 0; i < secs * 5; i++)); do
+        r=$(xenstore-read "$base/plx-rc" 2>/dev/null) || r=""
+        [ "${r%% *}" = "$DD_SEQ" ] && break
+        sleep 0.2
+    done
+    [ "${r%% *}" = "$DD_SEQ" ] || return 3
+    # (-R: the output as written, its newlines not escaped.)
+    DD_OUT=$(xenstore-read -R "$base/plx-out" 2>/dev/null) || DD_OUT=""
+    return "${r#* }"
+}
+
+dd_run() {
+    local rc=0
+    dd_send "$1" "${2:-300}" || rc=$?
+    [ "$rc" -ne 3 ] || fail "the storage VM did not answer '$1' within ${2:-300}s"
+    return "$rc"
+}
+
+dd_logs() {
+    [ -n "$DD_ID" ] && [ -n "$(xenstore-read "/local/domain/$DD_ID/name" 2>/dev/null)" ] || return 0
+    echo "---- the storage VM's logs (xl devd, hotplug, server)"
+    if dd_send "tail -n 15 /var/log/xen/xl-devd.log /var/log/xen/xen-hotplug.log \
+        /var/log/xen/parallax-serve.log 2>&1 | tail -c 3000" 30 || [ $? -ne 3 ]; then
+        echo "$DD_OUT"
+    else
+        echo "(the storage VM does not answer)"
+    fi
 }
