@@ -66,8 +66,9 @@ XEN_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-uti
 OTHER_DEBS=(nbd-client libnl-genl-3-200 busybox-static)
 # Programs taken from this (Debian 12) machine with their libraries: the hotplug scripts are
 # bash and need util-linux's flock (busybox has none); e2fsprogs, the two benchmarks and
-# util-linux's losetup (direct I/O) for the dom0 file-system runs.
-HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup)
+# util-linux's losetup (direct I/O) for the dom0 file-system runs; util-linux's mountpoint,
+# which xen-configs/xl-devd.service runs in the storage VM (busybox-static has none).
+HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup mountpoint)
 # Kernel modules dom0 and the guests load (whole directories: their dependencies are inside).
 MOD_DIRS=(drivers/block drivers/xen drivers/virtio fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto
     arch/x86/crypto)

@@ -36,22 +36,35 @@ echo "plx-dd: up $(uptime_s)"
 # tree and runs the hotplug scripts (block-parallax) for the disks guests ask of it.
 modprobe xen-blkfront || echo "plx-dd: BAD modprobe xen-blkfront failed"
 modprobe nbd nbds_max=32 || echo "plx-dd: BAD modprobe nbd failed"
+# As systemd does, a failed ExecStartPre= (without a leading -) fails the unit: no xl devd.
 unit=/etc/systemd/system/xl-devd.service
-while IFS= read -r line; do
-    echo "plx-dd: $line"
-    bash -c "${line#ExecStartPre=}" || echo "plx-dd: BAD $line failed"
-done < <(grep '^ExecStartPre=' "$unit")
 devd=$(sed -n 's/^ExecStart=//p' "$unit")
 [ -n "$devd" ] || echo "plx-dd: BAD no ExecStart= in $unit"
+while IFS= read -r line; do
+    echo "plx-dd: $line"
+    line=${line#ExecStartPre=}
+    if ! bash -c "${line#-}" && [ "${line:0:1}" != - ]; then
+        echo "plx-dd: BAD ExecStartPre=$line failed: the unit does not start"
+        devd=""
+    fi
+done < <(grep '^ExecStartPre=' "$unit")
 
 # The blockstore disk (/etc/parallax/blockstore): blkfront connects it in the background.
 bs=$(sed -n '/^[^#]/{p;q}' /etc/parallax/blockstore)
 for _ in $(seq 300); do [ -b "$bs" ] && break; sleep 0.1; done
 [ -b "$bs" ] || echo "plx-dd: BAD no blockstore disk $bs"
 
-echo "plx-dd: $devd"
-bash -c "exec $devd" >/var/log/xen/xl-devd.log 2>&1 &
-echo "plx-dd: ready $(uptime_s)"
+if [ -n "$devd" ]; then
+    echo "plx-dd: $devd"
+    bash -c "exec $devd" >/var/log/xen/xl-devd.log 2>&1 &
+    devd_pid=$!
+    sleep 2
+    if kill -0 "$devd_pid" 2>/dev/null; then
+        echo "plx-dd: ready $(uptime_s)"
+    else
+        echo "plx-dd: BAD xl devd ended: $(tail -n 5 /var/log/xen/xl-devd.log)"
+    fi
+fi
 
 # The command loop. (Polling: one xenstore-read every 0.3 s costs little, and a watch would need
 # a second process per command.)

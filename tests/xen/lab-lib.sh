@@ -273,15 +273,18 @@ domid_of() {
 dd_send() {
     # (One line: xenstore-read would give a newline back as the two characters \n.)
     local cmd=${1//$'\n'/ } secs=$2 i r="" base=/local/domain/$DD_ID/data
+    # (A command's number names the process too: a second process sending commands, as
+    # dom0-init's report of a case it ended does, never reuses one.)
     DD_SEQ=$((DD_SEQ + 1))
+    local seq="$$.$DD_SEQ"
     DD_OUT=""
-    xenstore-write -R "$base/plx-cmd" "$DD_SEQ $cmd" || return 3
+    xenstore-write -R "$base/plx-cmd" "$seq $cmd" || return 3
     for ((i = 0; i < secs * 5; i++)); do
         r=$(xenstore-read "$base/plx-rc" 2>/dev/null) || r=""
-        [ "${r%% *}" = "$DD_SEQ" ] && break
+        [ "${r%% *}" = "$seq" ] && break
         sleep 0.2
     done
-    [ "${r%% *}" = "$DD_SEQ" ] || return 3
+    [ "${r%% *}" = "$seq" ] || return 3
     # (-R: the output as written, its newlines not escaped.)
     DD_OUT=$(xenstore-read -R "$base/plx-out" 2>/dev/null) || DD_OUT=""
     return "${r#* }"

@@ -51,11 +51,11 @@ t0=$(ts)
 guest_start "$DD"
 wait_console "$DD" '^plx-dd: up' 300 || fail "the storage VM did not come up"
 echo "PLX-TIME dd-up $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
-wait_console "$DD" '^plx-dd: ready' 300 || fail "the storage VM did not start xl devd"
+wait_console "$DD" '^plx-dd: (ready|BAD)' 300 || fail "the storage VM did not start xl devd"
+console_has '^plx-dd: BAD' "/var/log/xen/console/guest-$DD.log" && fail "the storage VM's setup failed"
 echo "PLX-TIME dd-ready $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
 DD_ID=$(domid_of "$DD")
 [ -n "$DD_ID" ] || fail "no domain $DD in xenstore"
-console_has 'plx-dd: BAD' "/var/log/xen/console/guest-$DD.log" && fail "the storage VM's setup failed"
 log "storage VM $DD is domain $DD_ID"
 
 # The VDIs, made inside the storage VM as docs/storage-vm.md says (a golden image, its
@@ -74,12 +74,23 @@ N=40 # web3's own chunks, from chunk $NG on, half a second apart: the guest is s
 guest_cfg web3 "c:xvdb:gold:0:$NG,ro:xvdb,c:xvda:gold:0:$NG,w:xvda:web3:$NG:$N:0.5" "${disks[@]}"
 t0=$(ts)
 guest_start web3
+# The storage VM's xl devd runs block-parallax for both disks; xl create does not wait for a
+# driver domain's hotplug (the guest's kernel would wait 300 s for its disks).
+for ((i = 0; i < 600; i++)); do
+    G=$(domid_of web3)
+    [ -n "$G" ] && [ "$(xenstore-read "/local/domain/$DD_ID/backend/vbd/$G/51712/hotplug-status" \
+        2>/dev/null)" = connected ] && [ "$(xenstore-read \
+        "/local/domain/$DD_ID/backend/vbd/$G/51728/hotplug-status" 2>/dev/null)" = connected ] && break
+    sleep 0.2
+done
+[ "$i" -lt 600 ] || fail "the storage VM's hotplug did not connect web3's disks" \
+    "($(xenstore-ls "/local/domain/$DD_ID/backend/vbd" 2>&1 | grep -E 'params|hotplug|state' | tr '\n' ' '))"
+log "the storage VM's block-parallax connected web3's disks"
 wait_console web3 '^plx-guest: up' 300 || fail "guest web3 did not come up"
 echo "PLX-TIME guest-up $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
 wait_console web3 "^plx-guest: wrote xvda $((NG + 3))\$" 300 || fail "guest web3 did not write"
 
 # The disks are the storage VM's: their backends are in its xenstore tree, none in dom0's.
-G=$(domid_of web3)
 be=$(xenstore-read "/local/domain/$G/device/vbd/51712/backend" 2>/dev/null) || be=""
 [ "$be" = "/local/domain/$DD_ID/backend/vbd/$G/51712" ] ||
     fail "web3's xvda has its backend at '$be', not in the storage VM ($DD_ID)"
