@@ -71,12 +71,12 @@ else
         rm -f /var/log/xen/console/guest-*.log /tmp/*.xl
         t0=$(uptime_s)
         rc=0
-        # The case in the background, ended (as a failure, its consoles shown) 20 s before the
+        # The case in the background, ended (as a failure, its consoles shown) 45 s before the
         # deadline the host gave: the host's own time limit would stop QEMU without them.
         setsid bash "/plx/cases/$c.sh" </dev/null 2>&1 &
         pid=$!
         while kill -0 "$pid" 2>/dev/null; do
-            if [ -n "$deadline" ] && [ "$(cut -d. -f1 /proc/uptime)" -ge $((deadline - 20)) ]; then
+            if [ -n "$deadline" ] && [ "$(cut -d. -f1 /proc/uptime)" -ge $((deadline - 45)) ]; then
                 kill -KILL -- "-$pid" 2>/dev/null
                 echo "dom0-init: case $c still running at the time limit (dom0 uptime $(uptime_s)): ended"
                 bash -c '. /plx/lab-lib.sh; DD_ID=$(domid_of parallax-storage); show_guests' 2>&1

@@ -11,7 +11,7 @@
 #
 #   guest_cfg NAME OPS DISK...   write /tmp/NAME.cfg: a 128 MiB PV guest (the kernel alone takes 58 MiB) of the lab's kernel whose
 #                                init runs OPS (tests/xen/guest-init.sh), with these xl disks
-#   guest_start NAME             xl create -F in the background
+#   guest_start NAME [OPTION...] xl create -F [OPTION...] in the background
 #   guest_wait NAME SECONDS      wait for that xl to end; 0 when the guest said "done OK"
 #   wait_console NAME REGEX SECONDS   wait for a console line of the guest (0), else 1
 #   last_wrote NAME DEV          the highest chunk the guest said it wrote (and flushed), or -1
@@ -37,7 +37,6 @@ log() { echo "[$(ts)] $*"; }
 # The console of every guest of this case, and xl's own output.
 show_guests() {
     local f
-    dd_logs
     for f in /var/log/xen/console/guest-*.log /tmp/*.xl; do
         [ -f "$f" ] || continue
         echo "---- $f"
@@ -45,6 +44,8 @@ show_guests() {
     done
     echo "---- hotplug and server logs"
     tail -n 20 /var/log/xen/xen-hotplug.log /var/log/xen/parallax-serve.log 2>/dev/null
+    # Last: it asks the storage VM, which may be slow to answer.
+    dd_logs
 }
 
 fail() {
@@ -86,9 +87,10 @@ EOF
 
 guest_start() {
     local name=$1
+    shift
     rm -f "/var/log/xen/console/guest-$name.log"
-    log "xl create $name"
-    xl create -F "/tmp/$name.cfg" >"/tmp/$name.xl" 2>&1 &
+    log "xl create $* $name"
+    xl create -F "$@" "/tmp/$name.cfg" >"/tmp/$name.xl" 2>&1 &
     XL_PID[$name]=$!
 }
 
@@ -259,6 +261,9 @@ no_nbd_left() {
 #   dd_run CMD [SECONDS]         run CMD (bash, lab-lib.sh loaded) in the storage VM $DD_ID;
 #                                its status is dd_run's, its stdout (up to 3000 bytes) in DD_OUT
 #   dd_logs                      the storage VM's xl devd, hotplug and server logs (failures)
+#   until_up SECONDS CMD...      run CMD until it succeeds (0) or dom0's clock has gone on
+#                                SECONDS (1): a time, not a count of tries, which a loaded
+#                                machine stretches
 DD_ID="" DD_SEQ=0 DD_OUT=""
 
 domid_of() {
@@ -297,11 +302,23 @@ dd_run() {
     return "$rc"
 }
 
+until_up() {
+    local end
+    end=$(awk -v a="$(ts)" -v b="$1" 'BEGIN { printf "%d", a + b }')
+    shift
+    while :; do
+        "$@" && return 0
+        [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ] || return 1
+        sleep 0.5
+    done
+}
+
 dd_logs() {
     [ -n "$DD_ID" ] && [ -n "$(xenstore-read "/local/domain/$DD_ID/name" 2>/dev/null)" ] || return 0
     echo "---- the storage VM's logs (xl devd, hotplug, server)"
-    if dd_send "tail -n 15 /var/log/xen/xl-devd.log /var/log/xen/xen-hotplug.log \
-        /var/log/xen/parallax-serve.log 2>&1 | tail -c 3000" 30 || [ $? -ne 3 ]; then
+    if dd_send "ps w | grep -v ' \[' | tail -n 12; tail -n 15 /var/log/xen/xl-devd.log \
+        /var/log/xen/xen-hotplug.log /var/log/xen/parallax-serve.log 2>&1 | tail -c 2000" 20 ||
+        [ $? -ne 3 ]; then
         echo "$DD_OUT"
     else
         echo "(the storage VM does not answer)"

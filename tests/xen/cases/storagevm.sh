@@ -73,21 +73,28 @@ N=40 # web3's own chunks, from chunk $NG on, half a second apart: the guest is s
 #      when the live snapshot and the save, slow under TCG, have been done
 guest_cfg web3 "c:xvdb:gold:0:$NG,ro:xvdb,c:xvda:gold:0:$NG,w:xvda:web3:$NG:$N:0.5" "${disks[@]}"
 t0=$(ts)
-guest_start web3
-# The storage VM's xl devd runs block-parallax for both disks; xl create does not wait for a
-# driver domain's hotplug (the guest's kernel would wait 300 s for its disks).
-for ((i = 0; i < 600; i++)); do
+# Paused until the storage VM's xl devd has run block-parallax for both disks: xl create does
+# not wait for a driver domain's hotplug, and under TCG a booting guest starves the storage VM
+# (libxl kills a hotplug script after 40 s: seen with the guest running).
+guest_start web3 -p
+connected() {
+    local d
     G=$(domid_of web3)
-    [ -n "$G" ] && [ "$(xenstore-read "/local/domain/$DD_ID/backend/vbd/$G/51712/hotplug-status" \
-        2>/dev/null)" = connected ] && [ "$(xenstore-read \
-        "/local/domain/$DD_ID/backend/vbd/$G/51728/hotplug-status" 2>/dev/null)" = connected ] && break
-    sleep 0.2
-done
-[ "$i" -lt 600 ] || fail "the storage VM's hotplug did not connect web3's disks" \
+    [ -n "$G" ] || return 1
+    for d in 51712 51728; do
+        [ "$(xenstore-read "/local/domain/$DD_ID/backend/vbd/$G/$d/hotplug-status" 2>/dev/null)" = \
+            connected ] || return 1
+    done
+}
+until_up 150 connected || fail "the storage VM's hotplug did not connect web3's disks" \
     "($(xenstore-ls "/local/domain/$DD_ID/backend/vbd" 2>&1 | grep -E 'params|hotplug|state' | tr '\n' ' '))"
 log "the storage VM's block-parallax connected web3's disks"
+echo "PLX-TIME guest-disks-connected $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
+t1=$(ts)
+xlc unpause web3 || fail "xl unpause web3"
 wait_console web3 '^plx-guest: up' 300 || fail "guest web3 did not come up"
-echo "PLX-TIME guest-up $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
+echo "PLX-TIME guest-up $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')" \
+    "(from xl unpause: $(awk -v a="$t1" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }'))"
 wait_console web3 "^plx-guest: wrote xvda $((NG + 3))\$" 300 || fail "guest web3 did not write"
 
 # The disks are the storage VM's: their backends are in its xenstore tree, none in dom0's.
@@ -115,15 +122,19 @@ before=$(last_wrote web3 xvda)
 [ "$before" -lt $((NG + N - 1)) ] || fail "the guest had finished before the save"
 dd_run "no_nbd_left" || fail "after the save, in the storage VM: $DD_OUT"
 log "saved web3 after chunk $before: the storage VM released its disks; restoring"
-xlc restore /tmp/web3.save >/tmp/restore.xl 2>&1 || { cat /tmp/restore.xl; fail "xl restore failed"; }
+# (Paused as at the create, until the storage VM has connected the disks again.)
+xlc restore -p /tmp/web3.save >/tmp/restore.xl 2>&1 || { cat /tmp/restore.xl; fail "xl restore failed"; }
+until_up 150 connected || fail "the storage VM's hotplug did not connect the restored web3's disks" \
+    "($(xenstore-ls "/local/domain/$DD_ID/backend/vbd" 2>&1 | grep -E 'params|hotplug|state' | tr '\n' ' '))"
+xlc unpause web3 || fail "xl unpause web3 after the restore"
 wait_console_any web3 '^plx-guest: done' 300 || fail "the restored guest did not finish"
 console_has '^plx-guest: done OK' /var/log/xen/console/guest-web3.log ||
     fail "the restored guest found wrong data"
-for ((i = 0; i < 600; i++)); do
+web3_gone() {
     [ -z "$(domid_of web3)" ] && ! xenstore-list "/local/domain/$DD_ID/backend/vbd" 2>/dev/null |
-        grep -q . && break
-    sleep 0.2
-done
+        grep -q .
+}
+until_up 120 web3_gone
 [ -z "$(domid_of web3)" ] || fail "web3 still there"
 xenstore-list "/local/domain/$DD_ID/backend/vbd" 2>/dev/null | grep -q . &&
     fail "disk backends left in the storage VM: $(xenstore-list "/local/domain/$DD_ID/backend/vbd")"
