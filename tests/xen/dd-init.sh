@@ -86,7 +86,7 @@ while :; do
     bash -c ". /plx/lab-lib.sh; $cmd" >/tmp/out 2>&1 </dev/null || rc=$?
     # The output on the console (dom0's log of it) and, its start, in xenstore for dom0.
     sed 's/^/plx-dd: | /' /tmp/out
-    xenstore-write -R data/plx-out "$(head -c 3000 /tmp/out)"
+    xenstore-write -R -- data/plx-out "$(head -c 3000 /tmp/out)"
     xenstore-write data/plx-rc "$seq $rc"
     echo "plx-dd: rc $seq $rc"
 done
