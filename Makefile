@@ -7,10 +7,18 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wno-unused-parameter
-INC     := -Ilibparallax/include -Ilibparallax
-# Headers of the programs around the library (tools, NBD server, tapdisk driver, tests); the
-# library's own objects do not get them, so it cannot include what sits above it.
-APP_INC := -Itools -Iserver -Itapdisk -Itests/unit
+# The library is built from wings, one folder of libparallax/ per part of the engine (docs/DESIGN.md
+# "Layers"); each folder is on the include path, so a file names a header by its bare name.
+LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
+INC     := $(addprefix -I,$(LIB_WINGS))
+# The lock wing's client of the lock manager and lockd/ share lockd's protocol header
+# (lockd/lockd_proto.h): a definition both sides speak, not lockd's code. Only the lock wing's
+# objects see lockd/ (and cppcheck, which reads them).
+LOCKD_INC := -Ilockd
+# Headers of the programs around the library (tools, NBD server, host/: what every host of the
+# engine builds in, tapdisk driver, tests); the library's own objects do not get them, so it
+# cannot include what sits above it.
+APP_INC := -Itools -Iserver -Ihost -Itapdisk -Itests/unit
 LIBS    := -laio -liscsi
 B       := build
 # Every object writes its header dependencies beside it (build/**/*.d, included at the end).
@@ -24,11 +32,10 @@ PLX_VERSION := $(PLX_MAJOR).$(call plx_version_part,MINOR).$(call plx_version_pa
 SONAME      := libparallax.so.$(PLX_MAJOR)
 LIB_MAP     := libparallax/libparallax.map
 
-LIB_SRCS  := $(wildcard libparallax/*.c)
+LIB_SRCS  := $(wildcard libparallax/*/*.c)
 TEST_LIB_SRCS := tests/unit/backend_fault.c tests/unit/testutil.c tests/unit/tgtd.c \
                  tests/unit/check_msgfile.c
-TOOL_SRCS := $(wildcard tools/*.c) server/control_client.c server/nbd_server.c server/nbd_tls.c \
-             server/engine_thread.c server/control_server.c server/export_names.c
+TOOL_SRCS := $(wildcard tools/*.c server/*.c host/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
 # Object of each source: build/obj/PATH.o, and build/san/PATH.o for the ASan+UBSan build.
@@ -44,7 +51,8 @@ all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/parallax-lockd
 # programs and tests that use internals (backend.h, format.h) link it instead.
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OBJ_FLAGS := $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS)
-SAN_FLAGS := $(WARN) -O1 -g $(SAN) $(DEPFLAGS)
+# The sanitized build is only for the unit tests: it has the test hooks (test_hooks.h).
+SAN_FLAGS := $(WARN) -O1 -g $(SAN) -DPLX_TEST_HOOKS $(DEPFLAGS)
 
 # Objects depend on the flags they were built with: this file changes only when they do.
 $(B)/compile-flags: FORCE | $(B)
@@ -59,6 +67,14 @@ $(B)/obj/%.o: %.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(OBJ_FLAGS) $(INC) $(APP_INC) -c $< -o $@
 
+$(B)/obj/libparallax/lock/%.o $(B)/san/libparallax/lock/%.o $(B)/test/obj/libparallax/lock/%.o: \
+    INC += $(LOCKD_INC)
+
+# The test build of a file that reads a test hook (base/test_hooks.h): -DPLX_TEST_HOOKS.
+$(B)/test/obj/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(OBJ_FLAGS) -DPLX_TEST_HOOKS $(INC) -c $< -o $@
+
 $(B)/san/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(INC) -c $< -o $@
@@ -71,6 +87,15 @@ FORCE:
 
 # ---- the library -------------------------------------------------------------------------------
 $(B)/libparallax.a: $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+# The test build of the library (base/test_hooks.h): the files that read a test hook are built
+# with them, every other object is the release one. The unit tests and build/test/parallax link it;
+# the library others link (above, and libparallax.so) has no test hook.
+HOOK_SRCS := $(shell grep -lw plx_test_hook $(LIB_SRCS))
+TEST_LIB_OBJS := $(filter-out $(call obj,$(HOOK_SRCS)),$(LIB_OBJS)) \
+                 $(patsubst %.c,$(B)/test/obj/%.o,$(HOOK_SRCS))
+$(B)/test/libparallax.a: $(TEST_LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 # The same objects built with the sanitizers, for the sanitized unit tests.
@@ -94,6 +119,11 @@ $(B)/libparallax.so: $(B)/$(SONAME)
 $(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lblkid -ldl -lpthread -o $@
 
+# The command built with the test hooks, for the integration scripts that need one
+# (tests/integration/fence_rejoin.sh). Never installed.
+$(B)/test/parallax: $(call obj,$(TOOL_SRCS)) $(B)/test/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lblkid -ldl -lpthread -o $@
+
 # The lock manager of many hosts (lockd/). It shares only the protocol header with the library;
 # with --store it arbitrates with its standbys on the LUN through libiscsi (lockd/arbiter.c).
 $(B)/parallax-lockd: $(call obj,lockd/lockd.c lockd/arbiter.c)
@@ -103,8 +133,8 @@ $(B):
 	@mkdir -p $(B)
 
 # ---- unit tests (Check), plain and sanitized -------------------------------------------------
-# Each test binary is its own object, the test helpers and the library archive: the library is
-# compiled once per flavour, not once per test.
+# Each test binary is its own object, the test helpers and the library archive (the test build,
+# with the test hooks): the library is compiled once per flavour, not once per test.
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 
 # Check's runner creates the file each test reports through with mkstemp(); the unit tests take
@@ -113,11 +143,11 @@ CHECK_WRAP := -Wl,--wrap=mkstemp
 
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
-                      server/control_server.c server/control_client.c
+                      host/control_server.c host/control_client.c host/handover.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
-             $(B)/libparallax.a
+             $(B)/test/libparallax.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
@@ -172,7 +202,8 @@ crash-long: $(CRASH)
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
 TAPDISK_STANDIN_SRCS := tests/integration/tapdisk_standin.c tests/unit/tapdisk_driver.c \
-                        tests/unit/tapdisk_double.c server/control_server.c server/control_client.c
+                        tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
+                        host/handover.c
 $(B)/tapdisk-standin: $(call obj,$(TAPDISK_STANDIN_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -o $@
 
@@ -183,32 +214,39 @@ MAKE_V1_SRCS := tests/integration/make_v1.c tests/unit/testutil.c tests/unit/bac
 $(B)/make-v1: $(call obj,$(MAKE_V1_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
-integration: all deps $(B)/tapdisk-standin $(B)/make-v1
+integration: all deps $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
 	@tests/run-integration.sh
+
+# The layer rule of docs/DESIGN.md ("Layers: which file holds what"): every file of the library
+# has a row, every reference between its objects (nm) goes to its own row or a lower one, every
+# header includes headers of its row or lower (tests/layers.sh; well under a second).
+layers: $(LIB_OBJS)
+	@tests/layers.sh $(B)/obj
 
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	    --inline-suppr --suppress=missingIncludeSystem -Ilibparallax/include -Ilibparallax \
-	    libparallax tools server tapdisk lockd
+	    --inline-suppr --suppress=missingIncludeSystem $(INC) $(LOCKD_INC) \
+	    libparallax tools server host tapdisk lockd
 
 format: builddeps
-	clang-format -i $(wildcard libparallax/*.[ch] libparallax/include/*.h tools/*.[ch] tests/unit/*.[ch])
+	clang-format -i $(wildcard libparallax/*/*.[ch] tools/*.[ch] tests/unit/*.[ch])
 
 # make check in three phases, each keeping every CPU busy (one target after the other, the build
 # ran on one CPU):
-# 1. everything the tests run is built at once, cppcheck beside the compiler;
+# 1. everything the tests run is built at once, cppcheck beside the compiler, the layer rule
+#    (make layers) once the library's objects are;
 # 2. the unit tests, plain and sanitized (unit-all);
 # 3. the integration scripts, the alone ones first, then the others.
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
 # 12-19) are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
-CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-v1 \
+CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1 \
                $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
 # (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
 # would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint layers
 	@$(MAKE) --no-print-directory unit-all
 	@tests/run-integration.sh
 	@echo "make check: all passed"
@@ -373,7 +411,7 @@ include mk/install.mk
 
 # Header dependencies written by -MMD (none before the first build). Only the object trees: the
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
--include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/san $(B)/test/obj -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long crash-long integration lint format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

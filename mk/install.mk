@@ -19,7 +19,7 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 INSTALL ?= install
 
-PUBLIC_HDRS  := $(wildcard libparallax/include/*.h)
+PUBLIC_HDRS  := libparallax/include/parallax.h libparallax/backend/parallax_backend.h
 XEN_SCRIPTS  := xen-configs/block-parallax xen-configs/block-parallax-tap \
                 xen-configs/parallax-hotplug-common.sh
 MAN_PAGES    := docs/man/parallax.8 docs/man/libparallax.3

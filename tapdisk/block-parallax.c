@@ -44,8 +44,8 @@
  *   order, so the next piece is asked for only once the previous one is answered.
  * - Admin commands (vdi-snapshot, snap-label, snap-delete) reach this process as they reach
  *   `parallax serve`: the `parallax` command finds the VDI's holder pid and connects to its
- *   control socket (server/control.h), which the driver serves from tapdisk's scheduler while
- *   any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
+ *   control socket (host/parallax_control.h), which the driver serves from tapdisk's scheduler
+ *   while any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
  *   once the snapshot is durable.
  *
  * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
@@ -63,8 +63,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
 #include "parallax.h"
+#include "parallax_control.h"
+#include "parallax_handover.h"
 #include "tapdisk-iface.h"
 
 /* Requests in flight per open disk. Large enough that tapdisk rarely meets the limit (an
@@ -142,13 +143,9 @@ struct plx_td_disk {
     uint64_t wait_since_ns;
     int retry_fd; /* timerfd: try to open the VDI again every 5 ms */
     event_id_t retry_event;
-    /* A try is an asynchronous open (plx_vdi_open_async): with the lock manager slow or gone it
-     * waits on the store's loop, and this tapdisk's other disks are served meanwhile. Its
-     * report (from plx_store_service) is acted on by the next retry tick. */
-    plx_open_req *retry_req;
-    int retry_done, retry_rc;
-    plx_vdi *retry_v;
-    char retry_err[512];
+    /* The tries of the open (host/parallax_handover.h): each waits on the store's loop, and
+     * this tapdisk's other disks are served meanwhile. */
+    struct handover_try retry;
     struct plx_td_slot *wait_head, *wait_tail;
     char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
     struct plx_td_disk *next; /* on store->disks */
@@ -395,6 +392,20 @@ static int store_get(const char *path, int want_ro, struct plx_td_store **out)
         return ev;
     }
     ps->event = ev;
+    /* tapdisk's scheduler services the store whenever its descriptor is readable, the engine's
+     * timers included: a loop like a server's engine thread, so a request that needs a new
+     * extent waits on it as a request waits (its claim's admin lock too), and the disks served
+     * beside it go on (docs/DESIGN.md, Allocator, "On a serving loop"). The pass the call
+     * promises is the one right after it. */
+    plx_store_will_service(ps->st);
+    rc = plx_store_service(ps->st);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", real, plx_store_errmsg(ps->st));
+        tapdisk_server_unregister_event(ev);
+        plx_store_close(ps->st);
+        free(ps);
+        return rc;
+    }
     ps->refs = 1;
     ps->next = plx_td_stores;
     plx_td_stores = ps;
@@ -810,24 +821,15 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* How long the destination of a migration waits for the source to let go of the VDI:
- * $PARALLAX_HANDOVER_WAIT seconds, default 60, as for `parallax serve`. */
-static uint64_t handover_wait_ns(void)
-{
-    const char *env = getenv("PARALLAX_HANDOVER_WAIT");
-    double sec = env ? strtod(env, NULL) : 60.0;
-    return (uint64_t)((sec > 0 ? sec : 60.0) * 1e9);
-}
-
 static void retry_stop(struct plx_td_disk *d)
 {
-    if (d->retry_req)
-        plx_vdi_open_cancel(d->retry_req);
-    if (d->retry_v)
-        plx_vdi_close(d->retry_v); /* handed over, but the wait ended first */
-    d->retry_req = NULL;
-    d->retry_v = NULL;
-    d->retry_done = 0;
+    if (d->retry.req)
+        plx_vdi_open_cancel(d->retry.req);
+    if (d->retry.v)
+        plx_vdi_close(d->retry.v); /* handed over, but the wait ended first */
+    d->retry.req = NULL;
+    d->retry.v = NULL;
+    d->retry.done = 0;
     if (d->retry_event >= 0)
         tapdisk_server_unregister_event(d->retry_event);
     if (d->retry_fd >= 0)
@@ -853,17 +855,6 @@ static void fail_waiting(struct plx_td_disk *d, int err)
 
 static void control_use(void);
 
-static void retry_open_done(void *arg, int status, plx_vdi *v)
-{
-    struct plx_td_disk *d = arg;
-    d->retry_req = NULL;
-    d->retry_done = 1;
-    d->retry_rc = status;
-    d->retry_v = v;
-    if (status)
-        snprintf(d->retry_err, sizeof d->retry_err, "%s", plx_store_errmsg(d->store->st));
-}
-
 /* The retry timer: try to take the VDI. Each try is an asynchronous open, which waits for the
  * admin lock on the store's loop and then reads the VDI's record (as `parallax serve` does
  * while it waits); it fails at once while the holder lives. */
@@ -874,29 +865,18 @@ static void retry_event(event_id_t id, char mode, void *private)
     if (read(d->retry_fd, &ticks, sizeof ticks) < 0) {
         /* EAGAIN: a spurious wake-up. */
     }
-    if (!d->waiting || d->retry_req)
+    if (!d->waiting || d->retry.req)
         return;
     plx_store *st = d->store->st;
     plx_vdi *v = NULL;
     int rc;
-    if (d->store->failed) {
+    if (d->store->failed)
         rc = d->store->failed;
-    } else if (!d->retry_done) {
-        if (plx_vdi_open_async(st, d->vdi_spec, 0, retry_open_done, d, &d->retry_req) == 0)
-            return;
-        rc = -ENOMEM;
-        snprintf(d->retry_err, sizeof d->retry_err, "%s", plx_store_errmsg(st));
-    } else {
-        d->retry_done = 0;
-        rc = d->retry_rc;
-        v = d->retry_v;
-        d->retry_v = NULL;
-    }
-    double waited_ms = (double)(mono_ns() - d->wait_since_ns) / 1e6;
-    /* Held by the source still, or the lock manager not answering (it may come back within
-     * the wait): try again. */
-    if ((rc == -EBUSY || rc == -EHOSTUNREACH) && !d->store->failed &&
-        waited_ms * 1e6 < (double)handover_wait_ns())
+    else if (handover_try_step(&d->retry, d->vdi_spec, &rc, &v))
+        return;
+    uint64_t waited_ns = mono_ns() - d->wait_since_ns;
+    double waited_ms = (double)waited_ns / 1e6;
+    if (!d->store->failed && handover_keep_waiting(rc, waited_ns))
         return;
     d->waiting = 0;
     retry_stop(d);
@@ -904,7 +884,7 @@ static void retry_event(event_id_t id, char mode, void *private)
         tlog_syslog(TLOG_WARN, "parallax: %s: its size changed while this disk waited for it",
                     d->vdi_spec);
         plx_vdi_close(v);
-        snprintf(d->retry_err, sizeof d->retry_err, "its size changed");
+        snprintf(d->retry.err, sizeof d->retry.err, "its size changed");
         rc = -EIO;
     }
     if (rc) {
@@ -912,7 +892,7 @@ static void retry_event(event_id_t id, char mode, void *private)
         tlog_syslog(TLOG_WARN,
                     "parallax: %s: gave up waiting for the VDI after %.0f ms "
                     "(PARALLAX_HANDOVER_WAIT): %s; its requests fail with EIO",
-                    d->vdi_spec, waited_ms, !d->store->failed ? d->retry_err : strerror(-rc));
+                    d->vdi_spec, waited_ms, !d->store->failed ? d->retry.err : strerror(-rc));
         fail_waiting(d, -EIO);
         return;
     }
@@ -955,6 +935,7 @@ static int wait_for_holder(struct plx_td_disk *d, const struct plx_vdi_info *inf
         return rc;
     }
     d->waiting = 1;
+    d->retry.st = d->store->st;
     d->wait_since_ns = mono_ns();
     d->sectors = info->size >> SECTOR_SHIFT;
     return 0;

@@ -10,9 +10,10 @@
 # What it does (docs/tapdisk.md, "Adding the driver to a blktap3 tree", says why):
 #   1. builds libparallax here (make build/libparallax.so) and installs it as
 #      PREFIX/lib/libparallax.so.1 (with a libparallax.so link);
-#   2. copies tapdisk/block-parallax.c, tapdisk/tapdisk-iface.h and the control socket
-#      (server/control_server.c, server/control_client.c, server/control.h, as
-#      parallax-control-*.c and parallax-control.h) into BLKTAP_DIR/drivers/;
+#   2. copies tapdisk/block-parallax.c, tapdisk/tapdisk-iface.h and what it shares with
+#      `parallax serve` from host/ (parallax_control.h, parallax_handover.h; control_server.c,
+#      control_client.c and handover.c as parallax-control-*.c and parallax-handover.c) into
+#      BLKTAP_DIR/drivers/, unchanged;
 #   3. appends to drivers/Makefile.am, after its own definitions (so that its `+=` extend them): the
 #      sources, the include path of parallax.h, libparallax, and an rpath to PREFIX/lib for the
 #      programs;
@@ -61,11 +62,14 @@ ln -sf libparallax.so.1 "$prefix/lib/libparallax.so"
 
 echo "== 2. driver sources -> $drv"
 install -m 0644 "$here/tapdisk/block-parallax.c" "$here/tapdisk/tapdisk-iface.h" "$drv/"
-# blktap has its own tapdisk-control.h; ours goes in under a name of its own.
-sed 's/#include "control.h"/#include "parallax-control.h"/' "$here/server/control_server.c" >"$drv/parallax-control-server.c"
-sed 's/#include "control.h"/#include "parallax-control.h"/' "$here/server/control_client.c" >"$drv/parallax-control-client.c"
-install -m 0644 "$here/server/control.h" "$drv/parallax-control.h"
-sed -i 's/#include "control.h"/#include "parallax-control.h"/' "$drv/block-parallax.c"
+# The same files `parallax serve` is built from. Their headers' names (parallax_*.h) are free
+# beside blktap's own (it has a tapdisk-control.h, a lock.h, a log.h); the sources take a prefix
+# here for the same reason.
+install -m 0644 "$here/host/parallax_control.h" "$here/host/parallax_handover.h" "$drv/"
+install -m 0644 "$here/host/control_server.c" "$drv/parallax-control-server.c"
+install -m 0644 "$here/host/control_client.c" "$drv/parallax-control-client.c"
+install -m 0644 "$here/host/handover.c" "$drv/parallax-handover.c"
+rm -f "$drv/parallax-control.h" # what an older version of this script made of the header
 
 echo "== 3. drivers/Makefile.am"
 begin='# ---- parallax (tapdisk/build-into-blktap.sh) ----'
@@ -79,7 +83,8 @@ cat >>"$drv/Makefile.am" <<EOF
 $begin
 AM_CPPFLAGS += -I$here/libparallax/include
 libtapdisk_la_SOURCES += block-parallax.c tapdisk-iface.h
-libtapdisk_la_SOURCES += parallax-control-server.c parallax-control-client.c parallax-control.h
+libtapdisk_la_SOURCES += parallax-control-server.c parallax-control-client.c parallax_control.h
+libtapdisk_la_SOURCES += parallax-handover.c parallax_handover.h
 libtapdisk_la_LIBADD += -L$prefix/lib -lparallax
 AM_LDFLAGS $ldop -Wl,-rpath,$prefix/lib
 $end

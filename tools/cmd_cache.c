@@ -4,7 +4,7 @@
  *
  * The cache lives in the process that serves a VDI (`parallax serve`, tapdisk); these commands
  * find that process through the VDI's lock holder and talk to it over its control socket
- * (server/control.h). `discard` works on the blockstore itself, for a VDI nobody serves.
+ * (host/parallax_control.h). `discard` works on the blockstore itself, for a VDI nobody serves.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -15,7 +15,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "control.h"
+#include "parallax_control.h"
 #include "json.h"
 #include "size.h"
 #include "utf8.h"

@@ -1,6 +1,6 @@
 /*
  * cmd_gc.c - `parallax gc [--dry-run] [--json] [--quiet]`: run the garbage collector (the logic is
- * plx_gc in libparallax/gc.c) and report what it freed.
+ * plx_gc in libparallax/collector/gc.c) and report what it freed.
  */
 #include <stdio.h>
 

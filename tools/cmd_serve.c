@@ -25,7 +25,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "control.h"
+#include "parallax_control.h"
 #include "engine_thread.h"
 #include "nbd_server.h"
 

@@ -4,8 +4,8 @@
 Clients spoken here, each a few lines of its protocol, so that snapshots can be taken in tight
 loops without starting a process per snapshot:
   * NBD (fixed newstyle, NBD_OPT_GO, simple replies): hold a VDI open, write a little data;
-  * the Parallax server's control socket ("snapshot ID" -> "ok N"; server/control.h), which is
-    what `parallax vdi-snapshot` talks to when the VDI is served;
+  * the Parallax server's control socket ("snapshot ID" -> "ok N"; host/parallax_control.h),
+    which is what `parallax vdi-snapshot` talks to when the VDI is served;
   * QMP (qemu-storage-daemon): blockdev-snapshot-sync.
 
 Subcommands (all print one JSON document on stdout unless said otherwise):

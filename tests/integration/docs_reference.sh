@@ -34,7 +34,7 @@ for c in $cmds; do
 done
 ((n_opts >= 40)) || fail "found only $n_opts options in the commands' --help"
 
-vars=$(grep -rhoE 'getenv\("PARALLAX_[A-Z_]+"\)' "$src"/libparallax "$src"/server "$src"/tools \
+vars=$(grep -rhoE 'getenv\("PARALLAX_[A-Z_]+"\)' "$src"/libparallax "$src"/server "$src"/host "$src"/tools \
     "$src"/tapdisk "$src"/gc "$src"/lockd | sed 's/getenv("//; s/")//' | sort -u)
 [[ $(wc -w <<<"$vars") -ge 10 ]] || fail "found only these variables read by the sources: $vars"
 for v in $vars; do

@@ -127,7 +127,7 @@ head -c 4096 /dev/urandom >"$T/junk"
 expect_fail 1 plx vdi-import disk "$T/junk"
 [[ $PLX_LAST_STDERR == *"open for writing"* ]] || fail "vdi-import message: $PLX_LAST_STDERR"
 # A second server on the same blockstore starts (it serves every VDI), but cannot open this one:
-# its client's requests wait for a handover (server/nbd_server.c) that does not come, and fail.
+# its client's requests wait for a handover (server/nbd_handover.c) that does not come, and fail.
 sock2=$T/nbd2.sock
 export PARALLAX_HANDOVER_WAIT=1
 start_server "$sock2" "$T/serve2.log"

@@ -1,5 +1,5 @@
 /*
- * test_slab.c - the write log's fixed-size object slabs (libparallax/slab.c).
+ * test_slab.c - the write log's fixed-size object slabs (libparallax/wcache/slab.c).
  */
 #include <check.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * test_wlog.c - the write cache (libparallax/wlog.c): a per-host write log on local disk.
+ * test_wlog.c - the write cache (libparallax/wcache/wlog.c): a per-host write log on local disk.
  *
  * Stores and logs live on memory media (kept across close and reopen), or on the fault backend
  * for crash images and injected errors. Every test compares what the VDI reads against a shadow

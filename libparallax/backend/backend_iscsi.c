@@ -1,0 +1,1039 @@
+/*
+ * backend_iscsi.c - an iSCSI LUN through libiscsi, driven the way libiscsi is meant to be driven:
+ * its socket, the events it wants (iscsi_which_events) and its service call, inside the engine's
+ * event loop.
+ *
+ * The LUN is named by a URL, iscsi://[user%password@]host[:port]/TARGET-IQN/LUN. The engine's
+ * 4 KiB blocks become LBAs of the LUN's logical block size (512 to 4096 bytes). Reads and writes
+ * are READ(16) and WRITE(16) straight from and into the engine's buffers; a FUA write sets the FUA
+ * bit of WRITE(16); a flush is SYNCHRONIZE CACHE(10) over the whole LUN.
+ *
+ * The event model. The seam asks for one descriptor that stays the same for the backend's life
+ * and is readable whenever poll() has work. libiscsi's socket is not that descriptor: it wants
+ * POLLOUT while PDUs wait to be sent, it is a new socket (a new context's) after the session is
+ * re-established, and while logging in again backs off there is no socket at all and the next
+ * attempt is due on a clock. So the backend's descriptor is an epoll set of its own holding: the
+ * socket, registered for exactly what iscsi_which_events() says and re-registered after every
+ * service call (an EPOLLOUT wish of libiscsi thus makes the backend's fd readable); a timerfd that
+ * ticks while I/O is in flight, the session is being re-established or the registration is in
+ * doubt; and an eventfd that says completions wait in the ready list. The host's epoll set watches
+ * that one fd for POLLIN, as for every other backend.
+ *
+ * Three files, each calling only down: backend_iscsi_io.c (requests, the event set, libiscsi's
+ * log), backend_iscsi_session.c (the session) and this one (the seam's operations, fencing,
+ * opening), sharing backend_iscsi_internal.h.
+ *
+ * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
+ * never call io->done: they move the request to the ready list, and poll() delivers the list, so
+ * done never runs inside submit() and a callback may submit more.
+ *
+ * A dropped connection (backend_iscsi_session.c). libiscsi's automatic reconnect is off: it would
+ * re-send the commands in flight at login, before our registration check, and a write of a host
+ * that was fenced meanwhile could land. When the connection drops (POLLHUP, POLLERR, the target
+ * closing its side, a failed read or write) every request libiscsi held comes back cancelled and
+ * waits, unsent, in the held list, with the ones submitted meanwhile. A fresh context logs in
+ * asynchronously; then the held requests go out, writes only once rejoin_try has settled our
+ * registration (reads too wait for that, being in the same list). Each is whole (a WRITE carries
+ * all its data again, and the engine never has two overlapping writes in flight, so a re-issued
+ * write cannot undo a later one). A request completes only when the target has answered it GOOD.
+ * A UNIT ATTENTION (what a restarted target answers first) or BUSY/TASK SET FULL is retried a few
+ * times. When logging in fails $PARALLAX_ISCSI_RETRIES times in a row (default 8, about 30 s of
+ * back-off) every held request fails with -EIO, later ones too, and the backend says so on
+ * stderr: a write is never reported done when the target did not confirm it.
+ *
+ * Blocking mode (PLX_BACKEND_BLOCKING, short-lived tools) uses libiscsi's synchronous calls, which
+ * libiscsi builds on the same asynchronous machinery: each I/O runs to completion inside submit()
+ * and is delivered by the next poll(), as in the file backend. A command that meets a dropped
+ * connection is sent again after a synchronous login and, when fencing, rejoin_wait.
+ *
+ * Fencing (plx_backend_fence_ops; docs/DESIGN.md "The lock manager"): SCSI-3 persistent
+ * reservations. A writing engine of a store with a lock manager registers its key, the LUN is
+ * reserved "write exclusive, registrants only", and a host taking over a dead holder's locks
+ * preempts that holder's key; the preempted engine's commands then meet RESERVATION CONFLICT and
+ * fail with -ESTALE.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+
+#include "backend.h"
+#include "backend_iscsi_internal.h"
+#include "backend_mem_internal.h"
+#include "test_hooks.h"
+
+#define ISCSI_PREFIX "iscsi://"
+#define DEFAULT_RECONNECTS 8 /* failed login attempts before I/O fails with -EIO */
+
+/* TCP_CORK on (1) or off (0, which sends what it held); false when it cannot be set. */
+static bool set_cork(int fd, int on)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on) == 0;
+}
+
+/* One round of libiscsi's event processing, without waiting. */
+static void service(struct iscsi_backend *b)
+{
+    uint64_t ticks = 0;
+    int tick = read(b->tfd, &ticks, sizeof(ticks)) > 0;
+    int fd = iscsi_get_fd(b->iscsi);
+    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
+    short revents = 0;
+    if (fd >= 0 && want != 0) {
+        /* POLLRDHUP: a target that closed its side is gone, even while it has data for us. */
+        struct pollfd p = {.fd = fd, .events = (short)(want | POLLRDHUP)};
+        if (poll(&p, 1, 0) > 0)
+            revents = p.revents;
+    }
+    if (revents != 0 || tick || want == 0) {
+        if (b->conn == CONN_UP && !b->dead) {
+            /* Responses that arrived before a hangup are processed first; with its reconnect
+             * off, libiscsi then cancels what it still holds (held by task_cb). */
+            /* Corked while libiscsi writes out what is queued, one PDU after another: the
+             * PDUs of one call leave in full segments when uncorked at its end, not a segment
+             * (and a wake-up of the target) each. The write cache's drain sends hundreds of
+             * 4 KiB WRITEs at once (bench/notes/wcache.md, "QD1 mean with the drain beside the
+             * writer"). */
+            bool cork = (revents & POLLOUT) != 0 && set_cork(fd, 1);
+            int rc = iscsi_service(b->iscsi, revents & ~POLLRDHUP);
+            if (cork && iscsi_get_fd(b->iscsi) == fd)
+                set_cork(fd, 0); /* (a reconnect replaced the socket: the new one is not corked) */
+            if (rc < 0 || b->dropped || (revents & (POLLHUP | POLLERR | POLLRDHUP)))
+                plx_iscsi_session_lost(b, rc < 0 ? iscsi_get_error(b->iscsi)
+                                                 : "the connection was closed");
+        }
+        if (b->conn != CONN_UP)
+            plx_iscsi_session_step(b, revents & ~POLLRDHUP);
+        plx_iscsi_run_retries(b);
+        plx_iscsi_sync_socket(b, 1);
+    }
+    plx_iscsi_set_ticking(b, (b->inflight > 0 || b->conn != CONN_UP || b->rejoin) && !b->dead);
+}
+
+/* Wait up to ms (-1: forever) for the socket or the clock. */
+static int wait_events(struct iscsi_backend *b, int ms)
+{
+    struct epoll_event e;
+    int rc = epoll_wait(b->epfd, &e, 1, ms);
+    if (rc < 0 && errno != EINTR)
+        return -errno;
+    return 0;
+}
+
+/* ---- Fencing: SCSI-3 persistent reservations ------------------------------------------------ */
+
+/* The LUN is reserved "Write Exclusive, Registrants Only": every engine process that writes
+ * registers its key (lock.c: plx_fence_key), and the target refuses writes from any session
+ * whose key is not registered. A host that takes over a dead holder's locks first preempts its
+ * key (PREEMPT), so whatever the dead holder still sends is refused (RESERVATION CONFLICT).
+ * These are libiscsi's synchronous calls: they run at open, under the admin lock, and when a
+ * conflict must be judged, never inside a libiscsi callback. */
+#define PR_TYPE SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
+#define PR_KEYS_BYTES 16384 /* READ KEYS allocation: some 2000 keys */
+
+/* A synchronous call needs a logged-in session: while ours is being re-established the context
+ * has no connection (backend_iscsi_session.c), and the call fails at once instead. */
+static int session_up(const struct iscsi_backend *b)
+{
+    return b->blocking || (b->conn == CONN_UP && !b->dead);
+}
+
+/* After a synchronous call in asynchronous mode: the socket may want other events now, and
+ * callbacks of our own requests may have run inside it. */
+static void after_sync(struct iscsi_backend *b)
+{
+    plx_iscsi_sync_socket(b, 1);
+    if (b->ready.head != NULL)
+        plx_iscsi_efd_signal(b->efd);
+}
+
+/* PERSISTENT RESERVE OUT: the SCSI status, or -1 when the session failed. UNIT ATTENTION (a
+ * reconnect, "reservations preempted" for others) is answered by sending the command again. */
+static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key, int type)
+{
+    if (!session_up(b))
+        return -1;
+    for (int i = 0;; i++) {
+        struct scsi_persistent_reserve_out_basic p = {.reservation_key = key,
+                                                      .service_action_reservation_key = sa_key};
+        struct scsi_task *t = iscsi_persistent_reserve_out_sync(
+            b->iscsi, b->lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, type, &p);
+        int status = t != NULL ? t->status : -1;
+        int again = plx_iscsi_retryable(status, t) && i < MAX_RETRIES;
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        if (!again)
+            return status;
+    }
+}
+
+/* PERSISTENT RESERVE IN, unmarshalled into *out (the task, to free); -EIO on failure. */
+static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void **out)
+{
+    if (!session_up(b))
+        return -EIO;
+    for (int i = 0;; i++) {
+        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa, PR_KEYS_BYTES);
+        if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+            *out = scsi_datain_unmarshall(t);
+            if (*out == NULL) {
+                scsi_free_scsi_task(t);
+                return -EIO;
+            }
+            *task = t;
+            return 0;
+        }
+        int again = t != NULL && plx_iscsi_retryable(t->status, t) && i < MAX_RETRIES;
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        if (!again)
+            return -EIO;
+    }
+}
+
+/* 1 when `key` is registered on the LUN, 0 when not, -EIO. */
+static int pr_key_registered(struct iscsi_backend *b, uint64_t key)
+{
+    struct scsi_task *t;
+    void *data;
+    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_KEYS, &t, &data) < 0)
+        return -EIO;
+    const struct scsi_persistent_reserve_in_read_keys *rk = data;
+    int found = 0;
+    for (int i = 0; i < rk->num_keys && !found; i++)
+        found = rk->keys[i] == key;
+    scsi_free_scsi_task(t);
+    return found;
+}
+
+/* Register our key for this session (also for a session that replaced one by reconnecting:
+ * the target ties a registration to the session, not to the key). */
+static int pr_register(struct iscsi_backend *b)
+{
+    int status =
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key, 0);
+    return status == SCSI_STATUS_GOOD ? 0 : -EIO;
+}
+
+/* Make sure the LUN is reserved "write exclusive, registrants only" (by anyone registered):
+ * 0, -EBUSY (another kind of reservation: another user owns the LUN) or -EIO. */
+static int pr_reserve_if_free(struct iscsi_backend *b)
+{
+    for (int i = 0; i < 4; i++) {
+        struct scsi_task *t;
+        void *data;
+        if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
+            return -EIO;
+        const struct scsi_persistent_reserve_in_read_reservation *rr = data;
+        int reserved = rr->reserved, type = rr->pr_type;
+        scsi_free_scsi_task(t);
+        if (reserved && type == PR_TYPE)
+            return 0;
+        if (reserved) {
+            fprintf(stderr,
+                    "parallax: %s: the LUN holds a persistent reservation of type %d, not ours "
+                    "(%d, write exclusive for registrants): another user owns it\n",
+                    b->base.desc, type, PR_TYPE);
+            return -EBUSY;
+        }
+        /* Nobody reserved it yet: we do. Racing another host is fine: the loser reads again. */
+        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_RESERVE, b->pr_key, 0, PR_TYPE);
+        if (status != SCSI_STATUS_GOOD && status != SCSI_STATUS_RESERVATION_CONFLICT)
+            return -EIO;
+    }
+    return -EIO;
+}
+
+/* Fenced for good: everything held and everything later fails with -ESTALE. */
+static void fence_self(struct iscsi_backend *b, const char *why)
+{
+    if (!b->fenced)
+        fprintf(stderr,
+                "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
+                "no further I/O\n",
+                b->base.desc, why);
+    b->fenced = 1;
+    b->rejoin = 0;
+    while (b->held.head != NULL)
+        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -ESTALE);
+}
+
+/* Is our key in the medium's list of preempted keys (hooks.preempted_block, read now)? 1, 0,
+ * or -EIO (unreadable: ask again later). A taker lists a key before it preempts it. */
+static int key_listed(struct iscsi_backend *b)
+{
+    if (b->hooks.key_preempted == NULL)
+        return 0;
+    if (!session_up(b))
+        return -EIO;
+    uint64_t lba = b->hooks.preempted_block * b->lbas_per_block;
+    struct scsi_task *t =
+        iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE, (int)b->lba_size, 0, 0, 0, 0, 0);
+    int rc = -EIO;
+    if (t != NULL && t->status == SCSI_STATUS_GOOD && t->datain.data != NULL &&
+        t->datain.size >= (int)PLX_BLOCK_SIZE) {
+        void *buf = plx_block_alloc(1);
+        memcpy(buf, t->datain.data, PLX_BLOCK_SIZE);
+        rc = b->hooks.key_preempted(b->hooks.arg, buf, b->pr_key);
+        plx_block_free(buf);
+    }
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    return rc;
+}
+
+/* Settle a registration in doubt (docs/DESIGN.md "The lock manager", Fencing: "Registering
+ * again"). Writes stay held until then. With our key still on the LUN only the session
+ * changed. With it gone, either a host that took over our locks preempted it (it listed the
+ * key first: fenced), or the target forgot every registration (a restart): then we register
+ * again only once the lock manager has answered a heartbeat sent after the doubt began, i.e.
+ * our lease is alive now. In both cases we read the list again after registering: a taker
+ * lists a key before it preempts it, so a preempt that raced our registration is either seen
+ * here (we unregister and fence ourselves) or comes after it (and removes it). Never called
+ * from inside a libiscsi callback. Returns with b->rejoin clear when settled, set when it must
+ * be tried again later (the session or the lock manager not answering yet). */
+static void rejoin_try(struct iscsi_backend *b)
+{
+    if (!b->rejoin || b->fenced || b->dead || b->conn != CONN_UP)
+        return;
+    if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
+        int there = pr_key_registered(b, b->pr_key);
+        if (there < 0)
+            return;
+        b->rejoin_key_gone = !there;
+        b->rejoin_checked = 1;
+    }
+    int listed;
+    if (b->rejoin_key_gone) {
+        listed = key_listed(b);
+        if (listed < 0)
+            return;
+        if (listed) {
+            fence_self(b, "our reservation key was preempted by a host that took over our locks");
+            return;
+        }
+        if (b->hooks.lease_confirmed == NULL ||
+            !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
+            if (plx_iscsi_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
+                fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
+                              "and the lock manager did not confirm our lease in time: another "
+                              "host may hold our locks");
+            return;
+        }
+    }
+    /* Test builds only (test_hooks.h): a window before registering (the loop goes on
+     * meanwhile), to force a preempt into it (tests/integration/fence_rejoin.sh). */
+    const char *delay = plx_test_hook("PLX_TEST_REJOIN_DELAY_MS");
+    if (delay != NULL && atoi(delay) > 0 &&
+        plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        if (b->blocking)
+            usleep(20000);
+        return;
+    }
+    int rc = pr_register(b);
+    if (rc == 0)
+        rc = pr_reserve_if_free(b);
+    if (rc == -EBUSY)
+        fence_self(b, "the LUN is reserved by another user");
+    if (rc < 0)
+        return;
+    listed = key_listed(b);
+    if (listed < 0)
+        return; /* registered but not verified: writes stay held, the next try verifies */
+    if (listed) {
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0); /* leave again */
+        fence_self(b, "our reservation key was preempted by a host that took over our locks "
+                      "while we registered again (we unregistered)");
+        return;
+    }
+    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n", b->base.desc,
+            (unsigned long long)b->pr_key,
+            b->rejoin_key_gone ? " (it was gone from the LUN, as after a target restart; the "
+                                 "lock manager confirmed our lease and no host preempted it)"
+                               : " for this session");
+    b->rejoin = 0;
+    plx_iscsi_release_held(b);
+}
+
+/* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
+ * 0 when registered again, -ESTALE when fenced, -EIO when the target or the lock manager did
+ * not answer in time. */
+static int rejoin_wait(struct iscsi_backend *b)
+{
+    plx_iscsi_registration_in_doubt(b);
+    uint64_t deadline = plx_iscsi_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
+    while (b->rejoin && !b->fenced && !b->dead && plx_iscsi_mono_ns() < deadline) {
+        rejoin_try(b);
+        if (b->rejoin && !b->fenced)
+            usleep(20000);
+    }
+    if (!b->blocking)
+        after_sync(b);
+    return b->fenced ? -ESTALE : b->rejoin || b->dead ? -EIO : 0;
+}
+
+static int iscsi_fence_join(plx_backend *be, uint64_t key, const struct plx_fence_hooks *hooks)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    b->pr_key = key;
+    if (hooks != NULL)
+        b->hooks = *hooks;
+    if (b->hooks.lease_wait_ns == 0)
+        b->hooks.lease_wait_ns = 10000000000ull;
+    int rc = pr_register(b);
+    if (rc == 0)
+        rc = pr_reserve_if_free(b);
+    if (rc)
+        b->pr_key = 0;
+    if (!b->blocking)
+        after_sync(b);
+    return rc;
+}
+
+static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b->fenced)
+        return -ESTALE;
+    if (b->pr_key == 0 || victim == 0 || victim == b->pr_key)
+        return 0;
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        int there = pr_key_registered(b, victim);
+        if (there <= 0) {
+            rc = there; /* 0: it has no registration, nothing to cut off */
+            break;
+        }
+        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_PREEMPT, b->pr_key, victim, PR_TYPE);
+        if (status == SCSI_STATUS_GOOD) {
+            fprintf(stderr,
+                    "parallax: %s: preempted the reservation key %016llx of a dead "
+                    "holder: the target refuses its writes from now on\n",
+                    be->desc, (unsigned long long)victim);
+            break;
+        }
+        /* Refused: our own registration is gone (preempted, or left in a replaced session). */
+        rc = status == SCSI_STATUS_RESERVATION_CONFLICT ? rejoin_wait(b) : -EIO;
+        if (rc < 0)
+            break;
+        rc = i == 2 ? -EIO : 0;
+    }
+    if (!b->blocking)
+        after_sync(b);
+    return rc;
+}
+
+/* At close: a registrant that does not hold the reservation unregisters. The holder stays
+ * registered: in tgt, as in SPC, the reservation of type "registrants only" ends when its holder
+ * leaves, and a LUN with no reservation would take writes from a host that was fenced. So at
+ * most one key outlives its process; the next preempt of a dead holder's key removes it. */
+static void pr_leave(struct iscsi_backend *b)
+{
+    if (b->pr_key == 0 || b->fenced || b->dead || b->conn != CONN_UP ||
+        !iscsi_is_logged_in(b->iscsi))
+        return;
+    struct scsi_task *t;
+    void *data;
+    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
+        return;
+    const struct scsi_persistent_reserve_in_read_reservation *rr = data;
+    int holder = rr->reserved && rr->reservation_key == b->pr_key;
+    scsi_free_scsi_task(t);
+    if (!holder)
+        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0);
+}
+
+/* ---- Blocking path -------------------------------------------------------------------------- */
+
+static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
+{
+    struct plx_io *io = r->io;
+    uint64_t lba = io->block * b->lbas_per_block;
+    uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
+
+    for (;;) {
+        struct scsi_task *t = NULL;
+        switch (io->op) {
+        case PLX_IO_READ:
+            t = iscsi_read16_sync(b->iscsi, b->lun, lba, len, (int)b->lba_size, 0, 0, 0, 0, 0);
+            break;
+        case PLX_IO_WRITE:
+            t = iscsi_write16_sync(b->iscsi, b->lun, lba, io->buf, len, (int)b->lba_size, 0, 0,
+                                   (io->flags & PLX_IO_FUA) != 0, 0, 0);
+            break;
+        case PLX_IO_FLUSH:
+            t = iscsi_synchronizecache10_sync(b->iscsi, b->lun, 0, 0, 0, 0);
+            break;
+        case PLX_IO_TRIM:
+            plx_iscsi_next_unmap(b, r);
+            t = iscsi_unmap_sync(b->iscsi, b->lun, 0, 0, &r->unmap, 1);
+            break;
+        }
+        if (t == NULL || t->status == SCSI_STATUS_CANCELLED) {
+            /* The session is gone (libiscsi's reconnect is off: it sent nothing again). Log in
+             * again, settle the registration, then send the command again. */
+            const char *why = t != NULL ? "the connection was closed" : iscsi_get_error(b->iscsi);
+            char whybuf[256];
+            snprintf(whybuf, sizeof(whybuf), "%s", why);
+            if (t != NULL)
+                scsi_free_scsi_task(t);
+            if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b, whybuf) < 0)
+                return -EIO;
+            if (b->pr_key != 0) {
+                int joined = rejoin_wait(b);
+                if (joined < 0)
+                    return joined;
+            }
+            continue;
+        }
+        int rc = plx_iscsi_task_outcome(b, r, t->status, t);
+        if (rc == 2) {
+            int joined = r->retries++ < MAX_RETRIES ? rejoin_wait(b) : -EIO;
+            rc = joined == 0 ? 1 : joined;
+        }
+        if (rc == 0 && io->op == PLX_IO_READ) {
+            if (t->datain.data == NULL || t->datain.size < (int)len)
+                rc = -EIO;
+            else
+                memcpy(io->buf, t->datain.data, len);
+        }
+        scsi_free_scsi_task(t);
+        if (rc == 0 && plx_iscsi_trim_continues(b, r))
+            rc = 1;
+        if (rc != 1)
+            return rc;
+    }
+}
+
+/* ---- The seam ------------------------------------------------------------------------------- */
+
+static int iscsi_submit(plx_backend *be, struct plx_io *io)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    int rc = 0;
+    if (io != NULL && io->op == PLX_IO_TRIM) {
+        if (io->done == NULL || io->nblocks == 0 || io->nblocks > be->nblocks ||
+            io->block > be->nblocks - io->nblocks)
+            return -EINVAL;
+        if (b->max_unmap == 0)
+            return -EOPNOTSUPP;
+    } else {
+        rc = plx_backend_check_io(be, io);
+    }
+    if (rc < 0)
+        return rc;
+    if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && b->rdonly)
+        return -EBADF;
+    if (b->fenced)
+        return -ESTALE;
+    if (b->dead)
+        return -EIO;
+    struct iscsi_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->io = io;
+    r->b = b;
+    if (b->blocking) {
+        plx_iscsi_finish(b, r, run_blocking(b, r));
+        b->inflight++;
+        return 0;
+    }
+    rc = plx_iscsi_issue(b, r);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    b->inflight++;
+    /* The PDU waits in libiscsi's queue: ask for POLLOUT now, so the host wakes to send it. */
+    plx_iscsi_sync_socket(b, 0);
+    plx_iscsi_set_ticking(b, 1);
+    return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A poll without waiting where nothing can have happened: the session is up, the socket's
+ * registration in the epoll set matches what libiscsi wants now, and that set (the eventfd of
+ * completions, the clock, the socket) has nothing ready. One epoll_wait answers what a
+ * service() round asks with three system calls; the engine polls between every two steps of
+ * its service loop, several times for each request a server answers. */
+static int nothing_ready(struct iscsi_backend *b)
+{
+    if (b->blocking || b->rejoin || b->dead || b->conn != CONN_UP || b->ready.head != NULL)
+        return 0;
+    int fd = iscsi_get_fd(b->iscsi);
+    int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
+    int ev = (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
+    if (fd < 0 || ev == 0 || fd != b->sock_fd || ev != b->sock_events)
+        return 0;
+    struct epoll_event e;
+    return epoll_wait(b->epfd, &e, 1, 0) == 0;
+}
+
+static int iscsi_poll(plx_backend *be, int timeout_ms)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+
+    if (timeout_ms == 0 && nothing_ready(b)) {
+        plx_iscsi_set_ticking(b, b->inflight > 0);
+        return 0;
+    }
+
+    for (;;) {
+        plx_iscsi_efd_drain(b->efd);
+        if (!b->blocking)
+            service(b);
+        if (b->rejoin) {
+            rejoin_try(b);
+            if (!b->blocking)
+                after_sync(b);
+        }
+        if (b->ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
+            break;
+        int wait = -1;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                break;
+            wait = (int)left;
+        }
+        int rc = wait_events(b, wait);
+        if (rc < 0)
+            return rc;
+    }
+
+    struct req_list ready = b->ready;
+    b->ready.head = b->ready.tail = NULL;
+    int n = 0;
+    struct iscsi_req *r;
+    while ((r = plx_iscsi_list_pop(&ready)) != NULL) {
+        struct plx_io *io = r->io;
+        int status = r->status;
+        free(r);
+        b->inflight--;
+        n++;
+        io->done(io, status);
+    }
+    if (b->ready.head != NULL)
+        plx_iscsi_efd_signal(b->efd);
+    return n;
+}
+
+static int iscsi_fd(const plx_backend *be)
+{
+    return ((const struct iscsi_backend *)be)->epfd;
+}
+
+static unsigned iscsi_inflight(const plx_backend *be)
+{
+    return ((const struct iscsi_backend *)be)->inflight;
+}
+
+static void iscsi_destroy(plx_backend *be)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b == NULL)
+        return;
+    if (b->iscsi != NULL) {
+        /* Log out only from a working session, and give a silent target 2 s, not forever. */
+        if (!b->dead && b->conn == CONN_UP && iscsi_is_logged_in(b->iscsi)) {
+            iscsi_set_timeout(b->iscsi, 2);
+            pr_leave(b);
+            iscsi_logout_sync(b->iscsi);
+        }
+        iscsi_destroy_context(b->iscsi); /* requests it still held come back to the held list */
+    }
+    /* Requests not delivered (a destroy with I/O in flight) are freed; done is not called. */
+    struct req_list *lists[] = {&b->held, &b->retry, &b->ready};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        struct iscsi_req *r;
+        while ((r = plx_iscsi_list_pop(lists[i])) != NULL)
+            free(r);
+    }
+    free(b->url);
+    while (b->abandoned != NULL) {
+        struct iscsi_req *r = b->abandoned;
+        b->abandoned = r->next;
+        free(r);
+    }
+    if (b->lock_fd >= 0)
+        close(b->lock_fd);
+    if (b->epfd >= 0)
+        close(b->epfd);
+    if (b->efd >= 0)
+        close(b->efd);
+    if (b->tfd >= 0)
+        close(b->tfd);
+    free(b);
+}
+
+/* The admin lock. Until a lock manager exists (issue 12, part 2), processes sharing a LUN must
+ * run on one host: a flock on a file named after the LUN's URL serialises them like the file
+ * backend's flock on the medium. */
+static int iscsi_lock(plx_backend *be, int take)
+{
+    struct iscsi_backend *b = (struct iscsi_backend *)be;
+    if (b->lock_fd < 0) {
+        b->lock_fd = open(b->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (b->lock_fd < 0)
+            return -errno;
+    }
+    for (;;) {
+        if (flock(b->lock_fd, take ? LOCK_EX | LOCK_NB : LOCK_UN) == 0)
+            return 0;
+        if (errno != EINTR)
+            return errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+    }
+}
+
+static const struct plx_backend_ops iscsi_ops = {
+    .submit = iscsi_submit,
+    .poll = iscsi_poll,
+    .fd = iscsi_fd,
+    .inflight = iscsi_inflight,
+    .destroy = iscsi_destroy,
+    .lock = iscsi_lock,
+};
+
+static const struct plx_fence_ops iscsi_fence_ops = {
+    .join = iscsi_fence_join,
+    .preempt = iscsi_fence_preempt,
+};
+
+const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be)
+{
+    return be != NULL && be->ops == &iscsi_ops ? &iscsi_fence_ops : NULL;
+}
+
+/* ---- Opening -------------------------------------------------------------------------------- */
+
+int plx_backend_is_iscsi(const char *where)
+{
+    return where != NULL && strncmp(where, ISCSI_PREFIX, strlen(ISCSI_PREFIX)) == 0;
+}
+
+__attribute__((format(printf, 5, 6))) static plx_backend *
+open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
+{
+    if (err != NULL)
+        *err = -e;
+    if (errbuf != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+/* Used inside format strings. */
+#define URL_FORM "iscsi://[USER%%PASSWORD@]HOST[:PORT]/TARGET-IQN/LUN"
+
+/* Check the URL's shape ourselves, to name what is missing; libiscsi parses it afterwards. The
+ * description (for messages) is the URL without its credentials. */
+static int check_url(const char *url, char *desc, size_t desclen, char *msg, size_t msglen)
+{
+    const char *host = url + strlen(ISCSI_PREFIX);
+    const char *slash = strchr(host, '/');
+    const char *at = strchr(host, '@');
+    if (at != NULL && (slash == NULL || at < slash))
+        host = at + 1;
+    snprintf(desc, desclen, ISCSI_PREFIX "%s", host);
+    if (slash == NULL || slash == host) {
+        snprintf(msg, msglen, "%s: no target: the form is " URL_FORM, desc);
+        return -EINVAL;
+    }
+    const char *iqn = slash + 1;
+    const char *lun = strrchr(iqn, '/');
+    if (*iqn == '\0' || iqn == lun) {
+        snprintf(msg, msglen, "%s: no target IQN: the form is " URL_FORM, desc);
+        return -EINVAL;
+    }
+    if (lun == NULL || lun[1] == '\0') {
+        snprintf(msg, msglen, "%s: no LUN number after the target IQN: the form is " URL_FORM,
+                 desc);
+        return -EINVAL;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(lun + 1, &end, 10);
+    if (*end != '\0' || errno != 0 || n < 0 || n > 65535) {
+        snprintf(msg, msglen, "%s: LUN '%s' is not a number from 0 to 65535 (" URL_FORM ")", desc,
+                 lun + 1);
+        return -EINVAL;
+    }
+    return 0;
+}
+/* The initiator name: $PARALLAX_ISCSI_INITIATOR, else one derived from the host id (backend.h:
+ * $PARALLAX_HOST_ID, /etc/parallax/host-id, the host name). Hosts sharing a target need
+ * distinct names: the target tells their sessions apart by them. */
+static void initiator_name(char *out, size_t len)
+{
+    const char *env = getenv("PARALLAX_ISCSI_INITIATOR");
+    if (env != NULL && *env != '\0') {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    char host[200];
+    plx_host_id_default(host, sizeof(host));
+    /* An iqn's name part: lower case letters, digits, '.', '-' and ':'. */
+    for (char *p = host; *p; p++) {
+        *p = (char)tolower((unsigned char)*p);
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != ':')
+            *p = '-';
+    }
+    snprintf(out, len, "iqn.2026-11.org.parallax:%.200s", host);
+}
+
+/* Why connecting failed, with a hint where libiscsi's words need one. Returns the errno:
+ * ENOENT (no such target or LUN), EACCES (CHAP refused), ECONNREFUSED (anything else). */
+static int connect_error(struct iscsi_backend *b, const char *desc, const struct iscsi_url *u,
+                         char *msg, size_t msglen)
+{
+    char e[256];
+    /* Trailing " [target]" and newlines from libiscsi's log lines go. */
+    snprintf(e, sizeof(e), "%s",
+             *plx_iscsi_log_first() ? plx_iscsi_log_first() : iscsi_get_error(b->iscsi));
+    char *cut = strstr(e, " [");
+    if (cut != NULL)
+        *cut = '\0';
+    for (char *p = e; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    const char *hint = "";
+    int rc = ECONNREFUSED;
+    if (strstr(e, "uthentication") != NULL || strstr(e, "CHAP") != NULL ||
+        strstr(e, "uthorization") != NULL) {
+        hint = u->user[0] ? " (wrong CHAP user or password?)"
+                          : " (the target wants CHAP: iscsi://USER%PASSWORD@HOST/...)";
+        rc = EACCES;
+    } else if (strstr(e, "not found") != NULL || strstr(e, "Target not") != NULL) {
+        hint = " (no such target IQN on that portal?)";
+        rc = ENOENT;
+    } else if (strstr(e, "LOGICAL_UNIT_NOT_SUPPORTED") != NULL) {
+        snprintf(msg, msglen, "%s: target %s has no LUN %d (iscsi-ls -s iscsi://%s lists them)",
+                 desc, u->target, u->lun, u->portal);
+        return ENOENT;
+    } else if (strstr(e, "onnect") != NULL) {
+        hint = " (is the portal reachable, and is a target listening there?)";
+    }
+    snprintf(msg, msglen, "%s: connecting to portal %s: %s%s", desc, u->portal, e, hint);
+    return rc;
+}
+
+/* UNMAP only where the LUN allows it: thin provisioning enabled (LBPME, checked by the caller),
+ * UNMAP supported (Logical Block Provisioning VPD page: LBPU), and a nonzero UNMAP LBA count in
+ * the Block Limits VPD page. Anything missing or unanswered leaves trim unsupported. */
+static void probe_unmap(struct iscsi_backend *b)
+{
+    int lbpu = 0;
+    struct scsi_task *t = iscsi_inquiry_sync(b->iscsi, b->lun, 1,
+                                             SCSI_INQUIRY_PAGECODE_LOGICAL_BLOCK_PROVISIONING, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_logical_block_provisioning *lbp = scsi_datain_unmarshall(t);
+        lbpu = lbp != NULL && lbp->lbpu;
+    }
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    if (!lbpu)
+        return;
+    t = iscsi_inquiry_sync(b->iscsi, b->lun, 1, SCSI_INQUIRY_PAGECODE_BLOCK_LIMITS, 255);
+    if (t != NULL && t->status == SCSI_STATUS_GOOD) {
+        struct scsi_inquiry_block_limits *bl = scsi_datain_unmarshall(t);
+        if (bl != NULL && bl->max_unmap != 0 && bl->max_unmap_bdc != 0)
+            /* 0xffffffff means no limit; keep each command to 1 GiB of 512-byte LBAs anyway. */
+            b->max_unmap = bl->max_unmap < (1u << 21) ? bl->max_unmap : (1u << 21);
+    }
+    /* Test builds only (test_hooks.h): lets tests split a trim into many UNMAPs. */
+    const char *force = plx_test_hook("PLX_TEST_ISCSI_MAX_UNMAP");
+    if (b->max_unmap != 0 && force != NULL && atoi(force) > 0)
+        b->max_unmap = (uint32_t)atoi(force);
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+}
+
+static int read_geometry(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
+{
+    struct scsi_task *t = iscsi_readcapacity16_sync(b->iscsi, b->lun);
+    struct scsi_readcapacity16 *rc16 = NULL;
+    if (t != NULL && t->status == SCSI_STATUS_GOOD)
+        rc16 = scsi_datain_unmarshall(t);
+    if (rc16 == NULL) {
+        snprintf(msg, msglen, "%s: READ CAPACITY(16) failed: %s", desc,
+                 t != NULL && t->status == SCSI_STATUS_CHECK_CONDITION
+                     ? scsi_sense_ascq_str(t->sense.ascq)
+                     : iscsi_get_error(b->iscsi));
+        if (t != NULL)
+            scsi_free_scsi_task(t);
+        return -EIO;
+    }
+    b->lba_size = rc16->block_length;
+    uint64_t lbas = rc16->returned_lba + 1;
+    int lbpme = rc16->lbpme;
+    scsi_free_scsi_task(t);
+    if (lbpme)
+        probe_unmap(b);
+    if (b->lba_size == 0 || b->lba_size > PLX_BLOCK_SIZE || PLX_BLOCK_SIZE % b->lba_size != 0) {
+        snprintf(msg, msglen,
+                 "%s: logical block size %u bytes: Parallax needs one that divides 4096", desc,
+                 (unsigned)b->lba_size);
+        return -EINVAL;
+    }
+    b->lbas_per_block = PLX_BLOCK_SIZE / b->lba_size;
+    b->base.nblocks = lbas / b->lbas_per_block;
+    return 0;
+}
+
+/* A LUN that answers, or a message naming the LUNs the target does have. */
+static int check_lun(struct iscsi_backend *b, const char *desc, char *msg, size_t msglen)
+{
+    struct scsi_task *t = iscsi_testunitready_sync(b->iscsi, b->lun);
+    int ok =
+        t != NULL && (t->status == SCSI_STATUS_GOOD || (t->status == SCSI_STATUS_CHECK_CONDITION &&
+                                                        t->sense.key == SCSI_SENSE_UNIT_ATTENTION));
+    int no_lun = t != NULL && t->status == SCSI_STATUS_CHECK_CONDITION &&
+                 t->sense.ascq == SCSI_SENSE_ASCQ_LOGICAL_UNIT_NOT_SUPPORTED;
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    if (ok)
+        return 0;
+    if (!no_lun) {
+        snprintf(msg, msglen, "%s: the LUN does not answer TEST UNIT READY: %s", desc,
+                 iscsi_get_error(b->iscsi));
+        return -EIO;
+    }
+    char luns[200] = "";
+    size_t used = 0;
+    t = iscsi_reportluns_sync(b->iscsi, 0, 16384);
+    struct scsi_reportluns_list *list =
+        t != NULL && t->status == SCSI_STATUS_GOOD ? scsi_datain_unmarshall(t) : NULL;
+    for (uint32_t i = 0; list != NULL && i < list->num && used + 8 < sizeof(luns); i++)
+        used += (size_t)snprintf(luns + used, sizeof(luns) - used, "%s%u", i ? ", " : "",
+                                 (unsigned)list->luns[i]);
+    if (t != NULL)
+        scsi_free_scsi_task(t);
+    snprintf(msg, msglen, "%s: the target has no LUN %d (its LUNs: %s)", desc, b->lun,
+             used ? luns : "none reported");
+    return -ENOENT;
+}
+
+static void lock_path_for(struct iscsi_backend *b, const char *desc)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = desc; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    const char *dir = "/run/lock";
+    if (access(dir, W_OK) != 0)
+        dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(b->lock_path, sizeof(b->lock_path), "%s/parallax-iscsi-%016llx.lock", dir,
+             (unsigned long long)h);
+}
+
+/* libiscsi writes to its socket without MSG_NOSIGNAL, so a target that hangs up while PDUs are
+ * queued raises SIGPIPE, and its default action kills the process: every acknowledged write
+ * still in the write cache's memory, every client of a server, gone because a target went away
+ * (test_iscsi_gives_up died so under ASan in CI). The engine handles the hang-up (EPIPE, log in
+ * again), so a process that left SIGPIPE at its default gets it ignored when it first opens an
+ * iSCSI store; a disposition the process chose itself is left alone. */
+static void ignore_default_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+        sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
+plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, char *errbuf,
+                                    size_t errlen)
+{
+    char desc[sizeof(((plx_backend *)0)->desc)];
+    char msg[1200];
+    int rc = check_url(url, desc, sizeof(desc), msg, sizeof(msg));
+    if (rc < 0)
+        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+
+    ignore_default_sigpipe();
+    struct iscsi_backend *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);
+    b->epfd = b->efd = b->tfd = b->sock_fd = b->lock_fd = -1;
+    b->rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
+    b->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
+    snprintf(b->base.desc, sizeof(b->base.desc), "%s", desc);
+    b->base.ops = &iscsi_ops;
+    lock_path_for(b, desc);
+
+    initiator_name(b->initiator, sizeof(b->initiator));
+    b->url = strdup(url);
+    const char *retries = getenv("PARALLAX_ISCSI_RETRIES");
+    b->max_attempts = retries != NULL && *retries != '\0' ? atoi(retries) : DEFAULT_RECONNECTS;
+    struct iscsi_url *u = NULL;
+    if (b->url != NULL)
+        b->iscsi = plx_iscsi_new_context(b, &u);
+    if (b->iscsi == NULL) {
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
+    }
+    if (u == NULL) {
+        snprintf(msg, sizeof(msg), "%s: %s (the form is " URL_FORM ")", desc,
+                 iscsi_get_error(b->iscsi));
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
+    }
+    plx_iscsi_log_capture(1);
+
+    if (iscsi_full_connect_sync(b->iscsi, u->portal, u->lun) != 0) {
+        int e = connect_error(b, desc, u, msg, sizeof(msg));
+        iscsi_destroy_url(u);
+        iscsi_destroy_context(b->iscsi);
+        b->iscsi = NULL;
+        iscsi_destroy(&b->base);
+        plx_iscsi_log_capture(0);
+        return open_fail(err, errbuf, errlen, e, "%s", msg);
+    }
+    iscsi_destroy_url(u);
+    rc = check_lun(b, desc, msg, sizeof(msg));
+    if (rc == 0)
+        rc = read_geometry(b, desc, msg, sizeof(msg));
+    plx_iscsi_log_capture(0);
+    if (rc < 0) {
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+    }
+
+    b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    b->epfd = epoll_create1(EPOLL_CLOEXEC);
+    b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLIN};
+    if (b->efd < 0 || b->epfd < 0 || b->tfd < 0 || epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &e) ||
+        epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->tfd, &e)) {
+        int e2 = errno;
+        iscsi_destroy(&b->base);
+        return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
+    }
+    plx_iscsi_sync_socket(b, 1);
+    return &b->base;
+}

@@ -1,0 +1,84 @@
+/*
+ * cow.c - copy-on-write of a VDI's radix tree (cow.h): the writable path to a block, new nodes
+ * and their links, and the batch's list of changed nodes. In memory, synchronous: the nodes are
+ * in the cache already, and pipeline.c's batches write what changed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include "cow.h"
+#include "pipeline.h"
+
+int plx_cow_changed(struct plx_batch *b, struct plx_node *n)
+{
+    b->v->meta_seq = b->seq;
+    if (n->dirty_batch == b->seq)
+        return 0;
+    if (b->nnodes == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        struct plx_node **nn = realloc(b->nodes, cap * sizeof *nn);
+        if (!nn)
+            return -ENOMEM;
+        b->nodes = nn;
+        b->cap = cap;
+    }
+    b->nodes[b->nnodes++] = n;
+    n->dirty_batch = b->seq;
+    plx_cache_pin(n);
+    return 0;
+}
+
+/* Make the child behind links[idx] of n writable: follow a writable link, or give it a new node
+ * (a read-only copy or an empty one). */
+static struct plx_node *shadow_child(struct plx_vdi *v, struct plx_batch *b, struct plx_node *n,
+                                     unsigned idx, int *err)
+{
+    plx_store *st = v->st;
+    uint64_t link = n->links[idx];
+    if (link && !plx_link_ro(link)) {
+        struct plx_node *c = plx_cache_lookup(st, plx_link_addr(link));
+        if (!c || c->state != NODE_VALID)
+            *err = plx_err(st, -EAGAIN, "node %llu left the cache during a write",
+                           (unsigned long long)plx_link_addr(link));
+        return c;
+    }
+    const struct plx_node *src = NULL;
+    if (link) {
+        src = plx_cache_lookup(st, plx_link_addr(link));
+        if (!src || src->state != NODE_VALID) {
+            *err = -EAGAIN;
+            return NULL;
+        }
+    }
+    uint64_t addr;
+    int rc = plx_alloc_blocks(st, PLX_EXTENT_METADATA, 1, &addr);
+    if (rc < 0) {
+        *err = rc;
+        return NULL;
+    }
+    struct plx_node *c = plx_cache_new(st, addr, n->level - 1, v->owner, err);
+    if (!c)
+        return NULL;
+    if (src)
+        for (unsigned i = 0; i < PLX_RADIX_FANOUT; i++)
+            c->links[i] = src->links[i] ? (src->links[i] | PLX_LINK_RO) : 0;
+    c->new_batch = b->seq;
+    n->links[idx] = addr;
+    if ((*err = plx_cow_changed(b, n)) == 0)
+        *err = plx_cow_changed(b, c);
+    return c;
+}
+
+struct plx_node *plx_cow_path(struct plx_vdi *v, struct plx_batch *b, uint64_t vb, bool unmap,
+                              int *err)
+{
+    struct plx_node *n = v->root;
+    for (unsigned level = v->height - 1; level > 0 && !*err; level--) {
+        unsigned idx = plx_index_at(vb, level);
+        if (unmap && !n->links[idx]) {
+            n = NULL; /* already sparse: nothing to unmap */
+            break;
+        }
+        n = shadow_child(v, b, n, idx, err);
+    }
+    return n;
+}
