@@ -264,7 +264,7 @@ build() {
     cp -a "$root" "$droot"
     # (Smaller is faster: libxc copies the initramfs into the domain under TCG. The Xen, block
     # and NBD modules need none of the ones removed.)
-    rm -rf "$droot/boot" "$droot/usr/share/doc" "$droot/usr/share/man" "$droot/plx/cases" \
+    rm -rf "${droot:?}/boot" "$droot/usr/share/doc" "$droot/usr/share/man" "$droot/plx/cases" \
         "$droot/usr/lib/xen-4.17/boot"
     for d in fs lib crypto arch drivers/virtio; do rm -rf "$droot/lib/modules/$kver/kernel/$d"; done
     for p in bonnie++ postmark mke2fs e2fsck xenstored oxenstored xenconsoled; do
