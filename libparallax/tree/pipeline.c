@@ -76,7 +76,7 @@ static bool is_write(const struct plx_req *r)
 
 bool plx_vdi_idle(const struct plx_vdi *v)
 {
-    return !v->active_head && !v->open && !v->flight && !v->flight_next;
+    return !v->active_head && !v->open && !v->flight && !v->flight_next && !v->start_queued;
 }
 
 uint64_t plx_vdi_next_seq(const struct plx_vdi *v)
@@ -673,6 +673,28 @@ static void batch_maybe_start(struct plx_vdi *v)
     batch_advance(v, b);
 }
 
+static void batch_start_queued(struct plx_deferred *d)
+{
+    struct plx_vdi *v = (struct plx_vdi *)((char *)d - offsetof(struct plx_vdi, start_soon));
+    v->start_queued = false;
+    batch_maybe_start(v);
+}
+
+/* Start the open batch at the end of this service pass, or in the next pass when called outside
+ * one (a host submitting from its own loop: tapdisk hands in the requests its NBD server read in
+ * one turn one by one). Started at once, the first of them would commit alone and the rest
+ * in a second batch behind it, a stage-A flush and a final flush each; started once the turn
+ * has handed them all in, they share one batch. Only the start waits: the batch's content and
+ * order are what they would be if the requests had come a moment later. */
+static void batch_start_soon(struct plx_vdi *v)
+{
+    if (v->start_queued)
+        return;
+    v->start_queued = true;
+    v->start_soon.run = batch_start_queued;
+    plx_defer(v->st, &v->start_soon);
+}
+
 /* ---- Reload after a failed commit --------------------------------------------------------------- */
 
 static void vdi_reload(struct plx_vdi *v)
@@ -1072,7 +1094,7 @@ static void do_mutate(struct plx_req *r)
     free(phys);
     if (!r->ios_waiting)
         req_data_done(r);
-    batch_maybe_start(v);
+    batch_start_soon(v);
 }
 
 int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index)
