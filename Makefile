@@ -264,7 +264,7 @@ bench-smokes: bench-smoke bench-suite-smoke bench-clones-smoke bench-cluster-smo
 # The Xen lab (docs/xen-lab.md): Debian's Xen 4.17 and kernel booted under QEMU TCG, this tree
 # installed in dom0. `make xen-lab` gives a dom0 shell; `make check-xen` runs every case in
 # tests/xen/cases (the short one also runs in make check, as tests/integration/xen_real.sh).
-XEN_CASES := short clone attach saverestore destroy
+XEN_CASES := short clone attach saverestore destroy storagevm
 xendeps: builddeps
 	@$(DEPS_SCRIPT) xen
 

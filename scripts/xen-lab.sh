@@ -66,8 +66,9 @@ XEN_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-uti
 OTHER_DEBS=(nbd-client libnl-genl-3-200 busybox-static)
 # Programs taken from this (Debian 12) machine with their libraries: the hotplug scripts are
 # bash and need util-linux's flock (busybox has none); e2fsprogs, the two benchmarks and
-# util-linux's losetup (direct I/O) for the dom0 file-system runs.
-HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup)
+# util-linux's losetup (direct I/O) for the dom0 file-system runs; util-linux's mountpoint,
+# which xen-configs/xl-devd.service runs in the storage VM (busybox-static has none).
+HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup mountpoint)
 # Kernel modules dom0 and the guests load (whole directories: their dependencies are inside).
 MOD_DIRS=(drivers/block drivers/xen drivers/virtio fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto
     arch/x86/crypto)
@@ -251,6 +252,32 @@ build() {
         "$root/run" "$root/var/log/xen" "$root/var/lib/xen" "$root/var/run"
     echo /dev/vda >"$root/etc/parallax/blockstore"
 
+    # The storage VM's configs where a user puts them (docs/storage-vm.md), for the storagevm case.
+    install -m 644 "$ROOT/xen-configs/storage-dd.cfg" "$ROOT/xen-configs/web3-pv-dd.cfg" \
+        "$root/etc/xen/"
+
+    # -- the storage VM (tests/xen/cases/storagevm.sh): dom0's user space (the Xen tools, bash,
+    # nbd-client, Parallax installed by make install, the modules, the case library) without
+    # what only dom0 uses, its own init (tests/xen/dd-init.sh), and its blockstore on its
+    # second disk. Made before the guests' images are added to dom0's root, which it lacks.
+    local droot="$work/dd"
+    cp -a "$root" "$droot"
+    # (Smaller is faster: libxc copies the initramfs into the domain under TCG. The Xen, block
+    # and NBD modules need none of the ones removed.)
+    rm -rf "${droot:?}/boot" "$droot/usr/share/doc" "$droot/usr/share/man" "$droot/plx/cases" \
+        "$droot/usr/lib/xen-4.17/boot"
+    for d in fs lib crypto arch drivers/virtio; do rm -rf "$droot/lib/modules/$kver/kernel/$d"; done
+    for p in bonnie++ postmark mke2fs e2fsck xenstored oxenstored xenconsoled; do
+        find "$droot" -name "$p" -type f -delete
+    done
+    install -m 755 "$ROOT/tests/xen/dd-init.sh" "$droot/init"
+    # Where docs/storage-vm.md has the user put it (dd-init.sh runs its commands).
+    install -D -m 644 "$ROOT/xen-configs/xl-devd.service" "$droot/etc/systemd/system/xl-devd.service"
+    printf '# the second disk (tests/xen/cases/storagevm.sh)\n/dev/xvdb\n' \
+        >"$droot/etc/parallax/blockstore"
+    mkdir -p "$root/plx/dd"
+    (cd "$droot" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$root/plx/dd/initrd"
+
     # -- the PV guests: busybox, the block frontend, the guest init.
     mkdir -p "$groot"/{bin,dev,proc,sys,tmp}
     cp "$bb" "$groot/bin/busybox"
@@ -320,7 +347,10 @@ run_cases() {
     echo "xen-lab: boot $n: $* (serial console: ${log#"$ROOT"/})"
     # On a machine whose cores are shared with other work a boot alone can take a minute.
     local tmo=${TIMEOUT:-$((300 + 400 * $#))}
-    boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*")" || rc=$?
+    # dom0 ends a case that would outlast the boot's time limit itself (plx.deadline, its
+    # uptime; Xen and dom0's kernel start take the first seconds, the poweroff the last), so
+    # that the case's guest consoles, which only dom0 has, are still printed.
+    boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*") plx.deadline=$((tmo - 30))" || rc=$?
     tr -d '\r' <"$log" >"$log.tmp" && mv -f "$log.tmp" "$log"
     [[ $rc -eq 0 ]] || echo "xen-lab: QEMU ended with $rc after $((SECONDS - t0)) s$([[ $rc -eq 124 ]] && echo " (timed out)")"
     for c in "$@"; do
@@ -328,6 +358,9 @@ run_cases() {
         RES[$c]=${r:-MISSING}
     done
     # The timings dom0 reported (its uptime in seconds at each milestone; case-* are durations).
+    # Xen's own: its uptime when it handed the console to dom0 (console_timestamps=boot).
+    sed -n 's/^(XEN) \[ *\([0-9.]*\)\] \*\*\* Serial input to DOM0.*/xen-lab:   PLX-TIME xen-to-dom0 \1/p' \
+        "$log" | head -n 1
     grep -o 'PLX-TIME .*' "$log" | sed 's/^/xen-lab:   /' || true
     # The blockstore read by a second reader, on the host: consistent after the run?
     if [[ ${RES[*]} != *MISSING* ]] && ! "$ROOT/build/parallax" -b "$store" check --quiet \

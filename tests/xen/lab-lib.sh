@@ -11,7 +11,7 @@
 #
 #   guest_cfg NAME OPS DISK...   write /tmp/NAME.cfg: a 128 MiB PV guest (the kernel alone takes 58 MiB) of the lab's kernel whose
 #                                init runs OPS (tests/xen/guest-init.sh), with these xl disks
-#   guest_start NAME             xl create -F in the background
+#   guest_start NAME [OPTION...] xl create -F [OPTION...] in the background
 #   guest_wait NAME SECONDS      wait for that xl to end; 0 when the guest said "done OK"
 #   wait_console NAME REGEX SECONDS   wait for a console line of the guest (0), else 1
 #   last_wrote NAME DEV          the highest chunk the guest said it wrote (and flushed), or -1
@@ -22,7 +22,9 @@
 #                                sequential writes: chunks complete, at most one partly written,
 #                                then untouched ones; at least MIN and at most MAX complete
 #   guest_wait_any, wait_console_any, wait_domain_gone, no_nbd_left: see below
-#   fail MSG                     print the guest consoles and MSG, exit 1
+#   fail MSG                     print the guest consoles (and the storage VM's logs) and MSG,
+#                                exit 1
+#   dd_run, dd_logs, domid_of    the storage VM: see the end of this file
 set -u
 export PATH=/usr/lib/xen-4.17/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -42,6 +44,8 @@ show_guests() {
     done
     echo "---- hotplug and server logs"
     tail -n 20 /var/log/xen/xen-hotplug.log /var/log/xen/parallax-serve.log 2>/dev/null
+    # Last: it asks the storage VM, which may be slow to answer.
+    dd_logs
 }
 
 fail() {
@@ -83,9 +87,10 @@ EOF
 
 guest_start() {
     local name=$1
+    shift
     rm -f "/var/log/xen/console/guest-$name.log"
-    log "xl create $name"
-    xl create -F "/tmp/$name.cfg" >"/tmp/$name.xl" 2>&1 &
+    log "xl create $* $name"
+    xl create -F "$@" "/tmp/$name.cfg" >"/tmp/$name.xl" 2>&1 &
     XL_PID[$name]=$!
 }
 
@@ -249,4 +254,73 @@ no_nbd_left() {
     local d left=""
     for d in /sys/block/nbd*; do [ -e "$d/pid" ] && left+=" ${d##*/}"; done
     [ -z "$left" ] || fail "NBD devices still connected after the guests ended:$left"
+}
+
+# ---- the storage VM (tests/xen/dd-init.sh; tests/xen/cases/storagevm.sh) ----------------------
+#   domid_of NAME                the domain's id, from xenstore (empty when there is none)
+#   dd_run CMD [SECONDS]         run CMD (bash, lab-lib.sh loaded) in the storage VM $DD_ID;
+#                                its status is dd_run's, its stdout (up to 3000 bytes) in DD_OUT
+#   dd_logs                      the storage VM's xl devd, hotplug and server logs (failures)
+#   until_up SECONDS CMD...      run CMD until it succeeds (0) or dom0's clock has gone on
+#                                SECONDS (1): a time, not a count of tries, which a loaded
+#                                machine stretches
+DD_ID="" DD_SEQ=0 DD_OUT=""
+
+domid_of() {
+    local d
+    for d in $(xenstore-list /local/domain 2>/dev/null); do
+        [ "$(xenstore-read "/local/domain/$d/name" 2>/dev/null)" = "$1" ] && echo "$d" && return 0
+    done
+    return 0
+}
+
+# dd_send CMD SECONDS: 0 and DD_OUT set when the storage VM answered, else 3.
+dd_send() {
+    # (One line: xenstore-read would give a newline back as the two characters \n.)
+    local cmd=${1//$'\n'/ } secs=$2 i r="" base=/local/domain/$DD_ID/data
+    # (A command's number names the process too: a second process sending commands, as
+    # dom0-init's report of a case it ended does, never reuses one.)
+    DD_SEQ=$((DD_SEQ + 1))
+    local seq="$$.$DD_SEQ"
+    DD_OUT=""
+    xenstore-write -R "$base/plx-cmd" "$seq $cmd" || return 3
+    for ((i = 0; i < secs * 5; i++)); do
+        r=$(xenstore-read "$base/plx-rc" 2>/dev/null) || r=""
+        [ "${r%% *}" = "$seq" ] && break
+        sleep 0.2
+    done
+    [ "${r%% *}" = "$seq" ] || return 3
+    # (-R: the output as written, its newlines not escaped.)
+    DD_OUT=$(xenstore-read -R "$base/plx-out" 2>/dev/null) || DD_OUT=""
+    return "${r#* }"
+}
+
+dd_run() {
+    local rc=0
+    dd_send "$1" "${2:-300}" || rc=$?
+    [ "$rc" -ne 3 ] || fail "the storage VM did not answer '$1' within ${2:-300}s"
+    return "$rc"
+}
+
+until_up() {
+    local end
+    end=$(awk -v a="$(ts)" -v b="$1" 'BEGIN { printf "%d", a + b }')
+    shift
+    while :; do
+        "$@" && return 0
+        [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ] || return 1
+        sleep 0.5
+    done
+}
+
+dd_logs() {
+    [ -n "$DD_ID" ] && [ -n "$(xenstore-read "/local/domain/$DD_ID/name" 2>/dev/null)" ] || return 0
+    echo "---- the storage VM's logs (xl devd, hotplug, server)"
+    if dd_send "ps w | grep -v ' \[' | tail -n 12; tail -n 15 /var/log/xen/xl-devd.log \
+        /var/log/xen/xen-hotplug.log /var/log/xen/parallax-serve.log 2>&1 | tail -c 2000" 20 ||
+        [ $? -ne 3 ]; then
+        echo "$DD_OUT"
+    else
+        echo "(the storage VM does not answer)"
+    fi
 }
