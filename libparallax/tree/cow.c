@@ -1,7 +1,7 @@
 /*
  * cow.c - copy-on-write of a VDI's radix tree (cow.h): the writable path to a block, new nodes
  * and their links, and the batch's list of changed nodes. In memory, synchronous: the nodes are
- * in the cache already, and pipeline.c's batches write what changed.
+ * in the cache already, and batch.c's batches write what changed.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * cow.h - copy-on-write of a VDI's radix tree: making the path to a block writable (a read-only
  * or sparse link on it gets a new node, a copy of the read-only one with every link read-only),
  * and recording each node changed in the batch that commits it (layer 5, below pipeline.c, above
- * radix.c; cow.c). Changes are in memory only: pipeline.c's batches write them.
+ * radix.c; cow.c). Changes are in memory only: batch.c's batches write them.
  */
 #ifndef PLX_COW_H
 #define PLX_COW_H
