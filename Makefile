@@ -11,6 +11,10 @@ WARN    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-protot
 # "Layers"); each folder is on the include path, so a file names a header by its bare name.
 LIB_WINGS := $(sort $(patsubst %/,%,$(dir $(wildcard libparallax/*/*.[ch]))))
 INC     := $(addprefix -I,$(LIB_WINGS))
+# The lock wing's client of the lock manager and lockd/ share lockd's protocol header
+# (lockd/lockd_proto.h): a definition both sides speak, not lockd's code. Only the lock wing's
+# objects see lockd/ (and cppcheck, which reads them).
+LOCKD_INC := -Ilockd
 # Headers of the programs around the library (tools, NBD server, host/: what every host of the
 # engine builds in, tapdisk driver, tests); the library's own objects do not get them, so it
 # cannot include what sits above it.
@@ -47,7 +51,8 @@ all: $(B)/libparallax.a $(B)/libparallax.so $(B)/parallax $(B)/parallax-lockd
 # programs and tests that use internals (backend.h, format.h) link it instead.
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OBJ_FLAGS := $(WARN) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden $(DEPFLAGS)
-SAN_FLAGS := $(WARN) -O1 -g $(SAN) $(DEPFLAGS)
+# The sanitized build is only for the unit tests: it has the test hooks (test_hooks.h).
+SAN_FLAGS := $(WARN) -O1 -g $(SAN) -DPLX_TEST_HOOKS $(DEPFLAGS)
 
 # Objects depend on the flags they were built with: this file changes only when they do.
 $(B)/compile-flags: FORCE | $(B)
@@ -62,6 +67,14 @@ $(B)/obj/%.o: %.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(OBJ_FLAGS) $(INC) $(APP_INC) -c $< -o $@
 
+$(B)/obj/libparallax/lock/%.o $(B)/san/libparallax/lock/%.o $(B)/test/obj/libparallax/lock/%.o: \
+    INC += $(LOCKD_INC)
+
+# The test build of a file that reads a test hook (base/test_hooks.h): -DPLX_TEST_HOOKS.
+$(B)/test/obj/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
+	@mkdir -p $(dir $@)
+	$(CC) $(OBJ_FLAGS) -DPLX_TEST_HOOKS $(INC) -c $< -o $@
+
 $(B)/san/libparallax/%.o: libparallax/%.c $(B)/compile-flags | builddeps
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(INC) -c $< -o $@
@@ -74,6 +87,15 @@ FORCE:
 
 # ---- the library -------------------------------------------------------------------------------
 $(B)/libparallax.a: $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+# The test build of the library (base/test_hooks.h): the files that read a test hook are built
+# with them, every other object is the release one. The unit tests and build/test/parallax link it;
+# the library others link (above, and libparallax.so) has no test hook.
+HOOK_SRCS := $(shell grep -lw plx_test_hook $(LIB_SRCS))
+TEST_LIB_OBJS := $(filter-out $(call obj,$(HOOK_SRCS)),$(LIB_OBJS)) \
+                 $(patsubst %.c,$(B)/test/obj/%.o,$(HOOK_SRCS))
+$(B)/test/libparallax.a: $(TEST_LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 # The same objects built with the sanitizers, for the sanitized unit tests.
@@ -97,6 +119,11 @@ $(B)/libparallax.so: $(B)/$(SONAME)
 $(B)/parallax: $(call obj,$(TOOL_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lblkid -ldl -lpthread -o $@
 
+# The command built with the test hooks, for the integration scripts that need one
+# (tests/integration/fence_rejoin.sh). Never installed.
+$(B)/test/parallax: $(call obj,$(TOOL_SRCS)) $(B)/test/libparallax.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lblkid -ldl -lpthread -o $@
+
 # The lock manager of many hosts (lockd/). It shares only the protocol header with the library;
 # with --store it arbitrates with its standbys on the LUN through libiscsi (lockd/arbiter.c).
 $(B)/parallax-lockd: $(call obj,lockd/lockd.c lockd/arbiter.c)
@@ -106,8 +133,8 @@ $(B):
 	@mkdir -p $(B)
 
 # ---- unit tests (Check), plain and sanitized -------------------------------------------------
-# Each test binary is its own object, the test helpers and the library archive: the library is
-# compiled once per flavour, not once per test.
+# Each test binary is its own object, the test helpers and the library archive (the test build,
+# with the test hooks): the library is compiled once per flavour, not once per test.
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt -lpthread)
 
 # Check's runner creates the file each test reports through with mkstemp(); the unit tests take
@@ -120,7 +147,7 @@ EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
-             $(B)/libparallax.a
+             $(B)/test/libparallax.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
@@ -187,7 +214,7 @@ MAKE_V1_SRCS := tests/integration/make_v1.c tests/unit/testutil.c tests/unit/bac
 $(B)/make-v1: $(call obj,$(MAKE_V1_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
-integration: all deps $(B)/tapdisk-standin $(B)/make-v1
+integration: all deps $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
 	@tests/run-integration.sh
 
 # The layer rule of docs/DESIGN.md ("Layers: which file holds what"): every file of the library
@@ -198,7 +225,7 @@ layers: $(LIB_OBJS)
 
 lint: builddeps
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	    --inline-suppr --suppress=missingIncludeSystem $(INC) \
+	    --inline-suppr --suppress=missingIncludeSystem $(INC) $(LOCKD_INC) \
 	    libparallax tools server host tapdisk lockd
 
 format: builddeps
@@ -213,7 +240,7 @@ format: builddeps
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
 # 12-19) are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
-CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/tapdisk-standin $(B)/make-v1 \
+CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1 \
                $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
 # (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
 # would run them even under make -n.)
@@ -384,7 +411,7 @@ include mk/install.mk
 
 # Header dependencies written by -MMD (none before the first build). Only the object trees: the
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
--include $(shell find $(B)/obj $(B)/san -name '*.d' -type f 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/san $(B)/test/obj -name '*.d' -type f 2>/dev/null)
 
 .PHONY: all unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

@@ -1,6 +1,6 @@
 /*
  * lockd.c - parallax-lockd, the lock manager of many hosts sharing one blockstore (thesis
- * 3.4.1; docs/DESIGN.md "The lock manager"; protocol in libparallax/lock/lockd_proto.h).
+ * 3.4.1; docs/DESIGN.md "The lock manager"; protocol in lockd_proto.h, beside it).
  *
  * It keeps no lock state of its own that matters after a restart. Who holds a VDI or an extent
  * is written on the shared medium by the holder itself (VDI records, extent catalogue), under

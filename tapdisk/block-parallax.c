@@ -392,6 +392,20 @@ static int store_get(const char *path, int want_ro, struct plx_td_store **out)
         return ev;
     }
     ps->event = ev;
+    /* tapdisk's scheduler services the store whenever its descriptor is readable, the engine's
+     * timers included: a loop like a server's engine thread, so a request that needs a new
+     * extent waits on it as a request waits (its claim's admin lock too), and the disks served
+     * beside it go on (docs/DESIGN.md, Allocator, "On a serving loop"). The pass the call
+     * promises is the one right after it. */
+    plx_store_will_service(ps->st);
+    rc = plx_store_service(ps->st);
+    if (rc < 0) {
+        tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", real, plx_store_errmsg(ps->st));
+        tapdisk_server_unregister_event(ev);
+        plx_store_close(ps->st);
+        free(ps);
+        return rc;
+    }
     ps->refs = 1;
     ps->next = plx_td_stores;
     plx_td_stores = ps;

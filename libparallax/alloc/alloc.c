@@ -15,6 +15,7 @@
  * ("Claiming ahead" below); the synchronous claim is the fallback.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,7 @@ static int catalogue_block_read(plx_store *st, uint64_t b, struct plx_catalog_bl
 
 static void claim_settle(plx_store *st);
 static void claim_discard(struct plx_claim *c);
+static void claim_drop(plx_store *st, struct plx_claim *c);
 
 int plx_catalogue_read(plx_store *st)
 {
@@ -201,7 +203,7 @@ void plx_alloc_free(plx_store *st)
         free(a->ext[e].young[1]);
     }
     free(a->ext);
-    claim_discard(a->claim);
+    claim_drop(st, a->claim);
     while (a->waiters) {
         struct plx_alloc_waiter *w = a->waiters;
         a->waiters = w->next;
@@ -391,6 +393,12 @@ static int extent_claim_sync(plx_store *st, enum plx_extent_type type)
  * trip; the loop waits for it 50 ms at most, lock_lockd.c): so an engine whose lock manager is
  * down keeps a spare to allocate from, and only a second extent would wait for lockd.
  *
+ * On a serving loop (st->serving: parallax serve's engine thread, tapdisk's scheduler) nothing
+ * waits for the lock manager and nothing claims synchronously: the claim ahead waits for the
+ * admin lock on the loop (plx_admin_lock_async), and a request that would need a new extent
+ * first waits for room (plx_alloc_room, from the pipeline) while a claim marked needed runs the
+ * same steps (docs/DESIGN.md, Allocator, "On a serving loop").
+ *
  * Crash safety is the synchronous claim's: the bitmap is durable before the entry that makes the
  * extent ours, and a crash in between leaves an unused extent or one we hold unused (its holder
  * is dead after the crash: the next claim or gc takes it back). In-process writers of the
@@ -415,6 +423,14 @@ struct plx_claim {
     enum claim_step step;
     enum plx_extent_type type;
     bool locked;
+    /* On a serving loop the admin lock is waited for there (plx_admin_lock_async). */
+    struct plx_lock_wait lw;
+    plx_store *st;
+    bool lock_waiting;
+    /* A request waits for it (plx_alloc_room): it may take the last unused extents, takes
+     * what the synchronous claim would when it finds nothing of its own, and the extent is
+     * handed out from at once. */
+    bool needed;
     int pass;       /* 0: released extents of the type, 1: unused ones */
     uint64_t next;  /* next extent to look at in this pass */
     uint64_t chosen;
@@ -433,9 +449,44 @@ static void claim_discard(struct plx_claim *c)
     free(c);
 }
 
+/* At the store's end: a claim still waiting for the lock leaves the lock's queue. */
+static void claim_drop(plx_store *st, struct plx_claim *c)
+{
+    if (c && c->lock_waiting)
+        plx_admin_lock_cancel(st, &c->lw);
+    claim_discard(c);
+}
+
+static void room_run(struct plx_deferred *d)
+{
+    struct plx_alloc_room *w = (struct plx_alloc_room *)d;
+    w->ready(w, w->status);
+}
+
+/* A claim ended: the requests waiting for room look again (or fail with its error), from the
+ * end of the service pass: never inside the allocation or the blocking call that ended it. */
+static void room_notify(plx_store *st, int status)
+{
+    struct plx_alloc *a = st->alloc;
+    if (status)
+        snprintf(a->claim_err, sizeof a->claim_err, "%s", plx_store_errmsg(st));
+    while (a->room_head) {
+        struct plx_alloc_room *w = a->room_head;
+        a->room_head = w->next;
+        w->next = NULL;
+        w->queued = false;
+        w->status = status;
+        w->d.run = room_run;
+        plx_defer(st, &w->d);
+    }
+    a->room_tail = NULL;
+}
+
 static void claim_end(plx_store *st, struct plx_claim *c, int status, uint64_t retry_ns)
 {
     struct plx_alloc *a = st->alloc;
+    if (c->lock_waiting)
+        plx_admin_lock_cancel(st, &c->lw);
     if (c->locked)
         plx_admin_unlock(st);
     claim_discard(c);
@@ -445,6 +496,8 @@ static void claim_end(plx_store *st, struct plx_claim *c, int status, uint64_t r
         a->claim_retry_ns = plx_now_ns() + retry_ns;
     if (status && status != -ENOSPC)
         a->claims_failed++;
+    if (a->room_head)
+        room_notify(st, status);
 }
 
 static void claim_submit(plx_store *st, struct plx_claim *c, enum claim_step step,
@@ -489,7 +542,7 @@ static void claim_choose(plx_store *st, struct plx_claim *c)
                                      : ce->type == PLX_EXTENT_UNUSED;
             if (!fits)
                 continue;
-            if (unused - (c->pass == 1) < CLAIM_RESERVE)
+            if (!c->needed && unused - (c->pass == 1) < CLAIM_RESERVE)
                 break; /* nearly full: leave the rest to claims that are needed now */
             c->next = e + 1;
             c->chosen = e;
@@ -505,6 +558,19 @@ static void claim_choose(plx_store *st, struct plx_claim *c)
                          (uint32_t)bitmap_blocks(st), c->bits);
             return;
         }
+    }
+    if (c->needed) {
+        /* A request waits, and nothing is free without asking: take what the synchronous claim
+         * takes (an extent of a holder the lock manager declares dead, evicted at the medium),
+         * under the admin lock this claim holds already. Blocking I/O, but no wait for the
+         * lock; the liveness question is bounded on a serving loop (lock_lockd.c). */
+        a->claim = NULL;
+        a->claim_busy = false;
+        int rc = extent_claim_sync(st, c->type);
+        a->claims_sync++;
+        a->claim = c;
+        claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+        return;
     }
     claim_end(st, c, -ENOSPC, CLAIM_RETRY_NONE_NS);
 }
@@ -565,14 +631,18 @@ static void claim_io_done(plx_store *st, struct plx_ev *ev)
         const struct plx_catalog_block *cb =
             (const struct plx_catalog_block *)((uint8_t *)c->cat + b * PLX_BLOCK_SIZE);
         st->cat[e] = cb->entries[e % PLX_CATALOG_PER_BLOCK];
-        int rc = extent_hold(st, e, c->bits, true);
+        /* Needed now: handed out from at once (a spare may be there already, too small). */
+        int rc = extent_hold(st, e, c->bits, !c->needed);
         if (rc) {
             /* Ours on the medium but not held here: a leak until this process exits. */
             claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
             return;
         }
         c->bits = NULL;
-        a->spare[c->type == PLX_EXTENT_DATA] = e;
+        if (c->needed)
+            a->claims_waited++;
+        else
+            a->spare[c->type == PLX_EXTENT_DATA] = e;
         claim_end(st, c, 0, 0);
         return;
     }
@@ -582,9 +652,34 @@ static void claim_io_done(plx_store *st, struct plx_ev *ev)
     claim_end(st, c, -EINVAL, CLAIM_RETRY_NONE_NS);
 }
 
-/* Try the admin lock; once held, read the catalogue. */
+/* The admin lock, waited for on the serving loop: read the catalogue. */
+static void claim_locked(struct plx_lock_wait *w, int rc)
+{
+    struct plx_claim *c = (struct plx_claim *)((char *)w - offsetof(struct plx_claim, lw));
+    plx_store *st = c->st;
+    c->lock_waiting = false;
+    if (rc) {
+        claim_end(st, c, rc, CLAIM_RETRY_NONE_NS);
+        return;
+    }
+    c->locked = true;
+    claim_submit(st, c, CLAIM_CAT_READ, PLX_IO_READ, st->sb.catalogue_start,
+                 (uint32_t)st->sb.catalogue_blocks, c->cat);
+}
+
+/* Ask for the admin lock; once held, read the catalogue. On a serving loop the wait is the
+ * loop's (claim_locked); elsewhere the lock is tried without waiting, again at later
+ * allocations. */
 static void claim_lock_step(plx_store *st, struct plx_claim *c)
 {
+    if (st->serving) {
+        if (!c->lock_waiting) {
+            c->lock_waiting = true;
+            c->lw.done = claim_locked;
+            plx_admin_lock_async(st, &c->lw);
+        }
+        return;
+    }
     int rc = plx_admin_lock_try(st);
     if (rc == -EWOULDBLOCK) {
         st->alloc->claim_retry_ns = plx_now_ns() + CLAIM_RETRY_BUSY_NS;
@@ -659,6 +754,7 @@ static void claim_ahead_check(plx_store *st, enum plx_extent_type type)
     if (!c)
         return;
     c->type = type;
+    c->st = st;
     c->step = CLAIM_LOCK;
     c->cat = plx_block_alloc(st->sb.catalogue_blocks);
     c->bits = plx_block_alloc(bitmap_blocks(st));
@@ -703,8 +799,10 @@ static void spare_take(plx_store *st, enum plx_extent_type type)
 }
 
 /* A new extent of `type` for allocation: the spare if one is ready, else the one being claimed
- * (waiting for it), else a synchronous claim. */
-static int extent_claim(plx_store *st, enum plx_extent_type type)
+ * (waiting for it), else a synchronous claim. A claim that is only wanted (`must` false: a leaf
+ * would like slots of its own, but free blocks are left) never waits on a serving loop: it
+ * starts a claim ahead and answers -EWOULDBLOCK. */
+static int extent_claim(plx_store *st, enum plx_extent_type type, bool must)
 {
     struct plx_alloc *a = st->alloc;
     int t = type == PLX_EXTENT_DATA;
@@ -712,6 +810,10 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
         a->claims_ahead++;
         spare_take(st, type);
         return 0;
+    }
+    if (!must && st->serving) {
+        claim_ahead_check(st, type);
+        return -EWOULDBLOCK;
     }
     uint64_t t0 = plx_now_ns();
     int rc = 0;
@@ -730,6 +832,68 @@ static int extent_claim(plx_store *st, enum plx_extent_type type)
     if (waited > a->stall_max_ns)
         a->stall_max_ns = waited;
     return rc;
+}
+
+/* Blocks of `type` that can be handed out without claiming an extent. */
+static uint64_t room_of(plx_store *st, enum plx_extent_type type)
+{
+    struct plx_alloc *a = st->alloc;
+    int t = type == PLX_EXTENT_DATA;
+    uint64_t n = held_free(st, type);
+    if (a->pool[t].valid)
+        n += a->pool[t].end - a->pool[t].next;
+    if (t)
+        n += a->reserved; /* given back when nothing else is free (unreserve_all) */
+    if (a->spare[t])
+        n += a->ext[a->spare[t]].free;
+    return n;
+}
+
+int plx_alloc_room(plx_store *st, uint64_t meta, uint64_t data, struct plx_alloc_room *w)
+{
+    struct plx_alloc *a = st->alloc;
+    if (!st->serving || a->no_ahead || st->read_only || st->fenced || a->closing)
+        return 0;
+    enum plx_extent_type type;
+    if (meta && room_of(st, PLX_EXTENT_METADATA) < meta)
+        type = PLX_EXTENT_METADATA;
+    else if (data && room_of(st, PLX_EXTENT_DATA) < data)
+        type = PLX_EXTENT_DATA;
+    else
+        return 0;
+    w->queued = true;
+    w->next = NULL;
+    if (a->room_tail)
+        a->room_tail->next = w;
+    else
+        a->room_head = w;
+    a->room_tail = w;
+    if (a->claim) {
+        /* One claim at a time: this one serves, or its end makes the waiters look again. */
+        if (a->claim->type == type)
+            a->claim->needed = true;
+        return -EINPROGRESS;
+    }
+    struct plx_claim *c = calloc(1, sizeof *c);
+    if (c) {
+        c->cat = plx_block_alloc(st->sb.catalogue_blocks);
+        c->bits = plx_block_alloc(bitmap_blocks(st));
+    }
+    if (!c || !c->cat || !c->bits) {
+        claim_discard(c);
+        a->room_head = w->next; /* w is the only one: no claim runs */
+        a->room_tail = NULL;
+        w->queued = false;
+        return plx_err(st, -ENOMEM, "out of memory");
+    }
+    c->type = type;
+    c->st = st;
+    c->step = CLAIM_LOCK;
+    c->needed = true;
+    a->claim = c;
+    a->claim_busy = true;
+    claim_lock_step(st, c);
+    return -EINPROGRESS;
 }
 
 /* Blocks [i, i + n) of held extent e were handed out: young for the reclaim rounds kept. */
@@ -776,7 +940,7 @@ static int pool_refill(plx_store *st, enum plx_extent_type type, struct plx_allo
             return 0;
         }
         if (attempt == 0) {
-            int rc = extent_claim(st, type);
+            int rc = extent_claim(st, type, true);
             if (rc)
                 return rc;
         }
@@ -1057,7 +1221,7 @@ static bool spill_block(plx_store *st, uint64_t *ext, uint64_t *i)
         }
         a->spill = 0;
         if (!slot_choose(st, UINT64_MAX, n / 4, &e, &s) &&
-            !(data_mostly_used(st) && extent_claim(st, PLX_EXTENT_DATA) == 0 &&
+            !(data_mostly_used(st) && extent_claim(st, PLX_EXTENT_DATA, false) == 0 &&
               slot_choose(st, UINT64_MAX, n / 4, &e, &s)) &&
             !slot_choose(st, UINT64_MAX, 1, &e, &s))
             return false;
@@ -1100,10 +1264,10 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
          * any free block. */
         bool got = slot_choose(st, off, n / 4, &e, &s);
         if (!got && attempt == 0 && data_mostly_used(st)) {
-            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            int rc = extent_claim(st, PLX_EXTENT_DATA, false);
             if (rc == 0)
                 continue;
-            if (rc != -ENOSPC)
+            if (rc != -ENOSPC && rc != -EWOULDBLOCK)
                 return rc;
         }
         if (got || slot_choose(st, off, 1, &e, &s)) {
@@ -1123,7 +1287,7 @@ int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsign
             return 0;
         }
         if (attempt == 0) {
-            int rc = extent_claim(st, PLX_EXTENT_DATA);
+            int rc = extent_claim(st, PLX_EXTENT_DATA, true);
             if (rc)
                 return rc;
         }

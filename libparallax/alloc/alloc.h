@@ -52,6 +52,19 @@ struct plx_alloc_waiter {
 
 struct plx_claim;
 
+/* A request waiting for room to allocate in (plx_alloc_room): ready runs once, from a service
+ * pass's deferred callbacks, with 0 (look again: a claim ended, room may be there now) or the
+ * negative errno of the claim that failed (the store's message says why). */
+struct plx_alloc_room {
+    struct plx_deferred d;
+    void (*ready)(struct plx_alloc_room *w, int status);
+    uint64_t meta, data; /* blocks wanted */
+    int status;
+    bool queued; /* waiting: plx_alloc_room is not to be called again until ready runs */
+    bool full;   /* the caller's: a claim found no extent, go on without (the pipeline's) */
+    struct plx_alloc_room *next;
+};
+
 struct plx_alloc {
     bool by_leaf;                      /* data placement: leaf slots (plx_alloc_leaf_block) */
     struct plx_extent_state *ext;      /* extent_count entries */
@@ -83,6 +96,10 @@ struct plx_alloc {
     uint64_t round;                  /* reclaim round (0: none begun yet) */
     uint64_t folded;                 /* blocks freed by folding collectors' publications in */
     bool no_ahead;                   /* $PARALLAX_CLAIM_AHEAD=0: every claim synchronous */
+    /* Requests waiting for room (plx_alloc_room), in order; the message of the claim that
+     * failed them, set again before they learn it. */
+    struct plx_alloc_room *room_head, *room_tail;
+    char claim_err[512];
     bool no_zero_ahead;              /* $PARALLAX_ZERO_AHEAD=0: data extents not prepared */
 };
 
@@ -102,6 +119,12 @@ int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, ui
  * also when every held data extent is full. Returns 0, -ENOSPC or another claim error. */
 int plx_alloc_leaf_block(plx_store *st, uint64_t tag, uint64_t leaf_addr, unsigned idx,
                          uint64_t *slot, uint64_t *block);
+/* On a serving loop (plx_store_will_service), before a request allocates: can `meta` metadata
+ * and `data` data blocks be handed out from the extents held (and the spares claimed ahead),
+ * with no extent to claim? 0: yes, or the store is not served from a loop (the allocator claims
+ * synchronously there when it must). -EINPROGRESS: w is queued and a claim is under way, the
+ * admin lock waited for on the loop (plx_admin_lock_async): w->ready says when to look again. */
+int plx_alloc_room(plx_store *st, uint64_t meta, uint64_t data, struct plx_alloc_room *w);
 /* Every slot owned by tag is released (its leaves were frozen by a snapshot, or closed). */
 void plx_alloc_release_slots(plx_store *st, uint64_t tag);
 /* Blocks of a held extent were freed (the collector): slot searches start over. */

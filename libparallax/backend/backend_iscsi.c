@@ -77,6 +77,7 @@
 #include "backend.h"
 #include "backend_iscsi_internal.h"
 #include "backend_mem_internal.h"
+#include "test_hooks.h"
 
 #define ISCSI_PREFIX "iscsi://"
 #define DEFAULT_RECONNECTS 8 /* failed login attempts before I/O fails with -EIO */
@@ -337,9 +338,9 @@ static void rejoin_try(struct iscsi_backend *b)
             return;
         }
     }
-    /* For tests: a window before registering (the loop goes on meanwhile), to force a preempt
-     * into it (tests/integration/fence_rejoin.sh). */
-    const char *delay = getenv("PLX_TEST_REJOIN_DELAY_MS");
+    /* Test builds only (test_hooks.h): a window before registering (the loop goes on
+     * meanwhile), to force a preempt into it (tests/integration/fence_rejoin.sh). */
+    const char *delay = plx_test_hook("PLX_TEST_REJOIN_DELAY_MS");
     if (delay != NULL && atoi(delay) > 0 &&
         plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
         if (b->blocking)
@@ -866,8 +867,8 @@ static void probe_unmap(struct iscsi_backend *b)
             /* 0xffffffff means no limit; keep each command to 1 GiB of 512-byte LBAs anyway. */
             b->max_unmap = bl->max_unmap < (1u << 21) ? bl->max_unmap : (1u << 21);
     }
-    /* Lets tests split a trim into many UNMAPs. */
-    const char *force = getenv("PLX_TEST_ISCSI_MAX_UNMAP");
+    /* Test builds only (test_hooks.h): lets tests split a trim into many UNMAPs. */
+    const char *force = plx_test_hook("PLX_TEST_ISCSI_MAX_UNMAP");
     if (b->max_unmap != 0 && force != NULL && atoi(force) > 0)
         b->max_unmap = (uint32_t)atoi(force);
     if (t != NULL)

@@ -1,6 +1,7 @@
 /*
- * lock.c - holder liveness, fencing at the medium and the admin lock (lock.h), through the lock
- * seam: the single-host implementation (lock_local.c) or the lock manager's (lock_lockd.c).
+ * lock.c - holder liveness, the lock manager's attach, leases and status, fencing at the medium
+ * and the admin lock (lock.h), through the lock seam: the single-host implementation
+ * (lock_local.c) or the lock manager's (lock_lockd.c). Only this file picks one.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include "lock.h"
 #include "backend.h"
 #include "system.h"
+#include "test_hooks.h"
 
 /* ---- Holders --------------------------------------------------------------------------------- */
 
@@ -37,6 +39,49 @@ bool plx_holder_is_me(const plx_store *st, uint64_t host, uint32_t pid, uint64_t
     return host == st->host_hash && pid == st->pid && epoch == st->epoch;
 }
 
+/* ---- The lock manager: attach, leases, status --------------------------------------------- */
+
+int plx_lock_attach(plx_store *st, const char *addr)
+{
+    const struct plx_lock_ops *ops = &plx_lock_lockd;
+    int rc = ops->attach(st, addr, plx_admin_lock_kick);
+    if (!rc)
+        st->lock_ops = ops;
+    return rc;
+}
+
+void plx_lock_detach(plx_store *st)
+{
+    if (!st->lock_ops || !st->lock_ops->detach)
+        return;
+    st->lock_ops->detach(st);
+    st->lock_ops = &plx_lock_local;
+}
+
+int plx_lease_check(plx_store *st)
+{
+    if (st->lock_ops->lease_check)
+        st->lock_ops->lease_check(st);
+    return st->fenced ? -ESTALE : 0;
+}
+
+int plx_lease_confirmed(plx_store *st, uint64_t since_ns)
+{
+    return st->lock_ops->lease_confirmed ? st->lock_ops->lease_confirmed(st, since_ns) : 0;
+}
+
+uint64_t plx_lease_ns(const plx_store *st)
+{
+    return st->lock_ops->lease_ns ? st->lock_ops->lease_ns(st) : 0;
+}
+
+int plx_lock_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
+{
+    if (!st->lock_ops->status)
+        return plx_err(st, -ENOENT, "this blockstore has no lock manager");
+    return st->lock_ops->status(st, line, arg);
+}
+
 /* ---- Fencing at the medium ---------------------------------------------------------------------
  */
 
@@ -58,7 +103,7 @@ uint64_t plx_fence_key(uint64_t host, uint32_t pid, uint64_t epoch)
 /* Hooks the backend calls when its registration is in doubt (backend.h). */
 static int hook_lease_confirmed(void *arg, uint64_t since_ns)
 {
-    return plx_lockd_lease_confirmed(arg, since_ns);
+    return plx_lease_confirmed(arg, since_ns);
 }
 
 static bool key_in_list(const struct plx_state_block *s, uint64_t key)
@@ -83,13 +128,14 @@ int plx_fence_join(plx_store *st)
 {
     if (!st->fence_ops)
         st->fence_ops = plx_backend_fence_ops(st->be);
-    if (!st->lockd || st->read_only || !st->fence_ops)
+    /* Fencing is for a store whose lock manager grants leases: it decides who is dead. */
+    if (!st->lock_ops->lease_ns || st->read_only || !st->fence_ops)
         return 0;
     uint64_t key = plx_fence_key(st->host_hash, st->pid, st->epoch);
     struct plx_fence_hooks hooks = {
         .arg = st,
         .lease_confirmed = hook_lease_confirmed,
-        .lease_wait_ns = plx_lockd_lease_ns(st),
+        .lease_wait_ns = plx_lease_ns(st),
         .preempted_block = st->sb.state_block,
         .key_preempted = hook_key_preempted,
     };
@@ -111,9 +157,9 @@ static int list_preempted(plx_store *st, uint64_t key)
     int rc = plx_state_read(st);
     if (rc || key_in_list(&st->state, key))
         return rc;
-    /* For tests: a window between listing and preempting, to force the interleaving with a
-     * host registering again (tests/integration/fence_rejoin.sh). */
-    const char *delay = getenv("PLX_TEST_PREEMPT_DELAY_MS");
+    /* Test builds only (test_hooks.h): a window between listing and preempting, to force the
+     * interleaving with a host registering again. */
+    const char *delay = plx_test_hook("PLX_TEST_PREEMPT_DELAY_MS");
     struct plx_state_block *s = &st->state;
     s->preempted_keys[s->preempted_next] = key;
     s->preempted_next = (s->preempted_next + 1) % PLX_PREEMPTED_KEYS;

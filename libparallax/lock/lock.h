@@ -11,10 +11,12 @@
 
 #include "engine.h"
 
-/* The lock seam: how a process takes the admin lock and judges holders recorded on the medium
- * (a VDI's writer lock, an extent's allocation lock). Two implementations: plx_lock_local
- * (lock_local.c) and the lock manager's client plx_lock_lockd (lock_lockd.c); lock.c is the
- * front both sit under. */
+/* The lock seam: how a process takes the admin lock, judges holders recorded on the medium
+ * (a VDI's writer lock, an extent's allocation lock), and keeps its lease when a lock manager
+ * grants leases. Two implementations: plx_lock_local (lock_local.c) and the lock manager's
+ * client plx_lock_lockd (lock_lockd.c); lock.c is the front both sit under, and the only file
+ * that picks one (plx_identity_init, plx_lock_attach). Nothing outside lock/ calls an
+ * implementation: the rest of the library goes through the front's functions below. */
 struct plx_lock_ops {
     const char *name;
     /* take != 0: try the admin lock once (0, -EWOULDBLOCK when another process holds it, or
@@ -30,7 +32,7 @@ struct plx_lock_ops {
     const char *(*unreachable)(const plx_store *st);
     /* Optional: ask for the admin lock without waiting, for a waiter on the event loop
      * (plx_admin_lock_async): 0 (held now), -EINPROGRESS (asked; the answer arrives later and
-     * wakes the loop through plx_admin_lock_kick: ask again then), -EWOULDBLOCK (held
+     * wakes the loop through the kick given to attach: ask again then), -EWOULDBLOCK (held
      * elsewhere: ask again later), -ENOTCONN (unreachable: ask again later), or -errno with the
      * store's message set. NULL: admin_try(st, 1) answers at once. */
     int (*admin_ask)(plx_store *st);
@@ -40,6 +42,19 @@ struct plx_lock_ops {
     /* Optional: after an ask made at since_ns timed out: has the lock manager stopped answering
      * (a heartbeat went unanswered), rather than kept us queued behind another holder? */
     bool (*silent)(const plx_store *st, uint64_t since_ns);
+
+    /* The rest is a lock manager's (leases); all NULL in plx_lock_local. */
+    /* Set this store up to use the lock manager at addr (plx_lock_attach). kick: called when an
+     * answer to admin_ask came in (lock.c's waiters look then); the implementation never calls
+     * up into lock.c otherwise. On failure nothing is left attached. Blocking. */
+    int (*attach)(plx_store *st, const char *addr, void (*kick)(plx_store *st));
+    void (*detach)(plx_store *st);
+    /* Fence the store (plx_fence) when this process has lost its lease. One clock read. */
+    void (*lease_check)(plx_store *st);
+    /* plx_lease_confirmed, plx_lease_ns and plx_lock_status below. */
+    int (*lease_confirmed)(plx_store *st, uint64_t since_ns);
+    uint64_t (*lease_ns)(const plx_store *st);
+    int (*status)(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 };
 /* Single host: the backend's lock (flock) and /proc (pid and start time) on this host; holders
  * on other hosts count as alive. */
@@ -48,20 +63,23 @@ int plx_lock_local_admin_try(plx_store *st, int take);
 /* Many hosts: parallax-lockd (lock_lockd.c) for the admin lock and for holders on other hosts. */
 extern const struct plx_lock_ops plx_lock_lockd;
 
-/* Use the lock manager at addr ("host:port") for this store: connect and say who we are, start
- * the heartbeat, switch the store to plx_lock_lockd. Blocking. */
-int plx_lockd_attach(plx_store *st, const char *addr);
-void plx_lockd_detach(plx_store *st);
+/* Use the lock manager at addr ("host:port", or several separated by commas) for this store:
+ * connect and say who we are, start the heartbeat, switch the store to plx_lock_lockd.
+ * Blocking. */
+int plx_lock_attach(plx_store *st, const char *addr);
+/* Back to plx_lock_local; nothing when the store has no lock manager. */
+void plx_lock_detach(plx_store *st);
 /* Before a request is accepted: 0, or -ESTALE when this process has lost its lease (fenced;
  * the store's message says why). One clock read. */
 int plx_lease_check(plx_store *st);
-/* Has lockd renewed this process's lease (answered a heartbeat) after since_ns (CLOCK_MONOTONIC)?
- * 1 yes; 0 not yet: a heartbeat is sent (or a connection started) so that a later call can say
- * yes. Never blocks. 0 when the store has no lock manager. */
-int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns);
-uint64_t plx_lockd_lease_ns(const plx_store *st);
-/* lockd's STATUS lines, one call of `line` each. */
-int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
+/* Has the lock manager renewed this process's lease (answered a heartbeat) after since_ns
+ * (CLOCK_MONOTONIC)? 1 yes; 0 not yet: a heartbeat is sent (or a connection started) so that a
+ * later call can say yes. Never blocks. 0 when the store has no lock manager. */
+int plx_lease_confirmed(plx_store *st, uint64_t since_ns);
+/* The lease the lock manager grants (0: the store has none). */
+uint64_t plx_lease_ns(const plx_store *st);
+/* The lock manager's status lines, one call of `line` each; -ENOENT when the store has none. */
+int plx_lock_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg);
 
 /* Fencing at the medium (SCSI-3 persistent reservations; docs/DESIGN.md "The lock manager").
  * A process's key, derived from its holder identity. */
@@ -104,7 +122,8 @@ struct plx_lock_wait {
 void plx_admin_lock_async(plx_store *st, struct plx_lock_wait *w);
 /* Withdraw a waiter whose done has not run: it never will. */
 void plx_admin_lock_cancel(plx_store *st, struct plx_lock_wait *w);
-/* The lock implementation's answer to an ask came in: look at the waiters in this pass. */
+/* The lock implementation's answer to an ask came in: look at the waiters in this pass (the
+ * kick given to the implementation's attach). */
 void plx_admin_lock_kick(plx_store *st);
 
 /* Take the admin lock without waiting (alloc.c's claims ahead, from the service loop): 0 (held;

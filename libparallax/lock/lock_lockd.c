@@ -1,6 +1,8 @@
 /*
  * lock_lockd.c - the lock seam's implementation for many hosts: a client of parallax-lockd
- * (lockd/lockd.c; protocol in lockd_proto.h; docs/DESIGN.md "The lock manager").
+ * (lockd/lockd.c; protocol in lockd/lockd_proto.h; docs/DESIGN.md "The lock manager"). Reached
+ * only through the seam (plx_lock_lockd, lock.h): lock.c attaches it and asks it for the admin
+ * lock, holders' liveness, the lease and lockd's status.
  *
  * The admin lock is lockd's; a holder on another host is alive while its connection to lockd
  * holds a lease (a holder on this host is still judged by /proc, which is exact). Nothing here
@@ -104,6 +106,9 @@ struct plx_lockd {
      * the set readable. */
     bool watched;
     unsigned alive_unread; /* ALIVEs whose answer came too late: take_aside consumes them */
+    /* An answer a waiter on the event loop wants came in: lock.c's waiters look (attach's
+     * kick: the one way up from here). */
+    void (*kick)(plx_store *st);
 };
 
 static uint64_t mono_ns(void)
@@ -785,17 +790,6 @@ static const char *lockd_unreachable(const plx_store *st)
     return lk->why_at;
 }
 
-const struct plx_lock_ops plx_lock_lockd = {
-    .name = "lockd",
-    .admin_try = lockd_admin_try,
-    .admin_try_now = lockd_admin_try_now,
-    .holder_alive = lockd_holder_alive,
-    .unreachable = lockd_unreachable,
-    .admin_ask = lockd_admin_ask,
-    .admin_withdraw = lockd_admin_withdraw,
-    .silent = lockd_silent,
-};
-
 /* Were we stopped (SIGSTOP, a hung machine) for most of a lease since the last heartbeat
  * attempt? Then lockd may have given what we hold to another host: fence. */
 static bool frozen(plx_store *st, uint64_t now)
@@ -810,11 +804,9 @@ static bool frozen(plx_store *st, uint64_t now)
     return st->fenced;
 }
 
-int plx_lease_check(plx_store *st)
+static void lockd_lease_check(plx_store *st)
 {
-    if (st->lockd)
-        frozen(st, mono_ns());
-    return st->fenced ? -ESTALE : 0;
+    frozen(st, mono_ns());
 }
 
 /* From the service loop: heartbeat, reconnect, and notice a freeze. Never waits: a lockd
@@ -834,7 +826,7 @@ static void lockd_tick(plx_store *st)
     if (lk->watched)
         drain(lk);
     if (lk->ask == ASK_GRANTED || (asked && lk->ask != ASK_SENT && !lk->withdrawing))
-        plx_admin_lock_kick(st);
+        lk->kick(st);
     uint64_t now = mono_ns();
     if (now >= lk->next_beat_ns && !frozen(st, now)) {
         lk->last_attempt_ns = now;
@@ -867,7 +859,7 @@ static void lockd_tick(plx_store *st)
     watch_update(st);
 }
 
-int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
+static int lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
 {
     struct plx_lockd *lk = st->lockd;
     if (!lk)
@@ -887,12 +879,14 @@ int plx_lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
     return 0;
 }
 
-uint64_t plx_lockd_lease_ns(const plx_store *st)
+static uint64_t lockd_lease_ns(const plx_store *st)
 {
     return st->lockd ? st->lockd->lease_ns : 0;
 }
 
-int plx_lockd_attach(plx_store *st, const char *addr)
+static void lockd_detach(plx_store *st);
+
+static int lockd_attach(plx_store *st, const char *addr, void (*kick)(plx_store *st))
 {
     struct plx_lockd *lk = calloc(1, sizeof *lk);
     if (!lk)
@@ -919,6 +913,7 @@ int plx_lockd_attach(plx_store *st, const char *addr)
     lk->fd = -1;
     lk->timer_fd = -1;
     lk->lease_ns = PLX_LOCKD_DEFAULT_LEASE_MS * 1000000ull;
+    lk->kick = kick;
     st->lockd = lk;
     int rc = lk_connect(st);
     /* Only standbys answered: one of them is taking over (it does within half a lease). Wait
@@ -950,17 +945,16 @@ int plx_lockd_attach(plx_store *st, const char *addr)
     if (!rc)
         rc = plx_engine_watch_fd(st, lk->timer_fd);
     if (rc) {
-        plx_lockd_detach(st);
+        lockd_detach(st);
         return rc;
     }
     lk->last_attempt_ns = mono_ns();
     lk->next_beat_ns = lk->last_attempt_ns + lk->lease_ns / 4;
-    st->lock_ops = &plx_lock_lockd;
     st->service_tick = lockd_tick;
     return 0;
 }
 
-void plx_lockd_detach(plx_store *st)
+static void lockd_detach(plx_store *st)
 {
     struct plx_lockd *lk = st->lockd;
     if (!lk)
@@ -971,10 +965,9 @@ void plx_lockd_detach(plx_store *st)
     free(lk);
     st->lockd = NULL;
     st->service_tick = NULL;
-    st->lock_ops = &plx_lock_local;
 }
 
-int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
+static int lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
 {
     if (!st->lockd)
         return plx_err(st, -ENOENT, "this blockstore has no lock manager");
@@ -993,3 +986,20 @@ int plx_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), v
         return plx_err(st, -EHOSTUNREACH, "the lock manager at %s: %s", lk->addr, lk->why_down);
     return 0;
 }
+
+const struct plx_lock_ops plx_lock_lockd = {
+    .name = "lockd",
+    .admin_try = lockd_admin_try,
+    .admin_try_now = lockd_admin_try_now,
+    .holder_alive = lockd_holder_alive,
+    .unreachable = lockd_unreachable,
+    .admin_ask = lockd_admin_ask,
+    .admin_withdraw = lockd_admin_withdraw,
+    .silent = lockd_silent,
+    .attach = lockd_attach,
+    .detach = lockd_detach,
+    .lease_check = lockd_lease_check,
+    .lease_confirmed = lockd_lease_confirmed,
+    .lease_ns = lockd_lease_ns,
+    .status = lockd_status,
+};

@@ -24,7 +24,7 @@ static void store_free(plx_store *st)
     plx_reclaim_free(st);
     plx_cache_free(st);
     plx_alloc_free(st);
-    plx_lockd_detach(st);
+    plx_lock_detach(st);
     free(st->locks_left);
     free(st->cat);
     if (st->be)
@@ -43,7 +43,7 @@ static int attach_lock_manager(plx_store *st)
         addr = st->state.lockd_addr;
     if (!*addr || !strcmp(addr, "none"))
         return 0;
-    return plx_lockd_attach(st, addr);
+    return plx_lock_attach(st, addr);
 }
 
 static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool upgrading,
@@ -187,7 +187,7 @@ int plx_store_set_lockd(plx_store *st, const char *addr)
 
 int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
 {
-    return plx_lockd_status(st, line, arg);
+    return plx_lock_status(st, line, arg);
 }
 
 /* ---- Upgrade -----------------------------------------------------------------------------------

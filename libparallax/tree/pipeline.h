@@ -92,6 +92,7 @@ struct plx_req {
     void *arg;
     int status;
     struct plx_load_wait loads;  /* radix nodes this request waits for */
+    struct plx_alloc_room room;  /* room to allocate in, waited for on a serving loop */
     unsigned ios_waiting;
     struct plx_ev *ios;
     size_t nios;

@@ -20,6 +20,10 @@
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/cluster.bash
 . "$(dirname "$0")/cluster.bash"
+# Case 3 holds a host in a window with a test hook (PLX_TEST_REJOIN_DELAY_MS), which only the test
+# build of the command reads (libparallax/base/test_hooks.h).
+PARALLAX=$(dirname "$PARALLAX")/test/parallax
+[[ -x $PARALLAX ]] || fail "$PARALLAX is not built (make build/test/parallax)"
 size=$((8 << 20))
 lease=3
 lockd_start $lease

@@ -2,7 +2,8 @@
  * test_claim.c - extents claimed ahead (alloc.c, "Claiming ahead"): a write that crosses into a
  * new extent does no synchronous I/O when a spare is ready, writes go on while the next spare's
  * claim is held at the medium, and a steady sequential writer never falls back to a
- * synchronous claim.
+ * synchronous claim. On a serving loop, a write that needs a new extent while another process
+ * holds the admin lock waits alone, and fails alone when the wait times out.
  *
  * The medium is the fault backend (backend_fault.h) over a store with 1 MiB extents (255 data
  * blocks each), so a few MiB of writes cross several extents.
@@ -286,6 +287,88 @@ START_TEST(test_claim_waits_for_lock_without_blocking)
 }
 END_TEST
 
+/* One write, its completion noted. */
+struct one {
+    int done, status;
+};
+
+static void one_done(void *arg, int status)
+{
+    struct one *o = arg;
+    o->done = 1;
+    o->status = status;
+}
+
+/* A serving loop (a server's engine thread): a write that needs a new extent while another
+ * process holds the admin lock waits for room as a request waits, and the loop meanwhile serves
+ * another VDI's in-place overwrites; once the lock is free the write completes, its extent
+ * claimed on the loop, never synchronously. When the lock stays held past the lock timeout the
+ * write alone fails, with the lock's message. */
+START_TEST(test_serving_write_waits_for_room)
+{
+    plx_backend *fb = new_fault_medium(64 * MiB);
+    plx_store *st = open_on(fb, PLX_PLACEMENT_ARRIVAL);
+    plx_vdi *a = create_open(st, "a", 2 * MiB);
+    plx_vdi *b = create_open(st, "b", 8 * MiB);
+    struct seq s = {.fb = fb, .buf = plx_block_alloc(16)};
+    write_seq(st, a, &s, 0, 512, 16, 4); /* a whole: its overwrites below need no block */
+    settle(st);
+    plx_store_will_service(st);
+    st->alloc->claim_retry_ns = UINT64_MAX; /* no claim ahead: the write must wait for one */
+    uint64_t sync0 = st->alloc->claims_sync;
+    uint8_t *big = plx_block_alloc(300);
+    tu_fill(big, 300 * BS, 0xb16);
+    ck_assert_int_eq(fb->ops->lock(fb, 1), 0); /* another process's admin lock */
+    struct one w = {0};
+    int rc = plx_vdi_submit_write(b, big, 0, 300 * BS, 0, one_done, &w);
+    ck_assert_msg(rc == 0, "submit: %d (%s)", rc, plx_store_errmsg(st));
+    for (int i = 0; i < 20; i++)
+        service_once(st);
+    ck_assert_int_eq(w.done, 0);        /* 300 blocks: more than the held extents have */
+    write_seq(st, a, &s, 0, 256, 8, 4); /* in place: served meanwhile */
+    /* A trim of b's unwritten half needs no block: it does not wait either. */
+    struct one t = {0};
+    ck_assert_int_eq(plx_vdi_submit_trim(b, 4 * MiB, 4 * MiB, one_done, &t), 0);
+    for (int i = 0; i < 1000 && !t.done; i++)
+        service_once(st);
+    ck_assert_msg(t.done && t.status == 0, "trim: %d %d", t.done, t.status);
+    ck_assert_int_eq(w.done, 0);
+    ck_assert_int_eq(fb->ops->lock(fb, 0), 0);
+    for (int i = 0; i < 100000 && !w.done; i++)
+        service_once(st);
+    ck_assert_msg(w.done && w.status == 0, "b's write: %d (%s)", w.status, plx_store_errmsg(st));
+    ck_assert_uint_eq(st->alloc->claims_sync, sync0);
+    ck_assert_uint_ge(st->alloc->claims_waited, 1);
+    uint8_t *got = plx_block_alloc(300);
+    ck_assert_int_eq(plx_vdi_pread(b, got, 0, 300 * BS), 0);
+    ck_assert(memcmp(got, big, 300 * BS) == 0);
+
+    /* The lock held past the timeout: the write fails, a's overwrites do not. */
+    setenv("PARALLAX_LOCK_TIMEOUT", "0.3", 1);
+    ck_assert_int_eq(fb->ops->lock(fb, 1), 0);
+    struct one w2 = {0};
+    rc = plx_vdi_submit_write(b, big, 2 * MiB, 300 * BS, 0, one_done, &w2);
+    ck_assert_int_eq(rc, 0);
+    write_seq(st, a, &s, 256, 256, 8, 4);
+    for (int i = 0; i < 100000 && !w2.done; i++)
+        service_once(st);
+    ck_assert_int_eq(w2.done, 1);
+    ck_assert_int_eq(w2.status, -EBUSY);
+    ck_assert_msg(strstr(plx_store_errmsg(st), "admin lock"), "message: %s", plx_store_errmsg(st));
+    ck_assert_int_eq(fb->ops->lock(fb, 0), 0);
+    unsetenv("PARALLAX_LOCK_TIMEOUT");
+    settle(st);
+    check_clean(st, "after the waits for room");
+    ck_assert_int_eq(plx_vdi_close(a), 0);
+    ck_assert_int_eq(plx_vdi_close(b), 0);
+    ck_assert_int_eq(plx_store_close(st), 0);
+    plx_block_free(got);
+    plx_block_free(big);
+    plx_block_free(s.buf);
+    fb->ops->destroy(fb);
+}
+END_TEST
+
 /* The collector run in the writer's process gives back a spare nothing was handed out from (an
  * extent with no live block): the writer then claims another and goes on, and the store stays
  * clean. */
@@ -360,6 +443,7 @@ static Suite *claim_suite(void)
     tcase_add_test(tc, test_claim_waits_for_lock_without_blocking);
     tcase_add_test(tc, test_gc_releases_unused_spare);
     tcase_add_test(tc, test_blocking_write_leaves_no_claim_running);
+    tcase_add_test(tc, test_serving_write_waits_for_room);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -150,7 +150,7 @@ START_TEST(list_skips_dead_and_standby)
     int rc = open_with(mem, list, &st, err, sizeof err);
     ck_assert_msg(rc == 0, "open with %s: %s", list, err);
     /* Connected to the live one: its lease (3 s) is the one in force. */
-    ck_assert_uint_eq(plx_lockd_lease_ns(st), 3000000000ull);
+    ck_assert_uint_eq(plx_lease_ns(st), 3000000000ull);
     ck_assert_int_eq(plx_admin_lock(st), 0);
     plx_admin_unlock(st);
     plx_store_close(st);
@@ -168,17 +168,17 @@ START_TEST(leaves_a_lockd_that_stops_answering)
     plx_backend *mem = medium();
     plx_store *st = NULL;
     ck_assert_msg(open_with(mem, list, &st, err, sizeof err) == 0, "%s", err);
-    ck_assert_uint_eq(plx_lockd_lease_ns(st), 2000000000ull);
+    ck_assert_uint_eq(plx_lease_ns(st), 2000000000ull);
     /* The first one freezes: after half a lease of unanswered heartbeats the service loop moves
      * to the next (the loop never waits for it meanwhile). */
     kill(a, SIGSTOP);
     double t0 = now_s();
-    while (plx_lockd_lease_ns(st) != 3000000000ull && now_s() - t0 < 10) {
+    while (plx_lease_ns(st) != 3000000000ull && now_s() - t0 < 10) {
         struct pollfd p = {.fd = plx_store_fd(st), .events = POLLIN};
         poll(&p, 1, 100);
         plx_store_service(st);
     }
-    ck_assert_msg(plx_lockd_lease_ns(st) == 3000000000ull,
+    ck_assert_msg(plx_lease_ns(st) == 3000000000ull,
                   "still on the frozen lock manager after %.1f s", now_s() - t0);
     ck_assert_int_eq(plx_admin_lock(st), 0);
     plx_admin_unlock(st);

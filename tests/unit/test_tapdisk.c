@@ -15,6 +15,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <sys/un.h>
@@ -1650,6 +1651,54 @@ static pid_t lockd_start(int port)
     return -1;
 }
 
+/* Two disks in one tapdisk: a write to web2 that needs new extents while another process holds
+ * the blockstore's admin lock waits alone (its claim waits on tapdisk's loop), web1's in-place
+ * overwrites are served meanwhile, and the write completes once the lock is free. Before, the
+ * claim slept in the admin lock's retry loop inside tapdisk's event callback: web1 waited with
+ * it, and web2's write failed after the lock timeout. */
+START_TEST(test_write_needing_extent_waits_alone)
+{
+    setenv("PARALLAX_LOCK_TIMEOUT", "3", 1);
+    td_driver_t *web1 = open_ok("web1", 0);
+    td_driver_t *web2 = open_ok("web2", 0);
+    char *buf = malloc(2048 * SEC), *big = malloc(8000 * SEC), *back = malloc(8000 * SEC);
+    tu_fill(buf, 2048 * SEC, 51);
+    ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf, 0, 2048), 0);
+    /* Another process's admin lock: flock on the store file, as the file backend takes it. */
+    int fd = open(store_path, O_RDWR | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    /* (A claim made ahead may hold it a moment: tapdisk's loop runs until it lets go.) */
+    int locked = -1;
+    for (int i = 0; i < 400 && (locked = flock(fd, LOCK_EX | LOCK_NB)) != 0; i++)
+        tdd_fire_ready(5);
+    ck_assert_int_eq(locked, 0);
+    tu_fill(big, 8000 * SEC, 52); /* 1000 blocks: more than the held extents and a spare */
+    size_t before = tdd_completion_count();
+    void *tag = (void *)(uintptr_t)777777;
+    web2->ops->td_queue_write(web2, tdd_request(TD_OP_WRITE, big, 0, 8000, tag));
+    tdd_run_until(before + 1, 300);
+    ck_assert_uint_eq(tdd_completions_of(tag, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(io_sync(web1, TD_OP_WRITE, buf + i * 8 * SEC, (td_sector_t)i * 64, 8), 0);
+    ck_assert_uint_eq(tdd_completions_of(tag, NULL), 0);
+    ck_assert_int_eq(flock(fd, LOCK_UN), 0);
+    close(fd);
+    before = tdd_completion_count();
+    ck_assert_int_eq(tdd_run_until(before + 1, WAIT_MS), 0);
+    int status = 1;
+    ck_assert_uint_eq(tdd_completions_of(tag, &status), 1);
+    ck_assert_int_eq(status, 0);
+    ck_assert_int_eq(io_sync(web2, TD_OP_READ, back, 0, 8000), 0);
+    ck_assert(memcmp(back, big, 8000 * SEC) == 0);
+    close_ok(web2);
+    close_ok(web1);
+    unsetenv("PARALLAX_LOCK_TIMEOUT");
+    free(buf);
+    free(big);
+    free(back);
+}
+END_TEST
+
 /* lockd stops answering (SIGSTOP), then goes away, while this tapdisk serves web1 from a store
  * shared through it: opening web2 (same store) fails after $PARALLAX_LOCK_TIMEOUT, and the log
  * line says the lock manager does not answer / cannot be reached; web1 is still served. */
@@ -1747,6 +1796,12 @@ static Suite *tapdisk_suite(void)
     tcase_add_test(tc, test_durability_fua);
     tcase_add_test(tc, test_fua_overwrite_io);
     tcase_add_test(tc, test_durability_ordered);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("room");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_write_needing_extent_waits_alone);
     suite_add_tcase(s, tc);
 
     if (tu_tgtd_running()) {

@@ -1,6 +1,7 @@
 /*
  * lockd_proto.h - the protocol between engines and parallax-lockd (lockd/lockd.c), shared by
- * both sides. docs/DESIGN.md ("The lock manager") explains the design.
+ * both sides: the library's lock wing (libparallax/lock/, built with -Ilockd) includes this
+ * definition, never lockd's code. docs/DESIGN.md ("The lock manager") explains the design.
  *
  * One TCP connection per engine process, lines of ASCII ending in '\n'. The engine sends:
  *
