@@ -4,7 +4,8 @@
 #   - a file refers only to functions and data defined in files of its own row or a lower one
 #     (nm: each object's undefined symbols, found among the other objects' defined ones); inside
 #     a row whose cell says "in that order from the top", the files so listed refer only to those
-#     listed after them (the others of the row are not ordered);
+#     listed after them (the others of the row are not ordered; .c files named in parentheses
+#     after a listed one share its place: they refer to each other freely);
 #   - a header includes only headers of its own row or a lower one;
 #   - every .c and .h under libparallax/ has a row, and every file the table names exists.
 # A lower layer reaching an upper one through a callback the upper one registered names no symbol
@@ -36,12 +37,14 @@ awk -F'|' '
         nseg = split($3, seg, ";")
         for (s = 1; s <= nseg; s++) {
             ordered = seg[s] ~ /in that order from the top/
-            rank = 0; rest = seg[s]
+            rank = 0; depth = 0; rest = seg[s]
             while (match(rest, /`[A-Za-z0-9_.]+\.[ch]`/)) {
                 f = substr(rest, RSTART + 1, RLENGTH - 2)
+                before = substr(rest, 1, RSTART - 1)
+                depth += gsub(/\(/, "", before) - gsub(/\)/, "", before)
                 rest = substr(rest, RSTART + RLENGTH)
                 r = 0
-                if (ordered && f ~ /\.c$/) r = ++rank
+                if (ordered && f ~ /\.c$/) r = depth > 0 && rank > 0 ? rank : ++rank
                 print f, row, r
             }
         }

@@ -113,7 +113,7 @@ int cmd_format(struct cli_ctx *ctx, int argc, char **argv)
         return rc;
     struct stat sb;
     int existed = stat(path, &sb) == 0;
-    if (preallocate && (strncmp(path, "iscsi://", 8) == 0 || (existed && !S_ISREG(sb.st_mode))))
+    if (preallocate && (plx_blockstore_is_url(path) || (existed && !S_ISREG(sb.st_mode))))
         return cli_usage_error(ctx, "--preallocate is for a blockstore in a file, not %s", path);
     if (!force && existed && !plx_blockstore_is_url(path)) {
         char what[160];

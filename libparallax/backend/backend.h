@@ -5,7 +5,54 @@
 #ifndef PLX_BACKEND_H
 #define PLX_BACKEND_H
 
+#include <stddef.h>
+
 #include "parallax_backend.h"
+
+/* The optional operation `member` of be (struct plx_backend_ops, from size on), or NULL when be
+ * has none: its ops were built before the member existed (size does not cover it) or leave it
+ * NULL. The library reads every operation past lock through this, and only of a backend whose
+ * ops have size: one that came in through an entry point of API 1.8 or later, or the library's
+ * own; the entry points of older versions wrap a caller's backend first (plx_backend_v1_adopt).
+ * The seam's calls below (backend_ops.c) are the usual way. */
+#define PLX_BACKEND_OP(be, member)                                                                 \
+    ((be)->ops->size >= offsetof(struct plx_backend_ops, member) + sizeof((be)->ops->member)       \
+         ? (be)->ops->member                                                                       \
+         : NULL)
+
+/* A function of the public API under an explicit symbol version (libparallax.map): two
+ * versions of one function, such as the one of API 1.0 to 1.7 (PARALLAX_1, "name@PARALLAX_1")
+ * and the current one ("name@@PARALLAX_1.8", the default a program links against now), are
+ * two C functions name_1_0 and name_1_8, each under its version of the public name. */
+#define PLX_SYMVER(name_at_version) __attribute__((visibility("default"), symver(name_at_version)))
+
+/* A kind of medium a blockstore's name names: a line of backend_open.c's table, defined in its
+ * backend's file. A new backend is its file, its scheme declared here and one line there. */
+struct plx_backend_scheme {
+    /* What the name starts with ("iscsi://"): a URL, naming a medium that exists by itself
+     * (formatting opens it; plx_blockstore_is_url). NULL: the last line, any other name, a path
+     * (formatting may create the file). */
+    const char *prefix;
+    plx_backend *(*open)(const char *where, unsigned flags, int *err, char *errbuf, size_t errlen);
+    const struct plx_backend_ops *ops; /* its backends' ops (plx_backend_own) */
+};
+extern const struct plx_backend_scheme plx_backend_iscsi_scheme; /* backend_iscsi.c */
+extern const struct plx_backend_scheme plx_backend_file_scheme;  /* backend_file.c */
+/* The scheme of a blockstore's name (never NULL: a path at least). */
+const struct plx_backend_scheme *plx_backend_scheme_of(const char *where);
+
+/* A backend that came in through an entry point of API 1.0 to 1.7 (plx_store_open_backend and
+ * plx_store_upgrade_backend of symbol version PARALLAX_1), whose caller's ops may end at lock:
+ * the library's own backends (plx_backend_own) as they are, any other wrapped in a stack that
+ * owns it and forwards the operations of 1.0 (and has no optional ability, as any backend but
+ * the library's had none before 1.8). backend_stack.c. NULL on allocation failure (be is then
+ * destroyed, as the entry point would have). */
+plx_backend *plx_backend_v1_adopt(plx_backend *be);
+/* The forwarding operations of plx_backend_stack_forward_ops, as one table (backend_stack.c). */
+const struct plx_backend_ops *plx_backend_stack_forward(void);
+/* Whether be is one of the library's own backends (file, iSCSI, memory: backend_open.c's table
+ * and the memory backend), whose ops always have size. */
+int plx_backend_own(const plx_backend *be);
 
 /* Flags of plx_backend_file_open beyond the public ones: flush on the helper thread (fdatasync)
  * and write without RWF_DSYNC, as on kernels that lack IO_CMD_FDSYNC, even where the kernel has
@@ -26,13 +73,14 @@
  * plx_backend_dio_align, not necessarily to a block. */
 #define PLX_IO_DIRECT 0x100u
 /* The memory alignment a PLX_IO_DIRECT buffer needs on be (a power of two, at most
- * PLX_BLOCK_SIZE as a rule); offsets and lengths stay whole blocks. A file backend learns it at
+ * PLX_BLOCK_SIZE as a rule; the optional operation dio_align, backend_ops.c); offsets and
+ * lengths stay whole blocks. A file backend learns it at
  * open from the descriptor it uses O_DIRECT: statx's STATX_DIOALIGN (Linux 6.1), else a block
  * device's logical block size (BLKSSZGET), else PLX_BLOCK_SIZE, which it also is with no O_DIRECT
  * descriptor. A memory backend: PLX_MEM_DIO_ALIGN, which it checks (plx_backend_check_io), so
  * tests exercise the unaligned path. Any other backend, a stacked one included: PLX_BLOCK_SIZE,
  * the public contract. The write log writes a large record from a writer's buffer aligned to
- * this (wlog.c, ZC_MIN): tapdisk's buffers are 512 bytes past a page boundary. */
+ * this (wlog_batch.c, zc_min): tapdisk's buffers are 512 bytes past a page boundary. */
 #define PLX_MEM_DIO_ALIGN 512u
 size_t plx_backend_dio_align(const plx_backend *be);
 
@@ -58,8 +106,8 @@ const void *plx_backend_mem_peek(const plx_backend *be, uint64_t block);
 void plx_backend_mem_poke(plx_backend *be, uint64_t block, const void *data);
 
 /* Fencing at the medium itself (SCSI-3 persistent reservations on an iSCSI LUN; docs/DESIGN.md
- * "The lock manager", Fencing). Internal, not in the public ops (a field added to the public
- * struct plx_backend_ops would be read past the end of an older program's struct). Both block.
+ * "The lock manager", Fencing): the optional operation fence (struct plx_backend_ops), whose
+ * types are the library's own for now. Both block.
  * join: register `key` (nonzero) for this connection and make sure the medium is reserved
  * "write exclusive, registrants only". From then on an I/O that the medium refuses because
  * `key` was preempted fails with -ESTALE (at submit or completion), and so does every later one.
@@ -91,10 +139,11 @@ struct plx_fence_ops {
     int (*preempt)(plx_backend *be, uint64_t victim);
 };
 /* The medium's fencing, or NULL when it has none: an iSCSI LUN opened directly (a backend
- * stacked over one does not fence; its writes would not be refused). */
+ * stacked over one does not fence; its writes would not be refused). backend_ops.c. */
 const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be);
 
-/* Zeroing ahead (file backend; docs/DESIGN.md "Zeroing ahead"). Writing into a file's holes is
+/* Zeroing ahead (the optional operations prepare, prepare_stop, prepare_stats; the file backend
+ * has them: docs/DESIGN.md "Zeroing ahead"). Writing into a file's holes is
  * slow on ext4 (each write allocates), writing into written space fast, so when the allocator
  * takes a new data extent it asks the medium to prepare its blocks: a helper thread writes zeros
  * over the holes of [first, first + nblocks) in 1 MiB chunks (SEEK_HOLE/SEEK_DATA). A hole reads
@@ -128,7 +177,8 @@ struct plx_prepare_stats {
 };
 /* All zero when the backend does not prepare. */
 void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out);
-/* Tests: the next zero write fails with err (a negative errno); pause 1 holds the thread before
+/* Tests, a file backend's (backend_file.c; nothing on any other backend): the next zero write
+ * fails with err (a negative errno); pause 1 holds the thread before
  * its next chunk, pause 2 inside it (taken, busy, not zeroed) until called again with pause 0;
  * pause 3 changes nothing and returns once the thread holds a chunk under pause 2 (at most
  * 10 s). */

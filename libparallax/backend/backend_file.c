@@ -30,8 +30,10 @@
  * Zeroing ahead (plx_backend_prepare, backend.h) is in backend_file_prepare.c: a write into the
  * chunk being zeroed is held there (plx_file_prep_hold) and started from poll once the chunk is
  * done (plx_file_prep_release); any other write into a prepared range is counted there until
- * its completion is delivered (plx_file_prep_finished). The state both files share is in
- * backend_file_internal.h.
+ * its completion is delivered (plx_file_prep_finished). That file is the layer below this one:
+ * its state (struct file_prep, backend_file_prepare.h) sits inside ours, and it calls nothing
+ * here. The eventfd and the list of finished slots are the backends' common ones
+ * (backend_done.h).
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -40,6 +42,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +56,8 @@
 #include <sys/uio.h>
 
 #include "backend.h"
-#include "backend_file_internal.h"
+#include "backend_done.h"
+#include "backend_file_prepare.h"
 #include "backend_mem_internal.h"
 
 /* <linux/aio_abi.h> and <linux/ioprio.h> (not included: the first clashes with libaio.h). */
@@ -65,6 +69,68 @@
 #define FILE_MAX_SLOTS 1024
 #define REAP_BATCH 256
 
+enum slot_stage {
+    ST_RW,   /* transferring data */
+    ST_SYNC, /* flush, or the fdatasync that makes a FUA write durable */
+};
+
+struct file_slot {
+    /* First: the I/O, its status, the link of the stalled, ready or helper-thread list
+     * (backend_done.h); of the free list too. */
+    struct plx_done link;
+    struct iocb cb;
+    struct iovec iov;
+    size_t total, done; /* bytes */
+    enum slot_stage stage;
+    int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
+    int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
+};
+
+struct file_backend {
+    plx_backend base;
+    int fd;
+    /* The completion eventfd (the backend's fd) and the slots finished, callback not yet run. */
+    struct plx_done_queue done;
+    int direct, rdonly;
+    int buffered;     /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
+    int dfd;          /* buffered: the same file opened O_DIRECT, for PLX_IO_DIRECT (else -1) */
+    size_t dio_align; /* memory alignment of a PLX_IO_DIRECT buffer (plx_backend_dio_align) */
+    uint64_t wb_off, wb_len; /* buffered: written bytes whose writeback is not started yet */
+    int blocking;            /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
+    io_context_t ctx;
+    struct file_slot *slots;
+    struct file_slot *free_slots;
+    struct plx_io *wait_head, *wait_tail; /* accepted, waiting for a slot */
+    struct plx_done_list stalled;         /* io_submit said EAGAIN: retry from poll */
+    unsigned inflight;                    /* accepted and callback not yet run */
+    unsigned in_kernel;                   /* iocbs the kernel holds */
+    /* The eventfd's count is known to be 0: drained when nothing could signal it later (no iocb
+     * with the kernel, no job with the helper thread, no zeroing thread), and nothing signalled
+     * since. poll() then skips its read: a QD1 stream paid one per idle poll. */
+    int efd_clear;
+    int aio_fdsync, rwf_dsync; /* cleared when the kernel refuses them */
+
+    /* fdatasync helper thread, started on first need */
+    int thr_started, thr_stop;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct plx_done_list thr_jobs, thr_done;
+    unsigned thr_busy; /* handed to the thread and not yet reaped */
+
+    /* Zeroing ahead (backend_file_prepare.c); prep.held_*: writes it holds. */
+    struct file_prep prep;
+    int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
+    /* PLX_IO_URGENT writes go to the kernel with the real-time I/O priority class: 1 until the
+     * kernel refuses it (no CAP_SYS_NICE, or a kernel without per-request priorities) or
+     * $PARALLAX_IOPRIO=0 turns it off. */
+    int ioprio_rt;
+    int sync_rt; /* the fdatasync helper thread asks for the real-time class */
+    /* FUA writes without PLX_IO_URGENT accepted and not yet delivered (slot_begin): with
+     * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
+    unsigned fua_data_inflight;
+};
+
 static uint64_t mono_ns(void)
 {
     struct timespec ts;
@@ -72,58 +138,40 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const struct plx_backend_ops file_ops;
-
-static void list_push(struct slot_list *l, struct file_slot *s)
+/* The slot a list entry is (link is its first member); NULL for NULL. */
+static struct file_slot *slot_of(struct plx_done *d)
 {
-    s->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = s;
-    else
-        l->head = s;
-    l->tail = s;
+    return (struct file_slot *)(void *)d;
 }
 
-static struct file_slot *list_pop(struct slot_list *l)
+static void list_push(struct plx_done_list *l, struct file_slot *s)
 {
-    struct file_slot *s = l->head;
-    if (s != NULL) {
-        l->head = s->next;
-        if (l->head == NULL)
-            l->tail = NULL;
-        s->next = NULL;
-    }
-    return s;
+    plx_done_push(l, &s->link);
+}
+
+static struct file_slot *list_pop(struct plx_done_list *l)
+{
+    return slot_of(plx_done_pop(l));
 }
 
 /* A buffered backend's PLX_IO_DIRECT transfer goes through the O_DIRECT descriptor. */
 static int slot_direct(const struct file_backend *f, const struct file_slot *s)
 {
-    return f->dfd >= 0 && s->stage == ST_RW && (s->io->flags & PLX_IO_DIRECT);
-}
-
-/* One read takes the whole count (not EFD_SEMAPHORE): a second one would only find a signal
- * that came after this read, whose I/O the reap that follows finds anyway. */
-static void efd_drain(int efd)
-{
-    uint64_t v;
-    if (read(efd, &v, sizeof(v)) < 0) {
-        /* EAGAIN: nothing signalled */
-    }
+    return f->dfd >= 0 && s->stage == ST_RW && (s->link.io->flags & PLX_IO_DIRECT);
 }
 
 /* Signal our own eventfd from the loop's thread (the helper and zeroing threads call
- * plx_file_efd_signal, while efd_clear is 0: see poll). */
+ * plx_efd_signal, while efd_clear is 0: see poll). */
 static void efd_signal(struct file_backend *f)
 {
     f->efd_clear = 0;
-    plx_file_efd_signal(f->efd);
+    plx_efd_signal(f->done.efd);
 }
 
 static void slot_finish(struct file_backend *f, struct file_slot *s, int status)
 {
-    s->status = status;
-    list_push(&f->ready, s);
+    s->link.status = status;
+    list_push(&f->done.ready, s);
 }
 
 /* Account for a data transfer step of res bytes (or -errno). Returns 1 when all the data has
@@ -161,8 +209,7 @@ static void *sync_thread(void *arg)
             break;
         /* One fdatasync serves every job queued before it started: they were all submitted
          * (and their writes completed) before this point. */
-        struct slot_list jobs = f->thr_jobs;
-        f->thr_jobs.head = f->thr_jobs.tail = NULL;
+        struct plx_done_list jobs = plx_done_take(&f->thr_jobs);
         pthread_mutex_unlock(&f->mu);
         /* The metadata that fdatasync writes (ext4 without a journal writes the bitmaps and
          * extent blocks that writes into holes dirtied, then the inode) is submitted from this
@@ -171,7 +218,7 @@ static void *sync_thread(void *arg)
          * commit's own writes do; else the default, not to hold the data writes back. Refused
          * without CAP_SYS_NICE: then it flushes as any thread would. */
         int urgent = 0;
-        for (const struct file_slot *j = jobs.head; j; j = j->next)
+        for (const struct plx_done *j = jobs.head; j; j = j->next)
             urgent |= (j->io->flags & PLX_IO_URGENT) != 0;
         if (f->sync_rt && urgent != rt &&
             syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, urgent ? PLX_IOPRIO_RT : 0) == 0)
@@ -180,10 +227,10 @@ static void *sync_thread(void *arg)
         pthread_mutex_lock(&f->mu);
         struct file_slot *s;
         while ((s = list_pop(&jobs)) != NULL) {
-            s->status = rc;
+            s->link.status = rc;
             list_push(&f->thr_done, s);
         }
-        plx_file_efd_signal(f->efd);
+        plx_efd_signal(f->done.efd);
     }
     pthread_mutex_unlock(&f->mu);
     return NULL;
@@ -214,13 +261,12 @@ static void reap_thread(struct file_backend *f)
     if (!f->thr_started)
         return;
     pthread_mutex_lock(&f->mu);
-    struct slot_list done = f->thr_done;
-    f->thr_done.head = f->thr_done.tail = NULL;
+    struct plx_done_list done = plx_done_take(&f->thr_done);
     pthread_mutex_unlock(&f->mu);
     struct file_slot *s;
     while ((s = list_pop(&done)) != NULL) {
         f->thr_busy--;
-        slot_finish(f, s, s->status);
+        slot_finish(f, s, s->link.status);
     }
 }
 
@@ -228,7 +274,7 @@ static void reap_thread(struct file_backend *f)
 
 static void slot_prep(struct file_backend *f, struct file_slot *s)
 {
-    struct plx_io *io = s->io;
+    struct plx_io *io = s->link.io;
     unsigned char *buf = (unsigned char *)io->buf + s->done;
     size_t len = s->total - s->done;
     long long off = (long long)(io->block * PLX_BLOCK_SIZE + s->done);
@@ -244,7 +290,7 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
         io_prep_pwritev2(&s->cb, fd, &s->iov, 1, off, RWF_DSYNC);
     } else
         io_prep_pwrite(&s->cb, fd, buf, len, off);
-    io_set_eventfd(&s->cb, f->efd);
+    io_set_eventfd(&s->cb, f->done.efd);
     s->cb.data = s;
     /* A write a snapshot or flush waits for (PLX_IO_URGENT) must not queue behind the data writes
      * in the kernel's I/O scheduler: mq-deadline hands writes to the device in sector order, so a
@@ -261,7 +307,7 @@ static void slot_prep(struct file_backend *f, struct file_slot *s)
 /* Blocking mode: run the slot's I/O to the end here and now. Returns its status. */
 static int slot_run_blocking(struct file_backend *f, struct file_slot *s)
 {
-    struct plx_io *io = s->io;
+    struct plx_io *io = s->link.io;
 
     for (;;) {
         if (s->stage == ST_SYNC) {
@@ -308,9 +354,11 @@ static void trace_submit(const struct file_backend *f, const struct file_slot *s
 {
     if (ns < 5000000)
         return;
-    const char *what = s->stage == ST_SYNC ? "flush" : s->io->op == PLX_IO_READ ? "read" : "write";
+    const char *what = s->stage == ST_SYNC             ? "flush"
+                       : s->link.io->op == PLX_IO_READ ? "read"
+                                                       : "write";
     fprintf(stderr, "parallax: backend trace: io_submit of a %s at block %llu of %s took %.3f ms\n",
-            what, (unsigned long long)s->io->block, f->base.desc, (double)ns / 1e6);
+            what, (unsigned long long)s->link.io->block, f->base.desc, (double)ns / 1e6);
 }
 
 /* Hand the slot's next step to the kernel (or the helper thread). Returns 0 when it is under
@@ -319,7 +367,7 @@ static void trace_submit(const struct file_backend *f, const struct file_slot *s
 static int slot_start(struct file_backend *f, struct file_slot *s)
 {
     if (f->blocking) {
-        int was_empty = f->ready.head == NULL;
+        int was_empty = f->done.ready.head == NULL;
         slot_finish(f, s, slot_run_blocking(f, s));
         /* poll() drains the eventfd and signals again if it leaves anything ready, so the
          * eventfd is readable whenever the list is not empty. */
@@ -369,7 +417,7 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
 static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io *io)
 {
     memset(s, 0, sizeof(*s));
-    s->io = io;
+    s->link.io = io;
     if (io->op == PLX_IO_FLUSH) {
         s->stage = ST_SYNC;
     } else {
@@ -396,8 +444,8 @@ static void slot_release(struct file_backend *f, struct file_slot *s)
     if (s->fua_data)
         f->fua_data_inflight--;
     s->fua_data = 0;
-    s->io = NULL;
-    s->next = f->free_slots;
+    s->link.io = NULL;
+    s->link.next = f->free_slots != NULL ? &f->free_slots->link : NULL;
     f->free_slots = s;
 }
 
@@ -422,7 +470,7 @@ static void start_accepted(struct file_backend *f, struct plx_io *io)
         return;
     }
     struct file_slot *s = f->free_slots;
-    f->free_slots = s->next;
+    f->free_slots = slot_of(s->link.next);
     int rc = slot_begin(f, s, io);
     if (rc == 1) {
         list_push(&f->stalled, s);
@@ -440,7 +488,7 @@ static void writeback_note(struct file_backend *f, uint64_t off, uint64_t len);
 static bool write_inline_ok(const struct file_backend *f, const struct plx_io *io)
 {
     return (io->flags & PLX_IO_INLINE) && io->op == PLX_IO_WRITE && f->buffered && !f->rdonly &&
-           !(io->flags & (PLX_IO_FUA | PLX_IO_DIRECT)) && f->prep_ranges == NULL &&
+           !(io->flags & (PLX_IO_FUA | PLX_IO_DIRECT)) && f->prep.prep_ranges == NULL &&
            f->wait_head == NULL && f->stalled.head == NULL;
 }
 
@@ -479,8 +527,8 @@ static int file_submit(plx_backend *be, struct plx_io *io)
         write_inline(f, io);
         return 0;
     }
-    if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && f->prep_ranges != NULL &&
-        plx_file_prep_hold(f, io)) {
+    if ((io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM) && f->prep.prep_ranges != NULL &&
+        plx_file_prep_hold(&f->prep, io)) {
         f->inflight++;
         return 0;
     }
@@ -495,7 +543,7 @@ static int file_submit(plx_backend *be, struct plx_io *io)
         return 0;
     }
     struct file_slot *s = f->free_slots;
-    f->free_slots = s->next;
+    f->free_slots = slot_of(s->link.next);
     rc = slot_begin(f, s, io);
     if (rc < 0) {
         slot_release(f, s);
@@ -518,10 +566,10 @@ static void pump(struct file_backend *f)
         int rc = slot_start(f, s);
         if (rc == 1) {
             /* Still no room: keep order and try again on the next poll. */
-            s->next = f->stalled.head;
-            f->stalled.head = s;
+            s->link.next = f->stalled.head;
+            f->stalled.head = &s->link;
             if (f->stalled.tail == NULL)
-                f->stalled.tail = s;
+                f->stalled.tail = &s->link;
             kick_if_stalled(f);
             return;
         }
@@ -535,7 +583,7 @@ static void pump(struct file_backend *f)
             f->wait_tail = NULL;
         io->be_next = NULL;
         s = f->free_slots;
-        f->free_slots = s->next;
+        f->free_slots = slot_of(s->link.next);
         int rc = slot_begin(f, s, io);
         if (rc == 1) {
             list_push(&f->stalled, s);
@@ -593,8 +641,8 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         return;
     }
     if (rc == 1) {
-        if (f->buffered && s->io->op == PLX_IO_WRITE && !slot_direct(f, s))
-            writeback_note(f, s->io->block * PLX_BLOCK_SIZE, s->total);
+        if (f->buffered && s->link.io->op == PLX_IO_WRITE && !slot_direct(f, s))
+            writeback_note(f, s->link.io->block * PLX_BLOCK_SIZE, s->total);
         if (!s->fua || s->dsync) {
             slot_finish(f, s, 0);
             return;
@@ -636,6 +684,17 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A finished slot, just before its callback (plx_done_deliver). */
+static void file_release(void *arg, struct plx_done *d)
+{
+    struct file_backend *f = arg;
+    struct plx_io *io = d->io;
+    slot_release(f, slot_of(d));
+    f->inflight--;
+    if (f->prep.prep_ranges != NULL && (io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM))
+        plx_file_prep_finished(&f->prep, io);
+}
+
 static int file_poll(plx_backend *be, int timeout_ms)
 {
     struct file_backend *f = (struct file_backend *)be;
@@ -647,17 +706,17 @@ static int file_poll(plx_backend *be, int timeout_ms)
         /* Drain first: anything completing after the reap below signals the eventfd again.
          * Nothing to drain if the count is known to be 0; after a drain it is when nothing
          * left could signal it from another thread or the kernel. */
-        int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep_started;
+        int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep.prep_started;
         if (!f->efd_clear || !quiet) {
-            efd_drain(f->efd);
+            plx_efd_drain(f->done.efd);
             f->efd_clear = quiet;
         }
         int rc = reap_kernel(f);
         if (rc < 0)
             return rc;
         reap_thread(f);
-        if (f->prep_ranges != NULL) {
-            struct plx_io *go = plx_file_prep_release(f), *io;
+        if (f->prep.prep_ranges != NULL) {
+            struct plx_io *go = plx_file_prep_release(&f->prep), *io;
             while ((io = go) != NULL) {
                 go = io->be_next;
                 io->be_next = NULL;
@@ -665,7 +724,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
             }
         }
         pump(f);
-        if (f->ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
+        if (f->done.ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
             break;
 
         int wait = -1;
@@ -676,37 +735,25 @@ static int file_poll(plx_backend *be, int timeout_ms)
             wait = (int)left;
         }
         /* Only stalled I/O left: nothing will signal, so come back soon to resubmit. */
-        if (f->in_kernel == 0 && f->thr_busy == 0 && f->held_head == NULL && (wait < 0 || wait > 1))
+        if (f->in_kernel == 0 && f->thr_busy == 0 && f->prep.held_head == NULL &&
+            (wait < 0 || wait > 1))
             wait = 1;
-        struct pollfd pfd = {.fd = f->efd, .events = POLLIN};
+        struct pollfd pfd = {.fd = f->done.efd, .events = POLLIN};
         if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
             return -errno;
     }
 
     /* Callbacks may submit; what they start is delivered by a later poll. */
-    struct slot_list ready = f->ready;
-    f->ready.head = f->ready.tail = NULL;
-    int n = 0;
-    struct file_slot *s;
-    while ((s = list_pop(&ready)) != NULL) {
-        struct plx_io *io = s->io;
-        int status = s->status;
-        slot_release(f, s);
-        f->inflight--;
-        n++;
-        if (f->prep_ranges != NULL && (io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM))
-            plx_file_prep_finished(f, io);
-        io->done(io, status);
-    }
+    int n = plx_done_deliver(&f->done, file_release, f);
     pump(f);
-    if (f->ready.head != NULL)
+    if (f->done.ready.head != NULL)
         efd_signal(f);
     return n;
 }
 
 static int file_fd(const plx_backend *be)
 {
-    return ((const struct file_backend *)be)->efd;
+    return ((const struct file_backend *)be)->done.efd;
 }
 
 static unsigned file_inflight(const plx_backend *be)
@@ -726,12 +773,12 @@ static void file_destroy(plx_backend *be)
         pthread_mutex_unlock(&f->mu);
         pthread_join(f->thr, NULL);
     }
-    plx_file_prep_shutdown(f);
+    plx_file_prep_shutdown(&f->prep);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     if (!f->blocking)
         io_destroy(f->ctx);
-    close(f->efd);
+    plx_done_close(&f->done);
     close(f->fd);
     if (f->dfd >= 0)
         close(f->dfd);
@@ -752,6 +799,31 @@ static int file_lock(plx_backend *be, int take)
     }
 }
 
+/* ---- The optional operations (backend_ops.c): alignment, and zeroing ahead, which
+ * backend_file_prepare.c carries out ---- */
+
+static size_t file_dio_align(const plx_backend *be)
+{
+    return ((const struct file_backend *)be)->dio_align;
+}
+
+static int file_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    return plx_file_prep_add(&((struct file_backend *)be)->prep, first, nblocks);
+}
+
+static void file_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    plx_file_prep_stop(&((struct file_backend *)be)->prep, first, nblocks);
+}
+
+static void file_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
+{
+    /* The stats are read under the zeroing thread's mutex, which lives in the backend. */
+    struct file_backend *f = (struct file_backend *)(uintptr_t)be;
+    plx_file_prep_stats(&f->prep, out);
+}
+
 static const struct plx_backend_ops file_ops = {
     .submit = file_submit,
     .poll = file_poll,
@@ -759,50 +831,18 @@ static const struct plx_backend_ops file_ops = {
     .inflight = file_inflight,
     .destroy = file_destroy,
     .lock = file_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .dio_align = file_dio_align,
+    .prepare = file_prepare,
+    .prepare_stop = file_prepare_stop,
+    .prepare_stats = file_prepare_stats,
 };
 
-/* ---- Zeroing ahead: the seam's calls (backend.h), carried out by backend_file_prepare.c ---- */
-
-static struct file_backend *as_file(const plx_backend *be)
-{
-    return be != NULL && be->ops == &file_ops ? (struct file_backend *)(uintptr_t)be : NULL;
-}
-
-size_t plx_backend_dio_align(const plx_backend *be)
-{
-    const struct file_backend *f = as_file(be);
-    if (f)
-        return f->dio_align;
-    return plx_backend_mem_table(be) ? PLX_MEM_DIO_ALIGN : PLX_BLOCK_SIZE;
-}
-
-int plx_backend_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    struct file_backend *f = as_file(be);
-    return f ? plx_file_prep_add(f, first, nblocks) : -EOPNOTSUPP;
-}
-
-void plx_backend_prepare_stop(plx_backend *be, uint64_t first, uint64_t nblocks)
-{
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_stop(f, first, nblocks);
-}
-
-void plx_backend_prepare_stats(const plx_backend *be, struct plx_prepare_stats *out)
-{
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_stats(f, out);
-    else
-        memset(out, 0, sizeof *out);
-}
-
+/* A test hook of the file backend's own (backend.h), not an operation of the seam. */
 void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
 {
-    struct file_backend *f = as_file(be);
-    if (f)
-        plx_file_prep_test(f, fail_next, pause);
+    if (be != NULL && be->ops == &file_ops)
+        plx_file_prep_test(&((struct file_backend *)be)->prep, fail_next, pause);
 }
 
 /* ---- Opening --------------------------------------------------------------------------------- */
@@ -917,9 +957,9 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     if (f->buffered)
         f->rwf_dsync = 0;
 
-    f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (f->efd < 0) {
-        e = errno;
+    int qrc = plx_done_open(&f->done);
+    if (qrc < 0) {
+        e = -qrc;
         close(fd);
         free(f);
         return open_fail(err, errbuf, errlen, e, "eventfd for %s: %s", path, strerror(e));
@@ -945,7 +985,7 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         nslots /= 2;
     }
     if (rc < 0) {
-        close(f->efd);
+        plx_done_close(&f->done);
         close(fd);
         free(f);
         return open_fail(err, errbuf, errlen, -rc, "io_setup for %s: %s", path, strerror(-rc));
@@ -954,7 +994,7 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     if (f->slots == NULL) {
         if (!f->blocking)
             io_destroy(f->ctx);
-        close(f->efd);
+        plx_done_close(&f->done);
         close(fd);
         free(f);
         return open_fail(err, errbuf, errlen, ENOMEM, "open %s: %s", path, strerror(ENOMEM));
@@ -963,10 +1003,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         slot_release(f, &f->slots[i]);
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
-    pthread_mutex_init(&f->prep_mu, NULL);
-    pthread_cond_init(&f->prep_cv, NULL);
-    pthread_cond_init(&f->prep_done_cv, NULL);
-    f->prep_ok = S_ISREG(st.st_mode) && direct && !rdonly && !f->blocking;
+    plx_file_prep_init(&f->prep, &f->base, fd, f->done.efd,
+                       S_ISREG(st.st_mode) && direct && !rdonly && !f->blocking);
 
     /* PLX_IO_DIRECT (backend.h): where O_DIRECT is refused (tmpfs) such I/Os use the page cache
      * like the rest. */
@@ -989,3 +1027,10 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);
     return &f->base;
 }
+
+/* Its line in the table of URL schemes (backend_open.c): any name no other scheme claims. */
+const struct plx_backend_scheme plx_backend_file_scheme = {
+    .prefix = NULL,
+    .open = plx_backend_file_open,
+    .ops = &file_ops,
+};

@@ -7,7 +7,8 @@
  * unwritten space is 2-5 times slower). The ranges and the state of each 1 MiB chunk are shared
  * with the thread under prep_mu; a write into a chunk that is not done is held on held_head (the
  * loop's own list) until the thread says so through the eventfd, and backend_file.c's poll
- * starts it then (plx_file_prep_release).
+ * starts it then (plx_file_prep_release). f is always the backend's struct file_prep
+ * (backend_file_prepare.h): this file knows nothing else of the file backend.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend_file_internal.h"
-#include "backend_mem_internal.h"
+#include <libaio.h>
+
+#include "backend_done.h"
+#include "backend_file_prepare.h"
 
 static uint64_t u64_max(uint64_t a, uint64_t b)
 {
@@ -39,7 +42,7 @@ static uint64_t prep_now_ns(void)
 
 /* Under prep_mu: the number of held writes becomes n. The waits add up to the integral of that
  * number over time, so no I/O needs a timestamp of its own. */
-static void held_count(struct file_backend *f, uint64_t n)
+static void held_count(struct file_prep *f, uint64_t n)
 {
     uint64_t now = prep_now_ns();
     if (f->held_n > 0)
@@ -57,7 +60,7 @@ static void chunk_bounds(const struct prep_range *r, uint64_t k, uint64_t *a, ui
     *b = u64_min((k + 1) * PREP_CHUNK, r->end);
 }
 
-static void chunk_set_done(struct file_backend *f, struct prep_range *r, uint64_t i)
+static void chunk_set_done(struct file_prep *f, struct prep_range *r, uint64_t i)
 {
     if (r->state[i] == CH_URGENT)
         f->prep_urgent--;
@@ -67,9 +70,9 @@ static void chunk_set_done(struct file_backend *f, struct prep_range *r, uint64_
 
 /* Under prep_mu: visit every chunk not done that [block, block + n) touches: fn(f, r, i, whole)
  * with whole set when the I/O covers the chunk's blocks in full. */
-static void
-for_chunks(struct file_backend *f, uint64_t block, uint64_t n,
-           void (*fn)(struct file_backend *, struct prep_range *, uint64_t, int, void *), void *arg)
+static void for_chunks(struct file_prep *f, uint64_t block, uint64_t n,
+                       void (*fn)(struct file_prep *, struct prep_range *, uint64_t, int, void *),
+                       void *arg)
 {
     uint64_t end = block + n;
     for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
@@ -86,8 +89,7 @@ for_chunks(struct file_backend *f, uint64_t block, uint64_t n,
     }
 }
 
-static void find_busy(struct file_backend *f, struct prep_range *r, uint64_t i, int whole,
-                      void *arg)
+static void find_busy(struct file_prep *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     (void)f;
     (void)whole;
@@ -99,7 +101,7 @@ static void find_busy(struct file_backend *f, struct prep_range *r, uint64_t i, 
  * zeroing would have written there); in one it covers in part it is counted as in flight, and
  * the chunk, now in use, is zeroed before those nobody writes to yet, unless the write belongs
  * to a stream (*arg set), whose next writes will fill the rest of the chunk themselves. */
-static void go_ahead(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
+static void go_ahead(struct file_prep *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     if (whole) {
         chunk_set_done(f, r, i);
@@ -119,7 +121,7 @@ static void go_ahead(struct file_backend *f, struct prep_range *r, uint64_t i, i
  * thread has not been there yet: slower on ext4 than written space, but far faster than waiting
  * for 1 MiB zero writes one after another when a snapshot has just made every leaf take a fresh
  * slot (bench/notes/snapshots.md, issue 16). */
-static void wait_all(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
+static void wait_all(struct file_prep *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     if (whole && r->state[i] != CH_BUSY) {
         chunk_set_done(f, r, i);
@@ -135,7 +137,7 @@ static void wait_all(struct file_backend *f, struct prep_range *r, uint64_t i, i
     *(int *)arg = 1;
 }
 
-static int prep_blocked(struct file_backend *f, uint64_t block, uint64_t n, int stream)
+static int prep_blocked(struct file_prep *f, uint64_t block, uint64_t n, int stream)
 {
     if (f->prep_wait_all) {
         /* PARALLAX_ZERO_WAIT=1 (measurements): every write into a chunk not done waits for
@@ -172,8 +174,7 @@ struct touch {
     unsigned chunks, whole;
 };
 
-static void count_touch(struct file_backend *f, struct prep_range *r, uint64_t i, int whole,
-                        void *arg)
+static void count_touch(struct file_prep *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     (void)f;
     (void)r;
@@ -185,7 +186,7 @@ static void count_touch(struct file_backend *f, struct prep_range *r, uint64_t i
 
 /* Under prep_mu, once per write or trim when it is submitted: note where it ends and whether it
  * streams into chunks not done (1) or is a small write out of any stream (0). */
-static int prep_classify(struct file_backend *f, uint64_t block, uint64_t n, uint64_t now)
+static int prep_classify(struct file_prep *f, uint64_t block, uint64_t n, uint64_t now)
 {
     int seq = 0, stream;
     for (unsigned k = 0; k < PREP_STREAMS && !seq; k++)
@@ -215,7 +216,7 @@ static int prep_classify(struct file_backend *f, uint64_t block, uint64_t n, uin
 
 /* Under prep_mu: until when (monotonic ns) the thread leaves pending chunks alone, or 0 when it
  * zeroes ahead now. */
-static uint64_t prep_aside_until(const struct file_backend *f, uint64_t now)
+static uint64_t prep_aside_until(const struct file_prep *f, uint64_t now)
 {
     uint64_t w = f->prep_stream_ns, oldest = f->prep_random_at[f->prep_random_next];
     if (w == 0 || f->prep_streamed_at == 0 || now - f->prep_streamed_at >= w)
@@ -225,7 +226,7 @@ static uint64_t prep_aside_until(const struct file_backend *f, uint64_t now)
     return f->prep_streamed_at + w;
 }
 
-static void uncount(struct file_backend *f, struct prep_range *r, uint64_t i, int whole, void *arg)
+static void uncount(struct file_prep *f, struct prep_range *r, uint64_t i, int whole, void *arg)
 {
     (void)whole;
     (void)arg;
@@ -235,7 +236,7 @@ static void uncount(struct file_backend *f, struct prep_range *r, uint64_t i, in
         pthread_cond_signal(&f->prep_cv);
 }
 
-void plx_file_prep_finished(struct file_backend *f, const struct plx_io *io)
+void plx_file_prep_finished(struct file_prep *f, const struct plx_io *io)
 {
     pthread_mutex_lock(&f->prep_mu);
     for_chunks(f, io->block, io->nblocks, uncount, NULL);
@@ -243,7 +244,7 @@ void plx_file_prep_finished(struct file_backend *f, const struct plx_io *io)
 }
 
 /* Hold io if its chunks are not ready (1), else 0: it goes the usual way. */
-int plx_file_prep_hold(struct file_backend *f, struct plx_io *io)
+int plx_file_prep_hold(struct file_prep *f, struct plx_io *io)
 {
     pthread_mutex_lock(&f->prep_mu);
     int stream = prep_classify(f, io->block, io->nblocks, prep_now_ns());
@@ -263,7 +264,7 @@ int plx_file_prep_hold(struct file_backend *f, struct plx_io *io)
 }
 
 /* Every chunk not yet done counts as done (an error, or the backend closing). Under prep_mu. */
-static void prep_abandon(struct file_backend *f)
+static void prep_abandon(struct file_prep *f)
 {
     for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next)
         for (uint64_t i = 0; i < r->nchunks && r->left > 0; i++)
@@ -273,7 +274,7 @@ static void prep_abandon(struct file_backend *f)
 
 /* Under prep_mu: the chunk to zero next, urgent ones first; none with writes in flight; none
  * that is only pending while streams are being written (prep_aside_until). */
-static int prep_pick(struct file_backend *f, struct prep_range **rp, uint64_t *ip)
+static int prep_pick(struct file_prep *f, struct prep_range **rp, uint64_t *ip)
 {
     for (struct prep_range *r = f->prep_ranges; r != NULL && f->prep_urgent > 0; r = r->next)
         for (uint64_t i = 0; i < r->nchunks && r->left > 0; i++)
@@ -365,7 +366,7 @@ static void zb_flush(struct zero_batch *z)
     z->n = 0;
 }
 
-static void zb_add(struct file_backend *f, struct zero_batch *z, off_t off, size_t len)
+static void zb_add(struct file_prep *f, struct zero_batch *z, off_t off, size_t len)
 {
     if (z->ctx == 0) {
         while (len > 0 && z->rc == 0) {
@@ -390,7 +391,7 @@ static void zb_add(struct file_backend *f, struct zero_batch *z, off_t off, size
 /* Add zero writes over the holes of blocks [a, b) to z, whole blocks only. A hole reads as
  * zeros, so this changes no block's contents; the chunk is busy meanwhile, so no write of the
  * engine's is in flight there or starts there before z is flushed. */
-static void zero_holes(struct file_backend *f, struct zero_batch *z, uint64_t a, uint64_t b)
+static void zero_holes(struct file_prep *f, struct zero_batch *z, uint64_t a, uint64_t b)
 {
     off_t pos = (off_t)(a * PLX_BLOCK_SIZE), end = (off_t)(b * PLX_BLOCK_SIZE);
     while (pos < end && z->rc == 0) {
@@ -421,7 +422,7 @@ static void zero_holes(struct file_backend *f, struct zero_batch *z, uint64_t a,
 }
 
 /* Under prep_mu: the thread takes chunk i of r. */
-static void prep_take(struct file_backend *f, struct prep_range *r, uint64_t i)
+static void prep_take(struct file_prep *f, struct prep_range *r, uint64_t i)
 {
     if (r->state[i] == CH_URGENT) {
         f->prep_urgent--;
@@ -432,7 +433,7 @@ static void prep_take(struct file_backend *f, struct prep_range *r, uint64_t i)
 
 static void *prep_thread(void *arg)
 {
-    struct file_backend *f = arg;
+    struct file_prep *f = arg;
     struct zero_batch *z = calloc(1, sizeof *z);
     void *zeros = plx_block_alloc(PREP_CHUNK);
     if (z != NULL) {
@@ -513,12 +514,12 @@ static void *prep_thread(void *arg)
             f->prep_error = rc;
             f->prep_stats.error = rc;
             prep_abandon(f);
-            fprintf(stderr, "parallax: %s: zeroing ahead stopped: %s\n", f->base.desc,
+            fprintf(stderr, "parallax: %s: zeroing ahead stopped: %s\n", f->be->desc,
                     strerror(-rc));
         }
         pthread_cond_broadcast(&f->prep_done_cv);
         if (f->prep_waiters)
-            plx_file_efd_signal(f->efd);
+            plx_efd_signal(f->efd);
     }
     pthread_mutex_unlock(&f->prep_mu);
     if (z != NULL && z->ctx != 0)
@@ -529,7 +530,7 @@ static void *prep_thread(void *arg)
 }
 
 /* From poll: the held writes whose chunks are done, for poll to start; drop finished ranges. */
-struct plx_io *plx_file_prep_release(struct file_backend *f)
+struct plx_io *plx_file_prep_release(struct file_prep *f)
 {
     struct plx_io *go_head = NULL, *go_tail = NULL;
     pthread_mutex_lock(&f->prep_mu);
@@ -570,9 +571,9 @@ struct plx_io *plx_file_prep_release(struct file_backend *f)
     return go_head;
 }
 
-int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks)
+int plx_file_prep_add(struct file_prep *f, uint64_t first, uint64_t nblocks)
 {
-    const plx_backend *be = &f->base;
+    const plx_backend *be = f->be;
     if (!f->prep_ok)
         return -EOPNOTSUPP;
     if (first > be->nblocks || nblocks > be->nblocks - first)
@@ -627,7 +628,7 @@ int plx_file_prep_add(struct file_backend *f, uint64_t first, uint64_t nblocks)
     return 0;
 }
 
-void plx_file_prep_stop(struct file_backend *f, uint64_t first, uint64_t nblocks)
+void plx_file_prep_stop(struct file_prep *f, uint64_t first, uint64_t nblocks)
 {
     if (!f->prep_started)
         return;
@@ -654,10 +655,10 @@ void plx_file_prep_stop(struct file_backend *f, uint64_t first, uint64_t nblocks
     pthread_mutex_unlock(&f->prep_mu);
     /* Writes held in the range may go now: let the next poll start them. */
     if (f->held_head != NULL)
-        plx_file_efd_signal(f->efd);
+        plx_efd_signal(f->efd);
 }
 
-void plx_file_prep_stats(struct file_backend *f, struct plx_prepare_stats *out)
+void plx_file_prep_stats(struct file_prep *f, struct plx_prepare_stats *out)
 {
     pthread_mutex_lock(&f->prep_mu);
     *out = f->prep_stats;
@@ -666,7 +667,7 @@ void plx_file_prep_stats(struct file_backend *f, struct plx_prepare_stats *out)
     pthread_mutex_unlock(&f->prep_mu);
 }
 
-void plx_file_prep_test(struct file_backend *f, int fail_next, int pause)
+void plx_file_prep_test(struct file_prep *f, int fail_next, int pause)
 {
     pthread_mutex_lock(&f->prep_mu);
     if (fail_next)
@@ -686,10 +687,18 @@ void plx_file_prep_test(struct file_backend *f, int fail_next, int pause)
     pthread_mutex_unlock(&f->prep_mu);
 }
 
-/* An accepted I/O (counted in inflight) that was held: start it, or queue it for a slot; a
- * failure to start becomes its completion. */
+void plx_file_prep_init(struct file_prep *f, const plx_backend *be, int fd, int efd, int ok)
+{
+    f->be = be;
+    f->fd = fd;
+    f->efd = efd;
+    f->prep_ok = ok;
+    pthread_mutex_init(&f->prep_mu, NULL);
+    pthread_cond_init(&f->prep_cv, NULL);
+    pthread_cond_init(&f->prep_done_cv, NULL);
+}
 
-void plx_file_prep_shutdown(struct file_backend *f)
+void plx_file_prep_shutdown(struct file_prep *f)
 {
     const char *say = getenv("PARALLAX_PREP_STATS");
     if (f->prep_started && say != NULL && strcmp(say, "1") == 0) {
@@ -699,7 +708,7 @@ void plx_file_prep_shutdown(struct file_backend *f)
                 "parallax: %s: zeroing ahead: %llu chunks zeroed (%llu urgent, %llu MiB of "
                 "zeros), %llu covered by writes; %llu writes waited %.3f s in all (at most %llu "
                 "at once); writes into chunks not done: %llu streamed, %llu small\n",
-                f->base.desc, (unsigned long long)ps->chunks_zeroed,
+                f->be->desc, (unsigned long long)ps->chunks_zeroed,
                 (unsigned long long)ps->urgent_zeroed, (unsigned long long)(ps->bytes_zeroed >> 20),
                 (unsigned long long)ps->chunks_covered, (unsigned long long)ps->writes_waited,
                 (double)ps->wait_ns / 1e9, (unsigned long long)ps->held_max,

@@ -68,7 +68,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -160,8 +159,8 @@ static int session_up(const struct iscsi_backend *b)
 static void after_sync(struct iscsi_backend *b)
 {
     plx_iscsi_sync_socket(b, 1);
-    if (b->ready.head != NULL)
-        plx_iscsi_efd_signal(b->efd);
+    if (b->done.ready.head != NULL)
+        plx_efd_signal(b->done.efd);
 }
 
 /* PERSISTENT RESERVE OUT: the SCSI status, or -1 when the session failed. UNIT ATTENTION (a
@@ -464,7 +463,7 @@ static void pr_leave(struct iscsi_backend *b)
 
 static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
 {
-    struct plx_io *io = r->io;
+    struct plx_io *io = r->done.io;
     uint64_t lba = io->block * b->lbas_per_block;
     uint32_t len = io->nblocks * PLX_BLOCK_SIZE;
 
@@ -548,7 +547,7 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     struct iscsi_req *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
-    r->io = io;
+    r->done.io = io;
     r->b = b;
     if (b->blocking) {
         plx_iscsi_finish(b, r, run_blocking(b, r));
@@ -581,7 +580,7 @@ static int64_t now_ms(void)
  * its service loop, several times for each request a server answers. */
 static int nothing_ready(struct iscsi_backend *b)
 {
-    if (b->blocking || b->rejoin || b->dead || b->conn != CONN_UP || b->ready.head != NULL)
+    if (b->blocking || b->rejoin || b->dead || b->conn != CONN_UP || b->done.ready.head != NULL)
         return 0;
     int fd = iscsi_get_fd(b->iscsi);
     int want = fd >= 0 ? iscsi_which_events(b->iscsi) : 0;
@@ -590,6 +589,14 @@ static int nothing_ready(struct iscsi_backend *b)
         return 0;
     struct epoll_event e;
     return epoll_wait(b->epfd, &e, 1, 0) == 0;
+}
+
+/* A delivered request (plx_done_deliver). */
+static void iscsi_release(void *arg, struct plx_done *d)
+{
+    struct iscsi_backend *b = arg;
+    free(plx_iscsi_req(d));
+    b->inflight--;
 }
 
 static int iscsi_poll(plx_backend *be, int timeout_ms)
@@ -603,7 +610,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
     }
 
     for (;;) {
-        plx_iscsi_efd_drain(b->efd);
+        plx_efd_drain(b->done.efd);
         if (!b->blocking)
             service(b);
         if (b->rejoin) {
@@ -611,7 +618,7 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
             if (!b->blocking)
                 after_sync(b);
         }
-        if (b->ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
+        if (b->done.ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
             break;
         int wait = -1;
         if (timeout_ms > 0) {
@@ -625,20 +632,9 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
             return rc;
     }
 
-    struct req_list ready = b->ready;
-    b->ready.head = b->ready.tail = NULL;
-    int n = 0;
-    struct iscsi_req *r;
-    while ((r = plx_iscsi_list_pop(&ready)) != NULL) {
-        struct plx_io *io = r->io;
-        int status = r->status;
-        free(r);
-        b->inflight--;
-        n++;
-        io->done(io, status);
-    }
-    if (b->ready.head != NULL)
-        plx_iscsi_efd_signal(b->efd);
+    int n = plx_done_deliver(&b->done, iscsi_release, b);
+    if (b->done.ready.head != NULL)
+        plx_efd_signal(b->done.efd);
     return n;
 }
 
@@ -667,7 +663,7 @@ static void iscsi_destroy(plx_backend *be)
         iscsi_destroy_context(b->iscsi); /* requests it still held come back to the held list */
     }
     /* Requests not delivered (a destroy with I/O in flight) are freed; done is not called. */
-    struct req_list *lists[] = {&b->held, &b->retry, &b->ready};
+    struct plx_done_list *lists[] = {&b->held, &b->retry, &b->done.ready};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         struct iscsi_req *r;
         while ((r = plx_iscsi_list_pop(lists[i])) != NULL)
@@ -676,15 +672,14 @@ static void iscsi_destroy(plx_backend *be)
     free(b->url);
     while (b->abandoned != NULL) {
         struct iscsi_req *r = b->abandoned;
-        b->abandoned = r->next;
+        b->abandoned = plx_iscsi_req(r->done.next);
         free(r);
     }
     if (b->lock_fd >= 0)
         close(b->lock_fd);
     if (b->epfd >= 0)
         close(b->epfd);
-    if (b->efd >= 0)
-        close(b->efd);
+    plx_done_close(&b->done);
     if (b->tfd >= 0)
         close(b->tfd);
     free(b);
@@ -709,6 +704,11 @@ static int iscsi_lock(plx_backend *be, int take)
     }
 }
 
+static const struct plx_fence_ops iscsi_fence_ops = {
+    .join = iscsi_fence_join,
+    .preempt = iscsi_fence_preempt,
+};
+
 static const struct plx_backend_ops iscsi_ops = {
     .submit = iscsi_submit,
     .poll = iscsi_poll,
@@ -716,17 +716,9 @@ static const struct plx_backend_ops iscsi_ops = {
     .inflight = iscsi_inflight,
     .destroy = iscsi_destroy,
     .lock = iscsi_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .fence = &iscsi_fence_ops,
 };
-
-static const struct plx_fence_ops iscsi_fence_ops = {
-    .join = iscsi_fence_join,
-    .preempt = iscsi_fence_preempt,
-};
-
-const struct plx_fence_ops *plx_backend_fence_ops(const plx_backend *be)
-{
-    return be != NULL && be->ops == &iscsi_ops ? &iscsi_fence_ops : NULL;
-}
 
 /* ---- Opening -------------------------------------------------------------------------------- */
 
@@ -979,7 +971,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     struct iscsi_backend *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);
-    b->epfd = b->efd = b->tfd = b->sock_fd = b->lock_fd = -1;
+    b->epfd = b->done.efd = b->tfd = b->sock_fd = b->lock_fd = -1;
     b->rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
     b->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
     snprintf(b->base.desc, sizeof(b->base.desc), "%s", desc);
@@ -1024,11 +1016,12 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         return open_fail(err, errbuf, errlen, -rc, "%s", msg);
     }
 
-    b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int qrc = plx_done_open(&b->done);
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     struct epoll_event e = {.events = EPOLLIN};
-    if (b->efd < 0 || b->epfd < 0 || b->tfd < 0 || epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->efd, &e) ||
+    if (qrc < 0 || b->epfd < 0 || b->tfd < 0 ||
+        epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->done.efd, &e) ||
         epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->tfd, &e)) {
         int e2 = errno;
         iscsi_destroy(&b->base);
@@ -1037,3 +1030,10 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     plx_iscsi_sync_socket(b, 1);
     return &b->base;
 }
+
+/* Its line in the table of URL schemes (backend_open.c). */
+const struct plx_backend_scheme plx_backend_iscsi_scheme = {
+    .prefix = ISCSI_PREFIX,
+    .open = plx_backend_iscsi_open,
+    .ops = &iscsi_ops,
+};

@@ -13,26 +13,27 @@
 #include <iscsi/scsi-lowlevel.h>
 
 #include "backend.h"
+#include "backend_done.h"
 
 #define MAX_RETRIES 8 /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 
 struct iscsi_req {
-    struct plx_io *io;
+    struct plx_done done; /* first: the I/O, its status, the ready, retry or held list's link */
     struct iscsi_backend *b;
     struct scsi_task *task;
-    int status;
     int retries;
     uint64_t trimmed; /* trim: LBAs unmapped so far (one UNMAP per max_unmap LBAs) */
     struct unmap_list unmap;
     int abandoned;          /* failed by fail_all(): a late libiscsi callback only frees the task */
     int cancelling;         /* we cancelled its task ourselves: it fails, it is not held */
-    struct iscsi_req *next; /* ready, retry or held list */
     struct iscsi_req *all_prev, *all_next; /* every request libiscsi holds */
 };
 
-struct req_list {
-    struct iscsi_req *head, *tail;
-};
+/* The request a list entry is (done is its first member). */
+static inline struct iscsi_req *plx_iscsi_req(struct plx_done *d)
+{
+    return (struct iscsi_req *)(void *)d;
+}
 
 /* The session, in asynchronous mode (backend_iscsi_session.c). */
 enum iscsi_conn {
@@ -53,12 +54,13 @@ struct iscsi_backend {
     int rdonly, blocking;
     uint32_t max_unmap; /* LBAs per UNMAP; 0 = the LUN does not unmap */
     int dead;           /* reconnecting gave up: everything fails with -EIO */
-    int epfd, efd, tfd; /* the backend's fd; ready-list signal; the clock */
+    int epfd, tfd;      /* the backend's fd; the clock */
+    struct plx_done_queue done; /* finished requests, and the eventfd that says so */
     int sock_fd;        /* socket as registered in epfd, -1 when not */
     int sock_events;    /* EPOLLIN/EPOLLOUT registered for it */
     int ticking;
     unsigned inflight; /* accepted and done not yet called */
-    struct req_list ready, retry;
+    struct plx_done_list retry;
     struct iscsi_req *all;        /* requests whose task libiscsi holds */
     struct iscsi_req *abandoned;  /* failed by fail_all, freed at destroy */
     int lock_fd;                  /* flock stand-in for the admin lock (one host) */
@@ -69,7 +71,7 @@ struct iscsi_backend {
     int rejoin_checked;       /* ... and we looked whether our key is still on the LUN: */
     int rejoin_key_gone;      /* it was gone: confirm the lease first */
     uint64_t rejoin_since_ns; /* when the doubt began (CLOCK_MONOTONIC) */
-    struct req_list held;     /* waiting for a login or a rejoin, in order */
+    struct plx_done_list held; /* waiting for a login or a rejoin, in order */
     /* The session (backend_iscsi_session.c). */
     enum iscsi_conn conn;
     int dropped;              /* a callback saw the session's commands cancelled under it */
@@ -82,10 +84,8 @@ struct iscsi_backend {
 };
 
 /* backend_iscsi_io.c: requests, the event set, libiscsi's log (the bottom layer). */
-void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r);
-struct iscsi_req *plx_iscsi_list_pop(struct req_list *l);
-void plx_iscsi_efd_signal(int efd);
-void plx_iscsi_efd_drain(int efd);
+void plx_iscsi_list_push(struct plx_done_list *l, struct iscsi_req *r);
+struct iscsi_req *plx_iscsi_list_pop(struct plx_done_list *l);
 void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status);
 void plx_iscsi_sync_socket(struct iscsi_backend *b, int force);
 void plx_iscsi_set_ticking(struct iscsi_backend *b, int on);

@@ -23,28 +23,17 @@
 
 #define TICK_MS 250 /* libiscsi's clock while I/O is in flight or a reconnect waits */
 
-/* ---- Lists and signals ---------------------------------------------------------------------- */
+/* ---- Lists and signals (the lists and the completion queue are backend_done.h's) ------------ */
 
-void plx_iscsi_list_push(struct req_list *l, struct iscsi_req *r)
+void plx_iscsi_list_push(struct plx_done_list *l, struct iscsi_req *r)
 {
-    r->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    plx_done_push(l, &r->done);
 }
 
-struct iscsi_req *plx_iscsi_list_pop(struct req_list *l)
+struct iscsi_req *plx_iscsi_list_pop(struct plx_done_list *l)
 {
-    struct iscsi_req *r = l->head;
-    if (r != NULL) {
-        l->head = r->next;
-        if (l->head == NULL)
-            l->tail = NULL;
-        r->next = NULL;
-    }
-    return r;
+    struct plx_done *d = plx_done_pop(l);
+    return d != NULL ? plx_iscsi_req(d) : NULL;
 }
 
 static void all_add(struct iscsi_backend *b, struct iscsi_req *r)
@@ -67,26 +56,9 @@ static void all_remove(struct iscsi_backend *b, struct iscsi_req *r)
     r->all_prev = r->all_next = NULL;
 }
 
-void plx_iscsi_efd_signal(int efd)
-{
-    uint64_t one = 1;
-    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        perror("parallax: eventfd write");
-}
-
-void plx_iscsi_efd_drain(int efd)
-{
-    uint64_t v;
-    while (read(efd, &v, sizeof(v)) > 0)
-        ;
-}
-
 void plx_iscsi_finish(struct iscsi_backend *b, struct iscsi_req *r, int status)
 {
-    r->status = status;
-    if (b->ready.head == NULL)
-        plx_iscsi_efd_signal(b->efd);
-    plx_iscsi_list_push(&b->ready, r);
+    plx_done_finish(&b->done, &r->done, status);
 }
 
 /* ---- The event set -------------------------------------------------------------------------- */
@@ -166,7 +138,8 @@ int plx_iscsi_task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int sta
     if (status == SCSI_STATUS_GOOD) {
         /* No partial transfers: a read or write that moved less than asked failed. */
         if (task != NULL && task->residual_status != SCSI_RESIDUAL_NO_RESIDUAL &&
-            task->residual != 0 && (r->io->op == PLX_IO_READ || r->io->op == PLX_IO_WRITE))
+            task->residual != 0 &&
+            (r->done.io->op == PLX_IO_READ || r->done.io->op == PLX_IO_WRITE))
             return -EIO;
         return 0;
     }
@@ -178,7 +151,7 @@ int plx_iscsi_task_outcome(struct iscsi_backend *b, struct iscsi_req *r, int sta
         return b->fenced ? -ESTALE : 2;
     if (status == SCSI_STATUS_CHECK_CONDITION && task != NULL)
         fprintf(stderr, "parallax: %s: %s of block %llu failed: %s (%s)\n", b->base.desc,
-                op_names[r->io->op], (unsigned long long)r->io->block,
+                op_names[r->done.io->op], (unsigned long long)r->done.io->block,
                 scsi_sense_key_str(task->sense.key), scsi_sense_ascq_str(task->sense.ascq));
     else if (status != SCSI_STATUS_CANCELLED)
         fprintf(stderr, "parallax: %s: SCSI status 0x%x: %s\n", b->base.desc, (unsigned)status,
@@ -193,24 +166,24 @@ static void task_cb(struct iscsi_context *iscsi, int status, void *command_data,
 /* The next UNMAP of a trim: at most max_unmap LBAs from where the last one ended. */
 void plx_iscsi_next_unmap(const struct iscsi_backend *b, struct iscsi_req *r)
 {
-    uint64_t total = (uint64_t)r->io->nblocks * b->lbas_per_block;
+    uint64_t total = (uint64_t)r->done.io->nblocks * b->lbas_per_block;
     uint64_t left = total - r->trimmed;
-    r->unmap.lba = r->io->block * b->lbas_per_block + r->trimmed;
+    r->unmap.lba = r->done.io->block * b->lbas_per_block + r->trimmed;
     r->unmap.num = (uint32_t)(left < b->max_unmap ? left : b->max_unmap);
 }
 
 /* A trim longer than one UNMAP goes on with the next (1), or is over (0). */
 int plx_iscsi_trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 {
-    if (r->io->op != PLX_IO_TRIM)
+    if (r->done.io->op != PLX_IO_TRIM)
         return 0;
     r->trimmed += r->unmap.num;
-    return r->trimmed < (uint64_t)r->io->nblocks * b->lbas_per_block;
+    return r->trimmed < (uint64_t)r->done.io->nblocks * b->lbas_per_block;
 }
 
 int plx_iscsi_issue(struct iscsi_backend *b, struct iscsi_req *r)
 {
-    struct plx_io *io = r->io;
+    struct plx_io *io = r->done.io;
     if (!b->blocking && b->conn != CONN_UP) {
         /* The session is being re-established (backend_iscsi_session.c): sent after the login
          * (and, for a write, the registration check). */
@@ -338,7 +311,7 @@ void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why)
         d->task = NULL;
         plx_iscsi_finish(b, d, -EIO);
         r->abandoned = 1;
-        r->next = b->abandoned;
+        r->done.next = b->abandoned ? &b->abandoned->done : NULL;
         b->abandoned = r;
     }
     while (b->retry.head != NULL)
@@ -368,8 +341,8 @@ void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
 /* The held requests go out, in order (only ever filled in asynchronous mode). */
 void plx_iscsi_release_held(struct iscsi_backend *b)
 {
-    struct req_list held = b->held; /* plx_iscsi_issue() may hold a request again */
-    b->held.head = b->held.tail = NULL;
+    /* plx_iscsi_issue() may hold a request again */
+    struct plx_done_list held = plx_done_take(&b->held);
     struct iscsi_req *r;
     while ((r = plx_iscsi_list_pop(&held)) != NULL) {
         int rc = b->dead ? -EIO : plx_iscsi_issue(b, r);

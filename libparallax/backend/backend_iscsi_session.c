@@ -167,7 +167,7 @@ static void logged_in(struct iscsi_backend *b)
     b->conn = CONN_UP;
     b->attempts = 0;
     unsigned held = 0;
-    for (const struct iscsi_req *r = b->held.head; r != NULL; r = r->next)
+    for (const struct plx_done *r = b->held.head; r != NULL; r = r->next)
         held++;
     if (b->pr_key != 0 && b->rejoin) {
         /* The lock manager is asked from now on: a full lease to confirm ours, counted from

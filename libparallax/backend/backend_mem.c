@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/eventfd.h>
 
 #include "backend.h"
+#include "backend_done.h"
 #include "backend_mem_internal.h"
 
 /* ---- Refcounted blocks ----------------------------------------------------------------------- */
@@ -216,21 +216,6 @@ int plx_backend_check_io(const plx_backend *be, const struct plx_io *io)
     return -EINVAL;
 }
 
-static void efd_signal(int efd)
-{
-    uint64_t one = 1;
-    /* EAGAIN means the counter is saturated, which still reads as readable. */
-    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        perror("parallax: eventfd write");
-}
-
-static void efd_drain(int efd)
-{
-    uint64_t v;
-    while (read(efd, &v, sizeof(v)) > 0)
-        ;
-}
-
 static int mem_submit(plx_backend *be, struct plx_io *io)
 {
     struct mem_backend *m = (struct mem_backend *)be;
@@ -244,7 +229,7 @@ static int mem_submit(plx_backend *be, struct plx_io *io)
         m->head = io;
     m->tail = io;
     m->inflight++;
-    efd_signal(m->efd);
+    plx_efd_signal(m->efd);
     return 0;
 }
 
@@ -281,7 +266,7 @@ static int mem_poll(plx_backend *be, int timeout_ms)
     /* Everything is already "done": waiting could only ever wait for nothing. Only the
      * completions queued before this call are delivered, so that a callback that resubmits
      * cannot keep poll() spinning forever. */
-    efd_drain(m->efd);
+    plx_efd_drain(m->efd);
     struct plx_io *io = m->head;
     m->head = m->tail = NULL;
     while (io != NULL) {
@@ -325,6 +310,12 @@ static int mem_lock(plx_backend *be, int take)
     return 0;
 }
 
+/* Checked by plx_backend_check_io, so that tests exercise the write log's unaligned path. */
+static size_t mem_dio_align(const plx_backend *be)
+{
+    return PLX_MEM_DIO_ALIGN;
+}
+
 static const struct plx_backend_ops mem_ops = {
     .submit = mem_submit,
     .poll = mem_poll,
@@ -332,12 +323,14 @@ static const struct plx_backend_ops mem_ops = {
     .inflight = mem_inflight,
     .destroy = mem_destroy,
     .lock = mem_lock,
+    .size = sizeof(struct plx_backend_ops),
+    .dio_align = mem_dio_align,
 };
 
 plx_backend *plx_backend_mem_from_table(struct plx_blk_table *t)
 {
     struct mem_backend *m = xcalloc(1, sizeof(*m));
-    m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    m->efd = plx_efd_open();
     if (m->efd < 0) {
         /* Only fd exhaustion gets here; tests cannot run without descriptors anyway. */
         perror("parallax: eventfd");

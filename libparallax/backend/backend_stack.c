@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "backend.h"
 
 static plx_backend *lower_of(const plx_backend *be)
@@ -49,14 +50,35 @@ static void fwd_destroy(plx_backend *be)
     free(s);
 }
 
-void plx_backend_stack_forward_ops(struct plx_backend_ops *ops)
+static const struct plx_backend_ops forward = {
+    .submit = fwd_submit,
+    .poll = fwd_poll,
+    .fd = fwd_fd,
+    .inflight = fwd_inflight,
+    .destroy = fwd_destroy,
+    .lock = fwd_lock,
+    .size = sizeof(struct plx_backend_ops),
+};
+
+const struct plx_backend_ops *plx_backend_stack_forward(void)
 {
-    *ops = (struct plx_backend_ops){.submit = fwd_submit,
-                                    .poll = fwd_poll,
-                                    .fd = fwd_fd,
-                                    .inflight = fwd_inflight,
-                                    .destroy = fwd_destroy,
-                                    .lock = fwd_lock};
+    return &forward;
+}
+
+/* API 1.8: the whole struct, size set, no optional ability. */
+void plx_backend_stack_forward_ops_1_8(struct plx_backend_ops *ops);
+PLX_SYMVER("plx_backend_stack_forward_ops@@PARALLAX_1.8")
+void plx_backend_stack_forward_ops_1_8(struct plx_backend_ops *ops)
+{
+    *ops = forward;
+}
+
+/* API 1.0 to 1.7: the caller's struct ends at lock; writing more would write past its end. */
+void plx_backend_stack_forward_ops_1_0(struct plx_backend_ops *ops);
+PLX_SYMVER("plx_backend_stack_forward_ops@PARALLAX_1")
+void plx_backend_stack_forward_ops_1_0(struct plx_backend_ops *ops)
+{
+    memcpy(ops, &forward, offsetof(struct plx_backend_ops, size));
 }
 
 void plx_backend_stack_init(struct plx_backend_stack *s, const struct plx_backend_ops *ops,

@@ -59,6 +59,26 @@ struct plx_io {
     struct plx_io *be_next; /* backend-private linkage while in flight */
 };
 
+/* The library's own types of two optional operations below (backend.h): a backend outside the
+ * library leaves those operations NULL. */
+struct plx_fence_ops;
+struct plx_prepare_stats;
+
+/* A backend's operations. The struct grows at its end (API 1.8 added size and everything after
+ * it): a backend sets size to sizeof(struct plx_backend_ops) as it was compiled, and the library
+ * reads an operation past lock only when size covers it, so a backend built against an older
+ * header keeps working with a newer library, and an optional operation it does not know about
+ * (or leaves NULL, or has no size for: size 0) is one it does not have. Backends are best
+ * written with designated initializers:
+ *
+ *     static const struct plx_backend_ops my_ops = {
+ *         .size = sizeof(struct plx_backend_ops),
+ *         .submit = my_submit, .poll = my_poll, .fd = my_fd, .inflight = my_inflight,
+ *         .destroy = my_destroy,
+ *     };
+ *
+ * A program built against a header before 1.8 has ops without size: the library's entry points
+ * of that version (symbol version PARALLAX_1) know it and never read past lock. */
 struct plx_backend_ops {
     int (*submit)(plx_backend *be, struct plx_io *io);
     /* Reap completions and run their callbacks. timeout_ms: 0 = do not wait, -1 = wait for at
@@ -75,6 +95,26 @@ struct plx_backend_ops {
      * between processes sharing the medium. take != 0: try to take it without waiting (0, or
      * -EWOULDBLOCK when another holder has it); take == 0: release it. Not recursive. */
     int (*lock)(plx_backend *be, int take);
+
+    /* ---- API 1.8 ---- */
+    /* sizeof(struct plx_backend_ops) where the backend was compiled; 0 = nothing below. */
+    size_t size;
+    /* The optional abilities, NULL where the backend has none. A stacked backend has none unless
+     * it sets them itself (plx_backend_stack_forward_ops leaves them NULL): zeroing ahead, fencing
+     * and an alignment are the medium's, and the stacked one may change what they rely on. */
+    /* The memory alignment a buffer of an I/O the library flags direct needs (a power of two,
+     * at most PLX_BLOCK_SIZE); NULL: PLX_BLOCK_SIZE, the contract above. */
+    size_t (*dio_align)(const plx_backend *be);
+    /* Fencing at the medium (SCSI-3 persistent reservations on an iSCSI LUN): the library's
+     * struct plx_fence_ops (backend.h). */
+    const struct plx_fence_ops *fence;
+    /* Zeroing ahead (the file backend): make [first, first + nblocks) fast to write, in the
+     * background, without changing what it reads (0, or -EOPNOTSUPP where the medium has nothing
+     * to gain); stop doing so and wait for what is under way there; counters (the library's
+     * struct plx_prepare_stats, backend.h). The three come together. */
+    int (*prepare)(plx_backend *be, uint64_t first, uint64_t nblocks);
+    void (*prepare_stop)(plx_backend *be, uint64_t first, uint64_t nblocks);
+    void (*prepare_stats)(const plx_backend *be, struct plx_prepare_stats *out);
 };
 
 struct plx_backend {
@@ -107,7 +147,8 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
                                     size_t errlen);
 /* Nonzero when a blockstore name is an iSCSI URL (starts with iscsi://). */
 int plx_backend_is_iscsi(const char *where);
-/* A file, a block device or an iSCSI LUN, by the form of `where`. */
+/* A file, a block device or an iSCSI LUN, by the form of `where`: the backend whose URL scheme
+ * it starts with (backend_open.c's table: iscsi://), else a path. */
 plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
                               size_t errlen);
 
@@ -130,7 +171,8 @@ struct plx_backend_stack {
 void plx_backend_stack_init(struct plx_backend_stack *s, const struct plx_backend_ops *ops,
                             plx_backend *lower, int owns_lower, const char *what);
 /* Copy into *ops the operations that forward everything to lower: destroy() destroys lower if
- * the stack owns it, then frees the stack (allocate it with malloc, or replace destroy). */
+ * the stack owns it, then frees the stack (allocate it with malloc, or replace destroy). Sets
+ * size, and no optional ability (see struct plx_backend_ops). */
 void plx_backend_stack_forward_ops(struct plx_backend_ops *ops);
 
 #pragma GCC visibility pop

@@ -153,7 +153,7 @@ struct plx_store {
     /* Writes to `be` submitted through plx_submit and not yet completed: while there are none,
      * the store is idle and write_lat_ns says only what it was (plx_store_write_lat_now). */
     unsigned store_writes_inflight;
-    /* Bytes of data copies the write cache's automatic mode keeps (wlog.c, struct plx_wpass). */
+    /* Bytes of data copies the write cache's automatic mode keeps (wlog_pass.c). */
     uint64_t wpass_copy_bytes;
     /* $PARALLAX_SNAP_TRACE set: each snapshot prints where its time went (pipeline.c). */
     bool snap_trace;

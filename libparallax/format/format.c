@@ -214,12 +214,13 @@ static int path_holds_superblock(const char *path, char *errbuf, size_t errlen)
 
 /* Nothing is changed (no file created, resized or written) until every check has passed: a
  * refused format leaves what was there exactly as it was. */
-/* A LUN has the size its target gives it: format all of it, or its first `size` bytes. */
-static int format_iscsi(const char *url, uint64_t size, uint64_t extent_size, int force,
-                        char *errbuf, size_t errlen)
+/* A medium named by a URL (an iSCSI LUN: plx_blockstore_is_url) exists by itself and has the
+ * size it has: format all of it, or its first `size` bytes. */
+static int format_url(const char *url, uint64_t size, uint64_t extent_size, int force, char *errbuf,
+                      size_t errlen)
 {
     int err = 0;
-    plx_backend *be = plx_backend_iscsi_open(url, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
+    plx_backend *be = plx_backend_open(url, PLX_BACKEND_BLOCKING, &err, errbuf, errlen);
     if (!be)
         return err;
     if (size / PLX_BLOCK_SIZE > be->nblocks) {
@@ -239,8 +240,8 @@ static int format_iscsi(const char *url, uint64_t size, uint64_t extent_size, in
 int plx_format(const char *path, uint64_t size, uint64_t extent_size, int force, char *errbuf,
                size_t errlen)
 {
-    if (plx_backend_is_iscsi(path))
-        return format_iscsi(path, size, extent_size, force, errbuf, errlen);
+    if (plx_blockstore_is_url(path))
+        return format_url(path, size, extent_size, force, errbuf, errlen);
     struct stat sbuf;
     bool exists = stat(path, &sbuf) == 0;
     if (!exists && errno != ENOENT) {

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 7
+#define PLX_API_VERSION_MINOR 8
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -127,7 +127,9 @@ int plx_format_backend(plx_backend *be, uint64_t extent_size, char *errbuf, size
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
                    char *errbuf, size_t errlen);
 /* Open a store on a backend; the store takes ownership of `be` (destroyed on close, or on
- * failure). */
+ * failure). Since API 1.8 be's ops have size (parallax_backend.h); a program built against an
+ * older header links the version of PARALLAX_1, which takes ops without it (so does
+ * plx_store_upgrade_backend). */
 int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
                            char *errbuf, size_t errlen);
 /* Wait for all outstanding work, release claimed-but-unused blocks, close open VDIs and the

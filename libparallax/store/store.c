@@ -96,24 +96,37 @@ static int store_open(plx_backend *be, const struct plx_open_opts *opts, bool up
     return 0;
 }
 
-int plx_store_open_backend(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
-                           char *errbuf, size_t errlen)
+/* API 1.8 (the default): be's ops have size (struct plx_backend_ops). */
+int plx_store_open_backend_1_8(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen);
+PLX_SYMVER("plx_store_open_backend@@PARALLAX_1.8")
+int plx_store_open_backend_1_8(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen)
 {
     return store_open(be, opts, false, out, errbuf, errlen);
 }
 
-/* A blockstore's name picks its backend: an iscsi:// URL, else a path. */
-plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char *errbuf,
-                              size_t errlen)
+/* A program built against API 1.0 to 1.7 (PARALLAX_1): its backend's ops may end at lock. */
+static plx_backend *adopt_v1(plx_backend *be, char *errbuf, size_t errlen)
 {
-    if (plx_backend_is_iscsi(where))
-        return plx_backend_iscsi_open(where, flags, err, errbuf, errlen);
-    return plx_backend_file_open(where, flags, err, errbuf, errlen);
+    plx_backend *in = plx_backend_v1_adopt(be);
+    if (in == NULL)
+        plx_set_errbuf(errbuf, errlen, "opening a store on a backend: out of memory");
+    return in;
 }
 
-int plx_blockstore_is_url(const char *where)
+int plx_store_open_backend_1_0(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen);
+PLX_SYMVER("plx_store_open_backend@PARALLAX_1")
+int plx_store_open_backend_1_0(plx_backend *be, const struct plx_open_opts *opts, plx_store **out,
+                               char *errbuf, size_t errlen)
 {
-    return plx_backend_is_iscsi(where);
+    be = adopt_v1(be, errbuf, errlen);
+    if (be == NULL) {
+        *out = NULL;
+        return -ENOMEM;
+    }
+    return store_open(be, opts, false, out, errbuf, errlen);
 }
 
 int plx_store_open(const char *path, const struct plx_open_opts *opts, plx_store **out,
@@ -197,8 +210,8 @@ int plx_store_lockd_status(plx_store *st, void (*line)(void *arg, const char *te
  * table and name index (new blocks only), the version-2 state block that links them, the
  * version-2 superblock. A crash before the state block leaves version 1 (plus leaked blocks);
  * after it, a superblock still saying 1 over a version-2 state block, which this finishes. */
-int plx_store_upgrade_backend(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
-                              char *errbuf, size_t errlen)
+static int store_upgrade(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                         char *errbuf, size_t errlen)
 {
     *upgraded = 0;
     if (opts && opts->read_only) {
@@ -244,6 +257,30 @@ int plx_store_upgrade_backend(plx_backend *be, const struct plx_open_opts *opts,
     return rc;
 }
 
+/* API 1.8 (the default), and 1.0 to 1.7 (PARALLAX_1): as plx_store_open_backend. */
+int plx_store_upgrade_backend_1_8(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                                  char *errbuf, size_t errlen);
+PLX_SYMVER("plx_store_upgrade_backend@@PARALLAX_1.8")
+int plx_store_upgrade_backend_1_8(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                                  char *errbuf, size_t errlen)
+{
+    return store_upgrade(be, opts, upgraded, errbuf, errlen);
+}
+
+int plx_store_upgrade_backend_1_0(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                                  char *errbuf, size_t errlen);
+PLX_SYMVER("plx_store_upgrade_backend@PARALLAX_1")
+int plx_store_upgrade_backend_1_0(plx_backend *be, const struct plx_open_opts *opts, int *upgraded,
+                                  char *errbuf, size_t errlen)
+{
+    be = adopt_v1(be, errbuf, errlen);
+    if (be == NULL) {
+        *upgraded = 0;
+        return -ENOMEM;
+    }
+    return store_upgrade(be, opts, upgraded, errbuf, errlen);
+}
+
 int plx_store_upgrade(const char *path, const struct plx_open_opts *opts, int *upgraded,
                       char *errbuf, size_t errlen)
 {
@@ -253,5 +290,5 @@ int plx_store_upgrade(const char *path, const struct plx_open_opts *opts, int *u
         *upgraded = 0;
         return err;
     }
-    return plx_store_upgrade_backend(be, opts, upgraded, errbuf, errlen);
+    return store_upgrade(be, opts, upgraded, errbuf, errlen);
 }

@@ -217,7 +217,7 @@ struct plx_vdi {
     bool same_as_newest_snap;
     bool kicking, kick_again;    /* plx_pipeline_kick is not re-entered, it loops instead */
     struct plx_wlog_vdi *wc;     /* the write cache's state for this VDI, NULL when off (wlog.c) */
-    /* The automatic mode with the cache off (wlog.c, plx_wlog_submit_passthrough): writes in
+    /* The automatic mode with the cache off (wlog_pass.c, plx_wlog_submit_passthrough): writes in
      * the pipeline, oldest first, in flight or completed and not yet covered by a flush, which
      * turning the cache on puts in the log as well; wpass_dirty: something completed in the
      * pipeline that those do not cover, so the first flush with the cache on flushes the store. */

@@ -17,9 +17,9 @@
  * Hysteresis, so that the switch does not flap: on after the latency (or the age of the VDI's
  * oldest write in flight, whichever is more) has stayed above on_ms for a fifth of hold_ms
  * (cheap: nothing is written, and turning back off takes longer); off only when the VDI has
- * next to nothing left in the log (at most AUTO_OFF_MAX_BACKLOG records) and the latency has
- * stayed below off_ms (< on_ms) for hold_ms. Turning off does not wait either: the VDI's new
- * requests are held while its last records drain, and then go to the pipeline in order
+ * next to nothing left in the log (at most auto_off_max_backlog records, wlog_policy.h) and the
+ * latency has stayed below off_ms (< on_ms) for hold_ms. Turning off does not wait either: the
+ * VDI's new requests are held while its last records drain, and then go to the pipeline in order
  * (plx_wlog_vdi_try_detach). The log's ordering and durability rules hold as they do for
  * `parallax cache enable|disable`.
  *
@@ -33,12 +33,7 @@
 #include "parallax.h"
 #include "pipeline.h"
 #include "wlog.h"
-
-#define DEFAULT_HOLD_MS 1000u
-/* Turning off drains the VDI's last records first, its new requests held meanwhile. A guest
- * that keeps writing keeps a few records in the log at any moment, so "drained" means at most
- * this many, which a fast store drains in a few ms. */
-#define AUTO_OFF_MAX_BACKLOG 64u
+#include "wlog_policy.h"
 
 double plx_store_write_latency_ms(const plx_store *st)
 {
@@ -52,7 +47,8 @@ int plx_vdi_wcache_auto(plx_vdi *v, const struct plx_wcache_auto *a)
         return plx_err(st, -EROFS, "VDI %s is open read-only: nothing to cache", v->rec.name);
     if (!st->wlog)
         return plx_err(st, -ENOENT, "no write log is attached to this store");
-    double on_ms = a && a->on_ms > 0 ? a->on_ms : PLX_WCACHE_AUTO_ON_MS;
+    const struct plx_wlog_policy *pol = plx_wlog_policy(st);
+    double on_ms = a && a->on_ms > 0 ? a->on_ms : pol->auto_on_ms;
     double off_ms = a && a->off_ms > 0 ? a->off_ms : on_ms / 2;
     if (on_ms > 60000 || off_ms >= on_ms)
         return plx_err(st, -EINVAL,
@@ -65,7 +61,7 @@ int plx_vdi_wcache_auto(plx_vdi *v, const struct plx_wcache_auto *a)
     v->wauto.on = true;
     v->wauto.on_us = (uint32_t)(on_ms * 1000);
     v->wauto.off_us = (uint32_t)(off_ms * 1000);
-    v->wauto.hold_ms = a && a->hold_ms ? a->hold_ms : DEFAULT_HOLD_MS;
+    v->wauto.hold_ms = a && a->hold_ms ? a->hold_ms : pol->auto_hold_ms;
     v->wauto.since_ns = 0;
     return 0;
 }
@@ -138,14 +134,15 @@ int plx_vdi_wcache_tick(plx_vdi *v)
         if (oldest && oldest < now && (now - oldest) / 1000 > lat_us)
             lat_us = (now - oldest) / 1000;
     }
-    /* Fast again: the deferred drain (wlog.c, drain_defer) would keep the VDI's backlog above
-     * AUTO_OFF_MAX_BACKLOG while the guest writes, so it drains at once until it is turned
+    /* Fast again: the deferred drain (wlog_drain.c, drain_defer) would keep the VDI's backlog above
+     * auto_off_max_backlog while the guest writes, so it drains at once until it is turned
      * off or the store is slow again. (Deferral also lets the latency decay with no writes to
      * the store: the drain's writes then sample it afresh.) */
     if (cached)
         plx_wlog_vdi_hurry(v, lat_us < v->wauto.off_us);
     bool want_switch =
-        cached ? lat_us < v->wauto.off_us && plx_wlog_vdi_backlog(v) <= AUTO_OFF_MAX_BACKLOG
+        cached ? lat_us < v->wauto.off_us &&
+                     plx_wlog_vdi_backlog(v) <= plx_wlog_policy(st)->auto_off_max_backlog
                : lat_us > v->wauto.on_us;
     if (!want_switch) {
         v->wauto.since_ns = 0;

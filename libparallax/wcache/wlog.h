@@ -1,6 +1,7 @@
 /*
  * wlog.h - the write cache: a per-host write log on local disk (layer 6, below vdi.c and above
- * vdi_io.c; wlog.c; plx_wlog_attach is wlog_attach.c's, layer 7).
+ * vdi_io.c; wlog.c and the files wlog_internal.h lists; plx_wlog_attach is wlog_attach.c's,
+ * layer 7).
  *
  * With the cache on for a VDI, its writes and trims complete when their records are written to
  * the log (a ring on a local file, docs/FORMAT.md §12), a flush when every record acknowledged
@@ -20,11 +21,12 @@
  * must belong to this store and host, and its records past the tail are replayed into their
  * VDIs (only those whose record still names this log) before this returns. `desc` names the
  * log in messages. Blocking. */
-/* Open the log and replay it (wlog_attach.c; the layer above wlog.c and blocking.c). */
+/* Open the log and replay it (wlog_attach.c; the layer above the write log and blocking.c). */
 int plx_wlog_attach(plx_store *st, plx_backend *be, int init, const char *desc);
 
-/* What wlog_attach.c is built from (wlog.c): open without replaying; read the batches past the
- * tail in order; restart the log after the last one applied; or give the log up. */
+/* What wlog_attach.c is built from (wlog_open.c, wlog_cursor.c): open without
+ * replaying; read the batches past the tail in order; restart the log after the last one
+ * applied; or give the log up. */
 int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc);
 /* The head block of a new, empty log of nblocks for this store and host (sealed). */
 void plx_wlog_head_init(const plx_store *st, void *block, uint64_t nblocks);
@@ -69,8 +71,8 @@ int plx_wlog_vdi_detach(struct plx_vdi *v);
  * requests queued behind them, are left: detach would wait. Never blocks. */
 bool plx_wlog_vdi_draining(struct plx_vdi *v);
 /* Someone waits for v's records to be in the store (on), or no longer (off): while on and v
- * has records, the drain is not deferred (wlog.c, drain_defer). The automatic mode uses it once
- * the store is fast again, so that the VDI's backlog can drain before it turns the cache off.
+ * has records, the drain is not deferred (wlog_drain.c, drain_defer). The automatic mode uses it
+ * once the store is fast again, so that the VDI's backlog can drain before it turns the cache off.
  * Cleared when v's last record is drained. Never blocks. */
 void plx_wlog_vdi_hurry(struct plx_vdi *v, int on);
 /* Records of v (cache on) appended to the log and not yet drained; 0 with the cache off. */
@@ -129,7 +131,7 @@ struct plx_wlog_stats {
     uint64_t attach_ns;
     uint64_t replayed_records; /* by the replay at attach */
     uint64_t logged_bytes;     /* data written to the log since attach */
-    uint64_t zc_bytes;         /* of it, written from the writers' buffers (ZC_MIN, wlog.c) */
+    uint64_t zc_bytes; /* of it, written from the writers' buffers (zc_min, wlog_policy.h) */
     uint64_t zc_records;       /* and the records those bytes were */
     /* The drain: what it is doing (enum plx_wlog_drain_state), its idle window and max age
      * (0: it never defers), and how old the oldest record not yet released is. */
@@ -143,5 +145,9 @@ void plx_wlog_stats(const plx_store *st, struct plx_wlog_stats *out);
  * tests (a crash with everything in the log) and for an operator who wants the shared store
  * left alone for a while. */
 void plx_wlog_pause_drain(plx_store *st, int pause);
+
+/* The settings of the attached log (wlog_policy.h; st->wlog must be set). */
+struct plx_wlog_policy;
+const struct plx_wlog_policy *plx_wlog_policy(const plx_store *st);
 
 #endif

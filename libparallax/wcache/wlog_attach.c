@@ -1,11 +1,11 @@
 /*
- * wlog_attach.c - attaching a write log to a store: open it (wlog.c checks its head, or writes a
- * new one) and replay into the store what it holds past its tail, before any VDI is served
+ * wlog_attach.c - attaching a write log to a store: open it (wlog_open.c checks its head, or writes
+ * a new one) and replay into the store what it holds past its tail, before any VDI is served
  * (docs/DESIGN.md, "The write cache": crash and ownership).
  *
  * Replay applies each batch with the blocking calls (blocking.c) on VDIs it opens itself (vdi.c),
- * so it sits above both; wlog.c only reads batches for it (plx_wlog_cursor_*) and restarts the
- * log after them, and calls nothing up here.
+ * so it sits above both; the write log only reads batches for it (wlog_cursor.c,
+ * plx_wlog_cursor_*) and restarts the log after them, and calls nothing up here.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -6,6 +6,8 @@
 # - a program outside the tree builds against the installed parallax.pc (PKG_CONFIG_SYSROOT_DIR)
 #   with the shared library and again with the static one (--static), and both run: plx_version()
 #   equals PLX_API_VERSION, a blockstore is formatted, written, read back and checked;
+# - the same program built against API 1.7's parallax_backend.h and symbol versions (its
+#   struct plx_backend_ops ends at lock) runs with this library;
 # - the installed .so exports exactly the functions parallax.h declares, versioned PARALLAX_1
 #   (tests/check-exports.sh), and that check does fail on a library that exports one too few;
 # - the installed command runs and reports the same version;
@@ -13,7 +15,7 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-require_cmd make cc pkg-config readelf man ldd
+require_cmd make cc pkg-config readelf man ldd objdump
 src=${PLX_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 T=$PLX_TEST_TMP
 dest="$T/dest"
@@ -97,6 +99,19 @@ out=$(LD_LIBRARY_PATH="$root/lib" "$T/prog-shared" "$T/store-shared.img") || fai
 deps=$(LD_LIBRARY_PATH="$root/lib" ldd "$T/prog-shared" 2>&1)
 grep -q "libparallax.so.1 => $root/lib/libparallax.so.1 " <<<"$deps" ||
     fail "the program does not load $root/lib/libparallax.so.1: $deps"
+# A program built against API 1.7 (parallax_backend.h of then: struct plx_backend_ops ends at
+# lock; linked to the versions of then, PARALLAX_1) runs with this library: the library neither
+# writes past its ops (plx_backend_stack_forward_ops) nor reads them as later operations
+# (plx_store_open_backend). Built against this header and versions it fails (install_prog's
+# guard after its ops).
+abi="$src/tests/integration/abi-1.7"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror -I"$abi" $(pkg-config --cflags parallax) -include "$abi/bind.h" \
+    "$prog" -o "$T/prog-1.7" $(pkg-config --libs parallax) || fail "building against API 1.7's header"
+objdump -T "$T/prog-1.7" | grep -q '(PARALLAX_1) *plx_store_open_backend$' ||
+    fail "the 1.7 build does not link plx_store_open_backend@PARALLAX_1"
+out=$(LD_LIBRARY_PATH="$root/lib" "$T/prog-1.7" "$T/store-1.7.img" old) || fail "program built against 1.7"
+[[ $out == "ok "* ]] || fail "program built against 1.7 said: $out"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags parallax) "$prog" -o "$T/prog-static" \
     "$root/lib/libparallax.a" -laio -liscsi -lpthread ||

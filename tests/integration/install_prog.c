@@ -6,6 +6,10 @@
  * checks the store, and prints the library version.
  *
  *   install_prog STORE    exit 0 and "ok VERSION" when everything worked
+ *   install_prog STORE old    the same, built against an older header than the library's (a
+ *                         library of a later minor version will do): install.sh builds it
+ *                         against API 1.7's parallax_backend.h, whose struct plx_backend_ops
+ *                         ends at lock, and its symbol versions (tests/integration/abi-1.7/)
  */
 #include <parallax.h>
 #include <parallax_backend.h>
@@ -13,8 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A stacked backend of this program's own: forwards everything, counts what it submits. */
-static struct plx_backend_ops count_ops;
+/* A stacked backend of this program's own: forwards everything, counts what it submits. Its ops
+ * are followed by a pattern the library must neither change (the forwarding ops of the header's
+ * version fill the struct as this program knows it) nor take for operations (the library reads
+ * what lies past lock only from a program whose header has it). */
+#define GUARD 0xa5
+static struct {
+    struct plx_backend_ops ops;
+    unsigned char after[256];
+} count;
+#define count_ops count.ops
 static int (*lower_submit)(plx_backend *be, struct plx_io *io);
 static unsigned long submitted;
 
@@ -38,9 +50,12 @@ int main(int argc, char **argv)
     uint64_t id;
     int rc;
 
-    if (argc != 2)
+    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "old") == 0))
         return 2;
-    if (plx_version() != PLX_API_VERSION) {
+    int old = argc == 3;
+    memset(count.after, GUARD, sizeof count.after);
+    if (old ? plx_version() / 10000 != PLX_API_VERSION / 10000 || plx_version() < PLX_API_VERSION
+            : plx_version() != PLX_API_VERSION) {
         fprintf(stderr, "install_prog: header says %u, library says %u\n", PLX_API_VERSION,
                 plx_version());
         return 1;
@@ -73,6 +88,11 @@ int main(int argc, char **argv)
         return 1;
     }
     plx_backend_stack_forward_ops(&count_ops);
+    for (size_t i = 0; i < sizeof count.after; i++)
+        if (count.after[i] != GUARD) {
+            fprintf(stderr, "install_prog: plx_backend_stack_forward_ops wrote past the ops\n");
+            return 1;
+        }
     lower_submit = count_ops.submit;
     count_ops.submit = count_submit;
     plx_backend_stack_init(top, &count_ops, lower, 1, "counter");

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/eventfd.h>
 
 #include "backend.h"
+#include "backend_done.h"
 #include "backend_fault.h"
 #include "backend_mem_internal.h"
 
@@ -49,22 +49,20 @@ struct nth_rule {
 
 /* The backend's per-I/O state while in flight; plx_io has no room for it. */
 struct fault_req {
-    struct plx_io *io;
-    int status;
+    struct plx_done done; /* first: the I/O, its status, the queue's link (backend_done.h) */
     uint64_t id;
     uint64_t ev; /* writes: log index of the submission, which holds the data */
     uint64_t release_ns; /* held I/O: carried out by a waiting poll after this time */
-    struct fault_req *next;
+    struct fault_req *next; /* the held list */
 };
 
 struct fault_backend {
     plx_backend base;
     struct plx_blk_table *initial; /* the medium at creation: where cursors start */
     struct plx_blk_table *cur;     /* what reads see */
-    int efd;
+    struct plx_done_queue q;       /* the completion eventfd and what the next poll carries out */
     unsigned inflight;
     int admin_locked; /* the medium's admin lock */
-    struct fault_req *head, *tail;
 
     struct fault_event *log;
     uint64_t log_len, log_cap;
@@ -85,7 +83,6 @@ struct fault_backend {
 };
 
 static const struct plx_backend_ops fault_ops;
-static void efd_signal(int efd);
 
 static void *xrealloc(void *p, size_t n, size_t size)
 {
@@ -227,12 +224,7 @@ void plx_fault_hold_blocks(plx_backend *be, enum plx_io_op op, uint64_t first, u
 
 static void queue_req(struct fault_backend *f, struct fault_req *r)
 {
-    r->next = NULL;
-    if (f->tail != NULL)
-        f->tail->next = r;
-    else
-        f->head = r;
-    f->tail = r;
+    plx_done_push(&f->q.ready, &r->done);
 }
 
 /* Move held I/O whose time has come (all of it when `all`) to the queue; how many moved. */
@@ -262,7 +254,7 @@ void plx_fault_release(plx_backend *be)
     struct fault_backend *f = fault_of(be);
     f->hold.times = 0;
     if (unhold(f, true))
-        efd_signal(f->efd);
+        plx_efd_signal(f->q.efd);
 }
 
 unsigned plx_fault_held(const plx_backend *be)
@@ -271,20 +263,6 @@ unsigned plx_fault_held(const plx_backend *be)
 }
 
 /* ---- The backend ----------------------------------------------------------------------------- */
-
-static void efd_signal(int efd)
-{
-    uint64_t one = 1;
-    if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        perror("parallax: eventfd write");
-}
-
-static void efd_drain(int efd)
-{
-    uint64_t v;
-    while (read(efd, &v, sizeof(v)) > 0)
-        ;
-}
 
 static int fault_submit(plx_backend *be, struct plx_io *io)
 {
@@ -295,9 +273,9 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
 
     struct fault_req *r = xrealloc(NULL, 1, sizeof(*r));
     memset(r, 0, sizeof(*r));
-    r->io = io;
-    r->status = injected_error(f, io, ++f->io_count);
-    if (r->status != 0) {
+    r->done.io = io;
+    r->done.status = injected_error(f, io, ++f->io_count);
+    if (r->done.status != 0) {
         /* A failed I/O leaves no trace in the log: it never reached the medium, so no crash
          * image may contain it. */
         f->errors++;
@@ -322,7 +300,8 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
     }
 
     f->inflight++;
-    if (r->status == 0 && f->hold.times != 0 && io->op == f->hold.op && overlaps(&f->hold, io)) {
+    if (r->done.status == 0 && f->hold.times != 0 && io->op == f->hold.op &&
+        overlaps(&f->hold, io)) {
         r->release_ns = mono_ns() + (uint64_t)f->hold_max_ms * 1000000u;
         if (f->held_tail != NULL)
             f->held_tail->next = r;
@@ -333,13 +312,13 @@ static int fault_submit(plx_backend *be, struct plx_io *io)
         return 0;
     }
     queue_req(f, r);
-    efd_signal(f->efd);
+    plx_efd_signal(f->q.efd);
     return 0;
 }
 
 static void fault_execute(struct fault_backend *f, struct fault_req *r)
 {
-    struct plx_io *io = r->io;
+    struct plx_io *io = r->done.io;
     unsigned char *p = io->buf;
 
     switch (io->op) {
@@ -369,42 +348,38 @@ static void fault_execute(struct fault_backend *f, struct fault_req *r)
     }
 }
 
+/* A delivered request (plx_done_deliver): carried out now, just before its callback. */
+static void fault_release(void *arg, struct plx_done *d)
+{
+    struct fault_backend *f = arg;
+    struct fault_req *r = (struct fault_req *)(void *)d;
+    if (d->status == 0)
+        fault_execute(f, r);
+    d->io->be_next = NULL;
+    free(r);
+    f->inflight--;
+}
+
 static int fault_poll(plx_backend *be, int timeout_ms)
 {
     struct fault_backend *f = (struct fault_backend *)be;
-    int n = 0;
 
     /* As for the memory backend: everything queued is complete, and only what was queued
      * before this call is delivered. */
-    efd_drain(f->efd);
+    plx_efd_drain(f->q.efd);
     /* A caller that waits (timeout != 0) for held I/O only gets it after its hold time: a
      * blocking caller is delayed, not stuck. */
     unhold(f, false);
-    while (timeout_ms != 0 && f->head == NULL && f->held_head != NULL) {
+    while (timeout_ms != 0 && f->q.ready.head == NULL && f->held_head != NULL) {
         usleep(1000);
         unhold(f, false);
     }
-    struct fault_req *r = f->head;
-    f->head = f->tail = NULL;
-    while (r != NULL) {
-        struct fault_req *next = r->next;
-        struct plx_io *io = r->io;
-        int status = r->status;
-        if (status == 0)
-            fault_execute(f, r);
-        free(r);
-        f->inflight--;
-        n++;
-        io->be_next = NULL;
-        io->done(io, status);
-        r = next;
-    }
-    return n;
+    return plx_done_deliver(&f->q, fault_release, f);
 }
 
 static int fault_fd(const plx_backend *be)
 {
-    return ((const struct fault_backend *)be)->efd;
+    return ((const struct fault_backend *)be)->q.efd;
 }
 
 static unsigned fault_inflight(const plx_backend *be)
@@ -418,11 +393,9 @@ static void fault_destroy(plx_backend *be)
     if (f == NULL)
         return;
     unhold(f, true);
-    while (f->head != NULL) {
-        struct fault_req *next = f->head->next;
-        free(f->head);
-        f->head = next;
-    }
+    struct plx_done *d;
+    while ((d = plx_done_pop(&f->q.ready)) != NULL)
+        free(d);
     for (uint64_t i = 0; i < f->log_len; i++) {
         if (f->log[i].data == NULL)
             continue;
@@ -435,7 +408,7 @@ static void fault_destroy(plx_backend *be)
     free(f->rules);
     plx_blk_table_free(f->initial);
     plx_blk_table_free(f->cur);
-    close(f->efd);
+    plx_done_close(&f->q);
     free(f);
 }
 
@@ -471,8 +444,7 @@ plx_backend *plx_fault_create(const plx_backend *initial, uint64_t nblocks)
     }
     struct fault_backend *f = xrealloc(NULL, 1, sizeof(*f));
     memset(f, 0, sizeof(*f));
-    f->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (f->efd < 0) {
+    if (plx_done_open(&f->q) < 0) {
         perror("parallax: eventfd");
         free(f);
         return NULL;

@@ -2656,12 +2656,12 @@ END_TEST
 START_TEST(test_crash_wcache)
 {
     /* Records of 8 blocks and more (of block-aligned buffers, most of this harness's) are
-     * written from the writer's buffer, their batch in pieces (wlog.c, ZC_MIN; 256 KiB outside
-     * tests): crash images fall between the pieces too. */
+     * written from the writer's buffer, their batch in pieces (wlog_batch.c, zc_min; 256 KiB
+     * outside tests): crash images fall between the pieces too. */
     setenv("PARALLAX_WCACHE_ZC_MIN", "8", 1);
     /* Run 0 with the drain's default policy (deferred while the workload writes: it drains when
      * the log is half full, or for a waiter); run 1 with the delay 0, so that the drain also runs
-     * between single writes, as it did before the policy (wlog.c, drain_defer). */
+     * between single writes, as it did before the policy (wlog_drain.c, drain_defer). */
     if (_i == 1)
         setenv("PARALLAX_WCACHE_DRAIN_DELAY_MS", "0", 1);
     run_workload(&wcache_workload, NWORKLOADS, (uint64_t)_i, WCACHE_LOG_BLOCKS);

@@ -574,6 +574,50 @@ START_TEST(test_prepare_not_elsewhere)
 }
 END_TEST
 
+/* The optional operations (struct plx_backend_ops from size on) are the backend's only where its
+ * size covers them: a backend compiled before an operation existed has none there, whatever
+ * lies in the struct past its size (here: a prepare that must not run). */
+static int stub_prepared;
+static int stub_prepare(plx_backend *be, uint64_t first, uint64_t nblocks)
+{
+    stub_prepared++;
+    return 0;
+}
+static size_t stub_dio_align(const plx_backend *be)
+{
+    return 512;
+}
+
+START_TEST(test_optional_ops_by_size)
+{
+    plx_backend *mem = plx_backend_mem_create(1024);
+    struct plx_backend_ops ops;
+    plx_backend_stack_forward_ops(&ops);
+    ck_assert_uint_eq(ops.size, sizeof ops);
+    ck_assert_ptr_null(ops.prepare);
+    ops.prepare = stub_prepare;
+    ops.dio_align = stub_dio_align;
+    struct plx_backend_stack *s = calloc(1, sizeof *s);
+    plx_backend_stack_init(s, &ops, mem, 1, "stub");
+    plx_backend *be = &s->base;
+    ck_assert_int_eq(plx_backend_prepare(be, 0, 8), 0);
+    ck_assert_int_eq(stub_prepared, 1);
+    ck_assert_uint_eq(plx_backend_dio_align(be), 512);
+    /* Compiled when the struct ended before prepare: dio_align yes, prepare no. */
+    ops.size = offsetof(struct plx_backend_ops, prepare);
+    ck_assert_int_eq(plx_backend_prepare(be, 0, 8), -EOPNOTSUPP);
+    ck_assert_int_eq(stub_prepared, 1);
+    ck_assert_uint_eq(plx_backend_dio_align(be), 512);
+    /* No size at all (ops written without it): no optional operation. */
+    ops.size = 0;
+    ck_assert_int_eq(plx_backend_prepare(be, 0, 8), -EOPNOTSUPP);
+    ck_assert_uint_eq(plx_backend_dio_align(be), PLX_BLOCK_SIZE);
+    ck_assert_ptr_null(plx_backend_fence_ops(be));
+    ck_assert_int_eq(stub_prepared, 1);
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* Through the engine: a store on a sparse file, data placed by leaf (the default): taking a data
  * extent prepares it (all but its bitmap blocks), blocks written in random order read back, and
  * the store checks clean. With arrival order nothing is prepared. */
@@ -663,6 +707,7 @@ static Suite *prepare_suite(void)
     tcase_add_test(tc, test_prepare_close_while_zeroing);
     tcase_add_test(tc, test_prepare_stop);
     tcase_add_test(tc, test_prepare_not_elsewhere);
+    tcase_add_test(tc, test_optional_ops_by_size);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 120);
