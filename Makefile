@@ -1,7 +1,8 @@
 # Parallax build. `make` builds the library and the `parallax` command; `make check` builds and
 # runs every test (unit tests plain and under ASan+UBSan, integration scripts, cppcheck);
-# `make check-long` what is too long for it (the crash harness's second seeds, the smoke runs of
-# the benchmarks); `make bench` runs the full suite.
+# `make check-long` what is too long for it (the crash harness's second seeds and its sanitized
+# run, the smoke runs of the benchmarks, the long parts of some integration scripts); `make bench`
+# runs the full suite.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -175,29 +176,34 @@ unit-san: $(UNIT_SAN_BINS)
 # Both builds in one run, one binary per CPU at a time, the longest first so that no long one
 # runs alone at the end: the crash harness (the first run of each workload, in three shards),
 # then the next longest, then the rest. The crash harness's further runs (another seed of each
-# workload) are in check-long.
+# workload) and its sanitized run (PLX_TEST_QUICK, 40 CPU seconds, the longest sanitized binary)
+# are in check-long.
 CRASH := $(B)/unit/test_crash
-UNIT_LONG := $(B)/unit-san/test_crash $(B)/unit-san/test_scale $(B)/unit-san/test_registry \
-             $(B)/unit/test_model
+CRASH_SAN := $(B)/unit-san/test_crash
+UNIT_LONG := $(B)/unit-san/test_scale $(B)/unit-san/test_registry $(B)/unit/test_model
 unit-all: $(UNIT_BINS) $(UNIT_SAN_BINS)
 	@tests/run-unit.sh "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=0/3 $(CRASH)" \
 	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=1/3 $(CRASH)" \
 	    "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=2/3 $(CRASH)" $(UNIT_LONG) \
-	    $(filter-out $(CRASH) $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
+	    $(filter-out $(CRASH) $(CRASH_SAN) $(UNIT_LONG),$(UNIT_BINS) $(UNIT_SAN_BINS))
 
 # What is too long for make check (CI runs both, README "Tests"): the crash harness's runs after
-# the first of each workload (another seed, in two shards) and the smoke runs of the benchmarks,
-# side by side (the smokes judge no times).
+# the first of each workload (another seed, in two shards) and its sanitized run, beside the smoke
+# runs of the benchmarks (the smokes judge no times); then the integration scripts' long parts
+# (tests/run-integration.sh --long: the scripts whose header says `plx-test: long-parts`).
 check-long: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(CRASH) all
+	@$(MAKE) --no-print-directory -j$(NPROC) $(CRASH) $(CRASH_SAN) all $(B)/test/parallax \
+	    $(B)/tapdisk-standin $(B)/make-v1 $(B)/bench-engine $(B)/bench-handover \
+	    $(B)/bench-lun-writers
 	@$(BESIDE_MAKE) crash-long & crash=$$!; \
 	    $(BESIDE_MAKE) bench-smokes; smokes=$$?; \
 	    wait $$crash && [ $$smokes -eq 0 ]
+	@tests/run-integration.sh --long
 	@echo "make check-long: all passed"
 
-crash-long: $(CRASH)
+crash-long: $(CRASH) $(CRASH_SAN)
 	@PLX_TEST_JOBS=1 tests/run-unit.sh "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=0/2 $(CRASH)" \
-	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)"
+	    "env PLX_CRASH_RUNS=rest PLX_CRASH_SHARD=1/2 $(CRASH)" $(CRASH_SAN)
 
 # A tapdisk stand-in for the integration tests of block-parallax-tap: the real driver on the
 # tapdisk test double's loop, requests from stdin (tests/integration/tapdisk_standin.c).
@@ -238,10 +244,10 @@ format: builddeps
 # 2. the unit tests, plain and sanitized (unit-all);
 # 3. the integration scripts, the alone ones first, then the others.
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
-# 12-19) are in check-long.
+# 12-19), the crash harness's second seeds and sanitized run, and the long parts of some
+# integration scripts are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
-CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1 \
-               $(B)/bench-engine $(B)/bench-handover $(B)/bench-lun-writers
+CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
 # (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
 # would run them even under make -n.)
 BESIDE_MAKE = $(MAKE) --no-print-directory

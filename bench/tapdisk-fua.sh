@@ -3,7 +3,11 @@
 # writes and tapdisk"; issue 31 item 4: fua at least 0.8x of aio:). Every disk is served by its
 # own tapdisk over its NBD unix socket (/run/blktap-control/nbd<pid>.<minor>), where fio's nbd
 # engine writes 4 KiB at random at QD 32 (tapdisk's NBD server keeps at most 8 of them in flight
-# per client, NBD_SERVER_NUM_REQS). Disks, one tapdisk each, open for the whole run:
+# per client, NBD_SERVER_NUM_REQS, where Xen's ring to tapdisk holds 32 requests: --nbd-reqs N
+# starts every tapdisk with TAPDISK_NBD_REQS=N, which a blktap built with that local change, see
+# bench/notes/fua-tapdisk.md, takes for the limit; a second NBD connection to one tapdisk is no
+# way round it: blktap's NBD server then spins on EBADF). Disks, one tapdisk each, open for the
+# whole run:
 #   aio      `aio:FILE`, a raw file on the local disk written through once: the baseline (a write
 #            completes when its O_DIRECT write does, not flushed);
 #   fua      `parallax:durability=fua:STORE:fua`, a VDI of a file blockstore on the same disk,
@@ -22,11 +26,12 @@
 # RWF_DSYNC instead, which this does not count), and the flushes the disk under --dir completed
 # per write over the run (its /sys/dev/block stat counter: every process on that disk counts, and
 # the kernel's own flushes for RWF_DSYNC writes too, which the fdatasync count misses). Prints
-# every round and, per comparison with aio:, the ratio of the means and the median (min, max) of
+# every round (with the tapdisk's CPU time per write: user + system, all its threads, from /proc)
+# and, per comparison with aio:, the ratio of the means and the median (min, max) of
 # the per-round ratios.
 #
 #   bench/tapdisk-fua.sh [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N]
-#                        [--qd N] [--base-lib DIR] [--base-env VAR=VALUE]...
+#                        [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]...
 # PREFIX: where tapdisk/build-into-blktap.sh installed blktap (default $BLKTAP_PREFIX, else
 # /var/tmp/blktap). Without tap-ctl and a tapdisk that has the parallax driver there, it prints
 # "NOT RUN" and exits 77. Needs root (tap-ctl, perf). Not part of `make check`. Results:
@@ -39,9 +44,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 blktap=${BLKTAP_PREFIX:-/var/tmp/blktap}
-dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 base_lib="" with_base=0 base_env=()
+dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 nbd_reqs="" base_lib="" with_base=0 base_env=()
 usage() {
-    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
+    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
     exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -52,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
+    --nbd-reqs) nbd_reqs=$2; shift 2 ;;
     --base-lib) base_lib=$(cd "$2" && pwd) with_base=1; shift 2 ;;
     --base-env) base_env+=("$2") with_base=1; shift 2 ;;
     *) usage ;;
@@ -119,7 +125,7 @@ sync
 tap_create() { # LIBDIR ARGS [VAR=VALUE...] -> sets td_uri, td_pid
     local out minor pid lib=$1 args=$2
     shift 2
-    out=$(env LD_LIBRARY_PATH="$lib" "$@" timeout -s KILL 120 "$tapctl" create -a "$args" 2>&1) ||
+    out=$(env LD_LIBRARY_PATH="$lib" ${nbd_reqs:+TAPDISK_NBD_REQS=$nbd_reqs} "$@" timeout -s KILL 120 "$tapctl" create -a "$args" 2>&1) ||
         { echo "$me: tap-ctl create -a $2: $out" >&2; exit 1; }
     minor=${out##*tapdisk-}
     [[ $minor =~ ^[0-9]+$ ]] || { echo "$me: tap-ctl create -a $2 printed '$out'" >&2; exit 1; }
@@ -147,23 +153,26 @@ fi
 devstat=/sys/dev/block/$(mountpoint -d "$(df --output=target "$work" | tail -1)")/stat
 [[ -r $devstat ]] || devstat=/dev/null
 dev_flushes() { awk '{ print $16 + 0 }' "$devstat"; }
-# One run on disk I: "IOPS MEAN_US P99_US FLUSHES_PER_WRITE DEVICE_FLUSHES_PER_WRITE".
+# The CPU time a tapdisk used so far, all its threads, in clock ticks (utime + stime).
+hz=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# One run on disk I: "IOPS MEAN_US P99_US FLUSHES_PER_WRITE DEVICE_FLUSHES_PER_WRITE CPU_US_PER_WRITE".
 run() {
-    local i=$1 out=$work/perf.$1 j writes flushes d0 d1
+    local i=$1 out=$work/perf.$1 j writes flushes d0 d1 c0 c1
     perf stat -x, -e syscalls:sys_enter_fdatasync -p "${pids[i]}" -o "$out" &
     local perf_pid=$!
     sleep 0.2
-    d0=$(dev_flushes)
+    d0=$(dev_flushes) c0=$(cpu_ticks "${pids[i]}")
     j=$(fio_json --name=fua --ioengine=nbd --uri="${uris[i]}" --size="$size" --rw=randwrite \
         --bs=4k --iodepth="$qd" --runtime="$seconds" --time_based --norandommap --randrepeat=0)
-    d1=$(dev_flushes)
+    d1=$(dev_flushes) c1=$(cpu_ticks "${pids[i]}")
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     writes=$(jq '.jobs[0].write.total_ios' <<<"$j")
     flushes=$(awk -F, '/fdatasync/ { print $1 }' "$out")
     [[ $flushes =~ ^[0-9]+$ ]] || flushes=0
-    jq -r --arg f "$flushes" --arg w "$writes" --arg d "$((d1 - d0))" \
-        '.jobs[0].write | "\(.iops) \(.clat_ns.mean / 1000) \(.clat_ns.percentile["99.000000"] / 1000) \(($f | tonumber) / ($w | tonumber)) \(($d | tonumber) / ($w | tonumber))"' <<<"$j"
+    jq -r --arg f "$flushes" --arg w "$writes" --arg d "$((d1 - d0))" --arg c "$((c1 - c0))" --arg hz "$hz" \
+        '.jobs[0].write | "\(.iops) \(.clat_ns.mean / 1000) \(.clat_ns.percentile["99.000000"] / 1000) \(($f | tonumber) / ($w | tonumber)) \(($d | tonumber) / ($w | tonumber)) \(($c | tonumber) * 1000000 / ($hz | tonumber) / ($w | tonumber))"' <<<"$j"
 }
 
 mkdir -p bench/results
@@ -173,22 +182,22 @@ base=bench/results/tapdisk-fua-$(hostname -s 2>/dev/null || echo host)-$(date -u
     for ((i = 0; i < ${#names[@]}; i++)); do
         echo "disk ${names[i]}: tapdisk ${pids[i]}, library $(cat "$work/lib.${pids[i]}" 2>/dev/null || echo -)$([[ ${names[i]} == base && ${#base_env[@]} -gt 0 ]] && echo ", environment ${base_env[*]}")"
     done
-    echo "4 KiB random writes at QD $qd through tapdisk's NBD socket (fio nbd), $seconds s per run, $rounds rounds, disks of $size written through once"
+    echo "4 KiB random writes at QD $qd through tapdisk's NBD socket (fio nbd; requests in flight per client: ${nbd_reqs:-8, NBD_SERVER_NUM_REQS}), $seconds s per run, $rounds rounds, disks of $size written through once"
 } | tee "$base.txt"
 
-declare -A iops lat p99 fpw dfpw
+declare -A iops lat p99 fpw dfpw cpw
 n=${#names[@]}
 for ((r = 1; r <= rounds; r++)); do
     line="round $r:"
     for ((k = 0; k < n; k++)); do
         i=$(((k + r - 1) % n)) # the order rotates each round
-        read -r a b c d e <<<"$(run "$i")"
-        iops[$i,$r]=$a lat[$i,$r]=$b p99[$i,$r]=$c fpw[$i,$r]=$d dfpw[$i,$r]=$e
+        read -r a b c d e f <<<"$(run "$i")"
+        iops[$i,$r]=$a lat[$i,$r]=$b p99[$i,$r]=$c fpw[$i,$r]=$d dfpw[$i,$r]=$e cpw[$i,$r]=$f
     done
     for ((i = 0; i < n; i++)); do
-        line+=$(printf ' %s %.0f IOPS (%.2fx aio, mean %.0f us, p99 %.0f us, fdatasync/write %.3f, device flushes/write %.3f);' \
+        line+=$(printf ' %s %.0f IOPS (%.2fx aio, mean %.0f us, p99 %.0f us, fdatasync/write %.3f, device flushes/write %.3f, tapdisk CPU us/write %.1f);' \
             "${names[i]}" "${iops[$i,$r]}" "$(ratio "${iops[$i,$r]}" "${iops[0,$r]}")" "${lat[$i,$r]}" \
-            "${p99[$i,$r]}" "${fpw[$i,$r]}" "${dfpw[$i,$r]}")
+            "${p99[$i,$r]}" "${fpw[$i,$r]}" "${dfpw[$i,$r]}" "${cpw[$i,$r]}")
     done
     echo "$line" | tee -a "$base.txt"
 done

@@ -4,6 +4,8 @@
 #
 #   tests/run-integration.sh            run them all
 #   tests/run-integration.sh NAME...    run only these (with or without the .sh)
+#   tests/run-integration.sh --long     run only the scripts with long parts, those parts included
+#                                       (make check-long; see below)
 #   tests/run-integration.sh --beside CMD [NAME...]
 #                                       also run the shell command CMD (e.g. the bench
 #                                       smokes) in one of the job slots, beside the scripts that
@@ -13,7 +15,9 @@
 # Each script runs with bash in a fresh, empty directory that is its cwd and is exported as
 # PLX_TEST_TMP (removed afterwards), with PARALLAX pointing at build/parallax, stdin from
 # /dev/null and a time limit (PLX_TEST_TIMEOUT seconds, default 600). Output goes to
-# build/test-logs/integration/NAME.log; on failure the log's tail is printed.
+# build/test-logs/integration/NAME.log; on failure the log's tail is printed. Each script's line
+# at its end gives its wall seconds and CPU seconds; the 15 slowest are listed at the end, and
+# every script's times are in build/test-logs/integration/times.txt.
 #
 # Scripts run PLX_TEST_JOBS at a time (default: the number of CPUs): most of their time is spent
 # waiting on servers, targets and guests, and each picks its own ports, sockets and temp files.
@@ -21,6 +25,11 @@
 # one that boots guests, or asserts how long something may take. The alone scripts run first, so
 # that the machine is never drained for one in the middle of the run (each drain left a CPU idle
 # while the last script before it finished).
+#
+# A script whose header has the line `# plx-test: long-parts` keeps its longer parts (more cases of
+# the same feature, a wider sweep) for make check-long: make check runs its short case with
+# PLX_TEST_LONG=0, and `--long` runs it again whole with PLX_TEST_LONG=1 (lib.sh: long_parts;
+# logs in build/test-logs/integration-long/).
 #
 # Exit 0 = pass, 77 = skip (a required tool or facility is missing), anything else = fail.
 # A skip is never counted as a pass. With PLX_TEST_STRICT=1 a skip counts as a failure.
@@ -41,6 +50,15 @@ if [[ ! -x $PARALLAX ]]; then
     exit 1
 fi
 mkdir -p "$tmp_base" "$log_dir"
+
+long=0
+if [[ ${1:-} == --long ]]; then
+    long=1
+    shift
+    log_dir+=-long
+    mkdir -p "$log_dir"
+fi
+export PLX_TEST_LONG=$long
 
 beside=""
 if [[ ${1:-} == --beside ]]; then
@@ -63,6 +81,15 @@ else
 fi
 
 is_alone() { grep -q '^# plx-test: alone' "$1"; }
+has_long() { grep -q '^# plx-test: long-parts' "$1"; }
+
+if ((long)); then
+    with_long=()
+    for f in ${scripts[@]+"${scripts[@]}"}; do
+        if has_long "$f"; then with_long+=("$f"); fi
+    done
+    scripts=(${with_long[@]+"${with_long[@]}"})
+fi
 
 # The alone scripts first, in the order given; then the others.
 ordered=()
@@ -112,11 +139,17 @@ finish() {
     elif [[ $rc -eq 137 ]]; then
         echo "run-integration: killed (SIGKILL; timed out and ignored SIGTERM?)" >>"$log"
     fi
-    local alone=""
+    local alone="" cpu=""
     is_alone "tests/integration/$name.sh" && alone=" (alone)"
-    times+=("$secs $name$alone")
+    # CPU seconds (user + system) of the script and its children: on a busy machine the wall
+    # time says more about the load than about the script.
+    if [[ -s $log_dir/$name.cpu ]]; then
+        cpu=$(awk 'NR == 2 { split($1 " " $2, t, /[ms ]+/); printf "%.1f", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
+            "$log_dir/$name.cpu")
+    fi
+    times+=("$secs $name$alone, CPU ${cpu:-?} s")
     if [[ $rc -eq 0 ]]; then
-        echo "PASS $name (${secs}s)"
+        echo "PASS $name (${secs}s, CPU ${cpu:-?} s)"
         passed=$((passed + 1))
     elif [[ $rc -eq 77 && ${PLX_TEST_STRICT:-0} != 1 ]]; then
         local reason
@@ -188,8 +221,13 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
     # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
     echo "RUN  $name ($n of ${#scripts[@]})"
     tmp=$(mktemp -d "$tmp_base/$name.XXXXXX")
+    # (bash -c around the script: its `times` gives the CPU seconds of the script and of the
+    # children it waited for, written to NAME.cpu; timeout stops the whole group.)
+    rm -f "$log_dir/$name.cpu"
+    # shellcheck disable=SC2016 # expanded by that bash
     (cd "$tmp" && PLX_TEST_TMP="$tmp" exec timeout -k 10 "$timeout_s" \
-        bash "$root/$f") </dev/null >"$log_dir/$name.log" 2>&1 &
+        bash -c 'bash "$1"; rc=$?; times >"$2"; exit $rc' _ "$root/$f" "$log_dir/$name.cpu") \
+        </dev/null >"$log_dir/$name.log" 2>&1 &
     job_name[$!]=$name
     job_tmp[$!]=$tmp
     job_start[$!]=$SECONDS
@@ -203,7 +241,8 @@ wait_below 1
 # Where the time went: the slowest scripts (an alone script holds up every other one).
 if [[ ${#times[@]} -gt 0 ]]; then
     echo "integration: slowest (seconds):"
-    printf '%s\n' "${times[@]}" | sort -rn | head -n 10 | sed 's/^/    /'
+    printf '%s\n' "${times[@]}" | sort -rn | head -n 15 | sed 's/^/    /'
+    printf '%s\n' "${times[@]}" | sort -rn >"$log_dir/times.txt"
 fi
 if [[ $failed -gt 0 ]]; then
     echo "failed: ${failed_names[*]}"

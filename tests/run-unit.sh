@@ -58,7 +58,7 @@ report() {
     cat "$work/$1.out"
     echo "== $2: exit $rc after $(cat "$work/$1.secs") s (CPU $(cat "$work/$1.cpu") s)"
     quiet_since=$(date +%s)
-    echo "$(cat "$work/$1.secs") $2" >>"$work/times"
+    echo "$(cat "$work/$1.secs") $2, CPU $(cat "$work/$1.cpu") s" >>"$work/times"
     # Check prints "NN%: Checks: X, Failures: Y, Errors: Z" once per suite.
     summary=$(sed -n 's/.*Checks: \([0-9][0-9]*\), Failures: \([0-9][0-9]*\), Errors: \([0-9][0-9]*\).*/\1 \2 \3/p' "$work/$1.out")
     if [ -z "$summary" ]; then
@@ -149,7 +149,7 @@ if [ "$failed" -ne 0 ]; then
 fi
 # Where the time went: the slowest binaries (a run is at least as long as its slowest one).
 echo "unit: slowest (seconds):"
-sort -rn "$work/times" 2>/dev/null | head -n 10 | sed 's/^/    /'
+sort -rn "$work/times" 2>/dev/null | head -n 15 | sed 's/^/    /'
 echo "unit: $passed passed, $failed failed"
 [ -n "$skipped" ] && echo "unit: parts SKIPPED (see their SKIP lines):$skipped"
 exit "$status"

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,13 @@ static void attach_run(struct et_job *job, plx_store *st)
     et_job_done(job, st, rc);
 }
 
+/* The control socket's stop on the engine thread, which serves it. */
+static void control_stop_run(struct et_job *job, plx_store *st)
+{
+    control_stop();
+    et_job_done(job, st, 0);
+}
+
 /* The built-in server: runs until SIGINT or SIGTERM. */
 static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
                          const char *unix_path, const char *port, const char *ipaddr,
@@ -122,8 +130,21 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
         }
         nbd_server_cache_all(wmode, wthreshold);
     }
+    /* The control socket before the NBD listener: once a client can open a VDI here, a
+     * `parallax vdi-snapshot` of it must find this server. The other way round, a script that
+     * waited for the NBD socket, wrote and then snapshotted could find the VDI held and no control
+     * socket yet ("not a server": seen once in make check at load 15). */
+    const struct control_host ctl = {
+        .watch = serve_watch, .unwatch = serve_unwatch, .find_vdi = serve_find_vdi, .host_arg = et};
+    bool ctl_up = control_start(&ctl, err, sizeof err) == 0;
+    if (!ctl_up)
+        cli_error("%s (live snapshots through `parallax` will not find this server)", err);
     struct nbd_server *srv = NULL;
     if (nbd_server_start(et, unix_path, port, ipaddr, tls, &srv, err, sizeof err) != 0) {
+        if (ctl_up) {
+            struct et_job ctl_stop = {.fn = control_stop_run};
+            (void)et_call(et, &ctl_stop);
+        }
         et_stop(et);
         return cli_error("%s", err);
     }
@@ -134,10 +155,6 @@ static int serve_builtin(const char *path, uint64_t cache_bytes, int placement,
                 (unsigned)nbd_server_port(srv));
         fflush(stderr);
     }
-    const struct control_host ctl = {
-        .watch = serve_watch, .unwatch = serve_unwatch, .find_vdi = serve_find_vdi, .host_arg = et};
-    if (control_start(&ctl, err, sizeof err) != 0)
-        cli_error("%s (live snapshots through `parallax` will not find this server)", err);
     int sig = 0;
     while (sigwait(&stop, &sig) != 0)
         ;

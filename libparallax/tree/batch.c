@@ -22,6 +22,7 @@
  * second's stage A overlaps the first's stage B (see plx_batch_maybe_start).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "batch.h"
@@ -391,6 +392,28 @@ void plx_batch_maybe_start(struct plx_vdi *v)
     if (!b->status)
         batch_capture(b);
     plx_batch_advance(v, b);
+}
+
+static void batch_start_queued(struct plx_deferred *d)
+{
+    struct plx_vdi *v = (struct plx_vdi *)((char *)d - offsetof(struct plx_vdi, start_soon));
+    v->start_queued = false;
+    plx_batch_maybe_start(v);
+}
+
+/* Start the open batch at the end of this service pass, or in the next pass when called outside
+ * one (a host submitting from its own loop: tapdisk hands in the requests its NBD server read in
+ * one turn one by one). Started at once, the first of them would commit alone and the rest
+ * in a second batch behind it, a stage-A flush and a final flush each; started once the turn
+ * has handed them all in, they share one batch. Only the start waits: the batch's content and
+ * order are what they would be if the requests had come a moment later. */
+void plx_batch_start_soon(struct plx_vdi *v)
+{
+    if (v->start_queued)
+        return;
+    v->start_queued = true;
+    v->start_soon.run = batch_start_queued;
+    plx_defer(v->st, &v->start_soon);
 }
 
 /* ---- Reload after a failed commit --------------------------------------------------------------- */

@@ -41,5 +41,8 @@ void plx_batch_wait(struct plx_batch *b, struct plx_req *r);
 void plx_batch_advance(struct plx_vdi *v, struct plx_batch *b);
 /* Start the open batch flying when the batches in flight allow it. */
 void plx_batch_maybe_start(struct plx_vdi *v);
+/* Start it so at the end of this service pass (or the next one, called outside a pass): the
+ * requests a host hands in together share it. The VDI is not idle while the start is queued. */
+void plx_batch_start_soon(struct plx_vdi *v);
 
 #endif

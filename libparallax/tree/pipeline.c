@@ -442,7 +442,7 @@ static void do_mutate(struct plx_req *r)
     free(phys);
     if (!r->ios_waiting)
         req_data_done(r);
-    plx_batch_maybe_start(v);
+    plx_batch_start_soon(v);
 }
 
 int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index)

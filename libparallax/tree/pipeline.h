@@ -199,6 +199,11 @@ struct plx_vdi {
     unsigned nwide;
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
+    /* A mutation queued the start of the open batch for the end of the loop turn
+     * (plx_batch_start_soon): requests submitted together, as a host's loop turn hands them in,
+     * share one batch and its flushes. The VDI is not idle while it is queued. */
+    struct plx_deferred start_soon;
+    bool start_queued;
     uint64_t next_seq, batch_seq;
     /* meta_seq: the newest batch that changed a node of the tree (or carried a snapshot);
      * durable_seq: the newest batch that finished with a flush after its writes (its own and,

@@ -11,7 +11,7 @@
 
 bool plx_vdi_idle(const struct plx_vdi *v)
 {
-    return !v->active_head && !v->open && !v->flight && !v->flight_next;
+    return !v->active_head && !v->open && !v->flight && !v->flight_next && !v->start_queued;
 }
 
 uint64_t plx_vdi_next_seq(const struct plx_vdi *v)

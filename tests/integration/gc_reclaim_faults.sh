@@ -31,6 +31,9 @@ start() { # NAME
     SRV[$1]=$!
     bg_pid "${SRV[$1]}"
     wait_socket "$T/$1.sock" "${SRV[$1]}" "$T/$1.log"
+    # The control socket is there before the NBD socket: the snapshots below go through it (it
+    # came after, and a snapshot right after the first write once found none).
+    [[ -S $PARALLAX_RUN_DIR/serve-${SRV[$1]}.sock ]] || fail "server $1: NBD socket before its control socket"
 }
 uri() { echo "nbd+unix:///$2?socket=$T/$1.sock"; }
 io() { # SERVER VDI CMD...: qemu-io commands through SERVER; any error fails the test

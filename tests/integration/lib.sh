@@ -27,6 +27,9 @@
 #   bg_pid PID                       kill PID (TERM, then KILL after 5 s) when the script exits
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
+#   long_parts                       true when the script's long parts run (PLX_TEST_LONG=1:
+#                                    make check-long, or a script run by hand); a script with
+#                                    such parts says so in its header, `# plx-test: long-parts`
 #
 # A real iSCSI target (tgtd) on loopback, for the iSCSI backend's tests:
 #   tgt_start                        start tgtd on a free port with a free control port (skip
@@ -160,6 +163,10 @@ wait_socket() {
         sleep 0.1
     done
     fail "server $pid: no socket $sock after ${4:-10} s: $(cat "$log")"
+}
+
+long_parts() {
+    [[ ${PLX_TEST_LONG:-1} == 1 ]]
 }
 
 on_exit() {

@@ -2899,6 +2899,7 @@ static Suite *engine_suite(void)
 
     tc = tcase_create("io");
     tcase_set_timeout(tc, 60);
+    tu_no_reclaim_poll(tc); /* the placement tests count the reads reaching the medium */
     tcase_add_test(tc, test_sparse_reads_zero);
     tcase_add_test(tc, test_unaligned_io);
     tcase_add_test(tc, test_range_and_readonly_errors);

@@ -113,6 +113,21 @@ int tu_io(plx_backend *be, enum plx_io_op op, uint64_t block, uint32_t nblocks, 
     return w.status;
 }
 
+static void no_reclaim_poll_setup(void)
+{
+    setenv("PARALLAX_RECLAIM_POLL_MS", "0", 1);
+}
+
+static void no_reclaim_poll_teardown(void)
+{
+    unsetenv("PARALLAX_RECLAIM_POLL_MS");
+}
+
+void tu_no_reclaim_poll(TCase *tc)
+{
+    tcase_add_unchecked_fixture(tc, no_reclaim_poll_setup, no_reclaim_poll_teardown);
+}
+
 /* ---- tu_keep_wrap ------------------------------------------------------------------------------ */
 
 /* A stacked backend (parallax_backend.h) that does not own the medium below and counts flushes. */
