@@ -48,6 +48,9 @@
  *   while any writable disk is open. A snapshot is a request in the VDI's stream; the reply is sent
  *   once the snapshot is durable.
  *
+ * What opening a disk sets up (the shared store, the parameters, the write cache, the control
+ * socket) is in block-parallax-open.c; block-parallax.h has what the two files share.
+ *
  * Build: inside a blktap tree, tapdisk-iface.h includes tapdisk's own headers; here it declares
  * the few names used, and tests/unit/tapdisk_double.c stands in for tapdisk.
  */
@@ -63,96 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "parallax.h"
-#include "parallax_control.h"
-#include "parallax_handover.h"
-#include "tapdisk-iface.h"
-
-/* Requests in flight per open disk. Large enough that tapdisk rarely meets the limit (an
- * 8-page blkif ring holds 256 requests of up to 11 segments, and tapdisk merges contiguous
- * segments into one request to the driver), small enough to bound memory (about 100 KiB). */
-#define PLX_TD_SLOTS 1024
-
-#define PLX_TD_CONF_DEFAULT "/etc/parallax/blockstore"
-
-/* ---- State ---------------------------------------------------------------------------------- */
-
-struct plx_td_disk;
-struct plx_td_pool;
-
-enum slot_state {
-    SLOT_FREE = 0,
-    SLOT_BUSY,      /* submitted to the engine; tapdisk waits for its completion */
-    SLOT_ABANDONED, /* already completed towards tapdisk (close or store failure); the engine
-                     * still owes its callback, which must then only release the slot */
-};
-
-struct plx_td_slot {
-    struct plx_td_pool *pool;
-    enum slot_state state;
-    int op;            /* TD_OP_READ, TD_OP_WRITE or TD_OP_BLOCK_STATUS */
-    td_request_t treq; /* block status: the part not answered yet */
-    uint64_t run;      /* block status: the engine's answer */
-    int mapped;
-    struct plx_td_slot *next_free; /* also: the next request waiting for a handover */
-};
-
-/* The slots live outside tapdisk's private data (driver->data), because tapdisk frees that on
- * close, and after an engine failure the engine may still owe callbacks naming a slot. A pool
- * whose disk is gone is freed by the last such callback. */
-struct plx_td_pool {
-    struct plx_td_disk *disk; /* NULL once the disk is closed */
-    unsigned engine_pending;  /* callbacks the engine still owes (busy + abandoned slots) */
-    struct plx_td_slot *free;
-    struct plx_td_slot slots[PLX_TD_SLOTS];
-};
-
-/* One engine per blockstore in this process (tapdisk is single-threaded: no locking). */
-struct plx_td_store {
-    char path[PATH_MAX]; /* canonical (realpath) */
-    plx_store *st;
-    int read_only;
-    int refs;
-    int failed;       /* negative errno once plx_store_service reported the store stopped */
-    event_id_t event; /* -1 when not registered */
-    /* With a write log attached by a disk's parameters: a 100 ms timer applying the write
-     * cache's automatic mode to the store's writable disks (plx_vdi_wcache_tick). */
-    int tick_fd;            /* -1: none */
-    event_id_t tick_event;  /* -1 when not registered */
-    struct plx_td_disk *disks;
-    struct plx_td_store *next;
-};
-
-/* tapdisk's private data for one open image (driver->data, zeroed by tapdisk). */
-struct plx_td_disk {
-    td_driver_t *driver;
-    struct plx_td_store *store;
-    plx_vdi *vdi;
-    struct plx_td_pool *pool;
-    int read_only;
-    unsigned write_flags; /* PLX_WRITE_FUA (durability=fua) or 0 (durability=ordered) */
-    int write_cache;      /* 0, PLX_WCACHE_ON or PLX_WCACHE_AUTO (write-cache=PATH) */
-    struct plx_wcache_auto wauto; /* write-cache-threshold= */
-    td_sector_t sectors;
-    unsigned inflight; /* busy slots: requests tapdisk is waiting for */
-    int control;       /* this disk counts among the control socket's users */
-    /* Handover (migration): opened while another process held the VDI for writing. Requests
-     * wait, in order, until this process gets the VDI; none is served before. */
-    int waiting;         /* the VDI is not ours yet */
-    int handover_failed; /* negative errno once the wait gave up */
-    uint64_t wait_since_ns;
-    int retry_fd; /* timerfd: try to open the VDI again every 5 ms */
-    event_id_t retry_event;
-    /* The tries of the open (host/parallax_handover.h): each waits on the store's loop, and
-     * this tapdisk's other disks are served meanwhile. */
-    struct handover_try retry;
-    struct plx_td_slot *wait_head, *wait_tail;
-    char vdi_spec[PLX_NAME_MAX + PLX_LABEL_MAX + 32];
-    struct plx_td_disk *next; /* on store->disks */
-};
-
-static struct plx_td_store *plx_td_stores;
-static unsigned plx_td_control_users; /* writable disks open: the control socket runs while > 0 */
+#include "block-parallax.h"
 
 /* ---- Slots ---------------------------------------------------------------------------------- */
 
@@ -308,506 +222,12 @@ static void store_failed(struct plx_td_store *ps, int err)
 }
 
 /* tapdisk read event on plx_store_fd(): the engine has completions or I/O to advance. */
-static void store_event(event_id_t id, char mode, void *private)
+void plx_td_store_event(event_id_t id, char mode, void *private)
 {
     struct plx_td_store *ps = private;
     int rc = plx_store_service(ps->st);
     if (rc < 0)
         store_failed(ps, rc);
-}
-
-/* ---- Stores --------------------------------------------------------------------------------- */
-
-static int store_open_engine(const char *path, int read_only, plx_store **out, char *err,
-                             size_t errlen)
-{
-    struct plx_open_opts o;
-    memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    o.read_only = read_only;
-    return plx_store_open(path, &o, out, err, errlen);
-}
-
-/* Find or open the process's store for `path`. Opening reads the blockstore synchronously;
- * that is acceptable in open(), which tapdisk calls outside the I/O path (block-vhd reads its
- * headers the same way). */
-static int store_get(const char *path, int want_ro, struct plx_td_store **out)
-{
-    char real[PATH_MAX];
-    if (plx_blockstore_is_url(path))
-        snprintf(real, sizeof real, "%s", path); /* an iscsi:// LUN: its URL names it */
-    else if (!realpath(path, real)) {
-        int e = errno;
-        tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", path, strerror(e));
-        return -e;
-    }
-    for (struct plx_td_store *ps = plx_td_stores; ps; ps = ps->next) {
-        if (strcmp(ps->path, real) != 0)
-            continue;
-        if (ps->failed) {
-            tlog_syslog(TLOG_WARN, "parallax: blockstore %s has stopped after an error: %s", real,
-                        strerror(-ps->failed));
-            return ps->failed;
-        }
-        if (ps->read_only && !want_ro) {
-            tlog_syslog(TLOG_WARN,
-                        "parallax: blockstore %s is open read-only in this tapdisk; cannot open "
-                        "a VDI on it for writing",
-                        real);
-            return -EROFS;
-        }
-        ps->refs++;
-        *out = ps;
-        return 0;
-    }
-
-    struct plx_td_store *ps = calloc(1, sizeof *ps);
-    if (!ps)
-        return -ENOMEM;
-    memcpy(ps->path, real, sizeof ps->path);
-    ps->event = -1;
-    ps->tick_fd = -1;
-    ps->tick_event = -1;
-    char err[512] = "";
-    /* The store is opened writable even for a read-only disk, so that a writable disk on the
-     * same blockstore can share it later; a read-only store only when that is all we may. */
-    int rc = store_open_engine(real, 0, &ps->st, err, sizeof err);
-    if (rc < 0 && want_ro && (rc == -EACCES || rc == -EPERM || rc == -EROFS)) {
-        ps->read_only = 1;
-        rc = store_open_engine(real, 1, &ps->st, err, sizeof err);
-    }
-    if (rc < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: cannot open blockstore %s: %s", real,
-                    err[0] ? err : strerror(-rc));
-        free(ps);
-        return rc;
-    }
-    event_id_t ev = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, plx_store_fd(ps->st),
-                                                  TV_ZERO, store_event, ps);
-    if (ev < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: cannot register the engine descriptor of %s: %s", real,
-                    strerror(-ev));
-        plx_store_close(ps->st);
-        free(ps);
-        return ev;
-    }
-    ps->event = ev;
-    /* tapdisk's scheduler services the store whenever its descriptor is readable, the engine's
-     * timers included: a loop like a server's engine thread, so a request that needs a new
-     * extent waits on it as a request waits (its claim's admin lock too), and the disks served
-     * beside it go on (docs/DESIGN.md, Allocator, "On a serving loop"). The pass the call
-     * promises is the one right after it. */
-    plx_store_will_service(ps->st);
-    rc = plx_store_service(ps->st);
-    if (rc < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", real, plx_store_errmsg(ps->st));
-        tapdisk_server_unregister_event(ev);
-        plx_store_close(ps->st);
-        free(ps);
-        return rc;
-    }
-    ps->refs = 1;
-    ps->next = plx_td_stores;
-    plx_td_stores = ps;
-    *out = ps;
-    return 0;
-}
-
-/* Drop a reference; the last one unregisters the event and closes the engine. Returns 1 when
- * the store was closed (no engine callback can fire any more), 0 otherwise. */
-static int store_put(struct plx_td_store *ps)
-{
-    if (--ps->refs > 0)
-        return 0;
-    for (struct plx_td_store **pp = &plx_td_stores; *pp; pp = &(*pp)->next) {
-        if (*pp == ps) {
-            *pp = ps->next;
-            break;
-        }
-    }
-    if (ps->event >= 0)
-        tapdisk_server_unregister_event(ps->event);
-    if (ps->tick_event >= 0)
-        tapdisk_server_unregister_event(ps->tick_event);
-    if (ps->tick_fd >= 0)
-        close(ps->tick_fd);
-    int rc = plx_store_close(ps->st);
-    if (rc < 0)
-        tlog_syslog(TLOG_WARN, "parallax: closing blockstore %s: %s", ps->path, strerror(-rc));
-    free(ps);
-    return 1;
-}
-
-static void store_add_disk(struct plx_td_store *ps, struct plx_td_disk *d)
-{
-    d->next = ps->disks;
-    ps->disks = d;
-}
-
-static void store_remove_disk(struct plx_td_store *ps, struct plx_td_disk *d)
-{
-    for (struct plx_td_disk **pp = &ps->disks; *pp; pp = &(*pp)->next) {
-        if (*pp == d) {
-            *pp = d->next;
-            break;
-        }
-    }
-}
-
-/* ---- Parameters ----------------------------------------------------------------------------- */
-
-/* Copy src (n bytes) into dst as a string; -ENAMETOOLONG when it does not fit. */
-static int copy_str(char *dst, size_t dstlen, const char *src, size_t n)
-{
-    if (n >= dstlen)
-        return -ENAMETOOLONG;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-    return 0;
-}
-
-/* The configured blockstore: $PARALLAX_BLOCKSTORE, else the first line of the configuration
- * file that is neither empty nor a # comment, trimmed. */
-static int default_blockstore(char *out, size_t outlen)
-{
-    const char *env = getenv("PARALLAX_BLOCKSTORE");
-    if (env && *env) {
-        int rc = copy_str(out, outlen, env, strlen(env));
-        if (rc < 0)
-            tlog_syslog(TLOG_WARN, "parallax: PARALLAX_BLOCKSTORE is too long");
-        return rc;
-    }
-    const char *conf = getenv("PARALLAX_BLOCKSTORE_FILE");
-    if (!conf || !*conf)
-        conf = PLX_TD_CONF_DEFAULT;
-    FILE *f = fopen(conf, "re");
-    if (!f) {
-        int e = errno;
-        tlog_syslog(TLOG_WARN,
-                    "parallax: no blockstore given (params <blockstore>:<vdi>), "
-                    "PARALLAX_BLOCKSTORE unset, and %s: %s",
-                    conf, strerror(e));
-        return -EINVAL;
-    }
-    char line[PATH_MAX + 2];
-    int rc = -EINVAL;
-    while (fgets(line, sizeof line, f)) {
-        char *p = line;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        size_t n = strlen(p);
-        while (n > 0 &&
-               (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
-            p[--n] = '\0';
-        if (n == 0 || p[0] == '#')
-            continue;
-        rc = copy_str(out, outlen, p, n);
-        break;
-    }
-    fclose(f);
-    if (rc == -EINVAL)
-        tlog_syslog(TLOG_WARN, "parallax: %s names no blockstore", conf);
-    else if (rc < 0)
-        tlog_syslog(TLOG_WARN, "parallax: the blockstore named in %s is too long", conf);
-    return rc;
-}
-
-static int is_existing_file(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
-}
-
-/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
- * '/', the LUN is digits), or 0 when s does not start with one. */
-static size_t iscsi_url_len(const char *s)
-{
-    if (!plx_blockstore_is_url(s))
-        return 0;
-    const char *p = strchr(s + strlen("iscsi://"), '/');
-    if (p)
-        p = strchr(p + 1, '/');
-    if (!p || !isdigit((unsigned char)p[1]))
-        return 0;
-    p++;
-    while (isdigit((unsigned char)*p))
-        p++;
-    return (size_t)(p - s);
-}
-
-/* Split params into blockstore and VDI spec.
- *   "<vdi>"               no colon: the configured blockstore
- *   "<blockstore>:<vdi>"  the blockstore is the text before the first colon whose prefix names
- *                         an existing file or block device (paths such as
- *                         /dev/disk/by-path/pci-0000:00:1f.2-ata-1 contain colons, and so may
- *                         snapshot labels); if no prefix exists, the text before the first
- *                         colon (and opening it then fails with its own message)
- *   "iscsi://HOST[:PORT]/IQN/LUN:<vdi>"  an iSCSI LUN: the blockstore ends after the LUN number
- * Both parts must be non-empty. */
-static int parse_params(const char *params, char *bs, size_t bslen, char *vdi, size_t vdilen)
-{
-    static const char syntax[] = "expected parallax:<vdi> or parallax:<blockstore>:<vdi>";
-    if (!params || !*params) {
-        tlog_syslog(TLOG_WARN, "parallax: empty disk parameters (%s)", syntax);
-        return -EINVAL;
-    }
-    const char *colon = strchr(params, ':');
-    if (!colon) {
-        if (strchr(params, '/')) {
-            tlog_syslog(TLOG_WARN,
-                        "parallax: '%s' looks like a path, not a VDI: VDI names contain no '/' "
-                        "(%s)",
-                        params, syntax);
-            return -EINVAL;
-        }
-        if (copy_str(vdi, vdilen, params, strlen(params)) < 0) {
-            tlog_syslog(TLOG_WARN, "parallax: VDI '%s' is too long", params);
-            return -EINVAL;
-        }
-        return default_blockstore(bs, bslen);
-    }
-    const char *split = colon;
-    size_t url_len = iscsi_url_len(params);
-    if (url_len > 0)
-        split = params[url_len] == ':' ? params + url_len : params + strlen(params);
-    for (const char *c = url_len > 0 ? NULL : colon; c; c = strchr(c + 1, ':')) {
-        size_t n = (size_t)(c - params);
-        if (n == 0 || copy_str(bs, bslen, params, n) < 0)
-            continue;
-        if (is_existing_file(bs)) {
-            split = c;
-            break;
-        }
-    }
-    size_t bn = (size_t)(split - params);
-    const char *v = split + 1;
-    if (bn == 0 || *v == '\0') {
-        tlog_syslog(TLOG_WARN, "parallax: malformed disk parameters '%s': %s is empty (%s)", params,
-                    bn == 0 ? "the blockstore" : "the VDI", syntax);
-        return -EINVAL;
-    }
-    if (copy_str(bs, bslen, params, bn) < 0 || copy_str(vdi, vdilen, v, strlen(v)) < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: disk parameters '%s' are too long", params);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* Leading "key=value:" options of the params. Only known keys are options, so a blockstore or
- * VDI name is never taken for one: durability=fua|ordered, and the write cache's
- * write-cache=PATH, write-cache-size=SIZE, write-cache-mode=on|auto and
- * write-cache-threshold=MS (plx_wcache_config_set; a PATH has no colon). */
-static int parse_options(const char **params, unsigned *write_flags, struct plx_wcache_config *wc)
-{
-    static const char durability[] = "durability=";
-    *write_flags = PLX_WRITE_FUA;
-    memset(wc, 0, sizeof *wc);
-    wc->mode = PLX_WCACHE_ON;
-    int size_given = 0; /* length of the first write-cache-* setting */
-    const char *given = NULL;
-    while (*params) {
-        const char *opt = *params;
-        const char *end = strchr(opt, ':');
-        size_t len = end ? (size_t)(end - opt) : strlen(opt);
-        char err[4200];
-        int rc;
-        if (strncmp(opt, durability, sizeof durability - 1) == 0) {
-            const char *v = opt + sizeof durability - 1;
-            size_t n = len - (sizeof durability - 1);
-            if (n == 3 && strncmp(v, "fua", 3) == 0) {
-                *write_flags = PLX_WRITE_FUA;
-            } else if (n == 7 && strncmp(v, "ordered", 7) == 0) {
-                *write_flags = 0;
-            } else {
-                tlog_syslog(TLOG_WARN, "parallax: durability=%.*s: expected fua or ordered", (int)n,
-                            v);
-                return -EINVAL;
-            }
-        } else if ((rc = plx_wcache_config_set(wc, opt, len, err, sizeof err)) < 0) {
-            tlog_syslog(TLOG_WARN, "parallax: %s", err);
-            return rc;
-        } else if (rc == 1) {
-            break; /* not an option: the blockstore or the VDI */
-        } else if (strncmp(opt, "write-cache-", 12) == 0 && !size_given) {
-            size_given = (int)len; /* a setting that needs write-cache=PATH: the first one */
-            given = opt;
-        }
-        if (!end) {
-            tlog_syslog(TLOG_WARN, "parallax: %.*s names no VDI", (int)len, opt);
-            return -EINVAL;
-        }
-        *params = end + 1;
-    }
-    if (size_given && !wc->path[0]) {
-        tlog_syslog(TLOG_WARN, "parallax: %.*s needs write-cache=PATH", size_given, given);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* The write cache's automatic mode: its rule for the store's writable disks, from tapdisk's loop
- * (blocking while it switches, as a `parallax cache` command served here does). */
-static void tick_event(event_id_t id, char mode, void *private)
-{
-    struct plx_td_store *ps = private;
-    uint64_t ticks;
-    if (read(ps->tick_fd, &ticks, sizeof ticks) < 0) {
-        /* EAGAIN: a spurious wake-up. */
-    }
-    for (struct plx_td_disk *d = ps->disks; d; d = d->next) {
-        if (!d->vdi || d->read_only || d->waiting)
-            continue;
-        int rc = plx_vdi_wcache_tick(d->vdi);
-        if (rc > 0)
-            tlog_syslog(TLOG_INFO,
-                        "parallax: %s: write cache %s automatically (store write latency "
-                        "%.2f ms)",
-                        d->vdi_spec, rc == 1 ? "on" : "turning off (draining its last writes)",
-                        plx_store_write_latency_ms(ps->st));
-        else if (rc < 0)
-            tlog_syslog(TLOG_WARN, "parallax: %s: automatic write cache: %s", d->vdi_spec,
-                        plx_store_errmsg(ps->st));
-    }
-}
-
-static int tick_start(struct plx_td_store *ps)
-{
-    if (ps->tick_fd >= 0)
-        return 0;
-    ps->tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    struct itimerspec its = {.it_interval = {0, 100000000}, .it_value = {0, 100000000}};
-    if (ps->tick_fd < 0 || timerfd_settime(ps->tick_fd, 0, &its, NULL) != 0) {
-        int e = -errno;
-        if (ps->tick_fd >= 0)
-            close(ps->tick_fd);
-        ps->tick_fd = -1;
-        return e;
-    }
-    ps->tick_event =
-        tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, ps->tick_fd, TV_ZERO, tick_event, ps);
-    if (ps->tick_event < 0) {
-        int rc = ps->tick_event;
-        ps->tick_event = -1;
-        close(ps->tick_fd);
-        ps->tick_fd = -1;
-        return rc;
-    }
-    return 0;
-}
-
-/* Attach the write log `wc` names to the disk's store (once per store: a second disk naming the
- * same log shares it; another log is refused), replaying what it holds for the store's VDIs.
- * Blocking, which open() may be. */
-static int attach_write_cache(struct plx_td_store *ps, const struct plx_wcache_config *wc)
-{
-    struct plx_wcache_status ws;
-    plx_wcache_status(ps->st, &ws);
-    if (ws.attached) {
-        if (strcmp(ws.path, wc->path) == 0)
-            return 0;
-        tlog_syslog(TLOG_WARN,
-                    "parallax: write-cache=%s: blockstore %s already has the write log %s in "
-                    "this tapdisk",
-                    wc->path, ps->path, ws.path);
-        return -EBUSY;
-    }
-    int rc = tick_start(ps);
-    if (rc < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: cannot start its timer: %s", wc->path,
-                    strerror(-rc));
-        return rc;
-    }
-    rc = plx_wcache_attach(ps->st, wc->path, wc->size);
-    if (rc < 0) {
-        tlog_syslog(TLOG_WARN, "parallax: write-cache=%s: %s", wc->path, plx_store_errmsg(ps->st));
-        return rc;
-    }
-    plx_wcache_status(ps->st, &ws);
-    tlog_syslog(TLOG_INFO, "parallax: write cache %s on %s (%llu MiB, replayed %llu writes)",
-                wc->path, ps->path, (unsigned long long)(ws.log_bytes >> 20),
-                (unsigned long long)ws.replayed_records);
-    return 0;
-}
-
-/* ---- Control socket on tapdisk's scheduler (struct control_host) ---------------------------- */
-
-struct plx_td_watch {
-    event_id_t id;
-    void (*ready)(void *arg);
-    void *arg;
-};
-
-static void control_event(event_id_t id, char mode, void *private)
-{
-    struct plx_td_watch *w = private;
-    w->ready(w->arg); /* may unwatch (free) w */
-}
-
-static void *control_watch(void *host_arg, int fd, void (*ready)(void *arg), void *arg)
-{
-    struct plx_td_watch *w = calloc(1, sizeof *w);
-    if (!w)
-        return NULL;
-    w->ready = ready;
-    w->arg = arg;
-    w->id = tapdisk_server_register_event(SCHEDULER_POLL_READ_FD, fd, TV_ZERO, control_event, w);
-    if (w->id < 0) {
-        free(w);
-        return NULL;
-    }
-    return w;
-}
-
-static void control_unwatch(void *host_arg, void *handle)
-{
-    struct plx_td_watch *w = handle;
-    tapdisk_server_unregister_event(w->id);
-    free(w);
-}
-
-static plx_vdi *control_find_vdi(void *host_arg, uint64_t id, plx_store **st, int *err)
-{
-    plx_vdi *found = NULL;
-    *err = 0;
-    for (struct plx_td_store *ps = plx_td_stores; ps; ps = ps->next) {
-        for (struct plx_td_disk *d = ps->disks; d; d = d->next) {
-            if (d->read_only || !d->vdi || plx_vdi_id(d->vdi) != id)
-                continue;
-            if (found && found != d->vdi) {
-                *err = -EEXIST;
-                return NULL;
-            }
-            found = d->vdi;
-            *st = ps->st;
-            /* A command may attach a log or start the automatic mode (cache-attach,
-             * cache-auto): from now on the store's disks get the automatic mode's tick. */
-            if (tick_start(ps) < 0)
-                tlog_syslog(TLOG_WARN, "parallax: %s: no timer for the automatic write cache",
-                            ps->path);
-        }
-    }
-    return found;
-}
-
-static void control_use(void)
-{
-    if (plx_td_control_users++ > 0)
-        return;
-    static const struct control_host host = {.watch = control_watch,
-                                             .unwatch = control_unwatch,
-                                             .find_vdi = control_find_vdi};
-    char err[256];
-    if (control_start(&host, err, sizeof err) != 0)
-        tlog_syslog(TLOG_WARN,
-                    "parallax: %s: `parallax vdi-snapshot` and the other admin commands will not "
-                    "reach this tapdisk",
-                    err);
-}
-
-static void control_unuse(void)
-{
-    if (--plx_td_control_users == 0)
-        control_stop();
 }
 
 /* ---- Handover: a disk opened while another process holds the VDI --------------------------- */
@@ -853,8 +273,6 @@ static void fail_waiting(struct plx_td_disk *d, int err)
     }
 }
 
-static void control_use(void);
-
 /* The retry timer: try to take the VDI. Each try is an asynchronous open, which waits for the
  * admin lock on the store's loop and then reads the VDI's record (as `parallax serve` does
  * while it waits); it fails at once while the holder lives. */
@@ -898,7 +316,7 @@ static void retry_event(event_id_t id, char mode, void *private)
     }
     d->vdi = v;
     d->control = 1;
-    control_use();
+    plx_td_control_use();
     if (d->write_cache && plx_vdi_wcache_set_mode(v, d->write_cache, &d->wauto) < 0)
         tlog_syslog(TLOG_WARN, "parallax: %s: write cache not on (writes go to the blockstore): %s",
                     d->vdi_spec, plx_store_errmsg(st));
@@ -957,7 +375,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     }
     unsigned write_flags;
     struct plx_wcache_config wc;
-    int rc = parse_options(&params, &write_flags, &wc);
+    int rc = plx_td_parse_options(&params, &write_flags, &wc);
     if (rc < 0)
         return rc;
     if (!wc.path[0] && !(flags & TD_OPEN_RDONLY)) {
@@ -969,7 +387,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
             return rc;
         }
     }
-    rc = parse_params(params, bs, sizeof bs, spec, sizeof spec);
+    rc = plx_td_parse_params(params, bs, sizeof bs, spec, sizeof spec);
     if (rc < 0)
         return rc;
 
@@ -987,12 +405,12 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     if (!d->pool)
         return -ENOMEM;
 
-    rc = store_get(bs, d->read_only, &d->store);
+    rc = plx_td_store_get(bs, d->read_only, &d->store);
     if (rc < 0)
         goto fail_pool;
     plx_store *st = d->store->st;
     /* The log first: it may hold this VDI's last writes, which its replay puts in the store. */
-    if (d->write_cache && (rc = attach_write_cache(d->store, &wc)) < 0)
+    if (d->write_cache && (rc = plx_td_attach_write_cache(d->store, &wc)) < 0)
         goto fail_store;
     rc = plx_vdi_open(st, spec, d->read_only ? PLX_OPEN_READONLY : 0, &d->vdi);
     struct plx_vdi_info info;
@@ -1005,7 +423,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
             driver->info.size = d->sectors;
             driver->info.sector_size = SECTOR_SIZE;
             driver->info.info = 0;
-            store_add_disk(d->store, d);
+            plx_td_store_add_disk(d->store, d);
             tlog_syslog(TLOG_INFO,
                         "parallax: %s on %s: %s; this disk is open and its requests are held, "
                         "waiting for it (up to PARALLAX_HANDOVER_WAIT, default 60 s)",
@@ -1044,10 +462,10 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     driver->info.size = d->sectors;
     driver->info.sector_size = SECTOR_SIZE;
     driver->info.info = 0;
-    store_add_disk(d->store, d);
+    plx_td_store_add_disk(d->store, d);
     if (!d->read_only) {
         d->control = 1;
-        control_use();
+        plx_td_control_use();
     }
     tlog_syslog(TLOG_INFO, "parallax: opened VDI %s on %s (%llu sectors, %s%s%s%s%s)", spec,
                 d->store->path, (unsigned long long)d->sectors, d->read_only ? "ro" : "rw",
@@ -1057,7 +475,7 @@ static int plx_td_open(td_driver_t *driver, const char *params,
     return 0;
 
 fail_store:
-    store_put(d->store);
+    plx_td_store_put(d->store);
     d->store = NULL;
 fail_pool:
     free(d->pool);
@@ -1118,10 +536,10 @@ static int plx_td_close(td_driver_t *driver)
             rc = crc;
     }
     d->vdi = NULL;
-    store_remove_disk(d->store, d);
+    plx_td_store_remove_disk(d->store, d);
     if (d->control)
-        control_unuse();
-    int closed = store_put(d->store);
+        plx_td_control_unuse();
+    int closed = plx_td_store_put(d->store);
     d->store = NULL;
     /* With the engine gone, nothing can call back into the pool; otherwise the callbacks the
      * engine still owes (only after a failure) free it. */

@@ -10,7 +10,8 @@
 # What it does (docs/tapdisk.md, "Adding the driver to a blktap3 tree", says why):
 #   1. builds libparallax here (make build/libparallax.so) and installs it as
 #      PREFIX/lib/libparallax.so.1 (with a libparallax.so link);
-#   2. copies tapdisk/block-parallax.c, tapdisk/tapdisk-iface.h and what it shares with
+#   2. copies the driver (tapdisk/block-parallax.c, block-parallax-open.c, block-parallax.h),
+#      tapdisk/tapdisk-iface.h and what it shares with
 #      `parallax serve` from host/ (parallax_control.h, parallax_handover.h; control_server.c,
 #      control_client.c and handover.c as parallax-control-*.c and parallax-handover.c) into
 #      BLKTAP_DIR/drivers/, unchanged;
@@ -61,7 +62,8 @@ install -m 0755 "$here/build/libparallax.so" "$prefix/lib/libparallax.so.1"
 ln -sf libparallax.so.1 "$prefix/lib/libparallax.so"
 
 echo "== 2. driver sources -> $drv"
-install -m 0644 "$here/tapdisk/block-parallax.c" "$here/tapdisk/tapdisk-iface.h" "$drv/"
+install -m 0644 "$here/tapdisk/block-parallax.c" "$here/tapdisk/block-parallax-open.c" \
+    "$here/tapdisk/block-parallax.h" "$here/tapdisk/tapdisk-iface.h" "$drv/"
 # The same files `parallax serve` is built from. Their headers' names (parallax_*.h) are free
 # beside blktap's own (it has a tapdisk-control.h, a lock.h, a log.h); the sources take a prefix
 # here for the same reason.
@@ -82,7 +84,7 @@ grep -q '^AM_LDFLAGS' "$drv/Makefile.am" && ldop='+='
 cat >>"$drv/Makefile.am" <<EOF
 $begin
 AM_CPPFLAGS += -I$here/libparallax/include
-libtapdisk_la_SOURCES += block-parallax.c tapdisk-iface.h
+libtapdisk_la_SOURCES += block-parallax.c block-parallax-open.c block-parallax.h tapdisk-iface.h
 libtapdisk_la_SOURCES += parallax-control-server.c parallax-control-client.c parallax_control.h
 libtapdisk_la_SOURCES += parallax-handover.c parallax_handover.h
 libtapdisk_la_LIBADD += -L$prefix/lib -lparallax

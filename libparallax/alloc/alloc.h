@@ -80,7 +80,7 @@ struct plx_alloc {
     uint64_t empty_cursor, fill_cursor; /* where slot searches start (alloc.c, slot_choose) */
     uint64_t spill;                     /* slot for blocks whose place was taken (alloc.c) */
     uint64_t reserved;                  /* blocks reserved by owned slots, all extents */
-    /* Claims ahead (alloc.c, "Claiming ahead"): per type, a held extent nothing is handed out
+    /* Claims ahead (alloc_claim.c, "Claiming ahead"): per type, a held extent nothing is handed out
      * from until the held ones run out (0: none); the asynchronous claim in progress. */
     uint64_t spare[2];
     struct plx_claim *claim;
@@ -109,7 +109,7 @@ int plx_alloc_shutdown(plx_store *st);
 void plx_alloc_free(plx_store *st);
 /* Hand out up to `want` contiguous blocks of `type` (METADATA or DATA); returns the count (>= 1)
  * with the first in *first, or -ENOSPC. Does no I/O except to claim a new extent when no spare
- * claimed ahead is ready (alloc.c, "Claiming ahead"); may start such a claim. */
+ * claimed ahead is ready (alloc_claim.c, "Claiming ahead"); may start such a claim. */
 int plx_alloc_blocks(plx_store *st, enum plx_extent_type type, uint64_t want, uint64_t *first);
 /* Hand out one data block for entry idx of the leaf at leaf_addr, owned by tag (alloc.c,
  * "Data blocks placed by leaf"): at offset idx of the leaf's slot (*slot, 0 when it has none;

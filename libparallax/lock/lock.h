@@ -126,8 +126,8 @@ void plx_admin_lock_cancel(plx_store *st, struct plx_lock_wait *w);
  * kick given to the implementation's attach). */
 void plx_admin_lock_kick(plx_store *st);
 
-/* Take the admin lock without waiting (alloc.c's claims ahead, from the service loop): 0 (held;
- * plx_admin_unlock releases it), -EWOULDBLOCK (another process holds it: try again later),
+/* Take the admin lock without waiting (alloc_claim.c's claims ahead, from the service loop): 0
+ * (held; plx_admin_unlock releases it), -EWOULDBLOCK (another process holds it: try again later),
  * -EOPNOTSUPP (this lock implementation cannot answer without waiting: lockd), or -errno. */
 int plx_admin_lock_try(plx_store *st);
 

@@ -26,7 +26,7 @@ int plx_store_wait(plx_store *st, const int *done)
         if (rc < 0 && errno != EINTR)
             return plx_err(st, -errno, "epoll_wait: %s", strerror(errno));
     }
-    /* A claim ahead (alloc.c) that the request started holds the admin lock until it ends: a
+    /* A claim ahead (alloc_claim.c) that the request started holds the admin lock until it ends: a
      * blocking caller may stop servicing the store once this returns, so it ends here. */
     plx_alloc_claim_finish(st);
     return 0;

@@ -1,6 +1,6 @@
 /*
- * test_claim.c - extents claimed ahead (alloc.c, "Claiming ahead"): a write that crosses into a
- * new extent does no synchronous I/O when a spare is ready, writes go on while the next spare's
+ * test_claim.c - extents claimed ahead (alloc_claim.c, "Claiming ahead"): a write that crosses into
+ * a new extent does no synchronous I/O when a spare is ready, writes go on while the next spare's
  * claim is held at the medium, and a steady sequential writer never falls back to a
  * synchronous claim. On a serving loop, a write that needs a new extent while another process
  * holds the admin lock waits alone, and fails alone when the wait times out.

@@ -2281,7 +2281,7 @@ static void wl_placement(struct wl *wl)
     run_phase(wl, &mx, scale(200), 1u << a);
 }
 
-/* Extents claimed ahead (alloc.c, "Claiming ahead"): a sequential writer crosses extent after
+/* Extents claimed ahead (alloc_claim.c, "Claiming ahead"): a sequential writer crosses extent after
  * extent (1 MiB extents: 255 data blocks), each taken from a spare that an asynchronous claim
  * made durable while writes, flushes and FUA writes went on. Every crash point around each
  * catalogue write is verified (before and after its submission and completion, and around the

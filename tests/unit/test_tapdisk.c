@@ -36,7 +36,7 @@
 #define WEB2_SIZE (8 * MiB)
 #define WAIT_MS 20000
 
-/* block-parallax.c's request slots per disk (PLX_TD_SLOTS). */
+/* The driver's request slots per disk (PLX_TD_SLOTS, block-parallax.h). */
 #define DRIVER_SLOTS 1024
 
 static char dir[4096];
@@ -1176,7 +1176,7 @@ START_TEST(test_open_waits_for_holder)
     ck_assert_msg(tdd_log_contains("handed over after"), "no handover log line: %s",
                   tdd_log_last());
     /* The destination holds it now: the source cannot take it back, and commands reach it.
-     * The destination may still hold the admin lock for a claim of extents ahead (alloc.c),
+     * The destination may still hold the admin lock for a claim of extents ahead (alloc_claim.c),
      * whose I/O completes only when this thread runs the destination's loop: the source's try
      * then waits out PARALLAX_LOCK_TIMEOUT (30 s) and fails with EBUSY for the wrong reason.
      * So the source tries with a short lock timeout, the loop runs between tries, and the
