@@ -1,7 +1,8 @@
 /*
  * cow.c - copy-on-write of a VDI's radix tree (cow.h): the writable path to a block, new nodes
- * and their links, and the batch's list of changed nodes. In memory, synchronous: the nodes are
- * in the cache already, and pipeline.c's batches write what changed.
+ * and their links, the batch's list of changed nodes, and how many blocks a request's path
+ * will take (for a claim ahead of it). In memory, synchronous: the nodes are in the cache
+ * already, and batch.c's batches write what changed.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -81,4 +82,53 @@ struct plx_node *plx_cow_path(struct plx_vdi *v, struct plx_batch *b, uint64_t v
         n = shadow_child(v, b, n, idx, err);
     }
     return n;
+}
+
+/* The blocks a write or trim will allocate (do_mutate, shadow_child): a new node for every node
+ * on its paths reached through a read-only or sparse link (and every node below one), a data
+ * block for every block whose link is not writable. Every node on the paths is cached (the
+ * request resolved them); one that is not counts as new, which only overstates. An in-place
+ * overwrite needs nothing, so it never waits for a claim. */
+void plx_cow_need(const struct plx_vdi *v, const struct plx_req *r, uint64_t *meta, uint64_t *data)
+{
+    uint64_t last[8]; /* per level: the last node counted (heights are 3 or 4) */
+    for (unsigned l = 0; l < 8; l++)
+        last[l] = UINT64_MAX;
+    *meta = *data = 0;
+    uint64_t first_edge = r->head_partial ? r->b0 : UINT64_MAX;
+    uint64_t last_edge = r->tail_partial ? r->b1 - 1 : UINT64_MAX;
+    for (uint64_t vb = r->b0; vb < r->b1; vb++) {
+        /* A trim unmaps whole blocks: nothing below a sparse link, no data block. */
+        bool unmap = r->op == REQ_TRIM && vb != first_edge && vb != last_edge;
+        /* n: the node as it is (copied from, when fresh); fresh: the node on the path at this
+         * level will be a new one (a copy, or an empty node), and so will all below it. */
+        const struct plx_node *n = v->root;
+        bool fresh = false, stop = false;
+        for (unsigned level = v->height - 1; level > 0 && !stop; level--) {
+            uint64_t link = n ? n->links[plx_index_at(vb, level)] : 0;
+            if (unmap && !link && (n || !fresh)) {
+                stop = true; /* sparse: nothing to unmap below */
+                break;
+            }
+            if (!fresh && link && !plx_link_ro(link)) {
+                n = plx_cache_lookup(v->st, plx_link_addr(link));
+                if (n && n->state == NODE_VALID)
+                    continue;
+            }
+            fresh = true;
+            n = link ? plx_cache_lookup(v->st, plx_link_addr(link)) : NULL;
+            if (n && n->state != NODE_VALID)
+                n = NULL; /* not cached: every link below counts as present (overstates) */
+            uint64_t at = vb >> (PLX_RADIX_BITS * level); /* the child's index at its level */
+            if (last[level - 1] != at) {
+                last[level - 1] = at;
+                (*meta)++;
+            }
+        }
+        if (stop || unmap)
+            continue;
+        uint64_t link = n && !fresh ? n->links[plx_index_at(vb, 0)] : 0;
+        if (!link || plx_link_ro(link))
+            (*data)++;
+    }
 }

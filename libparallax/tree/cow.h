@@ -2,7 +2,7 @@
  * cow.h - copy-on-write of a VDI's radix tree: making the path to a block writable (a read-only
  * or sparse link on it gets a new node, a copy of the read-only one with every link read-only),
  * and recording each node changed in the batch that commits it (layer 5, below pipeline.c, above
- * radix.c; cow.c). Changes are in memory only: pipeline.c's batches write them.
+ * radix.c; cow.c). Changes are in memory only: batch.c's batches write them.
  */
 #ifndef PLX_COW_H
 #define PLX_COW_H
@@ -13,6 +13,7 @@
 struct plx_vdi;
 struct plx_batch;
 struct plx_node;
+struct plx_req;
 
 /* Node n changed in batch b: b writes it when it commits (pinned in the cache until then). */
 int plx_cow_changed(struct plx_batch *b, struct plx_node *n);
@@ -22,5 +23,8 @@ int plx_cow_changed(struct plx_batch *b, struct plx_node *n);
  * in the cache (pipeline.c loads them first, plx_radix_walk). */
 struct plx_node *plx_cow_path(struct plx_vdi *v, struct plx_batch *b, uint64_t vb, bool unmap,
                               int *err);
+/* The blocks write or trim r will allocate, at most (plx_cow_path's new nodes in *meta, data
+ * blocks in *data), for a claim before it mutates on a serving loop (pipeline.c). */
+void plx_cow_need(const struct plx_vdi *v, const struct plx_req *r, uint64_t *meta, uint64_t *data);
 
 #endif

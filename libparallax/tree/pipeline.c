@@ -1,7 +1,9 @@
 /*
- * pipeline.c - logical requests and the batches that order their writes. The walks of the radix
- * tree are radix.c's, and making a path writable (copy-on-write) is cow.c's; this file runs
- * them in request order and commits what they changed.
+ * pipeline.c - logical requests: the stream of a VDI's requests, from submission through the
+ * resolve of their paths and their reads, writes, snapshots and flushes, to their completion.
+ * The walks of the radix tree are radix.c's, making a path writable (copy-on-write) is cow.c's,
+ * the order of the active requests (which may start) is req_order.c's, and the batches that
+ * commit what the requests changed are batch.c's; this file runs them in request order.
  *
  * A request goes through:
  *   WAIT_RANGE  until no earlier request it conflicts with is active (overlapping blocks where
@@ -17,246 +19,21 @@
  *   WAIT_BATCH  any other write that changed metadata (or asked for FUA), a flush or a
  *               snapshot completes with its batch, i.e. once every batch before it committed.
  *
- * A batch is the unit of commit (the thesis's shared commit node, generalised). Nodes a batch
- * allocated are invisible until a node that existed before the batch links them: the "commit
- * nodes". So a batch commits as:
- *   stage A: write the new nodes, the claimed bitmap blocks and (for a snapshot) the snapshot
- *            log block while the members' data writes are in flight; wait for both; FLUSH if
- *            there are commit nodes;
- *   stage B: write the commit nodes; for a snapshot, FLUSH and write the VDI record with FUA;
- *            otherwise FLUSH if a member asked for durability.
- * Dependency chains are therefore never longer than two, as with commit-node inheritance, and a
- * batch that is in flight accumulates the next one behind it, so a sequential writer never
- * waits on one ever-growing commit node (the thesis's section 4.1.5 problem).
- *
- * Node images are captured when a batch starts flying, so the next batch may change the same
- * nodes in memory at once; a node first allocated in batch N is a commit node for any later
- * batch, whose stage B comes after batch N has finished. Two batches may fly at once: the
- * second's stage A overlaps the first's stage B (see batch_maybe_start).
+ * A batch is the unit of commit (batch.c); the requests that complete with their batch are
+ * finished by it through the callbacks the stream opens it with (batch_open).
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "batch.h"
 #include "cow.h"
 #include "pipeline.h"
 #include "radix.h"
 #include "registry.h"
+#include "req_order.h"
 #include "snaplog.h"
-
-static void batch_advance(struct plx_vdi *v, struct plx_batch *b);
-static void batch_maybe_start(struct plx_vdi *v);
-static void vdi_reload(struct plx_vdi *v);
-
-/* Images of every node the batch changed, captured as the batch starts flying. */
-struct node_image {
-    uint64_t addr;
-    bool stage_a;
-    bool rewrite; /* patched after its stage-A write was issued: write it again before FLUSH */
-    uint8_t *buf;
-};
-
-/* $PARALLAX_SNAP_TRACE: when the batch reached a phase (struct plx_snap_trace). */
-static void btrace(struct plx_batch *b, enum plx_batch_trace at)
-{
-    if (b->v->st->snap_trace)
-        b->trace[at] = plx_mono_ns();
-}
-
-static struct node_image *images_of(struct plx_batch *b)
-{
-    return (struct node_image *)b->images;
-}
-
-static bool is_write(const struct plx_req *r)
-{
-    return r->op == REQ_WRITE || r->op == REQ_TRIM;
-}
-
-bool plx_vdi_idle(const struct plx_vdi *v)
-{
-    return !v->active_head && !v->open && !v->flight && !v->flight_next && !v->start_queued;
-}
-
-uint64_t plx_vdi_next_seq(const struct plx_vdi *v)
-{
-    return v->next_seq;
-}
-
-bool plx_vdi_finished_before(const struct plx_vdi *v, uint64_t seq)
-{
-    /* The active list is in submission order: its head is the oldest request not finished. */
-    return !v->active_head || v->active_head->seq >= seq;
-}
-
-unsigned plx_vdi_active_before(const struct plx_vdi *v, uint64_t seq)
-{
-    unsigned n = 0;
-    for (const struct plx_req *r = v->active_head; r && r->seq < seq; r = r->next)
-        n++;
-    return n;
-}
-
-uint64_t plx_vdi_oldest_write_ns(const struct plx_vdi *v)
-{
-    for (const struct plx_req *r = v->active_head; r; r = r->next)
-        if (is_write(r))
-            return r->submit_ns;
-    return 0;
-}
-
-/* ---- Active list and conflicts ------------------------------------------------------------ */
-
-/* r enters RQ_WAIT_RANGE: into the waiting list, in request order (a reload puts requests
- * back, so not always at the tail). */
-static void wait_add(struct plx_vdi *v, struct plx_req *r)
-{
-    struct plx_req *after = v->wait_tail;
-    while (after && after->seq > r->seq)
-        after = after->wprev;
-    r->wprev = after;
-    r->wnext = after ? after->wnext : v->wait_head;
-    if (r->wnext)
-        r->wnext->wprev = r;
-    else
-        v->wait_tail = r;
-    if (after)
-        after->wnext = r;
-    else
-        v->wait_head = r;
-    r->blocker = NULL;
-    v->wait_gen++;
-}
-
-static void wait_remove(struct plx_vdi *v, struct plx_req *r)
-{
-    if (r->wprev)
-        r->wprev->wnext = r->wnext;
-    else
-        v->wait_head = r->wnext;
-    if (r->wnext)
-        r->wnext->wprev = r->wprev;
-    else
-        v->wait_tail = r->wprev;
-    r->wnext = r->wprev = NULL;
-    if (r->blocker)
-        r->blocker->nblocked--;
-    r->blocker = NULL;
-    v->wait_gen++;
-}
-
-/* Requests that may conflict over a range of blocks (may_start). */
-static bool has_range(const struct plx_req *r)
-{
-    return r->op == REQ_READ || r->op == REQ_WRITE || r->op == REQ_TRIM || r->op == REQ_STATUS;
-}
-
-static unsigned busy_slot(uint64_t b)
-{
-    return (unsigned)((b * 0x9E3779B97F4A7C15ull) >> 52) & (PLX_BUSY_SLOTS - 1);
-}
-
-/* r becomes active (d = 1) or stops being active (d = -1): the busy filter. */
-static void busy_count(struct plx_vdi *v, struct plx_req *r, int d)
-{
-    if (!has_range(r))
-        return;
-    if (d > 0)
-        r->busy_counted = r->b1 - r->b0 <= PLX_BUSY_MAX_BLOCKS;
-    if (!r->busy_counted) {
-        v->nwide += (unsigned)d;
-        return;
-    }
-    for (uint64_t b = r->b0; b < r->b1; b++)
-        v->busy[busy_slot(b)] += (uint32_t)d;
-}
-
-static void active_remove(struct plx_vdi *v, struct plx_req *r)
-{
-    if (r->state == RQ_WAIT_RANGE)
-        wait_remove(v, r);
-    busy_count(v, r, -1);
-    v->nsnap -= r->op == REQ_SNAPSHOT;
-    if (r->nblocked) {
-        /* The requests it blocked may start now: the kick asks them again. */
-        for (struct plx_req *w = v->wait_head; w; w = w->wnext)
-            if (w->blocker == r)
-                w->blocker = NULL;
-        r->nblocked = 0;
-        if (v->kicking)
-            v->kick_again = true;
-    }
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        v->active_head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        v->active_tail = r->prev;
-    r->next = r->prev = NULL;
-}
-
-static bool mutated(const struct plx_req *r)
-{
-    return r->state == RQ_IO || r->state == RQ_WAIT_BATCH || r->state == RQ_DONE;
-}
-
-/* May r start, given the earlier active requests? When it may not because its range overlaps
- * an earlier request's, *blocker is that request (it stays in the way while it is active). */
-static bool may_start(const struct plx_vdi *v, const struct plx_req *r, struct plx_req **blocker)
-{
-    if (v->needs_reload)
-        return false;
-    if (r->busy_counted && !v->nsnap && !v->nwide) {
-        /* Without a snapshot active only a range can be in the way (flushes and snapshot edits
-         * are passed), and no other active request has a block of r's in its range when every
-         * counter of r's blocks is r's alone. Otherwise the walk decides. */
-        uint64_t b = r->b0;
-        while (b < r->b1 && v->busy[busy_slot(b)] == 1)
-            b++;
-        if (b == r->b1)
-            return true;
-    }
-    for (const struct plx_req *e = v->active_head; e && e != r; e = e->next) {
-        if (r->op == REQ_SNAPEDIT || e->op == REQ_SNAPEDIT) {
-            /* Edits of snapshot records and snapshots both rewrite log blocks: one at a time, in
-             * request order (a snapshot stays active until its batch has finished). Reads and
-             * writes pass edits. */
-            if ((r->op == REQ_SNAPEDIT || r->op == REQ_SNAPSHOT) &&
-                (e->op == REQ_SNAPEDIT || e->op == REQ_SNAPSHOT))
-                return false;
-            continue;
-        }
-        if (r->op == REQ_SNAPSHOT) {
-            /* Everything before the snapshot must be in the tree it freezes: applied in memory,
-             * not necessarily written. The snapshot's record is written after their data anyway
-             * (its batch comes after theirs or is theirs, and a batch's commit waits for its
-             * members' data); a data write that fails after the swap fails the snapshot
-             * (fail_snapshots_after). */
-            if (is_write(e) && !mutated(e))
-                return false;
-            if (e->op == REQ_SNAPSHOT && !mutated(e))
-                return false;
-            continue;
-        }
-        if (e->op == REQ_SNAPSHOT) {
-            if (is_write(r) && !mutated(e))
-                return false;
-            continue;
-        }
-        if (e->op == REQ_FLUSH || r->op == REQ_FLUSH)
-            continue;
-        if (!is_write(r) && !is_write(e))
-            continue;
-        if (e->b0 < r->b1 && r->b0 < e->b1) {
-            *blocker = (struct plx_req *)(uintptr_t)e;
-            return false;
-        }
-    }
-    return true;
-}
 
 /* ---- Completion --------------------------------------------------------------------------- */
 
@@ -301,7 +78,7 @@ static void req_finish(struct plx_req *r)
     r->ios = NULL;
     free(r->relinks);
     r->relinks = NULL;
-    active_remove(v, r);
+    plx_active_remove(v, r);
     if (r->batch) {
         /* Still a batch member for bookkeeping; the batch forgets it when it finishes. */
         r->batch = NULL;
@@ -315,440 +92,11 @@ void plx_req_finish(struct plx_req *r)
     req_finish(r);
 }
 
-/* ---- Batches ---------------------------------------------------------------------------------- */
-
+/* The VDI's open batch (batch.c), which finishes the requests that wait for it and kicks the
+ * stream once it is over through these (it is below this file). */
 static struct plx_batch *batch_open(struct plx_vdi *v)
 {
-    if (v->open)
-        return v->open;
-    struct plx_batch *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->seq = ++v->batch_seq;
-    b->v = v;
-    b->state = B_OPEN;
-    v->open = b;
-    return b;
-}
-
-/* Requests that complete with the batch wait on its list; others only count their data. */
-static void batch_wait(struct plx_batch *b, struct plx_req *r)
-{
-    b->nreqs++;
-    r->state = RQ_WAIT_BATCH;
-    r->batch = b;
-    r->batch_next = b->reqs;
-    b->reqs = r;
-}
-
-static void batch_io_done(plx_store *st, struct plx_ev *ev)
-{
-    struct plx_batch *b = ev->ctx;
-    (void)st;
-    if (ev->status && !b->status) {
-        b->status = ev->status;
-        if (ev->io.op == PLX_IO_FLUSH)
-            plx_err(st, ev->status, "committing VDI %s: flush failed: %s", b->v->rec.name,
-                    strerror(-ev->status));
-        else
-            plx_err(st, ev->status, "committing VDI %s: write of block %llu failed: %s",
-                    b->v->rec.name, (unsigned long long)ev->io.block, strerror(-ev->status));
-    }
-    b->io_pending--;
-    struct plx_vdi *v = b->v;
-    batch_advance(v, b);
-    batch_maybe_start(v); /* b may have left stage A: the next batch can start flying */
-}
-
-static void batch_submit_flags(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op,
-                               uint64_t blk, void *buf, unsigned flags)
-{
-    memset(ev, 0, sizeof *ev);
-    ev->io.op = op;
-    /* A snapshot, a flush or a FUA write waits for this batch, or for one behind it (which
-     * waits for this one): its writes and flushes go ahead of data writes (PLX_IO_URGENT). Not
-     * otherwise: the device serves nothing else while an urgent write is in flight
-     * (mq-deadline), which cost random writers half their speed. */
-    bool urgent = b->snap || b->final_flush || b->v->st->durable_waiters;
-    ev->io.flags = flags | (urgent ? PLX_IO_URGENT : 0);
-    ev->io.block = blk;
-    ev->io.nblocks = op == PLX_IO_FLUSH ? 0 : 1;
-    ev->io.buf = buf;
-    ev->handler = batch_io_done;
-    ev->ctx = b;
-    plx_store *st = b->v->st;
-    /* A batch writes radix nodes, bitmaps, log blocks and VDI records: never the superblock,
-     * state block or catalogue. A bug that aims there must not destroy the store. */
-    int rc = op == PLX_IO_WRITE && blk < st->sb.registry_start
-                 ? plx_err(st, -EIO, "refusing to write system block %llu from a commit (bug)",
-                           (unsigned long long)blk)
-                 : plx_submit(st, ev);
-    if (rc) {
-        if (!b->status)
-            b->status = rc;
-        return;
-    }
-    b->io_pending++;
-}
-
-static void batch_submit(struct plx_batch *b, struct plx_ev *ev, enum plx_io_op op, uint64_t blk,
-                         void *buf)
-{
-    batch_submit_flags(b, ev, op, blk, buf, 0);
-}
-
-static void alloc_synced(void *arg, int status)
-{
-    struct plx_batch *b = arg;
-    if (status && !b->status)
-        b->status = status;
-    b->io_pending--;
-    btrace(b, BT_ALLOC);
-    struct plx_vdi *v = b->v;
-    batch_advance(v, b);
-    batch_maybe_start(v);
-}
-
-static void batch_write_stage(struct plx_batch *b, bool stage_a)
-{
-    struct node_image *img = images_of(b);
-    for (size_t i = 0; i < b->nnodes; i++)
-        if (img[i].stage_a == stage_a)
-            batch_submit(b, &b->ios[i], PLX_IO_WRITE, img[i].addr, img[i].buf);
-    if (b->snap && stage_a)
-        batch_submit(b, &b->ios[b->nnodes], PLX_IO_WRITE, b->log_addr, b->log_buf);
-}
-
-/* Write again the new nodes a failed data write patched after their first write; true if any. */
-static bool batch_rewrite_patched(struct plx_batch *b)
-{
-    struct node_image *img = images_of(b);
-    bool any = false;
-    for (size_t i = 0; img && i < b->nnodes; i++) {
-        if (!img[i].rewrite)
-            continue;
-        img[i].rewrite = false;
-        batch_submit(b, &b->ios[i], PLX_IO_WRITE, img[i].addr, img[i].buf);
-        any = true;
-    }
-    return any;
-}
-
-static bool batch_has_commit_nodes(const struct plx_batch *b)
-{
-    const struct node_image *img = (const struct node_image *)b->images;
-    for (size_t i = 0; i < b->nnodes; i++)
-        if (!img[i].stage_a)
-            return true;
-    return false;
-}
-
-static void batch_free(struct plx_vdi *v, struct plx_batch *b)
-{
-    struct node_image *img = images_of(b);
-    for (size_t i = 0; i < b->nnodes; i++) {
-        struct plx_node *n = b->nodes[i];
-        plx_cache_unpin(v->st, n);
-        if (n->dirty_batch == b->seq)
-            n->dirty_batch = 0;
-        /* Once its batch is over a new node is an ordinary one. Batch numbers restart when the
-         * VDI is opened again while its nodes stay cached, so a stale number could otherwise
-         * make a later batch take an existing node for one of its own new nodes. */
-        if (n->new_batch == b->seq)
-            n->new_batch = 0;
-        if (img)
-            plx_block_free(img[i].buf);
-    }
-    free(img);
-    free(b->nodes);
-    free(b->ios);
-    plx_block_free(b->rec_buf);
-    plx_block_free(b->log_buf);
-    free(b);
-}
-
-static void batch_finish(struct plx_vdi *v, struct plx_batch *b)
-{
-    int status = b->status;
-    if (status) {
-        /* The medium refused part of this commit. What is on disk is consistent, but the
-         * in-memory tree is ahead of it: fail what was built on top and reload. This comes
-         * before the members finish, so nothing queued behind them starts on the old tree. */
-        if (v->open)
-            v->open->status = status;
-        if (v->flight_next && !v->flight_next->status)
-            v->flight_next->status = status;
-        v->needs_reload = true;
-        for (size_t i = 0; i < b->nnodes; i++)
-            b->nodes[i]->stale = true;
-        /* Members acknowledged early (acks_early) are in the tree the reload would drop: a
-         * later read would return older data than they wrote. Fail the VDI instead. */
-        if (b->early && !v->failed)
-            v->failed = plx_err(v->st, status,
-                                "VDI %s: a commit failed after %u of its writes were "
-                                "acknowledged; every request fails until the VDI is opened "
-                                "again",
-                                v->rec.name, b->early);
-    }
-    btrace(b, BT_DONE);
-    /* Its last flush came after its own writes, and its stage B after the older batch had
-     * finished: everything of this batch and of those before it is durable. */
-    if (!status && (b->final_flush || b->snap))
-        v->durable_seq = b->seq;
-    struct plx_req *r = b->reqs;
-    b->reqs = NULL;
-    while (r) {
-        struct plx_req *next = r->batch_next;
-        if (r->trace) {
-            memcpy(r->trace->batch, b->trace, sizeof b->trace);
-            r->trace->members = b->nreqs;
-        }
-        if (status && !r->status)
-            r->status = status;
-        req_finish(r);
-        r = next;
-    }
-    /* Batches finish in order: the next one may now write its commit nodes, or finish. */
-    v->flight = v->flight_next;
-    v->flight_next = NULL;
-    batch_free(v, b);
-    if (v->needs_reload && !v->open && !v->flight)
-        vdi_reload(v);
-    if (v->flight)
-        batch_advance(v, v->flight);
-    batch_maybe_start(v);
-    plx_pipeline_kick(v);
-}
-
-static void batch_capture(struct plx_batch *b)
-{
-    struct node_image *img = calloc(b->nnodes ? b->nnodes : 1, sizeof *img);
-    b->ios = calloc(b->nnodes + 2, sizeof *b->ios);
-    if (!img || !b->ios) {
-        free(img);
-        b->status = -ENOMEM;
-        b->images = NULL;
-        return;
-    }
-    for (size_t i = 0; i < b->nnodes; i++) {
-        struct plx_node *n = b->nodes[i];
-        img[i].addr = n->addr;
-        img[i].stage_a = n->new_batch == b->seq;
-        img[i].buf = plx_block_alloc(1);
-        memcpy(img[i].buf, n->links, PLX_BLOCK_SIZE);
-    }
-    b->images = img;
-}
-
-/* The state machine of a flying batch; called whenever something it waits for finished. */
-static void batch_advance(struct plx_vdi *v, struct plx_batch *b)
-{
-    for (;;) {
-        if (b->state == B_STAGE_A && !b->stage_a_started && !b->status) {
-            /* New nodes, claims and the log block are unreachable until stage B, so they are
-             * written while the members' data writes are still in flight. */
-            b->stage_a_started = true;
-            b->io_pending++; /* the allocator sync */
-            int rc = plx_alloc_sync(v->st, b->alloc_gen, alloc_synced, b);
-            if (rc != 0) {
-                b->io_pending--;
-                if (rc < 0 && !b->status)
-                    b->status = rc;
-            }
-            batch_write_stage(b, true);
-            continue;
-        }
-        if (b->io_pending || b->data_pending)
-            return;
-        switch (b->state) {
-        case B_OPEN:
-            return;
-        case B_STAGE_A:
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            if (batch_rewrite_patched(b))
-                continue;
-            btrace(b, BT_STAGE_A);
-            /* The stage-A flush orders the new nodes and the members' data before the commit
-             * nodes that link them. Without commit nodes nothing is linked before the record
-             * (a snapshot's, after its own flush in B_STAGE_B) or ever (a batch of in-place
-             * overwrites): on a busy medium a snapshot then waits for one flush less. */
-            b->state = batch_has_commit_nodes(b) ? B_FLUSH_A : B_WAIT_PREV;
-            if (b->state == B_FLUSH_A)
-                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
-            break;
-        case B_FLUSH_A:
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            btrace(b, BT_FLUSH_A);
-            b->state = B_WAIT_PREV;
-            break;
-        case B_WAIT_PREV:
-            /* Stage B rewrites nodes the older batch may also write, and a snapshot's record
-             * must not pass the older one's: wait until the older batch has finished. */
-            if (v->flight != b)
-                return;
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            btrace(b, BT_PREV);
-            b->state = B_STAGE_B;
-            batch_write_stage(b, false);
-            break;
-        case B_STAGE_B:
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            btrace(b, BT_STAGE_B);
-            if (b->snap) {
-                /* The record makes the snapshot count: it goes last, after the commit nodes
-                 * of the requests before it are durable, so a snapshot that exists after a
-                 * crash holds every one of them. */
-                b->state = B_FLUSH_REC;
-                /* Always a flush: the commit nodes just written, or else the stage-A writes
-                 * (not flushed: see B_STAGE_A); and a batch that flew beside an older one needs
-                 * the older batch's commit nodes durable too. */
-                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
-                break;
-            }
-            b->state = B_FLUSH_B;
-            if (b->final_flush)
-                batch_submit(b, &b->flush_ev, PLX_IO_FLUSH, 0, NULL);
-            break;
-        case B_FLUSH_REC:
-            if (b->status) {
-                b->state = B_DONE;
-                break;
-            }
-            /* Everything else of the batch is durable: a FUA write of the record makes the
-             * snapshot durable without another full flush (a device with FUA writes just that
-             * block through its cache). */
-            btrace(b, BT_FLUSH_REC);
-            b->state = B_DONE;
-            batch_submit_flags(b, &b->ios[b->nnodes + 1], PLX_IO_WRITE, v->slot_addr, b->rec_buf,
-                               PLX_IO_FUA);
-            break;
-        case B_FLUSH_B:
-            b->state = B_DONE;
-            break;
-        case B_DONE:
-            if (v->flight != b)
-                return; /* finishes after the older batch (batch_finish advances it then) */
-            batch_finish(v, b);
-            return;
-        }
-    }
-}
-
-/* Start the open batch flying. Two batches may fly at once: the next starts when the older one
- * has written its stage A (new nodes, bitmaps, log block: none of which the next batch writes),
- * so its data wait, stage A and flush overlap the older batch's stage B; its own stage B waits
- * for the older batch to finish (B_WAIT_PREV). */
-static void batch_maybe_start(struct plx_vdi *v)
-{
-    struct plx_batch *b = v->open;
-    if (!b || v->flight_next)
-        return;
-    if (v->flight && v->flight->state <= B_STAGE_A)
-        return;
-    v->open = NULL;
-    b->overlapped = v->flight != NULL;
-    if (b->overlapped)
-        v->flight_next = b;
-    else
-        v->flight = b;
-    b->state = B_STAGE_A;
-    btrace(b, BT_FLY);
-    if (b->snap && b->snap->trace)
-        b->snap->trace->data_at_fly = b->data_pending;
-    b->alloc_gen = plx_alloc_gen(v->st);
-    if (!b->status)
-        batch_capture(b);
-    batch_advance(v, b);
-}
-
-static void batch_start_queued(struct plx_deferred *d)
-{
-    struct plx_vdi *v = (struct plx_vdi *)((char *)d - offsetof(struct plx_vdi, start_soon));
-    v->start_queued = false;
-    batch_maybe_start(v);
-}
-
-/* Start the open batch at the end of this service pass, or in the next pass when called outside
- * one (a host submitting from its own loop: tapdisk hands in the requests its NBD server read in
- * one turn one by one). Started at once, the first of them would commit alone and the rest
- * in a second batch behind it, a stage-A flush and a final flush each; started once the turn
- * has handed them all in, they share one batch. Only the start waits: the batch's content and
- * order are what they would be if the requests had come a moment later. */
-static void batch_start_soon(struct plx_vdi *v)
-{
-    if (v->start_queued)
-        return;
-    v->start_queued = true;
-    v->start_soon.run = batch_start_queued;
-    plx_defer(v->st, &v->start_soon);
-}
-
-/* ---- Reload after a failed commit --------------------------------------------------------------- */
-
-static void vdi_reload(struct plx_vdi *v)
-{
-    plx_store *st = v->st;
-    v->needs_reload = false;
-    v->same_as_newest_snap = false;
-    /* Drop every writable node of this VDI that may hold changes the medium never got. Nodes
-     * are dropped only when unpinned; the root is re-read below. */
-    struct plx_vdi_record rec;
-    int rc = plx_registry_read(st, v->slot_addr, &rec);
-    struct plx_cache *c = st->cache;
-    for (size_t i = 0; i < c->hash_size; i++) {
-        struct plx_node *n = c->hash[i];
-        while (n) {
-            struct plx_node *next = n->hash_next;
-            if (n == v->root)
-                n->pins--;
-            if ((n->stale || n == v->root) && !n->pins && n->state == NODE_VALID)
-                plx_cache_drop(st, n);
-            n = next;
-        }
-    }
-    v->root = NULL;
-    if (rc == 0) {
-        rec.lock_host = v->rec.lock_host;
-        rec.lock_pid = v->rec.lock_pid;
-        rec.lock_epoch = v->rec.lock_epoch;
-        rec.lock_time_ns = v->rec.lock_time_ns;
-        v->rec = rec;
-        v->root_addr = rec.root;
-        rc = plx_snaplog_spine_load(st, &rec, v->spine);
-        if (!rec.snaplog_head) {
-            plx_block_free(v->log_head); /* the first snapshot never landed */
-            v->log_head = NULL;
-        } else if (rc == 0) {
-            if (!v->log_head)
-                v->log_head = plx_block_alloc(1);
-            rc = plx_snaplog_read_block(st, rec.snaplog_head, &rec, v->log_head);
-        }
-        plx_labels_init(&v->labels, &rec);
-    }
-    struct plx_node *root = NULL;
-    /* A failed VDI keeps no root: every request fails in do_resolve. The record, spine and log
-     * head above are the medium's, so that closing it writes nothing the medium lacks. */
-    if (rc == 0 && !v->failed)
-        rc = plx_cache_get_sync(st, v->root_addr, v->height - 1, v->owner, &root);
-    if (rc == 0 && root) {
-        plx_cache_pin(root);
-        v->root = root;
-    } else if (rc != 0) {
-        st->fatal = rc;
-    }
-    plx_pipeline_kick(v);
+    return plx_batch_open(v, req_finish, plx_pipeline_kick);
 }
 
 /* ---- Resolve ------------------------------------------------------------------------------------ */
@@ -998,7 +346,7 @@ static void req_data_done(struct plx_req *r)
         b->early++;
         req_finish(r);
     } else {
-        batch_wait(b, r);
+        plx_batch_wait(b, r);
     }
 }
 
@@ -1056,7 +404,7 @@ static void do_mutate(struct plx_req *r)
         free(phys);
         r->status = err;
         req_finish(r);
-        batch_maybe_start(v); /* nodes it shadowed are in the open batch: commit them */
+        plx_batch_maybe_start(v); /* nodes it shadowed are in the open batch: commit them */
         return;
     }
     /* A FUA write that only overwrites writable blocks, while every link in memory is durable
@@ -1094,7 +442,7 @@ static void do_mutate(struct plx_req *r)
     free(phys);
     if (!r->ios_waiting)
         req_data_done(r);
-    batch_start_soon(v);
+    plx_batch_start_soon(v);
 }
 
 int plx_label_taken(struct plx_vdi *v, const char *label, uint64_t except_index)
@@ -1157,7 +505,7 @@ static void do_snapshot(struct plx_req *r)
             plx_cache_drop(st, nr);
         r->status = err;
         req_finish(r);
-        batch_maybe_start(v);
+        plx_batch_maybe_start(v);
         return;
     }
     if (!v->log_head)
@@ -1223,11 +571,11 @@ static void do_snapshot(struct plx_req *r)
         r->trace->swap_ns = plx_mono_ns();
         r->trace->batches_ahead = (v->flight != NULL) + (v->flight_next != NULL);
     }
-    batch_wait(b, r);
+    plx_batch_wait(b, r);
     v->meta_seq = b->seq; /* a new root and a record: not durable until the batch is */
     if (err)
         b->status = err;
-    batch_maybe_start(v);
+    plx_batch_maybe_start(v);
 }
 
 static void do_flush(struct plx_req *r)
@@ -1239,8 +587,8 @@ static void do_flush(struct plx_req *r)
         return;
     }
     b->final_flush = true;
-    batch_wait(b, r);
-    batch_maybe_start(r->v);
+    plx_batch_wait(b, r);
+    plx_batch_maybe_start(r->v);
 }
 
 /* ---- Driving requests -------------------------------------------------------------------------- */
@@ -1250,56 +598,6 @@ static void do_resolve(struct plx_req *r);
 /* Blocks a label index edit may allocate, at most: a path copied, or a fold of the log's tail
  * (snap_edit.c). A bound, not a count: more is claimed synchronously, as before. */
 #define EDIT_ROOM 64
-
-/* The blocks a write or trim will allocate (do_mutate, shadow_child): a new node for every node
- * on its paths reached through a read-only or sparse link (and every node below one), a data
- * block for every block whose link is not writable. Every node on the paths is cached (the
- * request resolved them); one that is not counts as new, which only overstates. An in-place
- * overwrite needs nothing, so it never waits for a claim. */
-static void mutate_need(const struct plx_vdi *v, const struct plx_req *r, uint64_t *meta,
-                        uint64_t *data)
-{
-    uint64_t last[8]; /* per level: the last node counted (heights are 3 or 4) */
-    for (unsigned l = 0; l < 8; l++)
-        last[l] = UINT64_MAX;
-    *meta = *data = 0;
-    uint64_t first_edge = r->head_partial ? r->b0 : UINT64_MAX;
-    uint64_t last_edge = r->tail_partial ? r->b1 - 1 : UINT64_MAX;
-    for (uint64_t vb = r->b0; vb < r->b1; vb++) {
-        /* A trim unmaps whole blocks: nothing below a sparse link, no data block. */
-        bool unmap = r->op == REQ_TRIM && vb != first_edge && vb != last_edge;
-        /* n: the node as it is (copied from, when fresh); fresh: the node on the path at this
-         * level will be a new one (a copy, or an empty node), and so will all below it. */
-        const struct plx_node *n = v->root;
-        bool fresh = false, stop = false;
-        for (unsigned level = v->height - 1; level > 0 && !stop; level--) {
-            uint64_t link = n ? n->links[plx_index_at(vb, level)] : 0;
-            if (unmap && !link && (n || !fresh)) {
-                stop = true; /* sparse: nothing to unmap below */
-                break;
-            }
-            if (!fresh && link && !plx_link_ro(link)) {
-                n = plx_cache_lookup(v->st, plx_link_addr(link));
-                if (n && n->state == NODE_VALID)
-                    continue;
-            }
-            fresh = true;
-            n = link ? plx_cache_lookup(v->st, plx_link_addr(link)) : NULL;
-            if (n && n->state != NODE_VALID)
-                n = NULL; /* not cached: every link below counts as present (overstates) */
-            uint64_t at = vb >> (PLX_RADIX_BITS * level); /* the child's index at its level */
-            if (last[level - 1] != at) {
-                last[level - 1] = at;
-                (*meta)++;
-            }
-        }
-        if (stop || unmap)
-            continue;
-        uint64_t link = n && !fresh ? n->links[plx_index_at(vb, 0)] : 0;
-        if (!link || plx_link_ro(link))
-            (*data)++;
-    }
-}
 
 static void room_ready(struct plx_alloc_room *w, int status)
 {
@@ -1343,7 +641,7 @@ static void do_resolve(struct plx_req *r)
     }
     if (v->needs_reload) {
         r->state = RQ_WAIT_RANGE; /* start again on the reloaded tree */
-        wait_add(v, r);
+        plx_wait_add(v, r);
         return;
     }
     if (!v->root) {
@@ -1412,7 +710,7 @@ static void do_resolve(struct plx_req *r)
     }
     uint64_t meta = 0, data = 0;
     if (v->st->serving && !r->room.queued)
-        mutate_need(v, r, &meta, &data);
+        plx_cow_need(v, r, &meta, &data);
     if (room_wait(r, meta, data))
         return;
     if (r->status) {
@@ -1501,9 +799,9 @@ static void data_io_done(plx_store *st, struct plx_ev *ev)
         early = true;
     }
     if (!early)
-        batch_wait(b, r);
+        plx_batch_wait(b, r);
     if (b)
-        batch_advance(b->v, b);
+        plx_batch_advance(b->v, b);
     if (early)
         req_finish(r);
 }
@@ -1514,14 +812,14 @@ static bool try_start(struct plx_vdi *v, struct plx_req *r)
     struct plx_req *blocker = NULL;
     if (r->blocker)
         return false;
-    if (!may_start(v, r, &blocker)) {
+    if (!plx_may_start(v, r, &blocker)) {
         if (blocker) {
             r->blocker = blocker;
             blocker->nblocked++;
         }
         return false;
     }
-    wait_remove(v, r);
+    plx_wait_remove(v, r);
     r->state = RQ_RESOLVE;
     do_resolve(r);
     return true;
@@ -1661,8 +959,8 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r)
     else
         v->active_head = r;
     v->active_tail = r;
-    busy_count(v, r, 1);
-    wait_add(v, r);
+    plx_busy_count(v, r, 1);
+    plx_wait_add(v, r);
     plx_pipeline_kick(v);
     return 0;
 }

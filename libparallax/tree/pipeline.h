@@ -1,7 +1,8 @@
 /*
  * pipeline.h - VDI trees being read and written: requests, batches and commit ordering (layer
- * 5; pipeline.c, which walks the tree through radix.c and changes it through cow.c). struct
- * plx_vdi is the state of one open tree; vdi.c (layer 6) opens and closes it.
+ * 5; pipeline.c, which walks the tree through radix.c and changes it through cow.c, orders the
+ * requests through req_order.c and commits through batch.c). struct plx_vdi is the state of one
+ * open tree; vdi.c (layer 6) opens and closes it.
  */
 #ifndef PLX_PIPELINE_H
 #define PLX_PIPELINE_H
@@ -157,6 +158,10 @@ struct plx_batch {
     uint64_t trace[BT_N];        /* with $PARALLAX_SNAP_TRACE (struct plx_snap_trace) */
     unsigned nreqs;              /* requests waiting on reqs (for the trace) */
     unsigned early;              /* members acknowledged before the batch committed */
+    /* The request stream that opened it (pipeline.c, above batch.c): finishes a request that
+     * waited for the batch, and lets the stream go on once the batch is over. */
+    void (*finish)(struct plx_req *r);
+    void (*kick)(struct plx_vdi *v);
 };
 
 struct plx_vdi {
@@ -184,7 +189,7 @@ struct plx_vdi {
     struct plx_req *wait_head, *wait_tail;
     unsigned nsnap;
     uint64_t wait_gen;
-    /* may_start's fast path: a counting filter of the blocks of the active requests with a
+    /* plx_may_start's fast path: a counting filter of the blocks of the active requests with a
      * range (reads, writes, trims, block status) of at most PLX_BUSY_MAX_BLOCKS blocks, one
      * counter per hash of a block; nwide counts the active ones with more. A request whose every
      * block's counter is 1 (its own) overlaps no other active request and starts without the
@@ -195,7 +200,7 @@ struct plx_vdi {
     struct plx_batch *open, *flight; /* flight: the oldest batch in flight */
     struct plx_batch *flight_next;   /* a second batch in flight, behind `flight` */
     /* A mutation queued the start of the open batch for the end of the loop turn
-     * (batch_start_soon): requests submitted together, as a host's loop turn hands them in,
+     * (plx_batch_start_soon): requests submitted together, as a host's loop turn hands them in,
      * share one batch and its flushes. The VDI is not idle while it is queued. */
     struct plx_deferred start_soon;
     bool start_queued;
@@ -239,6 +244,8 @@ int plx_req_submit(struct plx_vdi *v, struct plx_req *r);
 /* r is over (status in r->status): leave the active list and deliver its callback. */
 void plx_req_finish(struct plx_req *r);
 void plx_pipeline_kick(struct plx_vdi *v);
+/* No request active and no batch open or in flight. This and the three below read the active
+ * list (req_order.c). */
 bool plx_vdi_idle(const struct plx_vdi *v);
 /* Requests are numbered in submission order: the number the next one gets, and whether every
  * request numbered below `seq` has finished. */

@@ -1428,7 +1428,7 @@ END_TEST
  * flight) at a time: each is one FUA data write and nothing else -- no flush and no metadata write
  * (no batch commit) -- where a group of them used to share two or three batch commits, a flush
  * each (0.39-0.42 flushes per write through a real tapdisk). The first writes, which allocate,
- * still commit in batches: a group handed in together shares one (pipeline.c's batch_start_soon;
+ * still commit in batches: a group handed in together shares one (batch.c's plx_batch_start_soon;
  * 16 flushes for the 48 here, where a batch that started with the group's first write, the
  * other seven in a second batch behind it, made 28). Counted on the fault backend. */
 START_TEST(test_fua_overwrite_io)
