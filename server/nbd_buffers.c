@@ -50,7 +50,7 @@ static char *req_buf_new(size_t size)
     return p;
 }
 
-char *req_buf_alloc(uint32_t len)
+char *nbd_req_buf_alloc(uint32_t len)
 {
     size_t size = req_buf_size(len);
     for (unsigned i = buf_pool.n; i-- > 0;)
@@ -74,7 +74,7 @@ char *req_buf_alloc(uint32_t len)
  * speed). Without a write cache the store is the bound, and the server's memory stays small
  * (bench/serve-memory.py). The rest of the pool (16 MiB) is for other sizes. */
 #define BUF_POOL_WARM 24
-void buf_pool_warm(void)
+void nbd_buf_pool_warm(void)
 {
     size_t size = req_buf_size(REQ_BUF_HUGE);
     while (buf_pool.n < BUF_POOL_WARM && buf_pool.bytes + size <= BUF_POOL_BYTES) {
@@ -88,7 +88,7 @@ void buf_pool_warm(void)
     }
 }
 
-void req_buf_free(char *p, uint32_t len)
+void nbd_req_buf_free(char *p, uint32_t len)
 {
     size_t size = req_buf_size(len);
     if (p && len >= NBD_DIRECT_MIN && buf_pool.n < BUF_POOL_N &&
@@ -102,7 +102,7 @@ void req_buf_free(char *p, uint32_t len)
 }
 
 /* Free the pool (the server stopped: nothing takes from it any more). */
-void buf_pool_free(void)
+void nbd_buf_pool_free(void)
 {
     while (buf_pool.n)
         free(buf_pool.p[--buf_pool.n]);

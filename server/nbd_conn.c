@@ -11,7 +11,7 @@
  * than NBD_MAX_INFLIGHT outstanding, output not piling up); complete requests in the input
  * buffer are submitted to the engine; completion callbacks queue the reply and put the
  * connection on the dirty list (the reply of its last request in flight is also sent at once,
- * req_finish); the engine loop's idle hook (after plx_store_service) writes the replies out,
+ * nbd_req_finish); the engine loop's idle hook (after plx_store_service) writes the replies out,
  * resumes parsing, and frees connections that are finished: ones that hung up,
  * disconnected or broke the protocol, once no request of theirs is outstanding. Freeing only
  * there means no callback and no pending epoll event can refer to a freed connection.
@@ -29,7 +29,7 @@
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
-void conn_kick(struct conn *c)
+void nbd_conn_kick(struct conn *c)
 {
     if (c->dirty)
         return;
@@ -38,7 +38,7 @@ void conn_kick(struct conn *c)
     c->srv->dirty_head = c;
 }
 
-void free_out(struct conn *c)
+void nbd_free_out(struct conn *c)
 {
     while (c->out_head) {
         struct msg *m = c->out_head;
@@ -51,7 +51,7 @@ void free_out(struct conn *c)
 }
 
 /* Queue hdr (copied) followed by data (taken over; freed with the message). */
-int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen)
+int nbd_queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen)
 {
     if (c->wr_broken) {
         free(data);
@@ -61,7 +61,7 @@ int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen)
     if (!m) {
         free(data);
         c->quit = c->wr_broken = 1; /* a lost reply would hang the client: drop it */
-        free_out(c);
+        nbd_free_out(c);
         return -ENOMEM;
     }
     memcpy(m->hdr, hdr, hlen);
@@ -122,7 +122,7 @@ static void conn_flush_tls(struct conn *c)
             return;
         if (r <= 0) {
             c->wr_broken = c->quit = 1;
-            free_out(c);
+            nbd_free_out(c);
             return;
         }
         out_advance(c, (size_t)r);
@@ -130,7 +130,7 @@ static void conn_flush_tls(struct conn *c)
 }
 
 /* Write as much queued output as the socket takes. */
-void conn_flush(struct conn *c)
+void nbd_conn_flush(struct conn *c)
 {
     if (c->tls_state == TLS_UP) {
         conn_flush_tls(c);
@@ -156,7 +156,7 @@ void conn_flush(struct conn *c)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 c->wr_broken = c->quit = 1;
-                free_out(c);
+                nbd_free_out(c);
             }
             return;
         }
@@ -169,16 +169,16 @@ void conn_flush(struct conn *c)
 /* ---- input -------------------------------------------------------------------------------------
  */
 
-int may_read(const struct conn *c)
+int nbd_may_read(const struct conn *c)
 {
     return !c->eof && !c->quit && !c->wait_ex && c->outstanding < NBD_MAX_INFLIGHT &&
            c->out_bytes < NBD_OUT_LIMIT && (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP);
 }
 
 /* Handle every complete message in the input buffer that may be handled now. */
-void conn_parse(struct conn *c, plx_store *st)
+void nbd_conn_parse(struct conn *c, plx_store *st)
 {
-    if (opt_settled(c))
+    if (nbd_opt_settled(c))
         return;
     while (!c->wait_ex && !c->quit && c->out_bytes < NBD_OUT_LIMIT &&
            (c->tls_state == TLS_PLAIN || c->tls_state == TLS_UP)) {
@@ -191,8 +191,8 @@ void conn_parse(struct conn *c, plx_store *st)
             char *buf = c->pay;
             c->pay = NULL;
             c->hdr_only = 1;
-            handle_request(c, get16(h + 4), get16(h + 6), get64(h + 8), get64(h + 16), c->pay_len,
-                           NULL, buf);
+            nbd_handle_request(c, get16(h + 4), get16(h + 6), get64(h + 8), get64(h + 16),
+                               c->pay_len, NULL, buf);
             continue;
         }
         if (c->state == ST_CLIENT_FLAGS) {
@@ -220,7 +220,7 @@ void conn_parse(struct conn *c, plx_store *st)
             if (avail < c->need)
                 break;
             c->in_off += c->need;
-            handle_option(c, st, get32(p + 8), p + 16, len);
+            nbd_handle_option(c, st, get32(p + 8), p + 16, len);
         } else {
             if (c->outstanding >= NBD_MAX_INFLIGHT)
                 break;
@@ -239,9 +239,9 @@ void conn_parse(struct conn *c, plx_store *st)
             if (type == NBD_CMD_WRITE)
                 c->need += len;
             if (type == NBD_CMD_WRITE && avail < c->need && len >= NBD_DIRECT_MIN &&
-                (c->pay = req_buf_alloc(len)) != NULL) {
+                (c->pay = nbd_req_buf_alloc(len)) != NULL) {
                 /* Receive the rest of the payload straight into the request's buffer rather
-                 * than into the input buffer and copy it from there (conn_read). */
+                 * than into the input buffer and copy it from there (nbd_conn_read). */
                 memcpy(c->pay_hdr, p, 28);
                 c->pay_len = len;
                 c->pay_have = (uint32_t)(avail - 28);
@@ -254,7 +254,8 @@ void conn_parse(struct conn *c, plx_store *st)
                 break;
             c->in_off += c->need;
             c->hdr_only = 0;
-            handle_request(c, get16(p + 4), type, get64(p + 8), get64(p + 16), len, p + 28, NULL);
+            nbd_handle_request(c, get16(p + 4), type, get64(p + 8), get64(p + 16), len, p + 28,
+                               NULL);
         }
     }
     if (c->in_off == c->in_len)
@@ -263,7 +264,7 @@ void conn_parse(struct conn *c, plx_store *st)
 
 /* One read from the socket into the input buffer, with room for the message being parsed, or
  * into the buffer of a large write's payload. */
-void conn_read(struct conn *c)
+void nbd_conn_read(struct conn *c)
 {
     if (c->pay && c->pay_have < c->pay_len) {
         char *to = c->pay + c->pay_have;
@@ -272,7 +273,7 @@ void conn_read(struct conn *c)
         if (c->tls_state == TLS_UP) {
             r = nbd_tls_recv(c->tls, to, want);
             if (r > 0 && nbd_tls_pending(c->tls))
-                conn_kick(c);
+                nbd_conn_kick(c);
             if (r == -EAGAIN)
                 return;
             if (r < 0) {
@@ -326,7 +327,7 @@ void conn_read(struct conn *c)
         /* GnuTLS may hold decrypted bytes the socket will not announce again: read them from
          * the idle hook. */
         if (r > 0 && nbd_tls_pending(c->tls))
-            conn_kick(c);
+            nbd_conn_kick(c);
         return;
     }
     ssize_t r = recv(c->h.fd, c->in + c->in_len, max, MSG_DONTWAIT);
@@ -353,11 +354,11 @@ static void tls_step(struct conn *c)
     if (rc) {
         fprintf(stderr, "parallax: serve: TLS handshake with a client failed: %s\n", err);
         c->quit = c->wr_broken = 1; /* nothing can be said to it in plain text any more */
-        free_out(c);
+        nbd_free_out(c);
         return;
     }
     c->tls_state = TLS_UP;
-    conn_kick(c); /* records may already be buffered */
+    nbd_conn_kick(c); /* records may already be buffered */
 }
 
 static void tls_start(struct conn *c)
@@ -378,16 +379,16 @@ static void tls_start(struct conn *c)
     tls_step(c);
 }
 
-int conn_finished(const struct conn *c)
+int nbd_conn_finished(const struct conn *c)
 {
     return (c->eof || c->quit) && c->outstanding == 0 && (!c->out_head || c->wr_broken);
 }
 
 /* Register the events the connection wants now. */
-void conn_update(struct conn *c)
+void nbd_conn_update(struct conn *c)
 {
-    if (conn_finished(c)) {
-        conn_kick(c); /* freed by the idle hook */
+    if (nbd_conn_finished(c)) {
+        nbd_conn_kick(c); /* freed by the idle hook */
         return;
     }
     if (c->wr_broken) {
@@ -400,7 +401,7 @@ void conn_update(struct conn *c)
     uint32_t ev = 0;
     if (c->tls_state == TLS_HANDSHAKE)
         ev = nbd_tls_wants_write(c->tls) ? EPOLLOUT : EPOLLIN;
-    if (may_read(c))
+    if (nbd_may_read(c))
         ev |= EPOLLIN;
     if (c->out_head && !c->wr_broken)
         ev |= EPOLLOUT;
@@ -408,7 +409,7 @@ void conn_update(struct conn *c)
         c->events = ev;
 }
 
-void conn_destroy(struct conn *c)
+void nbd_conn_destroy(struct conn *c)
 {
     struct nbd_server *srv = c->srv;
     if (c->watched)
@@ -419,7 +420,7 @@ void conn_destroy(struct conn *c)
         export_put(srv, c->ex);
     if (c->wait_ex)
         export_put(srv, c->wait_ex); /* the last client of an open in progress cancels it */
-    free_out(c);
+    nbd_free_out(c);
     free(c->in);
     free(c->pay);
     if (c->prev)
@@ -431,7 +432,7 @@ void conn_destroy(struct conn *c)
     free(c);
 }
 
-void conn_ready(struct et_fd_handler *h, plx_store *st)
+void nbd_conn_ready(struct et_fd_handler *h, plx_store *st)
 {
     struct conn *c = (struct conn *)h;
     if (c->tls_state == TLS_HANDSHAKE) {
@@ -439,19 +440,19 @@ void conn_ready(struct et_fd_handler *h, plx_store *st)
             c->eof = c->quit = c->wr_broken = 1;
         } else
             tls_step(c);
-        conn_update(c);
+        nbd_conn_update(c);
         return;
     }
     if (h->revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-        if (may_read(c))
-            conn_read(c);
+        if (nbd_may_read(c))
+            nbd_conn_read(c);
         else if (h->revents & (EPOLLHUP | EPOLLERR)) {
             /* Hung up while we were not reading: nobody is left to answer. */
             c->eof = c->quit = c->wr_broken = 1;
-            free_out(c);
+            nbd_free_out(c);
         }
     }
-    conn_parse(c, st);
-    conn_flush(c);
-    conn_update(c);
+    nbd_conn_parse(c, st);
+    nbd_conn_flush(c);
+    nbd_conn_update(c);
 }

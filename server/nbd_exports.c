@@ -16,31 +16,31 @@
 
 plx_vdi *nbd_server_find_writable(uint64_t id)
 {
-    if (!the_server)
+    if (!nbd_the_server)
         return NULL;
-    for (struct export *e = the_server->exports; e; e = e->next)
+    for (struct export *e = nbd_the_server->exports; e; e = e->next)
         if (e->v && e->closing != 2 && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
             return e->v;
     return NULL;
 }
 
-int cache_all;
-double cache_all_threshold_ms;
+int nbd_cache_all;
+double nbd_cache_all_threshold_ms;
 
 void nbd_server_cache_all(int mode, double threshold_ms)
 {
-    cache_all = mode;
-    cache_all_threshold_ms = threshold_ms;
+    nbd_cache_all = mode;
+    nbd_cache_all_threshold_ms = threshold_ms;
 }
 
 /* A VDI just opened for writing: the write cache on (or automatic), when the server caches
  * every VDI. */
 void export_opened(plx_store *st, struct export *e)
 {
-    if (!cache_all || !e->v || plx_vdi_readonly(e->v))
+    if (!nbd_cache_all || !e->v || plx_vdi_readonly(e->v))
         return;
-    struct plx_wcache_auto a = {.on_ms = cache_all_threshold_ms};
-    int rc = plx_vdi_wcache_set_mode(e->v, cache_all, &a);
+    struct plx_wcache_auto a = {.on_ms = nbd_cache_all_threshold_ms};
+    int rc = plx_vdi_wcache_set_mode(e->v, nbd_cache_all, &a);
     if (rc)
         fprintf(stderr, "parallax: serve: export '%s': write cache not on: %s\n", e->name,
                 plx_store_errmsg(st));
@@ -90,7 +90,7 @@ int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct e
 static void export_open_done(void *arg, int status, plx_vdi *v)
 {
     struct export *e = arg;
-    struct nbd_server *srv = the_server;
+    struct nbd_server *srv = nbd_the_server;
     e->opening = NULL;
     e->opened = 1;
     e->open_rc = status;
@@ -99,7 +99,7 @@ static void export_open_done(void *arg, int status, plx_vdi *v)
         snprintf(e->open_err, sizeof e->open_err, "%s", plx_store_errmsg(et_store(srv->et)));
     for (struct conn *c = srv->conns; c; c = c->next)
         if (c->wait_ex == e)
-            conn_kick(c);
+            nbd_conn_kick(c);
 }
 
 static void export_unlink(struct nbd_server *srv, struct export *e)
@@ -128,7 +128,7 @@ static void export_settle(struct nbd_server *srv, struct export *e, plx_store *s
     }
     struct plx_vdi_info info;
     if (rc == -EBUSY && !strchr(e->name, '@') && plx_vdi_lookup(st, e->name, &info) == 0 &&
-        retry_arm(srv) == 0) {
+        nbd_retry_arm(srv) == 0) {
         fprintf(stderr, "parallax: serve: export '%s': %s; its requests wait until it lets go\n",
                 e->name, e->open_err);
         e->size = info.size;
@@ -160,9 +160,9 @@ static void export_closed(void *arg, int status)
     struct export *e = arg;
     if (status)
         snprintf(e->close_err, sizeof e->close_err, "%s",
-                 plx_store_errmsg(et_store(the_server->et)));
+                 plx_store_errmsg(et_store(nbd_the_server->et)));
     e->v = NULL;
-    export_free(the_server, e, status);
+    export_free(nbd_the_server, e, status);
 }
 
 /* Close e unless its VDI's writes are still being drained from the write cache (then it stays
@@ -240,7 +240,7 @@ static void wauto_ready(struct et_fd_handler *h, plx_store *st)
     }
 }
 
-int wauto_start(struct nbd_server *srv)
+int nbd_wauto_start(struct nbd_server *srv)
 {
     srv->wauto.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     srv->wauto.on_ready = wauto_ready;

@@ -12,10 +12,10 @@
 
 #include "nbd_internal.h"
 
-void req_wait(struct export *e, struct req *r)
+void nbd_req_wait(struct export *e, struct req *r)
 {
     if (e->failed) {
-        req_finish(r, e->failed);
+        nbd_req_finish(r, e->failed);
         return;
     }
     r->pending_next = NULL;
@@ -27,18 +27,18 @@ void req_wait(struct export *e, struct req *r)
 }
 
 /* While waiting, block status says "data" everywhere: true of any disk, and it needs no tree. */
-void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
+void nbd_block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
 {
     if (!c->meta_alloc) {
-        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
         return;
     }
     unsigned char h[40];
-    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
+    nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
     put32(h + 20, NBD_CONTEXT_ALLOCATION);
     put32(h + 24, len);
     put32(h + 28, 0);
-    queue(c, h, 32, NULL, 0);
+    nbd_queue(c, h, 32, NULL, 0);
     (void)off;
 }
 
@@ -78,9 +78,9 @@ static void retry_ready(struct et_fd_handler *h, plx_store *st)
         while (r) {
             struct req *next = r->pending_next;
             if (e->v)
-                req_submit(r);
+                nbd_req_submit(r);
             else
-                req_finish(r, e->failed);
+                nbd_req_finish(r, e->failed);
             r = next;
         }
     }
@@ -92,7 +92,7 @@ static void retry_ready(struct et_fd_handler *h, plx_store *st)
 }
 
 /* Start the retry timer (5 ms) for an export that waits. */
-int retry_arm(struct nbd_server *srv)
+int nbd_retry_arm(struct nbd_server *srv)
 {
     if (srv->retry.fd <= 0) {
         srv->retry.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

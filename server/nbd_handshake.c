@@ -3,7 +3,7 @@
  * transmission phase (EXPORT_NAME, GO, INFO, LIST, ABORT, STARTTLS, STRUCTURED_REPLY,
  * SET_META_CONTEXT and LIST_META_CONTEXT for "base:allocation") and their replies. An option
  * that names an export waits, without blocking the loop, until the export's open is settled
- * (opt_settled).
+ * (nbd_opt_settled).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static void opt_reply(struct conn *c, uint32_t opt, uint32_t type, const void *d
         }
         memcpy(copy, data, len);
     }
-    queue(c, h, sizeof h, copy, len);
+    nbd_queue(c, h, sizeof h, copy, len);
 }
 
 static void opt_error(struct conn *c, uint32_t opt, uint32_t type, const char *msg)
@@ -102,7 +102,7 @@ static void opt_info_go(struct conn *c, plx_store *st, uint32_t opt, const unsig
         return;
     }
     if (!e->settled) {
-        c->wait_ex = e; /* answered by opt_settled once the open is settled */
+        c->wait_ex = e; /* answered by nbd_opt_settled once the open is settled */
         c->wait_opt = opt;
         return;
     }
@@ -239,13 +239,13 @@ static void export_name_reply(struct conn *c, struct export *e)
         c->quit = 1;
         return;
     }
-    queue(c, h, sizeof h, zeroes, zeroes ? 124 : 0);
+    nbd_queue(c, h, sizeof h, zeroes, zeroes ? 124 : 0);
     c->state = ST_TRANSMISSION;
 }
 
 /* The option that waited for an export's open: answer it once the export is settled. Returns
  * 1 while it still waits (nothing more is parsed). */
-int opt_settled(struct conn *c)
+int nbd_opt_settled(struct conn *c)
 {
     struct export *e = c->wait_ex;
     if (!e)
@@ -260,8 +260,8 @@ int opt_settled(struct conn *c)
     return 0;
 }
 
-void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
-                   uint32_t len)
+void nbd_handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
+                       uint32_t len)
 {
     if (c->srv->tls_mode == NBD_TLS_REQUIRE && c->tls_state != TLS_UP && opt != NBD_OPT_STARTTLS &&
         opt != NBD_OPT_ABORT) {

@@ -92,14 +92,14 @@ struct conn {
     int writable;
     char *in;
     size_t in_off, in_len, in_cap, need;
-    /* A large write's payload is received straight into its request buffer (see conn_parse):
+    /* A large write's payload is received straight into its request buffer (see nbd_conn_parse):
      * the header, the buffer, how much of it has arrived. */
     unsigned char pay_hdr[28];
     char *pay;
     uint32_t pay_len, pay_have;
-    /* After a large write's payload, read only as far as the next request's header (conn_read):
+    /* After a large write's payload, read only as far as the next request's header (nbd_conn_read):
      * a read of the whole chunk took up to 256 KiB of the next payload into the input buffer,
-     * copied from there into the request's buffer again (conn_parse's memcpy, 3-4% of serve's
+     * copied from there into the request's buffer again (nbd_conn_parse's memcpy, 3-4% of serve's
      * samples in a burst of 1 MiB writes). Cleared by a request handled from the input buffer. */
     int hdr_only;
     size_t chunk; /* input buffer growth: doubles while reads fill it, up to NBD_READ_CHUNK */
@@ -115,7 +115,7 @@ struct conn {
     struct conn *dirty_next;
     struct conn *prev, *next;
     /* An option (GO, INFO, EXPORT_NAME) waits for this export's open: nothing more is read or
-     * parsed until the idle hook answers it (conn_parse). Holds a reference. */
+     * parsed until the idle hook answers it (nbd_conn_parse). Holds a reference. */
     struct export *wait_ex;
     uint32_t wait_opt;
 };
@@ -149,7 +149,7 @@ struct nbd_server {
 
 /* The one server of the process (nbd_server.c; NULL while none runs): engine callbacks reach it
  * through this. */
-extern struct nbd_server *the_server;
+extern struct nbd_server *nbd_the_server;
 
 static inline uint64_t now_ns(void)
 {
@@ -161,56 +161,56 @@ static inline uint64_t now_ns(void)
 /* ---- nbd_exports.c: exports, their VDIs' open and close, the write cache's modes ------------- */
 
 /* The write cache mode every VDI opened for writing gets (nbd_server_cache_all). */
-extern int cache_all;
-extern double cache_all_threshold_ms;
+extern int nbd_cache_all;
+extern double nbd_cache_all_threshold_ms;
 
 void export_opened(plx_store *st, struct export *e);
 int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out);
 void export_put(struct nbd_server *srv, struct export *e);
 void export_reap(struct nbd_server *srv);
-int wauto_start(struct nbd_server *srv);
+int nbd_wauto_start(struct nbd_server *srv);
 
 /* ---- nbd_conn.c: connections, their input and output, their TLS state -------------------- */
 
-void conn_kick(struct conn *c);
-void free_out(struct conn *c);
-int queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen);
-void conn_flush(struct conn *c);
-int may_read(const struct conn *c);
-void conn_parse(struct conn *c, plx_store *st);
-void conn_read(struct conn *c);
-int conn_finished(const struct conn *c);
-void conn_update(struct conn *c);
-void conn_destroy(struct conn *c);
-void conn_ready(struct et_fd_handler *h, plx_store *st);
+void nbd_conn_kick(struct conn *c);
+void nbd_free_out(struct conn *c);
+int nbd_queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen);
+void nbd_conn_flush(struct conn *c);
+int nbd_may_read(const struct conn *c);
+void nbd_conn_parse(struct conn *c, plx_store *st);
+void nbd_conn_read(struct conn *c);
+int nbd_conn_finished(const struct conn *c);
+void nbd_conn_update(struct conn *c);
+void nbd_conn_destroy(struct conn *c);
+void nbd_conn_ready(struct et_fd_handler *h, plx_store *st);
 
 /* ---- nbd_handshake.c: the newstyle negotiation (options) ------------------------------------ */
 
-int opt_settled(struct conn *c);
-void handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
-                   uint32_t len);
+int nbd_opt_settled(struct conn *c);
+void nbd_handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
+                       uint32_t len);
 
 /* ---- nbd_transmission.c: requests and their replies ----------------------------------------- */
 
-void chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
-                  uint32_t length);
-void reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err);
-void req_finish(struct req *r, int status);
-void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle, uint64_t off,
-                    uint32_t len, const unsigned char *payload, char *owned);
-void req_submit(struct req *r);
+void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
+                      uint32_t length);
+void nbd_reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err);
+void nbd_req_finish(struct req *r, int status);
+void nbd_handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle,
+                        uint64_t off, uint32_t len, const unsigned char *payload, char *owned);
+void nbd_req_submit(struct req *r);
 
 /* ---- nbd_buffers.c: request buffers and their pool ------------------------------------------ */
 
-char *req_buf_alloc(uint32_t len);
-void req_buf_free(char *p, uint32_t len);
-void buf_pool_warm(void);
-void buf_pool_free(void);
+char *nbd_req_buf_alloc(uint32_t len);
+void nbd_req_buf_free(char *p, uint32_t len);
+void nbd_buf_pool_warm(void);
+void nbd_buf_pool_free(void);
 
 /* ---- nbd_handover.c: exports waiting for a VDI another process holds ------------------------ */
 
-void req_wait(struct export *e, struct req *r);
-void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len);
-int retry_arm(struct nbd_server *srv);
+void nbd_req_wait(struct export *e, struct req *r);
+void nbd_block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len);
+int nbd_retry_arm(struct nbd_server *srv);
 
 #endif

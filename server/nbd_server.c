@@ -34,7 +34,7 @@
 #include "parallax_control.h"
 #include "nbd_internal.h"
 
-struct nbd_server *the_server;
+struct nbd_server *nbd_the_server;
 
 /* The engine loop's idle hook: write replies, resume parsing, free finished connections. */
 static void server_idle(void *arg, plx_store *st)
@@ -47,20 +47,20 @@ static void server_idle(void *arg, plx_store *st)
         struct conn *c = srv->dirty_head;
         srv->dirty_head = c->dirty_next;
         c->dirty = 0;
-        if (c->tls_state == TLS_UP && nbd_tls_pending(c->tls) && may_read(c))
-            conn_read(c);
-        conn_parse(c, st);
-        conn_flush(c);
-        if (conn_finished(c))
-            conn_destroy(c); /* may run other callbacks (closing a VDI): they only kick */
+        if (c->tls_state == TLS_UP && nbd_tls_pending(c->tls) && nbd_may_read(c))
+            nbd_conn_read(c);
+        nbd_conn_parse(c, st);
+        nbd_conn_flush(c);
+        if (nbd_conn_finished(c))
+            nbd_conn_destroy(c); /* may run other callbacks (closing a VDI): they only kick */
         else
-            conn_update(c);
+            nbd_conn_update(c);
     }
 }
 
 static void listener_ready(struct et_fd_handler *h, plx_store *st)
 {
-    struct nbd_server *srv = the_server;
+    struct nbd_server *srv = nbd_the_server;
     for (int i = 0; i < 64; i++) {
         int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
@@ -73,7 +73,7 @@ static void listener_ready(struct et_fd_handler *h, plx_store *st)
             continue;
         }
         c->h.fd = fd;
-        c->h.on_ready = conn_ready;
+        c->h.on_ready = nbd_conn_ready;
         c->srv = srv;
         c->events = EPOLLIN;
         c->watched = 1;
@@ -90,9 +90,9 @@ static void listener_ready(struct et_fd_handler *h, plx_store *st)
         put64(g, NBD_MAGIC_INIT);
         put64(g + 8, NBD_MAGIC_OPT);
         put16(g + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
-        queue(c, g, sizeof g, NULL, 0);
-        conn_flush(c);
-        conn_update(c);
+        nbd_queue(c, g, sizeof g, NULL, 0);
+        nbd_conn_flush(c);
+        nbd_conn_update(c);
     }
 }
 
@@ -209,11 +209,11 @@ static void start_job(struct et_job *job, plx_store *st)
 {
     struct nbd_server *srv = ((struct srv_job *)job)->srv;
     int rc = 0;
-    the_server = srv;
+    nbd_the_server = srv;
     et_set_idle(srv->et, server_idle, srv);
-    if (cache_all)
-        buf_pool_warm();
-    rc = wauto_start(srv);
+    if (nbd_cache_all)
+        nbd_buf_pool_warm();
+    rc = nbd_wauto_start(srv);
     for (int i = 0; i < srv->nlis && !rc; i++) {
         srv->lis[i].on_ready = listener_ready;
         rc = et_watch(srv->et, &srv->lis[i]);
@@ -309,7 +309,7 @@ static void stop_begin_job(struct et_job *job, plx_store *st)
     for (struct export *e = srv->exports; e; e = e->next) {
         for (struct req *r = e->pending_head, *next; r; r = next) {
             next = r->pending_next;
-            req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
+            nbd_req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
         }
         e->pending_head = e->pending_tail = NULL;
         if (!e->v)
@@ -320,14 +320,14 @@ static void stop_begin_job(struct et_job *job, plx_store *st)
          * one that sent a write and then stopped the server gets its answer. */
         char peek;
         for (int i = 0; i < 4096 && c->state == ST_TRANSMISSION && c->tls_state == TLS_PLAIN &&
-                        may_read(c) && recv(c->h.fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+                        nbd_may_read(c) && recv(c->h.fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
              i++) {
-            conn_read(c);
-            conn_parse(c, st);
+            nbd_conn_read(c);
+            nbd_conn_parse(c, st);
         }
         c->quit = 1;
-        conn_kick(c);
-        conn_update(c);
+        nbd_conn_kick(c);
+        nbd_conn_update(c);
     }
     et_job_done(job, NULL, 0);
 }
@@ -368,9 +368,9 @@ static void stop_drop_job(struct et_job *job, plx_store *st)
     for (struct conn *c = srv->conns; c; c = c->next) {
         shutdown(c->h.fd, SHUT_RDWR);
         c->eof = c->quit = c->wr_broken = 1;
-        free_out(c);
-        conn_kick(c);
-        conn_update(c);
+        nbd_free_out(c);
+        nbd_conn_kick(c);
+        nbd_conn_update(c);
     }
     et_job_done(job, NULL, 0);
 }
@@ -389,7 +389,7 @@ static void stop_job(struct et_job *job, plx_store *st)
         c->watched = 0;
         shutdown(c->h.fd, SHUT_RDWR);
         c->quit = c->eof = c->wr_broken = 1;
-        free_out(c);
+        nbd_free_out(c);
     }
     stop_timers(srv);
     /* Closing a VDI completes its outstanding requests (their callbacks run now). */
@@ -398,7 +398,7 @@ static void stop_job(struct et_job *job, plx_store *st)
         srv->exports = e->next;
         for (struct req *r = e->pending_head, *next; r; r = next) {
             next = r->pending_next;
-            req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
+            nbd_req_finish(r, -ESHUTDOWN); /* never handed over: nothing was done */
         }
         int rc = e->v ? plx_vdi_close(e->v) : 0;
         if (rc)
@@ -409,7 +409,7 @@ static void stop_job(struct et_job *job, plx_store *st)
         struct conn *c = srv->conns;
         srv->conns = c->next;
         close(c->h.fd);
-        free_out(c);
+        nbd_free_out(c);
         free(c->in);
         free(c->pay);
         nbd_tls_session_free(c->tls);
@@ -418,7 +418,7 @@ static void stop_job(struct et_job *job, plx_store *st)
             free(c); /* else a request never completed: leak it rather than risk its callback */
     }
     srv->dirty_head = NULL;
-    the_server = NULL;
+    nbd_the_server = NULL;
     et_job_done(job, NULL, 0);
 }
 
@@ -460,7 +460,7 @@ void nbd_server_stop(struct nbd_server *srv)
     }
     struct srv_job j = {.job.fn = stop_job, .srv = srv};
     et_call(srv->et, &j.job);
-    buf_pool_free(); /* every connection is gone: nothing takes from it any more */
+    nbd_buf_pool_free(); /* every connection is gone: nothing takes from it any more */
     nbd_tls_free(srv->tls);
     free(srv);
 }

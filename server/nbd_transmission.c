@@ -39,11 +39,12 @@ static void reply_simple(struct conn *c, uint64_t handle, uint32_t err, char *da
     put32(h, NBD_MAGIC_SIMPLE);
     put32(h + 4, err);
     put64(h + 8, handle);
-    queue(c, h, sizeof h, data, dlen);
+    nbd_queue(c, h, sizeof h, data, dlen);
 }
 
 /* A structured chunk header (20 bytes) into h. */
-void chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle, uint32_t length)
+void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
+                      uint32_t length)
 {
     put32(h, NBD_MAGIC_STRUCTURED);
     put16(h + 4, flags);
@@ -52,14 +53,14 @@ void chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t hand
     put32(h + 16, length);
 }
 
-void reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err)
+void nbd_reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err)
 {
     if (c->structured && (type == NBD_CMD_READ || type == NBD_CMD_BLOCK_STATUS)) {
         unsigned char h[26];
-        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, handle, 6);
+        nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, handle, 6);
         put32(h + 20, err);
         put16(h + 24, 0);
-        queue(c, h, sizeof h, NULL, 0);
+        nbd_queue(c, h, sizeof h, NULL, 0);
     } else {
         reply_simple(c, handle, err, NULL, 0);
     }
@@ -74,14 +75,14 @@ static void reply_read(struct conn *c, uint64_t handle, uint64_t off, char *buf,
     }
     unsigned char h[28];
     if (len == 0) {
-        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, handle, 0);
+        nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, handle, 0);
         free(buf);
-        queue(c, h, 20, NULL, 0);
+        nbd_queue(c, h, 20, NULL, 0);
         return;
     }
-    chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, handle, 8 + len);
+    nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, handle, 8 + len);
     put64(h + 20, off);
-    queue(c, h, sizeof h, buf, len);
+    nbd_queue(c, h, sizeof h, buf, len);
 }
 
 /* ---- requests ----------------------------------------------------------------------------------
@@ -103,26 +104,26 @@ static void log_request_error(struct conn *c, const struct req *r, int status)
             strerror(-status), msg);
 }
 
-void req_finish(struct req *r, int status)
+void nbd_req_finish(struct req *r, int status)
 {
     struct conn *c = r->c;
     if (status) {
         log_request_error(c, r, status);
-        reply_error(c, r->type, r->handle, nbd_error(status));
+        nbd_reply_error(c, r->type, r->handle, nbd_error(status));
     } else if (r->type == NBD_CMD_READ) {
         reply_read(c, r->handle, r->off, r->buf, r->len);
         r->buf = NULL;
     } else
         reply_simple(c, r->handle, 0, NULL, 0);
-    req_buf_free(r->buf, r->len);
+    nbd_req_buf_free(r->buf, r->len);
     free(r);
     c->outstanding--;
-    conn_kick(c);
+    nbd_conn_kick(c);
     /* The connection's last request in flight (QD 1): no other reply will share the sendmsg,
      * so send it now rather than from the idle hook, which runs only after the rest of the
      * service pass (the log's writeback start, the store's poll, the drain's work). */
     if (c->outstanding == 0 && c->tls_state == TLS_PLAIN)
-        conn_flush(c);
+        nbd_conn_flush(c);
 }
 
 static void req_done(void *arg, int status)
@@ -138,7 +139,7 @@ static void req_done(void *arg, int status)
             return;
         status = rc;
     }
-    req_finish(r, status);
+    nbd_req_finish(r, status);
 }
 
 /* Block status: one engine request per run of one state (plx_vdi_submit_block_status reads
@@ -156,18 +157,18 @@ static void status_reply(struct status_req *r, int rc)
 {
     struct conn *c = r->c;
     if (rc < 0 && r->n == 0) {
-        reply_error(c, NBD_CMD_BLOCK_STATUS, r->handle, nbd_error(rc));
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, r->handle, nbd_error(rc));
         free(r->d);
     } else {
         unsigned char h[24];
-        chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle,
-                     (uint32_t)(4 + r->n * 8));
+        nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle,
+                         (uint32_t)(4 + r->n * 8));
         put32(h + 20, NBD_CONTEXT_ALLOCATION);
-        queue(c, h, sizeof h, (char *)r->d, r->n * 8);
+        nbd_queue(c, h, sizeof h, (char *)r->d, r->n * 8);
     }
     free(r);
     c->outstanding--;
-    conn_kick(c);
+    nbd_conn_kick(c);
 }
 
 static void status_done(void *arg, int status)
@@ -204,7 +205,7 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
                          uint16_t flags)
 {
     if (!c->meta_alloc) {
-        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
         return;
     }
     struct status_req *r = calloc(1, sizeof *r);
@@ -213,7 +214,7 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
     if (!r || !d) {
         free(r);
         free(d);
-        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_ENOMEM);
         return;
     }
     *r = (struct status_req){
@@ -222,7 +223,7 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
     if (rc < 0) {
         free(d);
         free(r);
-        reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, nbd_error(rc));
         return;
     }
     c->outstanding++;
@@ -235,8 +236,8 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
                               uint64_t off, uint32_t len, const unsigned char *payload,
                               char **owned);
 
-void handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle, uint64_t off,
-                    uint32_t len, const unsigned char *payload, char *owned)
+void nbd_handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle,
+                        uint64_t off, uint32_t len, const unsigned char *payload, char *owned)
 {
     handle_request_in(c, flags, type, handle, off, len, payload, &owned);
     free(owned); /* refused before a request took it */
@@ -260,17 +261,17 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
                type == NBD_CMD_WRITE_ZEROES || type == NBD_CMD_BLOCK_STATUS) {
         int writes = type == NBD_CMD_WRITE || type == NBD_CMD_TRIM || type == NBD_CMD_WRITE_ZEROES;
         if (writes && !c->writable) {
-            reply_error(c, type, handle, NBD_EPERM);
+            nbd_reply_error(c, type, handle, NBD_EPERM);
             return;
         }
         if (off > c->size || len > c->size - off ||
             (type == NBD_CMD_READ && len > NBD_MAX_PAYLOAD) ||
             (type == NBD_CMD_BLOCK_STATUS && len == 0)) {
-            reply_error(c, type, handle, NBD_EINVAL);
+            nbd_reply_error(c, type, handle, NBD_EINVAL);
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS && !c->ex->v) {
-            block_status_waiting(c, handle, off, len);
+            nbd_block_status_waiting(c, handle, off, len);
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS) {
@@ -285,7 +286,7 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
             return;
         }
     } else {
-        reply_error(c, type, handle, NBD_EINVAL);
+        nbd_reply_error(c, type, handle, NBD_EINVAL);
         return;
     }
 
@@ -294,7 +295,7 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
         r->buf = *owned;
         *owned = NULL;
     } else if (r && (type == NBD_CMD_READ || type == NBD_CMD_WRITE)) {
-        r->buf = req_buf_alloc(len);
+        r->buf = nbd_req_buf_alloc(len);
         if (!r->buf) {
             free(r);
             r = NULL;
@@ -303,7 +304,7 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
         }
     }
     if (!r) {
-        reply_error(c, type, handle, NBD_ENOMEM);
+        nbd_reply_error(c, type, handle, NBD_ENOMEM);
         return;
     }
     *r = (struct req){.c = c,
@@ -315,14 +316,14 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
                       .buf = r->buf};
     c->outstanding++;
     if (!c->ex->v) {
-        req_wait(c->ex, r);
+        nbd_req_wait(c->ex, r);
         return;
     }
-    req_submit(r);
+    nbd_req_submit(r);
 }
 
 /* Hand a request to the engine (or fail it). */
-void req_submit(struct req *r)
+void nbd_req_submit(struct req *r)
 {
     struct conn *c = r->c;
     plx_vdi *v = c->ex->v;
@@ -346,5 +347,5 @@ void req_submit(struct req *r)
         break;
     }
     if (rc)
-        req_finish(r, rc);
+        nbd_req_finish(r, rc);
 }
