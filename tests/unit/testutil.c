@@ -25,13 +25,40 @@ static void keep_large_buffers(void)
 #endif
 }
 
+static int tests_added; /* loop tests count once per iteration, as Check runs them */
+
+void tu_tcase_add(TCase *tc, const TTest *ttest, int sig, int allowed_exit, int start, int end)
+{
+    tests_added += end > start ? end - start : 0;
+    (_tcase_add_test)(tc, ttest, sig, allowed_exit, start, end); /* the function, not the macro */
+}
+
+/* Whether the environment asks Check to run only some of the tests. */
+static int tests_picked(void)
+{
+    static const char *const vars[] = {"CK_RUN_CASE", "CK_RUN_SUITE", "CK_INCLUDE_TAGS",
+                                       "CK_EXCLUDE_TAGS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && *v != '\0')
+            return 1;
+    }
+    return 0;
+}
+
 int tu_run_suite(Suite *s)
 {
     keep_large_buffers();
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
+    int ran = srunner_ntests_run(sr);
     srunner_free(sr);
+    if (!tests_picked() && ran != tests_added) {
+        fprintf(stderr, "testutil: Check reported %d results for the %d tests this binary adds\n",
+                ran, tests_added);
+        return EXIT_FAILURE;
+    }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

@@ -10,8 +10,16 @@
 
 #include "backend.h"
 
+/* Every test a suite adds passes through here (check.h's tcase_add_*test macros all end in
+ * _tcase_add_test), so that tu_run_suite knows how many tests the binary holds. */
+void tu_tcase_add(TCase *tc, const TTest *ttest, int sig, int allowed_exit, int start, int end);
+#define _tcase_add_test(tc, ttest, sig, allowed_exit, start, end)                                  \
+    tu_tcase_add((tc), (ttest), (sig), (allowed_exit), (start), (end))
+
 /* Run a suite (CK_ENV verbosity, so CK_VERBOSITY/CK_RUN_CASE work) and return the exit status
- * for main: EXIT_SUCCESS when every test passed. Frees the suite. */
+ * for main: EXIT_SUCCESS when every test passed. Frees the suite. Unless a CK_RUN_* or CK_*_TAGS
+ * variable picks tests, a run with fewer results than the tests added fails: a lost result must
+ * not pass as a shorter run. */
 int tu_run_suite(Suite *s);
 /* main() for a test file whose suite is built by `fn` (Suite *fn(void)). */
 #define TU_MAIN(fn)                                                                                \
