@@ -14,6 +14,9 @@
 #
 # Each binary's line at its end gives its wall seconds and CPU seconds (user + system).
 #
+# A binary fails by itself when Check reports fewer results than the tests it added
+# (tests/unit/testutil.c, tu_run_suite), unless CK_RUN_CASE or the like picked some.
+#
 # A binary that exits 77 after its suite passed ran everything it could but skipped a part
 # (e.g. test_backend without a tgtd it may start): reported as skipped, with its SKIP line, and
 # never counted as a pass; it fails the run only with PLX_TEST_STRICT=1.
