@@ -41,6 +41,12 @@ extern const struct plx_backend_scheme plx_backend_file_scheme;  /* backend_file
 /* The scheme of a blockstore's name (never NULL: a path at least). */
 const struct plx_backend_scheme *plx_backend_scheme_of(const char *where);
 
+/* A backend's open failed: *err = -e (err may be NULL) and the message formatted into errbuf
+ * (NULL or errlen 0: none). Returns NULL, for `return plx_backend_open_fail(...)`.
+ * backend_fail.c. */
+__attribute__((format(printf, 5, 6))) plx_backend *
+plx_backend_open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...);
+
 /* A backend that came in through an entry point of API 1.0 to 1.7 (plx_store_open_backend and
  * plx_store_upgrade_backend of symbol version PARALLAX_1), whose caller's ops may end at lock:
  * the library's own backends (plx_backend_own) as they are, any other wrapped in a stack that
