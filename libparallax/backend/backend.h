@@ -35,6 +35,13 @@ struct plx_backend_scheme {
     const char *prefix;
     plx_backend *(*open)(const char *where, unsigned flags, int *err, char *errbuf, size_t errlen);
     const struct plx_backend_ops *ops; /* its backends' ops (plx_backend_own) */
+    /* Optional, for a URL (NULL: plx_blockstore_url_len answers 0, plx_blockstore_shown gives
+     * the name as it is). url_len: the length of this scheme's URL that s starts with (s starts
+     * with prefix), where a name that follows it begins ("URL:VDI"), or 0 when s holds no whole
+     * one. shown: the name for messages and listings, without the secrets it may carry: where
+     * itself, or buf (len bytes) holding it so. */
+    size_t (*url_len)(const char *s);
+    const char *(*shown)(const char *where, char *buf, size_t len);
 };
 extern const struct plx_backend_scheme plx_backend_iscsi_scheme; /* backend_iscsi.c */
 extern const struct plx_backend_scheme plx_backend_file_scheme;  /* backend_file.c */

@@ -691,9 +691,41 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     return &b->base;
 }
 
+/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
+ * '/', the LUN is digits), or 0 when s does not start with one (plx_blockstore_url_len). */
+static size_t iscsi_url_len(const char *s)
+{
+    const char *p = strchr(s + strlen(ISCSI_PREFIX), '/');
+    if (p)
+        p = strchr(p + 1, '/');
+    if (!p || !isdigit((unsigned char)p[1]))
+        return 0;
+    p++;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return (size_t)(p - s);
+}
+
+/* The URL without the CHAP password: iscsi://USER%PASSWORD@HOST/... as iscsi://USER@HOST/...
+ * (plx_blockstore_shown). */
+static const char *iscsi_shown(const char *path, char *buf, size_t len)
+{
+    const char *at, *pct, *slash;
+    if ((at = strchr(path, '@')) == NULL)
+        return path;
+    slash = strchr(path + strlen(ISCSI_PREFIX), '/');
+    pct = strchr(path, '%');
+    if ((slash != NULL && at > slash) || pct == NULL || pct > at)
+        return path;
+    snprintf(buf, len, "%.*s%s", (int)(pct - path), path, at);
+    return buf;
+}
+
 /* Its line in the table of URL schemes (backend_open.c). */
 const struct plx_backend_scheme plx_backend_iscsi_scheme = {
     .prefix = ISCSI_PREFIX,
     .open = plx_backend_iscsi_open,
     .ops = &iscsi_ops,
+    .url_len = iscsi_url_len,
+    .shown = iscsi_shown,
 };
