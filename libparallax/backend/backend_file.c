@@ -615,13 +615,6 @@ static int reap_kernel(struct file_backend *f)
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A finished slot, just before its callback (plx_done_deliver). */
 static void file_release(void *arg, struct plx_done *d)
 {
@@ -636,7 +629,7 @@ static void file_release(void *arg, struct plx_done *d)
 static int file_poll(plx_backend *be, int timeout_ms)
 {
     struct file_backend *f = (struct file_backend *)be;
-    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    int64_t deadline = plx_poll_deadline(timeout_ms);
 
     if (f->wb_len >= WB_BATCH)
         writeback_start(f);
@@ -665,13 +658,9 @@ static int file_poll(plx_backend *be, int timeout_ms)
         if (f->done.ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
             break;
 
-        int wait = -1;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                break;
-            wait = (int)left;
-        }
+        int wait = plx_poll_wait(timeout_ms, deadline);
+        if (wait == 0)
+            break;
         /* Only stalled I/O left: nothing will signal, so come back soon to resubmit. */
         if (f->in_kernel == 0 && f->thr_busy == 0 && f->prep.held_head == NULL &&
             (wait < 0 || wait > 1))

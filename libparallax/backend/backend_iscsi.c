@@ -243,13 +243,6 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A poll without waiting where nothing can have happened: the session is up, the socket's
  * registration in the epoll set matches what libiscsi wants now, and that set (the eventfd of
  * completions, the clock, the socket) has nothing ready. One epoll_wait answers what a
@@ -279,7 +272,7 @@ static void iscsi_release(void *arg, struct plx_done *d)
 static int iscsi_poll(plx_backend *be, int timeout_ms)
 {
     struct iscsi_backend *b = (struct iscsi_backend *)be;
-    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    int64_t deadline = plx_poll_deadline(timeout_ms);
 
     if (timeout_ms == 0 && nothing_ready(b)) {
         plx_iscsi_set_ticking(b, b->inflight > 0);
@@ -297,13 +290,9 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
         }
         if (b->done.ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
             break;
-        int wait = -1;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                break;
-            wait = (int)left;
-        }
+        int wait = plx_poll_wait(timeout_ms, deadline);
+        if (wait == 0)
+            break;
         int rc = wait_events(b, wait);
         if (rc < 0)
             return rc;
