@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plx-test: alone (boots four guests under QEMU: CPU-bound, and their boot has a time limit)
+# plx-test: alone-cpu (boots four guests under QEMU: CPU-bound, and their boot has a time limit)
 # Real VMs on Parallax disks. The golden image (scripts/golden-image.sh: Debian's cloud kernel,
 # a busybox initramfs that only loads the virtio drivers, an ext4 root on the disk) is imported
 # into a VDI and snapshotted as gold@pristine. Clones of it, served by one `parallax serve`, are
