@@ -126,8 +126,7 @@ static void export_closed(void *arg, int status)
 {
     struct export *e = arg;
     if (status)
-        snprintf(e->close_err, sizeof e->close_err, "%s",
-                 plx_store_errmsg(et_store(e->srv->et)));
+        snprintf(e->close_err, sizeof e->close_err, "%s", plx_store_errmsg(et_store(e->srv->et)));
     e->v = NULL;
     export_free(e->srv, e, status);
 }

@@ -113,8 +113,8 @@ int plx_alloc_shutdown(plx_store *st)
         for (uint64_t b = 0; b < bitmap_blocks(st) && !rc; b++) {
             if (x->dirty_blocks[b] <= a->written_gen)
                 continue;
-            rc = plx_sync_io(st, PLX_IO_WRITE, e * eb(st) + b, 1,
-                             x->bitmap + b * PLX_BLOCK_SIZE, 0);
+            rc =
+                plx_sync_io(st, PLX_IO_WRITE, e * eb(st) + b, 1, x->bitmap + b * PLX_BLOCK_SIZE, 0);
         }
     }
     if (!rc)

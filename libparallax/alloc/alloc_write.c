@@ -9,7 +9,6 @@
 #include <string.h>
 #include "alloc_internal.h"
 
-
 /* ---- Catalogue ------------------------------------------------------------------------------- */
 
 /* Check catalogue block b (read from the medium into cb) and copy its entries into st->cat. */
