@@ -27,11 +27,9 @@
 
 /* ---- Backends under test --------------------------------------------------------------------- */
 
-
-
-const char *kind_name[K_COUNT] = {
-    "mem",           "fault",         "file",    "file-thread", "file-shm",
-    "file-blocking", "file-buffered", "file-rt", "iscsi",       "iscsi-blocking"};
+const char *kind_name[K_COUNT] = {"mem",      "fault",         "file",          "file-thread",
+                                  "file-shm", "file-blocking", "file-buffered", "file-rt",
+                                  "iscsi",    "iscsi-blocking"};
 
 /* The contract runs on the iSCSI kinds only when main() could start tgtd. */
 int kind_count = K_COUNT;
@@ -114,8 +112,6 @@ plx_backend *make_backend(int kind, uint64_t nblocks)
     return be;
 }
 
-
-
 static void rec_done(struct plx_io *io, int status)
 {
     struct rec *r = io->owner;
@@ -125,8 +121,8 @@ static void rec_done(struct plx_io *io, int status)
         (*r->counter)++;
 }
 
-int rec_submit(plx_backend *be, struct rec *r, enum plx_io_op op, uint64_t block,
-                      uint32_t nblocks, void *buf, unsigned flags)
+int rec_submit(plx_backend *be, struct rec *r, enum plx_io_op op, uint64_t block, uint32_t nblocks,
+               void *buf, unsigned flags)
 {
     int *counter = r->counter;
     memset(r, 0, sizeof(*r));
@@ -147,8 +143,7 @@ void drain(plx_backend *be)
         ck_assert_int_ge(be->ops->poll(be, -1), 0);
 }
 
-void write_pattern(plx_backend *be, uint64_t block, uint32_t n, uint64_t seed,
-                          unsigned flags)
+void write_pattern(plx_backend *be, uint64_t block, uint32_t n, uint64_t seed, unsigned flags)
 {
     void *buf = plx_block_alloc(n);
     tu_fill(buf, (size_t)n * BS, seed);

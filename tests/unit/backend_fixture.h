@@ -47,8 +47,8 @@ struct rec {
 };
 
 /* Submit one I/O of `r` (its counter kept) and return submit's result. */
-int rec_submit(plx_backend *be, struct rec *r, enum plx_io_op op, uint64_t block,
-               uint32_t nblocks, void *buf, unsigned flags);
+int rec_submit(plx_backend *be, struct rec *r, enum plx_io_op op, uint64_t block, uint32_t nblocks,
+               void *buf, unsigned flags);
 /* Poll until nothing is in flight. */
 void drain(plx_backend *be);
 /* The same, waiting the way the engine does: on the fd, then a non-blocking poll. */

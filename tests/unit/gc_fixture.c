@@ -17,10 +17,8 @@
 #include "parallax.h"
 #include "testutil.h"
 
-
 /* What the test is doing, for messages. */
 char g_where[256] = "setup";
-
 
 static int keep_submit(plx_backend *be, struct plx_io *io)
 {
@@ -192,10 +190,6 @@ void pattern(uint8_t *blk, uint32_t wid, uint64_t vb)
 }
 
 /* ---- The model ------------------------------------------------------------------------------- */
-
-
-
-
 
 void m_init(struct model *m)
 {

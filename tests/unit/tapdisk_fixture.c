@@ -134,12 +134,12 @@ void assert_each_once(size_t expected)
     }
 }
 
-/* ---- I/O errors, through the test hook on a fault-injection backend ------------------------- */
+/* ---- Stores on a fault-injection backend, through the test hook ---------------------------- */
 
 plx_backend *fault_be;
 
-int open_on_fault(const char *path, const struct plx_open_opts *opts, plx_store **out,
-                         char *errbuf, size_t errlen)
+int open_on_fault(const char *path, const struct plx_open_opts *opts, plx_store **out, char *errbuf,
+                  size_t errlen)
 {
     plx_backend *mem = plx_backend_mem_create(16 * MiB / PLX_BLOCK_SIZE);
     ck_assert_ptr_nonnull(mem);
@@ -156,7 +156,7 @@ int open_on_fault(const char *path, const struct plx_open_opts *opts, plx_store 
 /* The same, but the store does not own the fault backend (tu_keep_wrap), so that the test can
  * build crash images from its log after the disk is closed. */
 int open_on_fault_kept(const char *path, const struct plx_open_opts *opts, plx_store **out,
-                              char *errbuf, size_t errlen)
+                       char *errbuf, size_t errlen)
 {
     plx_backend *mem = plx_backend_mem_create(16 * MiB / PLX_BLOCK_SIZE);
     ck_assert_ptr_nonnull(mem);
@@ -212,4 +212,3 @@ uint64_t vdi_id_of(const char *name)
     ck_assert_int_eq(plx_store_close(st), 0);
     return info.id;
 }
-

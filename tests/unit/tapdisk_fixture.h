@@ -46,8 +46,8 @@ void assert_each_once(size_t expected);
  * with the VDI "disk" (4 MiB); the store owns the fault backend, or with _kept does not (so that
  * crash images can be built from its log after the disk is closed). */
 extern plx_backend *fault_be;
-int open_on_fault(const char *path, const struct plx_open_opts *opts, plx_store **out,
-                  char *errbuf, size_t errlen);
+int open_on_fault(const char *path, const struct plx_open_opts *opts, plx_store **out, char *errbuf,
+                  size_t errlen);
 int open_on_fault_kept(const char *path, const struct plx_open_opts *opts, plx_store **out,
                        char *errbuf, size_t errlen);
 

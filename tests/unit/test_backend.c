@@ -741,6 +741,7 @@ START_TEST(test_iscsi_gives_up)
     be->ops->destroy(be);
 }
 END_TEST
+
 static Suite *backend_suite(void)
 {
     Suite *s = suite_create("backend");
@@ -767,6 +768,7 @@ static Suite *backend_suite(void)
     tcase_add_test(tc, test_mem_large_sparse);
     suite_add_tcase(s, tc);
 
+    if (kind_count > K_ISCSI) {
         tc = tcase_create("iscsi");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_iscsi_open_errors);
@@ -777,6 +779,7 @@ static Suite *backend_suite(void)
         tcase_add_test(tc, test_iscsi_gives_up);
         tcase_add_test(tc, test_iscsi_open_ignores_sigpipe);
         suite_add_tcase(s, tc);
+    }
     return s;
 }
 

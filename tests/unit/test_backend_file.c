@@ -440,6 +440,7 @@ START_TEST(test_store_blocking_io)
     unlink(path);
 }
 END_TEST
+
 static Suite *backend_file_suite(void)
 {
     Suite *s = suite_create("backend-file");

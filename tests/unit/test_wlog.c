@@ -539,9 +539,6 @@ START_TEST(test_log_eio_falls_back_to_write_through)
 }
 END_TEST
 
-/* Run writes for a while, applying the automatic mode's rule between them, until the cache is
- * on (want 1) or off (want 0), or 15 s pass. Returns whether it got there. */
-
 static Suite *wlog_suite(void)
 {
     Suite *s = suite_create("wlog");

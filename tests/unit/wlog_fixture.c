@@ -24,7 +24,6 @@
 #include "wlog_fixture.h"
 #include "wlog.h"
 
-
 plx_backend *new_store_medium(void)
 {
     plx_backend *mem = plx_backend_mem_create(STORE_BLOCKS);
@@ -73,9 +72,8 @@ int attach(plx_store *st, plx_backend *log_medium, int init)
     return plx_wlog_attach(st, tu_keep_wrap(log_medium), init, "test-log");
 }
 
-/* ---- A random asynchronous workload against a shadow copy ------------------------------------- */
-
-
+/* ---- A random asynchronous workload against a shadow copy -------------------------------------
+ */
 
 void write_done(void *arg, int status)
 {
@@ -149,7 +147,6 @@ void wait_all(plx_store *st, struct shadow *sh)
     }
 }
 
-
 static void read_done(void *arg, int status)
 {
     struct rctx *c = arg;
@@ -199,8 +196,8 @@ static void random_trim(plx_vdi *v, struct shadow *sh)
     ck_assert_int_eq(plx_vdi_submit_trim(v, b0 * BS, n * BS, write_done, c), 0);
 }
 
-void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops,
-                       unsigned qd, unsigned unaligned_pct, unsigned flush_pct)
+void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops, unsigned qd,
+                unsigned unaligned_pct, unsigned flush_pct)
 {
     for (unsigned i = 0; i < nops; i++) {
         while (sh->inflight >= qd) {
@@ -246,8 +243,7 @@ void verify(plx_vdi *v, const struct shadow *sh, const char *when)
     ck_assert_msg(rc == 0, "%s: read: %d", when, rc);
     for (uint64_t b = 0; b < VDI_BYTES / BS; b++)
         ck_assert_msg(memcmp(buf + b * BS, sh->bytes + b * BS, BS) == 0,
-                      "%s: block %llu differs from what was written", when,
-                      (unsigned long long)b);
+                      "%s: block %llu differs from what was written", when, (unsigned long long)b);
     plx_block_free(buf);
 }
 

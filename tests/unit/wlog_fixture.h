@@ -28,8 +28,8 @@ void check_zc(plx_store *st);
 int attach(plx_store *st, plx_backend *log_medium, int init);
 
 struct shadow {
-    uint8_t *bytes;         /* what the VDI must read */
-    uint8_t *busy;          /* per block: a write in flight covers it */
+    uint8_t *bytes; /* what the VDI must read */
+    uint8_t *busy;  /* per block: a write in flight covers it */
     unsigned inflight;
     unsigned failed;
     uint64_t rng;
@@ -59,8 +59,8 @@ struct rctx {
     uint8_t *buf, *expect;
 };
 
-void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops,
-                       unsigned qd, unsigned unaligned_pct, unsigned flush_pct);
+void run_writes(plx_store *st, plx_vdi *v, struct shadow *sh, unsigned nops, unsigned qd,
+                unsigned unaligned_pct, unsigned flush_pct);
 
 void shadow_init(struct shadow *sh, uint64_t seed);
 void shadow_free(struct shadow *sh);
