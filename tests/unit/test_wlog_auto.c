@@ -26,6 +26,26 @@
 #include "wlog_fixture.h"
 #include "wlog.h"
 
+/* The start of the tests below: VDI "vm" on a store whose medium (smem) is behind a fault
+ * backend (sfault), with a log on lmem attached, every block written once (prefill) and the
+ * automatic mode on (on at 8 ms, off at 2 ms, held 100 ms); the shadow started with `seed`. */
+static plx_store *open_auto(plx_backend **smem, plx_backend **sfault, plx_backend **lmem,
+                            plx_vdi **v, struct shadow *sh, uint64_t seed)
+{
+    *smem = new_store_medium();
+    *sfault = plx_fault_create(*smem, 0);
+    *lmem = plx_backend_mem_create(LOG_BLOCKS);
+    plx_store *st = open_store(*sfault, "host-a");
+    ck_assert_int_eq(attach(st, *lmem, 1), 0);
+    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, v), 0);
+    prefill(*v);
+    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 100};
+    ck_assert_int_eq(plx_vdi_wcache_auto(*v, &a), 0);
+    shadow_init(sh, seed);
+    return st;
+}
+
 /* The end of each test: v and st closed, a store on the same medium opened by another host with
  * no log reads back what the shadow holds (the log drained into the store) and check finds it
  * clean; the shadow and the three media are freed. */
@@ -129,19 +149,10 @@ END_TEST
  * and new writes complete from the log meanwhile. */
 START_TEST(test_auto_on_does_not_wait_for_queued_store_writes)
 {
-    plx_backend *smem = new_store_medium();
-    plx_backend *sfault = plx_fault_create(smem, 0);
-    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
-    plx_store *st = open_store(sfault, "host-a");
-    ck_assert_int_eq(attach(st, lmem, 1), 0);
-    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_backend *smem, *sfault, *lmem;
     plx_vdi *v;
-    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
-    prefill(v);
-    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 100};
-    ck_assert_int_eq(plx_vdi_wcache_auto(v, &a), 0);
     struct shadow sh;
-    shadow_init(&sh, 7);
+    plx_store *st = open_auto(&smem, &sfault, &lmem, &v, &sh, 7);
 
     /* The store's writes take 30 ms: the latency passes the threshold (the cache stays off
      * until the rule's tick decides). */
@@ -211,19 +222,10 @@ END_TEST
  * write in flight it decays: the log drains and the cache turns off with no further writes. */
 START_TEST(test_auto_off_when_idle_and_store_fast)
 {
-    plx_backend *smem = new_store_medium();
-    plx_backend *sfault = plx_fault_create(smem, 0);
-    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
-    plx_store *st = open_store(sfault, "host-a");
-    ck_assert_int_eq(attach(st, lmem, 1), 0);
-    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_backend *smem, *sfault, *lmem;
     plx_vdi *v;
-    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
-    prefill(v);
-    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 100};
-    ck_assert_int_eq(plx_vdi_wcache_auto(v, &a), 0);
     struct shadow sh;
-    shadow_init(&sh, 8);
+    plx_store *st = open_auto(&smem, &sfault, &lmem, &v, &sh, 8);
     plx_fault_hold_blocks(sfault, PLX_IO_WRITE, 0, STORE_BLOCKS, 30);
     ck_assert_msg(auto_until(st, v, &sh, 1), "the cache did not turn on");
     run_writes(st, v, &sh, 2, 1, 0, 0); /* two records in the log */
@@ -250,19 +252,10 @@ END_TEST
  * complete from the log. */
 START_TEST(test_auto_on_before_any_write_completes)
 {
-    plx_backend *smem = new_store_medium();
-    plx_backend *sfault = plx_fault_create(smem, 0);
-    plx_backend *lmem = plx_backend_mem_create(LOG_BLOCKS);
-    plx_store *st = open_store(sfault, "host-a");
-    ck_assert_int_eq(attach(st, lmem, 1), 0);
-    ck_assert_int_eq(plx_vdi_create(st, "vm", VDI_BYTES, NULL), 0);
+    plx_backend *smem, *sfault, *lmem;
     plx_vdi *v;
-    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
-    prefill(v);
-    struct plx_wcache_auto a = {.on_ms = 8, .off_ms = 2, .hold_ms = 100};
-    ck_assert_int_eq(plx_vdi_wcache_auto(v, &a), 0);
     struct shadow sh;
-    shadow_init(&sh, 9);
+    plx_store *st = open_auto(&smem, &sfault, &lmem, &v, &sh, 9);
     plx_fault_hold_blocks(sfault, PLX_IO_WRITE, 0, STORE_BLOCKS, 10000);
     for (uint64_t i = 0; i < 6; i++) { /* (plain writes: a FUA write is not put in the log) */
         struct wctx *c = calloc(1, sizeof *c);
