@@ -90,12 +90,7 @@ START_TEST(test_cached_writes_read_back_and_drain)
     ck_assert_int_eq(plx_store_close(st), 0);
 
     /* The store alone (no log) holds everything, and the record names no log any more. */
-    st = open_store(smem, "host-b");
-    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
-    verify(v, &sh, "from the store after the drain");
-    ck_assert_int_eq(plx_vdi_close(v), 0);
-    check_clean(st);
-    ck_assert_int_eq(plx_store_close(st), 0);
+    verify_from_store(smem, &sh, "from the store after the drain");
     shadow_free(&sh);
     smem->ops->destroy(smem);
     lmem->ops->destroy(lmem);
@@ -527,12 +522,7 @@ START_TEST(test_log_eio_falls_back_to_write_through)
     ck_assert_int_eq(plx_vdi_close(v), 0);
     ck_assert_int_eq(plx_store_close(st), 0);
     /* The store alone has it all, and no record names the broken log. */
-    st = open_store(smem, "host-b");
-    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
-    verify(v, &sh, "store after the log failed");
-    ck_assert_int_eq(plx_vdi_close(v), 0);
-    check_clean(st);
-    ck_assert_int_eq(plx_store_close(st), 0);
+    verify_from_store(smem, &sh, "store after the log failed");
     shadow_free(&sh);
     smem->ops->destroy(smem);
     lfault->ops->destroy(lfault);

@@ -298,3 +298,14 @@ void prefill(plx_vdi *v)
     ck_assert_int_eq(plx_vdi_flush(v), 0);
     plx_block_free(zero);
 }
+
+void verify_from_store(plx_backend *medium, const struct shadow *sh, const char *when)
+{
+    plx_store *st = open_store(medium, "host-b");
+    plx_vdi *v;
+    ck_assert_int_eq(plx_vdi_open(st, "vm", 0, &v), 0);
+    verify(v, sh, when);
+    ck_assert_int_eq(plx_vdi_close(v), 0);
+    check_clean(st);
+    ck_assert_int_eq(plx_store_close(st), 0);
+}

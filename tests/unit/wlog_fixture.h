@@ -81,4 +81,8 @@ uint64_t mono_ms(void);
  * claim of a pool is a synchronous write, which would wait for a held store). */
 void prefill(plx_vdi *v);
 
+/* VDI "vm" read back through a store opened on `medium` by another host (host-b, no log attached:
+ * the store alone) equals the shadow, and check finds that store clean. */
+void verify_from_store(plx_backend *medium, const struct shadow *sh, const char *when);
+
 #endif
