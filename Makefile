@@ -142,7 +142,9 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 # that call (tests/unit/check_msgfile.c) to give the file its room before the test writes to it.
 CHECK_WRAP := -Wl,--wrap=mkstemp
 
-# Extra sources of a unit test besides the library: EXTRA_<test>.
+# Extra sources of a unit test besides the library: EXTRA_<test>. A family of test binaries of one
+# part (test_tapdisk*, test_backend*, test_gc*, test_wlog*) shares its fixture and helpers through
+# tests/unit/<part>_fixture.c.
 EXTRA_test_tapdisk := tests/unit/tapdisk_fixture.c tests/unit/tapdisk_driver.c \
                       tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
                       host/handover.c
