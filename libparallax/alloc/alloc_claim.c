@@ -580,6 +580,21 @@ void plx_alloc_claim_finish(plx_store *st)
     claim_settle(st);
 }
 
+/* The catalogue as the rest of the engine reads and writes it (alloc_write.c does the I/O): a
+ * claim ahead in flight would change it under a reader, and writes catalogue blocks itself, so
+ * both first let it finish. Here, not in alloc_write.c, which sits below the claims. */
+int plx_catalogue_read(plx_store *st)
+{
+    claim_settle(st);
+    return plx_catalogue_load(st);
+}
+
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+{
+    claim_settle(st);
+    return plx_extent_entry_put(st, e, ent);
+}
+
 /* Start handing out from the spare of `type`. */
 static void spare_take(plx_store *st, enum plx_extent_type type)
 {
