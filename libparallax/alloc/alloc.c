@@ -11,7 +11,7 @@
  * A crash therefore only leaks claimed blocks (the collector takes them back).
  *
  * Taking extents is alloc_claim.c's; the catalogue and the bitmaps on the medium are
- * alloc_write.c's (alloc_internal.h: what the three share). The three are in that order from
+ * alloc_write.c's (alloc_shared.h: what the three share). The three are in that order from
  * the top: this file calls both, a claim calls alloc_write.c, and nothing calls back up. So the
  * close is here too: it lets a claim finish and gives the pools back before the bitmaps and the
  * catalogue entries are written.
@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
+#include "alloc_shared.h"
 #include "lock.h"
 
 #define CLAIM_CHUNK 2048u

@@ -1,5 +1,5 @@
 /*
- * alloc_claim.c - taking extents for this process (layer 2, alloc.h; alloc_internal.h).
+ * alloc_claim.c - taking extents for this process (layer 2, alloc.h; alloc_shared.h).
  *
  * Taking a new extent is rare (once per extent's worth of allocation) and done under the admin
  * lock: read the catalogue fresh, pick an extent, write its fresh bitmap, flush, write the entry,
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
+#include "alloc_shared.h"
 #include "lock.h"
 
 /* Hold extent e (its catalogue entry names us) with bitmap bits. A spare is held but hidden

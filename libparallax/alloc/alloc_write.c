@@ -1,5 +1,5 @@
 /*
- * alloc_write.c - the allocator's state on the medium (layer 2, alloc.h; alloc_internal.h): the
+ * alloc_write.c - the allocator's state on the medium (layer 2, alloc.h; alloc_shared.h): the
  * extent catalogue read and its entries written, the allocation bitmaps read and the claims
  * written back before the links that use them (alloc.c says why that order). It calls nothing of
  * alloc.c or alloc_claim.c, which sit above it.
@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
+#include "alloc_shared.h"
 
 /* ---- Catalogue ------------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /*
- * alloc_internal.h - what the allocator's three files share: alloc.c (handing out blocks in the
+ * alloc_shared.h - what the allocator's three files share: alloc.c (handing out blocks in the
  * extents held: pools, slots placed by leaf, giving back, folding in a collector's findings,
  * releasing the extents at close), alloc_claim.c (taking extents: ahead, needed by a waiting
  * request, synchronously) and alloc_write.c (the catalogue and the bitmaps on the medium:
@@ -10,8 +10,8 @@
  * let a claim in flight finish first, so plx_catalogue_read and plx_extent_entry_write are
  * alloc_claim.c's, over the bare I/O of alloc_write.c below.
  */
-#ifndef PLX_ALLOC_INTERNAL_H
-#define PLX_ALLOC_INTERNAL_H
+#ifndef PLX_ALLOC_SHARED_H
+#define PLX_ALLOC_SHARED_H
 
 #include "alloc.h"
 
