@@ -1,10 +1,11 @@
 /*
- * backend_done.c - the completion eventfd and the queue of finished I/Os every backend has
- * (backend_done.h).
+ * backend_done.c - the completion eventfd and the queue of finished I/Os every backend has, and
+ * the clock of a poll() that waits (backend_done.h).
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
 
@@ -29,6 +30,26 @@ void plx_efd_drain(int efd)
     if (read(efd, &v, sizeof(v)) < 0) {
         /* EAGAIN: nothing signalled */
     }
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t plx_poll_deadline(int timeout_ms)
+{
+    return timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+}
+
+int plx_poll_wait(int timeout_ms, int64_t deadline)
+{
+    if (timeout_ms <= 0)
+        return -1;
+    int64_t left = deadline - now_ms();
+    return left > 0 ? (int)left : 0;
 }
 
 int plx_done_open(struct plx_done_queue *q)

@@ -1,7 +1,8 @@
 /*
- * backend_iscsi_internal.h - what the iSCSI backend's three files share, from the bottom up:
+ * backend_iscsi_internal.h - what the iSCSI backend's four files share, from the bottom up:
  * backend_iscsi_io.c (requests), backend_iscsi_session.c (the session: its context, losing it,
- * logging in again) and backend_iscsi.c (fencing, the seam, opening). Nothing else includes it.
+ * logging in again), backend_iscsi_fence.c (persistent reservations) and backend_iscsi.c (the
+ * seam, opening). Nothing else includes it.
  */
 #ifndef PLX_BACKEND_ISCSI_INTERNAL_H
 #define PLX_BACKEND_ISCSI_INTERNAL_H
@@ -103,6 +104,17 @@ void plx_iscsi_release_held(struct iscsi_backend *b);
 void plx_iscsi_log_fn(int level, const char *message);
 void plx_iscsi_log_capture(int on); /* while opening: keep the first error, print nothing */
 const char *plx_iscsi_log_first(void);
+
+/* backend_iscsi_fence.c: persistent reservations (the fence operations). */
+extern const struct plx_fence_ops plx_iscsi_fence_ops;
+/* After a synchronous call in asynchronous mode: the socket's events, callbacks that ran. */
+void plx_iscsi_after_sync(struct iscsi_backend *b);
+/* Settle a registration in doubt, once (b->rejoin stays set when it must be tried again). */
+void plx_iscsi_rejoin_try(struct iscsi_backend *b);
+/* plx_iscsi_rejoin_try until settled, waiting: 0, -ESTALE (fenced) or -EIO. */
+int plx_iscsi_rejoin_wait(struct iscsi_backend *b);
+/* At close: unregister unless we hold the reservation. */
+void plx_iscsi_pr_leave(struct iscsi_backend *b);
 
 /* backend_iscsi_session.c */
 struct iscsi_context *plx_iscsi_new_context(struct iscsi_backend *b, struct iscsi_url **url);

@@ -12,8 +12,8 @@
  * SCSI_STATUS_CANCELLED), and the backend keeps those requests in its held list, unsent. It then
  * destroys the context (which cancels whatever is left the same way), makes a fresh one from the
  * same URL, and connects and logs in asynchronously inside the event loop. Only once the new
- * session is up and the registration check (backend_iscsi.c, rejoin_try) has settled do the held
- * requests go out again; when we were fenced they fail with -ESTALE instead.
+ * session is up and the registration check (backend_iscsi_fence.c, rejoin_try) has settled
+ * do the held requests go out again; when we were fenced they fail with -ESTALE instead.
  *
  * Attempts: the first right after the loss, then after 1, 2, 3 ... s (at most 30 s) following
  * each failure; a connect and login that take longer than 30 s failed. After
