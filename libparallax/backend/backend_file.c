@@ -36,7 +36,7 @@
  * (backend_done.h).
  *
  * Opening (backend_file_open.c) is the layer above: it sets up the state this file works on
- * (backend_file_internal.h) and hands the backend these operations (plx_file_ops).
+ * (backend_file_shared.h) and hands the backend these operations (plx_file_ops).
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -58,8 +58,8 @@
 #include "backend.h"
 #include "backend_done.h"
 #include "backend_file_prepare.h"
-#include "backend_file_internal.h"
-#include "backend_mem_internal.h"
+#include "backend_file_shared.h"
+#include "backend_mem_shared.h"
 
 /* <linux/aio_abi.h> and <linux/ioprio.h> (not included: the first clashes with libaio.h). */
 #ifndef IOCB_FLAG_IOPRIO

@@ -3,7 +3,7 @@
  * the filesystem takes it (probed with a read, as some refuse it only then), the size, the
  * memory alignment O_DIRECT needs, the aio context (fewer slots when the system's budget is
  * short), the eventfd, the zeroing ahead's state; and its line in the table of URL schemes.
- * The I/O on what it opened is backend_file.c's, the layer below (backend_file_internal.h).
+ * The I/O on what it opened is backend_file.c's, the layer below (backend_file_shared.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
-#include "backend_file_internal.h"
+#include "backend_file_shared.h"
 
 #define FILE_MAX_SLOTS 1024
 

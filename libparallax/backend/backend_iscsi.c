@@ -22,7 +22,7 @@
  * Four files, each calling only down: backend_iscsi_io.c (requests, the event set, libiscsi's
  * log), backend_iscsi_session.c (the session), backend_iscsi_fence.c (fencing: persistent
  * reservations, registering again) and this one (the seam's operations, opening), sharing
- * backend_iscsi_internal.h.
+ * backend_iscsi_shared.h.
  *
  * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
  * never call io->done: they move the request to the ready list, and poll() delivers the list, so
@@ -74,8 +74,8 @@
 #include <sys/timerfd.h>
 
 #include "backend.h"
-#include "backend_iscsi_internal.h"
-#include "backend_mem_internal.h"
+#include "backend_iscsi_shared.h"
+#include "backend_mem_shared.h"
 #include "test_hooks.h"
 
 #define ISCSI_PREFIX "iscsi://"

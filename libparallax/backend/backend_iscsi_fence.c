@@ -4,7 +4,7 @@
  * reserve), preempting a dead holder's key, settling a registration in doubt after the session
  * was re-established or a command met RESERVATION CONFLICT (rejoin_try: writes stay held until
  * then), and leaving at close. Below the seam (backend_iscsi.c), above the session and the
- * requests (backend_iscsi_session.c, backend_iscsi_io.c); backend_iscsi_internal.h.
+ * requests (backend_iscsi_session.c, backend_iscsi_io.c); backend_iscsi_shared.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_iscsi_internal.h"
+#include "backend_iscsi_shared.h"
 #include "test_hooks.h"
 
 /* The LUN is reserved "Write Exclusive, Registrants Only": every engine process that writes

@@ -19,7 +19,7 @@
 #include <sys/timerfd.h>
 
 #include "backend.h"
-#include "backend_iscsi_internal.h"
+#include "backend_iscsi_shared.h"
 
 #define TICK_MS 250 /* libiscsi's clock while I/O is in flight or a reconnect waits */
 

@@ -30,7 +30,7 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 
-#include "backend_iscsi_internal.h"
+#include "backend_iscsi_shared.h"
 
 #define ATTEMPT_NS (30ull * 1000000000ull) /* one connect and login */
 #define MAX_BACKOFF_S 30

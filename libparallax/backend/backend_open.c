@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "backend_mem_internal.h"
+#include "backend_mem_shared.h"
 
 /* In order; the first whose prefix the name starts with opens it. The last has none: a path. */
 static const struct plx_backend_scheme *const schemes[] = {

@@ -18,7 +18,7 @@
  * request fails with -ESTALE.
  *
  * The connection itself (setting it up, fail-over, the protocol's lines, the answers taken aside)
- * is lock_lockd_conn.c's, the layer below this one (lock_lockd_internal.h).
+ * is lock_lockd_conn.c's, the layer below this one (lock_lockd_shared.h).
  */
 #include <errno.h>
 #include <poll.h>
@@ -28,7 +28,7 @@
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
-#include "lock_lockd_internal.h"
+#include "lock_lockd_shared.h"
 
 /* How often the service loop looks at a connection being set up (a non-blocking connect, then
  * HELLO's answer): never blocks, so a lockd host that is down costs the data path nothing. */

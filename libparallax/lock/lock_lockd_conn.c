@@ -17,7 +17,7 @@
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
-#include "lock_lockd_internal.h"
+#include "lock_lockd_shared.h"
 
 void plx_lk_set_timer(struct plx_lockd *lk, uint64_t period_ns)
 {

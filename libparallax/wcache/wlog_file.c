@@ -2,7 +2,7 @@
  * wlog_file.c - the write cache's public calls (layer 7): attach a log file with the checks a
  * local log needs, turn the cache on and off for a VDI, report its state, and discard what a lost
  * log held. The log itself is wlog.c and the files
- * wlog_internal.h lists.
+ * wlog_shared.h lists.
  */
 #include <errno.h>
 #include <fcntl.h>

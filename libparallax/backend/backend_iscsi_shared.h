@@ -1,11 +1,11 @@
 /*
- * backend_iscsi_internal.h - what the iSCSI backend's four files share, from the bottom up:
+ * backend_iscsi_shared.h - what the iSCSI backend's four files share, from the bottom up:
  * backend_iscsi_io.c (requests), backend_iscsi_session.c (the session: its context, losing it,
  * logging in again), backend_iscsi_fence.c (persistent reservations) and backend_iscsi.c (the
  * seam, opening). Nothing else includes it.
  */
-#ifndef PLX_BACKEND_ISCSI_INTERNAL_H
-#define PLX_BACKEND_ISCSI_INTERNAL_H
+#ifndef PLX_BACKEND_ISCSI_SHARED_H
+#define PLX_BACKEND_ISCSI_SHARED_H
 
 #include <limits.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /*
- * lock_lockd_internal.h - what the two files of the lock manager's client share: the connection
+ * lock_lockd_shared.h - what the two files of the lock manager's client share: the connection
  * to parallax-lockd and its protocol lines (lock_lockd_conn.c, below), and the lock seam's
  * operations over it (lock_lockd.c, above). Nothing else includes it.
  */
-#ifndef PLX_LOCK_LOCKD_INTERNAL_H
-#define PLX_LOCK_LOCKD_INTERNAL_H
+#ifndef PLX_LOCK_LOCKD_SHARED_H
+#define PLX_LOCK_LOCKD_SHARED_H
 
 #include <stdbool.h>
 #include <stddef.h>

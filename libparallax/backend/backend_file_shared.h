@@ -1,11 +1,11 @@
 /*
- * backend_file_internal.h - what the file backend's two files share: its state and its slots.
+ * backend_file_shared.h - what the file backend's two files share: its state and its slots.
  * backend_file_open.c opens the medium and sets the state up; backend_file.c, below it, is the
  * I/O (submission, the helper thread, completion) and the seam's operations. Nothing else
  * includes it.
  */
-#ifndef PLX_BACKEND_FILE_INTERNAL_H
-#define PLX_BACKEND_FILE_INTERNAL_H
+#ifndef PLX_BACKEND_FILE_SHARED_H
+#define PLX_BACKEND_FILE_SHARED_H
 
 #include <libaio.h>
 #include <pthread.h>
