@@ -145,6 +145,10 @@ CHECK_WRAP := -Wl,--wrap=mkstemp
 # Extra sources of a unit test besides the library: EXTRA_<test>.
 EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
                       host/control_server.c host/control_client.c host/handover.c
+# The crash harness's rooms (tests/unit/test_crash.c lists them).
+EXTRA_test_crash := tests/unit/crash_model.c tests/unit/crash_backend.c \
+                    tests/unit/crash_requests.c tests/unit/crash_verify.c \
+                    tests/unit/crash_workloads.c tests/unit/crash_eio.c tests/unit/crash_registry.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
