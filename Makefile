@@ -149,6 +149,10 @@ EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
 EXTRA_test_crash := tests/unit/crash_model.c tests/unit/crash_backend.c \
                     tests/unit/crash_requests.c tests/unit/crash_verify.c \
                     tests/unit/crash_workloads.c tests/unit/crash_eio.c tests/unit/crash_registry.c
+# The engine's tests, in three binaries by theme, share their helpers.
+EXTRA_test_engine := tests/unit/engine_fixture.c
+EXTRA_test_engine_io := tests/unit/engine_fixture.c
+EXTRA_test_engine_async := tests/unit/engine_fixture.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \

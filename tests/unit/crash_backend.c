@@ -4,6 +4,7 @@
  * blocks, so that a store and its write log share one medium and one event log.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 

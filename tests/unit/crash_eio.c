@@ -4,6 +4,8 @@
  * commits at a snapshot and at a reopen.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 

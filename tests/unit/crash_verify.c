@@ -3,6 +3,8 @@
  * allows, rebuilt, opened and checked against the model under the rules test_crash.c lists.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

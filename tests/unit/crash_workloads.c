@@ -3,6 +3,8 @@
  * table and runs each under the crash sweep.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -49,6 +49,8 @@
  * and the upgrade under crashes).
  */
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
