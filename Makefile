@@ -301,7 +301,11 @@ demo: builddeps all
 # ---- engine benchmark (bench/README.md) ----------------------------------------------------------
 BENCH_DIR ?= /var/tmp
 
-$(B)/bench-engine: $(B)/obj/bench/engine.o $(B)/libparallax.a
+# bench/engine.c and its rooms (bench/bench_engine.h).
+BENCH_ENGINE_SRCS := bench/engine.c bench/engine_util.c bench/engine_run.c bench/engine_parts.c \
+                     bench/engine_report.c
+
+$(B)/bench-engine: $(call obj,$(BENCH_ENGINE_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -lm -o $@
 
 bench-engine: $(B)/bench-engine
