@@ -10,6 +10,7 @@
 #include <sys/eventfd.h>
 
 #include "backend_done.h"
+#include "clock.h"
 
 int plx_efd_open(void)
 {
@@ -32,23 +33,16 @@ void plx_efd_drain(int efd)
     }
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t plx_poll_deadline(int timeout_ms)
 {
-    return timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    return timeout_ms > 0 ? (int64_t)(plx_mono_ns() / 1000000) + timeout_ms : 0;
 }
 
 int plx_poll_wait(int timeout_ms, int64_t deadline)
 {
     if (timeout_ms <= 0)
         return -1;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - (int64_t)(plx_mono_ns() / 1000000);
     return left > 0 ? (int)left : 0;
 }
 

@@ -57,6 +57,7 @@
 
 #include "backend.h"
 #include "backend_done.h"
+#include "clock.h"
 #include "backend_file_prepare.h"
 #include "backend_file_shared.h"
 #include "backend_mem_shared.h"
@@ -68,13 +69,6 @@
 #define PLX_IOPRIO_RT ((1 << 13) | 4) /* IOPRIO_PRIO_VALUE(IOPRIO_CLASS_RT, 4) */
 
 #define REAP_BATCH 256
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The slot a list entry is (link is its first member); NULL for NULL. */
 static struct file_slot *slot_of(struct plx_done *d)
@@ -320,10 +314,10 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         }
         slot_prep(f, s);
         struct iocb *p = &s->cb;
-        uint64_t t0 = f->trace ? mono_ns() : 0;
+        uint64_t t0 = f->trace ? plx_mono_ns() : 0;
         int rc = io_submit(f->ctx, 1, &p);
         if (f->trace)
-            trace_submit(f, s, mono_ns() - t0);
+            trace_submit(f, s, plx_mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
             f->efd_clear = 0;

@@ -207,7 +207,7 @@ void plx_iscsi_rejoin_try(struct iscsi_backend *b)
         }
         if (b->hooks.lease_confirmed == NULL ||
             !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
-            if (plx_iscsi_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
+            if (plx_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
                 fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
                               "and the lock manager did not confirm our lease in time: another "
                               "host may hold our locks");
@@ -218,7 +218,7 @@ void plx_iscsi_rejoin_try(struct iscsi_backend *b)
      * meanwhile), to force a preempt into it (tests/integration/fence_rejoin.sh). */
     const char *delay = plx_test_hook("PLX_TEST_REJOIN_DELAY_MS");
     if (delay != NULL && atoi(delay) > 0 &&
-        plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
+        plx_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
         if (b->blocking)
             usleep(20000);
         return;
@@ -254,8 +254,8 @@ void plx_iscsi_rejoin_try(struct iscsi_backend *b)
 int plx_iscsi_rejoin_wait(struct iscsi_backend *b)
 {
     plx_iscsi_registration_in_doubt(b);
-    uint64_t deadline = plx_iscsi_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
-    while (b->rejoin && !b->fenced && !b->dead && plx_iscsi_mono_ns() < deadline) {
+    uint64_t deadline = plx_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
+    while (b->rejoin && !b->fenced && !b->dead && plx_mono_ns() < deadline) {
         plx_iscsi_rejoin_try(b);
         if (b->rejoin && !b->fenced)
             usleep(20000);

@@ -131,7 +131,7 @@ void plx_iscsi_session_lost(struct iscsi_backend *b, const char *why)
         return;
     }
     b->attempts = 0;
-    b->next_attempt_ns = plx_iscsi_mono_ns();
+    b->next_attempt_ns = plx_mono_ns();
 }
 
 static void connect_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private)
@@ -159,7 +159,7 @@ static void attempt_failed(struct iscsi_backend *b)
         give_up(b, "cannot make a new iSCSI context");
         return;
     }
-    b->next_attempt_ns = plx_iscsi_mono_ns() + wait * 1000000000ull;
+    b->next_attempt_ns = plx_mono_ns() + wait * 1000000000ull;
 }
 
 static void logged_in(struct iscsi_backend *b)
@@ -172,7 +172,7 @@ static void logged_in(struct iscsi_backend *b)
     if (b->pr_key != 0 && b->rejoin) {
         /* The lock manager is asked from now on: a full lease to confirm ours, counted from
          * the login, however long logging in took. */
-        b->rejoin_since_ns = plx_iscsi_mono_ns();
+        b->rejoin_since_ns = plx_mono_ns();
         fprintf(stderr,
                 "parallax: %s: logged in again; %u held request(s) go out once our "
                 "registration is settled\n",
@@ -190,7 +190,7 @@ void plx_iscsi_session_step(struct iscsi_backend *b, short revents)
 {
     if (b->dead)
         return;
-    uint64_t now = plx_iscsi_mono_ns();
+    uint64_t now = plx_mono_ns();
     if (b->conn == CONN_DOWN) {
         if (now < b->next_attempt_ns)
             return;

@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "backend_done.h"
+#include "clock.h"
 
 #define MAX_RETRIES 8 /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 
@@ -98,7 +99,6 @@ int plx_iscsi_trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 int plx_iscsi_issue(struct iscsi_backend *b, struct iscsi_req *r);
 void plx_iscsi_run_retries(struct iscsi_backend *b);
 void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why);
-uint64_t plx_iscsi_mono_ns(void);
 void plx_iscsi_registration_in_doubt(struct iscsi_backend *b);
 void plx_iscsi_release_held(struct iscsi_backend *b);
 void plx_iscsi_log_fn(int level, const char *message);

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "clock.h"
 #include "backend.h"
 #include "format.h"
 #include "parallax.h"
@@ -172,9 +173,6 @@ int plx_err(plx_store *st, int err, const char *fmt, ...) __attribute__((format(
 /* Like plx_err for calls that have no store yet: the message goes to errbuf. */
 void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-uint64_t plx_now_ns(void);
-/* A monotonic clock, for intervals. */
-uint64_t plx_mono_ns(void);
 
 /* Create and release the event descriptors (epoll set: the backend's fd and the wake fd). */
 int plx_engine_init(plx_store *st);

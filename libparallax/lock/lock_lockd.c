@@ -76,7 +76,7 @@ static int await_grant(plx_store *st, uint64_t deadline)
         }
         if (lk->ask != ASK_SENT && !lk->withdrawing)
             return -ENOTCONN;
-        uint64_t now = mono_ns();
+        uint64_t now = plx_mono_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
         /* No grant yet: a heartbeat tells a lockd that answers nothing from one that queues us
@@ -99,7 +99,7 @@ static int await_grant(plx_store *st, uint64_t deadline)
                 return -ENOTCONN;
             continue;
         }
-        lk->last_attempt_ns = mono_ns();
+        lk->last_attempt_ns = plx_mono_ns();
         if (plx_lk_unanswered(lk) || plx_lk_send_ping(lk))
             return -ENOTCONN;
     }
@@ -126,10 +126,10 @@ static int lockd_admin_try(plx_store *st, int take)
         if (granted)
             return 0;
     }
-    uint64_t deadline = mono_ns() + plx_admin_lock_timeout_ns();
+    uint64_t deadline = plx_mono_ns() + plx_admin_lock_timeout_ns();
     if (lk->withdrawing) {
         /* A withdrawn ask's RELEASED first: a GRANTED before it is not ours. */
-        rc = await_grant(st, mono_ns() + REPLY_TIMEOUT_MS * 1000000ull);
+        rc = await_grant(st, plx_mono_ns() + REPLY_TIMEOUT_MS * 1000000ull);
         if (rc == -ETIMEDOUT) {
             snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", REPLY_TIMEOUT_MS);
             plx_lk_close(lk);
@@ -144,7 +144,7 @@ static int lockd_admin_try(plx_store *st, int take)
         if (plx_lk_send_line(lk, "ADMIN-LOCK"))
             return -ENOTCONN;
         lk->ask = ASK_SENT;
-        lk->ask_sent_ns = mono_ns();
+        lk->ask_sent_ns = plx_mono_ns();
     }
     rc = await_grant(st, deadline);
     if (rc == -ETIMEDOUT) {
@@ -170,7 +170,7 @@ static int lockd_admin_ask(plx_store *st)
             return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
         /* Not at every look (1-50 ms apart): each attempt resolves the address and opens a
          * socket. The heartbeat's timer advances it. */
-        if (mono_ns() - lk->connect_started_ns >= RECONNECT_NS) {
+        if (plx_mono_ns() - lk->connect_started_ns >= RECONNECT_NS) {
             lk->tried = 0;
             plx_lk_start_connect(lk);
             plx_lk_failover_next(
@@ -196,11 +196,12 @@ static int lockd_admin_ask(plx_store *st)
         if (plx_lk_send_line(lk, "ADMIN-LOCK"))
             return -ENOTCONN;
         lk->ask = ASK_SENT;
-        lk->ask_sent_ns = mono_ns();
-    } else if (mono_ns() - lk->ask_sent_ns > ASK_PROBE_NS && lk->last_ping_ns < lk->ask_sent_ns) {
+        lk->ask_sent_ns = plx_mono_ns();
+    } else if (plx_mono_ns() - lk->ask_sent_ns > ASK_PROBE_NS &&
+               lk->last_ping_ns < lk->ask_sent_ns) {
         /* No grant yet: a heartbeat tells a lockd that answers nothing (stopped, partitioned)
          * from one that queues us behind another holder (lockd_silent). */
-        lk->last_attempt_ns = mono_ns();
+        lk->last_attempt_ns = plx_mono_ns();
         (void)plx_lk_send_ping(lk);
     }
     watch_update(st);
@@ -225,7 +226,7 @@ static void lockd_admin_withdraw(plx_store *st)
 static bool lockd_silent(const plx_store *st, uint64_t since_ns)
 {
     struct plx_lockd *lk = st->lockd;
-    uint64_t now = mono_ns();
+    uint64_t now = plx_mono_ns();
     if (lk->state != LK_UP)
         return true;
     uint64_t t = lk->ping_unanswered_ns;
@@ -250,7 +251,7 @@ static int lockd_admin_try_now(plx_store *st)
         if (plx_lk_send_line(lk, "ADMIN-TRY"))
             return -ENOTCONN;
         lk->try_state = TRY_ASKED;
-        lk->try_sent_ns = mono_ns();
+        lk->try_sent_ns = plx_mono_ns();
     }
     int rc = plx_lk_await_try(lk, lk->try_sent_ns + TRY_WAIT_MS * 1000000ull);
     if (rc && rc != -ETIMEDOUT)
@@ -271,14 +272,14 @@ static bool ask_alive(struct plx_lockd *lk, const char *line, int timeout_ms)
 {
     if (plx_lk_send_line(lk, line))
         return true;
-    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = plx_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     char reply[PLX_LOCKD_LINE_MAX];
     for (;;) {
         if (lk->fd < 0)
             return true;
         if (plx_lk_take_line(lk, reply, sizeof reply))
             return strcmp(reply, "NO") != 0;
-        uint64_t now = mono_ns();
+        uint64_t now = plx_mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
         if (now >= deadline || poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0) {
             lk->alive_unread++;
@@ -334,7 +335,7 @@ static bool frozen(plx_store *st, uint64_t now)
 
 static void lockd_lease_check(plx_store *st)
 {
-    frozen(st, mono_ns());
+    frozen(st, plx_mono_ns());
 }
 
 /* From the service loop: heartbeat, reconnect, and notice a freeze. Never waits: a lockd
@@ -355,7 +356,7 @@ static void lockd_tick(plx_store *st)
         plx_lk_drain(lk);
     if (lk->ask == ASK_GRANTED || (asked && lk->ask != ASK_SENT && !lk->withdrawing))
         lk->kick(st);
-    uint64_t now = mono_ns();
+    uint64_t now = plx_mono_ns();
     if (now >= lk->next_beat_ns && !frozen(st, now)) {
         lk->last_attempt_ns = now;
         lk->next_beat_ns = now + lk->lease_ns / 4;
@@ -447,8 +448,8 @@ static int lockd_attach(plx_store *st, const char *addr, void (*kick)(plx_store 
     int rc = plx_lk_connect(st);
     /* Only standbys answered: one of them is taking over (it does within half a lease). Wait
      * for it as for the admin lock. */
-    uint64_t deadline = mono_ns() + plx_admin_lock_timeout_ns();
-    while (rc == -ENOTCONN && lk->standby_seen && mono_ns() < deadline) {
+    uint64_t deadline = plx_mono_ns() + plx_admin_lock_timeout_ns();
+    while (rc == -ENOTCONN && lk->standby_seen && plx_mono_ns() < deadline) {
         usleep(100000);
         lk->standby_seen = false;
         rc = plx_lk_connect(st);
@@ -477,7 +478,7 @@ static int lockd_attach(plx_store *st, const char *addr, void (*kick)(plx_store 
         lockd_detach(st);
         return rc;
     }
-    lk->last_attempt_ns = mono_ns();
+    lk->last_attempt_ns = plx_mono_ns();
     lk->next_beat_ns = lk->last_attempt_ns + lk->lease_ns / 4;
     st->service_tick = lockd_tick;
     return 0;

@@ -67,7 +67,7 @@ int plx_lk_send_line(struct plx_lockd *lk, const char *line)
 
 int plx_lk_send_ping(struct plx_lockd *lk)
 {
-    lk->last_ping_ns = mono_ns();
+    lk->last_ping_ns = plx_mono_ns();
     if (!lk->ping_unanswered_ns)
         lk->ping_unanswered_ns = lk->last_ping_ns;
     return plx_lk_send_line(lk, "PING");
@@ -78,7 +78,7 @@ int plx_lk_send_ping(struct plx_lockd *lk)
  * may have taken over. With one lock manager the connection is kept (it may come back). */
 bool plx_lk_unanswered(struct plx_lockd *lk)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = plx_mono_ns();
     if (lk->naddrs < 2 || lk->state != LK_UP || !lk->ping_unanswered_ns ||
         now - lk->ping_unanswered_ns <= lk->lease_ns / 2)
         return false;
@@ -95,7 +95,7 @@ bool plx_lk_unanswered(struct plx_lockd *lk)
 static bool take_aside(struct plx_lockd *lk, const char *line)
 {
     if (!strcmp(line, "PONG")) {
-        lk->last_pong_ns = mono_ns();
+        lk->last_pong_ns = plx_mono_ns();
         lk->ping_unanswered_ns = 0;
         return true;
     }
@@ -178,13 +178,13 @@ int plx_lk_fill(struct plx_lockd *lk)
 /* Read one reply line (blocking, bounded). */
 int plx_lk_read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms)
 {
-    uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = plx_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         if (lk->fd < 0)
             return -ENOTCONN;
         if (plx_lk_take_line(lk, out, len))
             return 0;
-        uint64_t now = mono_ns();
+        uint64_t now = plx_mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
         if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0) {
             snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
@@ -201,7 +201,7 @@ int plx_lk_read_line(struct plx_lockd *lk, char *out, size_t len, int timeout_ms
 void plx_lk_start_connect(struct plx_lockd *lk)
 {
     plx_lk_close(lk);
-    lk->connect_started_ns = mono_ns();
+    lk->connect_started_ns = plx_mono_ns();
     char host[64], port[16];
     const char *addr = lk->addrs[lk->cur];
     snprintf(port, sizeof port, "%d", PLX_LOCKD_DEFAULT_PORT);
@@ -234,7 +234,7 @@ void plx_lk_start_connect(struct plx_lockd *lk)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     lk->fd = fd;
     lk->state = LK_CONNECTING;
-    lk->setup_deadline_ns = mono_ns() + CONNECT_TIMEOUT_MS * 1000000ull;
+    lk->setup_deadline_ns = plx_mono_ns() + CONNECT_TIMEOUT_MS * 1000000ull;
 }
 
 /* The lock manager tried now failed (down, unreachable, a standby): start connecting to the
@@ -269,9 +269,9 @@ static void host_instance(char *buf, size_t len)
 void plx_lk_setup_step(plx_store *st, int wait_ms)
 {
     struct plx_lockd *lk = st->lockd;
-    uint64_t until = mono_ns() + (uint64_t)wait_ms * 1000000ull;
+    uint64_t until = plx_mono_ns() + (uint64_t)wait_ms * 1000000ull;
     while (lk->state == LK_CONNECTING || lk->state == LK_HELLO) {
-        uint64_t now = mono_ns();
+        uint64_t now = plx_mono_ns();
         if (now >= lk->setup_deadline_ns) {
             snprintf(lk->why_down, sizeof lk->why_down, "%s: %s", lk->addrs[lk->cur],
                      lk->state == LK_CONNECTING ? "connecting timed out (is its host down?)"
@@ -308,7 +308,7 @@ void plx_lk_setup_step(plx_store *st, int wait_ms)
             if (plx_lk_send_line(lk, line))
                 return;
             lk->state = LK_HELLO;
-            lk->setup_deadline_ns = mono_ns() + REPLY_TIMEOUT_MS * 1000000ull;
+            lk->setup_deadline_ns = plx_mono_ns() + REPLY_TIMEOUT_MS * 1000000ull;
             continue;
         }
         char reply[PLX_LOCKD_LINE_MAX];
@@ -375,7 +375,7 @@ int plx_lk_await_try(struct plx_lockd *lk, uint64_t until_ns)
             return -ENOTCONN;
         if (plx_lk_take_line(lk, line, sizeof line))
             continue; /* nothing but answers taken aside is expected between requests */
-        uint64_t now = mono_ns();
+        uint64_t now = plx_mono_ns();
         struct pollfd p = {.fd = lk->fd, .events = POLLIN};
         int ms = now < until_ns ? (int)((until_ns - now + 999999) / 1000000) : 0;
         if (poll(&p, 1, ms) <= 0)
@@ -390,7 +390,7 @@ int plx_lk_await_try(struct plx_lockd *lk, uint64_t until_ns)
 /* Wait (bounded) for an outstanding ADMIN-TRY's answer: 0, or -errno with the connection closed. */
 int plx_lk_try_settle(struct plx_lockd *lk, int timeout_ms)
 {
-    int rc = plx_lk_await_try(lk, mono_ns() + (uint64_t)timeout_ms * 1000000ull);
+    int rc = plx_lk_await_try(lk, plx_mono_ns() + (uint64_t)timeout_ms * 1000000ull);
     if (rc == -ETIMEDOUT) {
         snprintf(lk->why_down, sizeof lk->why_down, "no answer within %d ms", timeout_ms);
         plx_lk_close(lk);

@@ -77,13 +77,6 @@ struct plx_lockd {
     void (*kick)(plx_store *st);
 };
 
-static inline uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* lock_lockd_conn.c: the connection and the lines on it. A failure closes the connection
  * (plx_lk_close) with why_down saying why. */
 void plx_lk_set_timer(struct plx_lockd *lk, uint64_t period_ns);
