@@ -38,7 +38,6 @@ typedef struct plx_store plx_store_t;
 struct plx_alloc;
 struct plx_cache;
 struct plx_lock_ops;
-struct plx_lockd;
 struct plx_lock_wait;
 struct plx_open_req;
 struct plx_reclaim;
@@ -96,7 +95,7 @@ struct plx_store {
     uint64_t epoch;
     char host[64];
     const struct plx_lock_ops *lock_ops; /* lock.h */
-    struct plx_lockd *lockd;             /* the lock manager's client, when the store has one */
+    void *lock_state; /* the lock seam's implementation's own state (lock_lockd.c: its client) */
     /* Called at the start of every service pass (the lock manager's heartbeat). */
     void (*service_tick)(struct plx_store *st);
     unsigned admin_depth; /* nested plx_admin_lock calls: only the outermost locks */

@@ -48,7 +48,7 @@
 /* Keep the socket in the store's epoll set exactly while the event loop waits for an answer. */
 static void watch_update(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     bool want = lk->state == LK_UP && (lk->ask == ASK_SENT || lk->withdrawing);
     if (want == lk->watched)
         return;
@@ -63,7 +63,7 @@ static void watch_update(plx_store *st)
  * -ENOTCONN when the connection failed. */
 static int await_grant(plx_store *st, uint64_t deadline)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     for (;;) {
         if (lk->fd < 0)
             return -ENOTCONN;
@@ -107,7 +107,7 @@ static int await_grant(plx_store *st, uint64_t deadline)
 
 static int lockd_admin_try(plx_store *st, int take)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (!take) {
         plx_lk_send_unlock(lk);
         watch_update(st);
@@ -164,7 +164,7 @@ static int lockd_admin_try(plx_store *st, int take)
 /* For a waiter on the event loop (plx_admin_lock_async): never waits. */
 static int lockd_admin_ask(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (lk->state == LK_DOWN) {
         if (lk->refused[0])
             return plx_err(st, -EACCES, "the lock manager at %s %s", lk->addr, lk->refused);
@@ -210,7 +210,7 @@ static int lockd_admin_ask(plx_store *st)
 
 static void lockd_admin_withdraw(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (lk->ask == ASK_SENT) {
         plx_lk_send_unlock(lk);
         lk->withdrawing = lk->releases_unread > 0;
@@ -225,7 +225,7 @@ static void lockd_admin_withdraw(plx_store *st)
  * ask is answered later, a PING at once: a round trip, milliseconds). */
 static bool lockd_silent(const plx_store *st, uint64_t since_ns)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     uint64_t now = plx_mono_ns();
     if (lk->state != LK_UP)
         return true;
@@ -242,7 +242,7 @@ static bool lockd_silent(const plx_store *st, uint64_t since_ns)
  * most. Never connects (the tick does) and never blocks longer. */
 static int lockd_admin_try_now(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (lk->try_unsupported)
         return -EOPNOTSUPP;
     if (lk->state != LK_UP)
@@ -294,7 +294,7 @@ static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
 {
     if (host == st->host_hash)
         return plx_lock_local.holder_alive(st, host, pid, epoch);
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     char line[128];
     snprintf(line, sizeof line, "ALIVE %llx %u %llu", (unsigned long long)host, pid,
              (unsigned long long)epoch);
@@ -310,7 +310,7 @@ static bool lockd_holder_alive(const plx_store *st, uint64_t host, uint32_t pid,
 
 static const char *lockd_unreachable(const plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     /* Most reasons name the lock manager they are about already ("HOST:PORT: ..."). */
     for (int i = 0; i < lk->naddrs; i++)
         if (!strncmp(lk->why_down, lk->addrs[i], strlen(lk->addrs[i])))
@@ -323,7 +323,7 @@ static const char *lockd_unreachable(const plx_store *st)
  * attempt? Then lockd may have given what we hold to another host: fence. */
 static bool frozen(plx_store *st, uint64_t now)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (!st->fenced && lk->last_attempt_ns && now - lk->last_attempt_ns > lk->lease_ns / 4 * 3)
         plx_fence(st,
                   "this process was stopped for %.1f s, longer than it may go without renewing "
@@ -342,7 +342,7 @@ static void lockd_lease_check(plx_store *st)
  * whose host is down (no answer, no reset) must not stall the requests this loop serves. */
 static void lockd_tick(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     uint64_t junk;
     if (read(lk->timer_fd, &junk, sizeof junk) < 0) {
         /* EAGAIN: woken by something else. */
@@ -391,7 +391,7 @@ static void lockd_tick(plx_store *st)
 
 static int lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (!lk)
         return 0;
     if (lk->state == LK_UP && plx_lk_fill(lk) == 0) {
@@ -411,7 +411,8 @@ static int lockd_lease_confirmed(plx_store *st, uint64_t since_ns)
 
 static uint64_t lockd_lease_ns(const plx_store *st)
 {
-    return st->lockd ? st->lockd->lease_ns : 0;
+    const struct plx_lockd *lk = st->lock_state;
+    return lk ? lk->lease_ns : 0;
 }
 
 static void lockd_detach(plx_store *st);
@@ -444,7 +445,7 @@ static int lockd_attach(plx_store *st, const char *addr, void (*kick)(plx_store 
     lk->timer_fd = -1;
     lk->lease_ns = PLX_LOCKD_DEFAULT_LEASE_MS * 1000000ull;
     lk->kick = kick;
-    st->lockd = lk;
+    st->lock_state = lk;
     int rc = plx_lk_connect(st);
     /* Only standbys answered: one of them is taking over (it does within half a lease). Wait
      * for it as for the admin lock. */
@@ -486,22 +487,22 @@ static int lockd_attach(plx_store *st, const char *addr, void (*kick)(plx_store 
 
 static void lockd_detach(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (!lk)
         return;
     plx_lk_close(lk);
     if (lk->timer_fd >= 0)
         close(lk->timer_fd);
     free(lk);
-    st->lockd = NULL;
+    st->lock_state = NULL;
     st->service_tick = NULL;
 }
 
 static int lockd_status(plx_store *st, void (*line)(void *arg, const char *text), void *arg)
 {
-    if (!st->lockd)
+    if (!st->lock_state)
         return plx_err(st, -ENOENT, "this blockstore has no lock manager");
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     char reply[PLX_LOCKD_LINE_MAX];
     int rc = plx_lk_ensure_connected(st);
     if (!rc)

@@ -268,7 +268,7 @@ static void host_instance(char *buf, size_t len)
 /* Advance a connection being set up, waiting at most wait_ms (0: not at all). */
 void plx_lk_setup_step(plx_store *st, int wait_ms)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     uint64_t until = plx_mono_ns() + (uint64_t)wait_ms * 1000000ull;
     while (lk->state == LK_CONNECTING || lk->state == LK_HELLO) {
         uint64_t now = plx_mono_ns();
@@ -345,7 +345,7 @@ void plx_lk_setup_step(plx_store *st, int wait_ms)
  * lk->why_down says why) or -EACCES (lockd refused us: the store's message says why). */
 int plx_lk_connect(plx_store *st)
 {
-    struct plx_lockd *lk = st->lockd;
+    struct plx_lockd *lk = st->lock_state;
     if (lk->state == LK_DOWN) {
         lk->tried = 0;
         plx_lk_start_connect(lk);
@@ -362,7 +362,8 @@ int plx_lk_connect(plx_store *st)
 
 int plx_lk_ensure_connected(plx_store *st)
 {
-    return st->lockd->state == LK_UP ? 0 : plx_lk_connect(st);
+    const struct plx_lockd *lk = st->lock_state;
+    return lk->state == LK_UP ? 0 : plx_lk_connect(st);
 }
 
 /* Wait until until_ns for an outstanding ADMIN-TRY's answer: 0 when it is in, -ETIMEDOUT, or
