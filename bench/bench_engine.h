@@ -233,12 +233,12 @@ struct ctx {
 /* engine_util.c */
 extern int g_keep;
 void cleanup_files(void);
-void on_signal(int sig);
+void bench_on_signal(int sig);
 void track_path(const char *path);
 void untrack_path(const char *path);
 __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...);
-void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t now_ns(void);
+void bench_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t bench_now_ns(void);
 uint64_t splitmix64(uint64_t *state);
 const char *fmt_bytes(uint64_t b, char *buf, size_t len);
 void lat_add(struct lat *l, uint64_t ns);
@@ -262,14 +262,14 @@ void io_add(struct io_counts *sum, const struct io_counts *d);
 void die_store(plx_store *st, int rc, const char *what);
 void target_submit(struct target *t, struct slot *s);
 int target_wait(struct target *t, uint64_t until);
-void raw_open(struct target *t, const char *path, uint64_t size);
-void raw_close(struct target *t);
-plx_store *store_open(const char *path, uint64_t cache_bytes);
-void store_close(plx_store *st);
-void plx_target_open(struct target *t, const char *path, uint64_t cache_bytes, const char *vdi);
-void plx_target_close(struct target *t);
-void store_format(const char *path, uint64_t size, int prefilled);
-void vdi_create(plx_store *st, const char *name, uint64_t size);
+void bench_raw_open(struct target *t, const char *path, uint64_t size);
+void bench_raw_close(struct target *t);
+plx_store *bench_store_open(const char *path, uint64_t cache_bytes);
+void bench_store_close(plx_store *st);
+void bench_target_open(struct target *t, const char *path, uint64_t cache_bytes, const char *vdi);
+void bench_target_close(struct target *t);
+void bench_store_format(const char *path, uint64_t size, int prefilled);
+void bench_vdi_create(plx_store *st, const char *name, uint64_t size);
 uint64_t metadata_blocks(plx_store *st, uint64_t *data_blocks);
 void stamp(uint8_t *buf, uint64_t off, size_t len, uint64_t tag);
 void fill_random(uint8_t *buf, size_t len, uint64_t seed);
@@ -283,7 +283,7 @@ double run_iops(const struct run *r);
 double run_mibs(const struct run *r);
 void run_workload(struct run *r, struct target *t, const struct workload *w, double seconds);
 uint64_t one_write(struct target *t, struct slot *s, uint64_t off, uint64_t tag);
-uint64_t raw_flush(struct target *t);
+uint64_t bench_raw_flush(struct target *t);
 
 /* engine_parts.c */
 void setup_raw(struct ctx *c);

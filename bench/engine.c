@@ -247,9 +247,9 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &c.o);
     const struct opts *o = &c.o;
     atexit(cleanup_files);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
+    signal(SIGINT, bench_on_signal);
+    signal(SIGTERM, bench_on_signal);
+    signal(SIGHUP, bench_on_signal);
 
     long pid = (long)getpid();
     snprintf(c.raw_path, sizeof c.raw_path, "%s/plx-bench-%ld.raw", o->dir, pid);
@@ -279,8 +279,8 @@ int main(int argc, char **argv)
             bench_snapshot_latency(&c);
         if (o->check)
             run_check(&c);
-        plx_target_close(&c.plx);
-        raw_close(&c.raw);
+        bench_target_close(&c.plx);
+        bench_raw_close(&c.raw);
         untrack_path(c.store_path);
         untrack_path(c.raw_path);
     }

@@ -51,7 +51,7 @@ static void pass(struct target *t, const struct workload *w)
 {
     struct run r;
     run_workload(&r, t, w, 0);
-    progress("%s %s: %.0f MiB/s (%.1f s)", t->label, w->name, run_mibs(&r), run_secs(&r));
+    bench_progress("%s %s: %.0f MiB/s (%.1f s)", t->label, w->name, run_mibs(&r), run_secs(&r));
     run_free(&r);
 }
 
@@ -74,18 +74,18 @@ void setup_raw(struct ctx *c)
     if (e != 0 && ftruncate(fd, (off_t)o->size) != 0)
         die("sizing %s: %s", c->raw_path, strerror(errno));
     close(fd);
-    raw_open(&c->raw, c->raw_path, o->size);
+    bench_raw_open(&c->raw, c->raw_path, o->size);
     pass(&c->raw, fill_workload(o->size));
 }
 
 void setup_plx(struct ctx *c)
 {
     const struct opts *o = &c->o;
-    store_format(c->store_path, main_store_size(o), 0);
-    plx_store *st = store_open(c->store_path, o->cache_bytes);
-    vdi_create(st, "bench", o->size);
-    store_close(st);
-    plx_target_open(&c->plx, c->store_path, o->cache_bytes, "bench");
+    bench_store_format(c->store_path, main_store_size(o), 0);
+    plx_store *st = bench_store_open(c->store_path, o->cache_bytes);
+    bench_vdi_create(st, "bench", o->size);
+    bench_store_close(st);
+    bench_target_open(&c->plx, c->store_path, o->cache_bytes, "bench");
     c->plx_open = 1;
     pass(&c->plx, fill_workload(o->size));
     int rc = plx_vdi_flush(c->plx.v);
@@ -95,8 +95,8 @@ void setup_plx(struct ctx *c)
 
 static void reopen_plx(struct ctx *c)
 {
-    plx_target_close(&c->plx);
-    plx_target_open(&c->plx, c->store_path, c->o.cache_bytes, "bench");
+    bench_target_close(&c->plx);
+    bench_target_open(&c->plx, c->store_path, c->o.cache_bytes, "bench");
 }
 
 /* ---- 1. Throughput ----------------------------------------------------------------------------
@@ -155,8 +155,8 @@ static double timed(struct target *t, const struct workload *w, double secs, con
     double cpu = r.ops ? (double)r.cpu_ns / 1000.0 / (double)r.ops : 0;
     if (cpu_per_op != NULL)
         *cpu_per_op = cpu;
-    progress("%-8s %-5s %-18s %10.0f %-5s  CPU %6.2f us/request", t->label, tag, w->name, v,
-             w->bs == MiB ? "MiB/s" : "IOPS", cpu);
+    bench_progress("%-8s %-5s %-18s %10.0f %-5s  CPU %6.2f us/request", t->label, tag, w->name, v,
+                   w->bs == MiB ? "MiB/s" : "IOPS", cpu);
     run_free(&r);
     return v;
 }
@@ -252,7 +252,7 @@ static const char *const wl_what[WL_ROWS] = {
 
 static plx_vdi *open_extra_vdi(struct ctx *c, const char *name, uint64_t size, struct target *t)
 {
-    vdi_create(c->plx.st, name, size);
+    bench_vdi_create(c->plx.st, name, size);
     *t = c->plx;
     int rc = plx_vdi_open(c->plx.st, name, 0, &t->v);
     if (rc < 0)
@@ -295,17 +295,17 @@ void bench_write_latency(struct ctx *c)
         uint64_t r = splitmix64(&rng);
         lat_add(&l[WL_RAW], one_write(&c->raw, &s, off, tag++));
 
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         one_write(&c->raw, &s, off, tag++);
-        raw_flush(&c->raw);
-        lat_add(&l[WL_RAW_FLUSH], now_ns() - t0);
+        bench_raw_flush(&c->raw);
+        lat_add(&l[WL_RAW_FLUSH], bench_now_ns() - t0);
 
-        t0 = now_ns();
+        t0 = bench_now_ns();
         one_write(&c->raw, &s, off, tag++);
         one_write(&c->raw, &s, off2, tag++);
-        raw_flush(&c->raw);
+        bench_raw_flush(&c->raw);
         one_write(&c->raw, &s, off, tag++);
-        lat_add(&l[WL_RAW_CHAIN], now_ns() - t0);
+        lat_add(&l[WL_RAW_CHAIN], bench_now_ns() - t0);
 
         /* Writable: the first write makes the path writable again after the last iteration's
          * snapshot; the second, timed, overwrites in place. */
@@ -337,8 +337,8 @@ void bench_write_latency(struct ctx *c)
         lat_free(&l[k]);
         w->ratio_mean = w->s.mean / res->wlat[0].s.mean;
         w->ratio_p50 = w->s.p50 / res->wlat[0].s.p50;
-        progress("%-20s mean %8.1f us  p50 %8.1f us  (x%.2f of a raw write)", w->name, w->s.mean,
-                 w->s.p50, w->ratio_p50);
+        bench_progress("%-20s mean %8.1f us  p50 %8.1f us  (x%.2f of a raw write)", w->name,
+                       w->s.mean, w->s.p50, w->ratio_p50);
     }
     plx_block_free(s.buf);
     res->have_wlat = 1;
@@ -364,13 +364,13 @@ void bench_snapshot_latency(struct ctx *c)
     a.len = b.len = BLK;
     a.write = b.write = 1;
     for (unsigned i = 0; i < o->snaps; i++) {
-        uint64_t idx, t0 = now_ns();
+        uint64_t idx, t0 = bench_now_ns();
         int rc = plx_vdi_snapshot_open(c->plx.v, "", &idx);
         if (rc < 0)
             die_store(c->plx.st, rc, "plx_vdi_snapshot_open");
-        lat_add(&l, now_ns() - t0);
+        lat_add(&l, bench_now_ns() - t0);
 
-        t0 = now_ns();
+        t0 = bench_now_ns();
         a.off = 0;
         b.off = BLK;
         stamp(a.buf, a.off, BLK, i);
@@ -381,10 +381,10 @@ void bench_snapshot_latency(struct ctx *c)
             target_wait(&c->raw, UINT64_MAX);
         if (a.status || b.status)
             die("raw file: write failed: %s", strerror(-(a.status ? a.status : b.status)));
-        raw_flush(&c->raw);
+        bench_raw_flush(&c->raw);
         one_write(&c->raw, &a, 2 * BLK, i);
-        raw_flush(&c->raw);
-        lat_add(&floor, now_ns() - t0);
+        bench_raw_flush(&c->raw);
+        lat_add(&floor, bench_now_ns() - t0);
     }
     plx_block_free(a.buf);
     plx_block_free(b.buf);
@@ -392,9 +392,9 @@ void bench_snapshot_latency(struct ctx *c)
     c->res.snap_floor = lat_summarize(&floor);
     lat_free(&l);
     lat_free(&floor);
-    progress("idle:   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms",
-             c->res.snap_idle.p50 / 1000, c->res.snap_idle.p90 / 1000, c->res.snap_idle.p99 / 1000,
-             c->res.snap_idle.max / 1000);
+    bench_progress("idle:   p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms",
+                   c->res.snap_idle.p50 / 1000, c->res.snap_idle.p90 / 1000,
+                   c->res.snap_idle.p99 / 1000, c->res.snap_idle.max / 1000);
 
     /* Loaded: 4 KiB random writes at QD 32 on the same VDI, snapshots submitted back to back
      * into the same request stream. */
@@ -414,10 +414,10 @@ void bench_snapshot_latency(struct ctx *c)
     c->res.loaded_write_iops = run_iops(&r);
     c->res.loaded_secs = run_secs(&r);
     c->res.loaded_snaps = r.snap.completed;
-    progress("loaded: p50 %.3f ms  p99 %.3f ms  max %.3f ms  mean %.3f ms  (writes %.0f IOPS)",
-             c->res.snap_loaded.p50 / 1000, c->res.snap_loaded.p99 / 1000,
-             c->res.snap_loaded.max / 1000, c->res.snap_loaded.mean / 1000,
-             c->res.loaded_write_iops);
+    bench_progress(
+        "loaded: p50 %.3f ms  p99 %.3f ms  max %.3f ms  mean %.3f ms  (writes %.0f IOPS)",
+        c->res.snap_loaded.p50 / 1000, c->res.snap_loaded.p99 / 1000, c->res.snap_loaded.max / 1000,
+        c->res.snap_loaded.mean / 1000, c->res.loaded_write_iops);
     run_free(&r);
     c->res.have_snaplat = 1;
 }
@@ -435,17 +435,17 @@ uint64_t freq_store_size(const struct opts *o)
 static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, unsigned k)
 {
     const struct opts *o = &c->o;
-    store_format(c->freq_path, freq_store_size(o), 1);
-    plx_store *st = store_open(c->freq_path, o->cache_bytes);
-    vdi_create(st, "freq", o->freq_size);
-    store_close(st);
+    bench_store_format(c->freq_path, freq_store_size(o), 1);
+    plx_store *st = bench_store_open(c->freq_path, o->cache_bytes);
+    bench_vdi_create(st, "freq", o->freq_size);
+    bench_store_close(st);
     /* Metadata in use, measured on a freshly opened store (no claimed-but-unused blocks). */
-    st = store_open(c->freq_path, o->cache_bytes);
+    st = bench_store_open(c->freq_path, o->cache_bytes);
     uint64_t d0, m0 = metadata_blocks(st, &d0);
-    store_close(st);
+    bench_store_close(st);
 
     struct target t;
-    plx_target_open(&t, c->freq_path, o->cache_bytes, "freq");
+    bench_target_open(&t, c->freq_path, o->cache_bytes, "freq");
     struct workload w = {.name = "1M seqwrite QD8 (fresh region)",
                          .write = 1,
                          .bs = MiB,
@@ -461,11 +461,11 @@ static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, 
         r.snap.interval_ns = (uint64_t)(interval_ms * 1e6);
     }
     run_exec(&r, o->runtime);
-    plx_target_close(&t);
+    bench_target_close(&t);
 
-    st = store_open(c->freq_path, o->cache_bytes);
+    st = bench_store_open(c->freq_path, o->cache_bytes);
     uint64_t d1, m1 = metadata_blocks(st, &d1);
-    store_close(st);
+    bench_store_close(st);
 
     fr->interval_ms = interval_ms;
     fr->mibs_v[k] = run_mibs(&r);
@@ -483,9 +483,10 @@ static void freq_one(struct ctx *c, struct freq_result *fr, double interval_ms, 
     foreign_note(r.dev_bytes, r.bytes + (m1 - m0) * BLK);
     fr->meta_blocks += (int64_t)m1 - (int64_t)m0;
     fr->data_blocks += (int64_t)d1 - (int64_t)d0;
-    progress("%-8s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
-             interval_ms > 0 ? "" : "none", run_mibs(&r), run_secs(&r),
-             r.exhausted ? " (region full)" : "", r.snap.completed, (int64_t)m1 - (int64_t)m0);
+    bench_progress("%-8s %7.0f MiB/s in %.2f s%s, %u snapshots, metadata +%" PRId64 " blocks",
+                   interval_ms > 0 ? "" : "none", run_mibs(&r), run_secs(&r),
+                   r.exhausted ? " (region full)" : "", r.snap.completed,
+                   (int64_t)m1 - (int64_t)m0);
     run_free(&r);
 }
 
@@ -506,9 +507,9 @@ void bench_snapshot_frequency(struct ctx *c)
         die("sizing %s: %s", c->freq_path, strerror(errno));
     close(fd);
     struct target t;
-    raw_open(&t, c->freq_path, fsize);
+    bench_raw_open(&t, c->freq_path, fsize);
     pass(&t, fill_workload(fsize));
-    raw_close(&t);
+    bench_raw_close(&t);
 
     res->nfreq = sizeof intervals / sizeof intervals[0];
     /* Repetitions interleave the intervals, so a slow drift of the medium spreads evenly. */
@@ -565,6 +566,6 @@ void run_check(struct ctx *c)
     if (rc < 0)
         die_store(c->plx.st, rc, "plx_check");
     c->res.check_ran = 1;
-    progress("%" PRIu64 " trees, %" PRIu64 " reachable blocks, %" PRIu64 " errors",
-             c->res.check.trees, c->res.check.reachable_blocks, c->res.check.errors);
+    bench_progress("%" PRIu64 " trees, %" PRIu64 " reachable blocks, %" PRIu64 " errors",
+                   c->res.check.trees, c->res.check.reachable_blocks, c->res.check.errors);
 }

@@ -109,10 +109,10 @@ void machine_info(struct machine *m, const char *dir, const char *raw_path)
         close(fd);
         if (ok) {
             struct target t;
-            raw_open(&t, probe, 1 * MiB);
+            bench_raw_open(&t, probe, 1 * MiB);
             if (strstr(t.be->desc, "buffered") != NULL)
                 snprintf(m->io_mode, sizeof m->io_mode, "libaio, buffered (O_DIRECT refused)");
-            raw_close(&t);
+            bench_raw_close(&t);
         }
         unlink(probe);
     }

@@ -115,7 +115,7 @@ void target_submit(struct target *t, struct slot *s)
     s->busy = 1;
     s->done = 0;
     s->status = 0;
-    s->t_submit = now_ns();
+    s->t_submit = bench_now_ns();
     int rc;
     if (t->kind == T_RAW) {
         memset(&s->io, 0, sizeof s->io);
@@ -160,7 +160,7 @@ int target_wait(struct target *t, uint64_t until)
         die_store(t->st, n, "plx_store_service");
     if (n > 0)
         return n;
-    uint64_t now = now_ns();
+    uint64_t now = bench_now_ns();
     if (until <= now)
         return 0;
     uint64_t left = until - now;
@@ -173,7 +173,7 @@ int target_wait(struct target *t, uint64_t until)
     return 0;
 }
 
-void raw_open(struct target *t, const char *path, uint64_t size)
+void bench_raw_open(struct target *t, const char *path, uint64_t size)
 {
     char err[256];
     int e = 0;
@@ -186,14 +186,14 @@ void raw_open(struct target *t, const char *path, uint64_t size)
         die("opening %s: %s", path, err);
 }
 
-void raw_close(struct target *t)
+void bench_raw_close(struct target *t)
 {
     if (t->be != NULL)
         t->be->ops->destroy(t->be);
     t->be = NULL;
 }
 
-plx_store *store_open(const char *path, uint64_t cache_bytes)
+plx_store *bench_store_open(const char *path, uint64_t cache_bytes)
 {
     struct plx_open_opts oo;
     memset(&oo, 0, sizeof oo);
@@ -222,26 +222,26 @@ plx_store *store_open(const char *path, uint64_t cache_bytes)
     return st;
 }
 
-void store_close(plx_store *st)
+void bench_store_close(plx_store *st)
 {
     int rc = plx_store_close(st);
     if (rc < 0)
         die("plx_store_close: %s", strerror(-rc));
 }
 
-void plx_target_open(struct target *t, const char *path, uint64_t cache_bytes, const char *vdi)
+void bench_target_open(struct target *t, const char *path, uint64_t cache_bytes, const char *vdi)
 {
     memset(t, 0, sizeof *t);
     t->kind = T_PLX;
     t->label = "parallax";
-    t->st = store_open(path, cache_bytes);
+    t->st = bench_store_open(path, cache_bytes);
     int rc = plx_vdi_open(t->st, vdi, 0, &t->v);
     if (rc < 0)
         die_store(t->st, rc, "plx_vdi_open");
     t->size = plx_vdi_size(t->v);
 }
 
-void plx_target_close(struct target *t)
+void bench_target_close(struct target *t)
 {
     if (t->v != NULL) {
         int rc = plx_vdi_close(t->v);
@@ -250,13 +250,13 @@ void plx_target_close(struct target *t)
         t->v = NULL;
     }
     if (t->st != NULL)
-        store_close(t->st);
+        bench_store_close(t->st);
     t->st = NULL;
 }
 
 /* Format a store at path. A new file is created sparse; an existing one (prefilled=1) is
  * formatted in place, so the filesystem has its blocks allocated already. */
-void store_format(const char *path, uint64_t size, int prefilled)
+void bench_store_format(const char *path, uint64_t size, int prefilled)
 {
     char err[512];
     if (!prefilled) {
@@ -268,7 +268,7 @@ void store_format(const char *path, uint64_t size, int prefilled)
         die("plx_format %s: %s", path, err);
 }
 
-void vdi_create(plx_store *st, const char *name, uint64_t size)
+void bench_vdi_create(plx_store *st, const char *name, uint64_t size)
 {
     uint64_t id;
     int rc = plx_vdi_create(st, name, size, &id);
@@ -332,7 +332,7 @@ static void verify_read(struct run *r, struct slot *s)
 static void slot_complete(struct slot *s, int status)
 {
     struct run *r = s->run;
-    s->t_done = now_ns();
+    s->t_done = bench_now_ns();
     s->busy = 0;
     s->done = 1;
     s->status = status;
@@ -430,7 +430,7 @@ static void snap_done(void *arg, int status)
                      r->t->label, r->w->name, strerror(-status), plx_store_errmsg(r->t->st));
     } else {
         r->snap.completed++;
-        lat_add(&r->snap.lat, now_ns() - tok->t0);
+        lat_add(&r->snap.lat, bench_now_ns() - tok->t0);
     }
     free(tok);
 }
@@ -468,7 +468,7 @@ static void snap_tick(struct run *r, uint64_t now)
  * the wanted back-to-back snapshots completed, or an error; then drain. */
 void run_exec(struct run *r, double seconds)
 {
-    uint64_t start = now_ns(), cpu0 = cpu_now_ns(), dev0 = dev_bytes();
+    uint64_t start = bench_now_ns(), cpu0 = cpu_now_ns(), dev0 = dev_bytes();
     struct io_counts io0 = g_io;
     uint64_t deadline = seconds > 0 ? start + (uint64_t)(seconds * 1e9) : UINT64_MAX;
     uint64_t last_progress = start;
@@ -476,7 +476,7 @@ void run_exec(struct run *r, double seconds)
     if (r->snap.mode == SNAP_PERIODIC)
         r->snap.next_due = start + r->snap.interval_ns;
     for (;;) {
-        uint64_t now = now_ns();
+        uint64_t now = bench_now_ns();
         if (!r->stopping &&
             (now >= deadline || r->exhausted || r->errors ||
              (r->snap.mode == SNAP_BACK_TO_BACK && r->snap.completed >= r->snap.want)))
@@ -495,7 +495,7 @@ void run_exec(struct run *r, double seconds)
                 until = r->snap.next_due;
         }
         int n = target_wait(r->t, until);
-        now = now_ns();
+        now = bench_now_ns();
         if (n > 0) {
             last_progress = now;
         } else if (now - last_progress > HANG_NS) {
@@ -505,7 +505,7 @@ void run_exec(struct run *r, double seconds)
                 r->snap.pending, r->t->st ? plx_store_busy(r->t->st) : -1);
         }
     }
-    r->t_end = now_ns();
+    r->t_end = bench_now_ns();
     r->cpu_ns = cpu_now_ns() - cpu0;
     r->io = io_delta(&io0);
     r->dev_bytes = dev_bytes() - dev0;
@@ -544,11 +544,11 @@ uint64_t one_write(struct target *t, struct slot *s, uint64_t off, uint64_t tag)
     s->run = NULL;
     stamp(s->buf, off, BLK, tag);
     target_submit(t, s);
-    uint64_t last = now_ns();
+    uint64_t last = bench_now_ns();
     while (!s->done) {
         if (target_wait(t, UINT64_MAX) > 0)
-            last = now_ns();
-        else if (now_ns() - last > HANG_NS)
+            last = bench_now_ns();
+        else if (bench_now_ns() - last > HANG_NS)
             die("HANG: %s: single 4 KiB write at %" PRIu64 " did not complete in %llu s", t->label,
                 off, (unsigned long long)(HANG_NS / NS_PER_S));
     }
@@ -559,12 +559,12 @@ uint64_t one_write(struct target *t, struct slot *s, uint64_t off, uint64_t tag)
 }
 
 /* A flush (fdatasync) on the raw file at QD 1; returns its latency in ns. */
-uint64_t raw_flush(struct target *t)
+uint64_t bench_raw_flush(struct target *t)
 {
     struct slot f;
     memset(&f, 0, sizeof f);
     f.busy = 1;
-    f.t_submit = now_ns();
+    f.t_submit = bench_now_ns();
     f.io.op = PLX_IO_FLUSH;
     f.io.done = raw_io_done;
     f.io.owner = &f;

@@ -36,7 +36,7 @@ void cleanup_files(void)
             unlink(g_paths[i]);
 }
 
-void on_signal(int sig)
+void bench_on_signal(int sig)
 {
     cleanup_files();
     signal(sig, SIG_DFL);
@@ -77,7 +77,7 @@ __attribute__((format(printf, 1, 2), noreturn)) void die(const char *fmt, ...)
     exit(1); /* atexit removes the files */
 }
 
-void progress(const char *fmt, ...)
+void bench_progress(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -87,7 +87,7 @@ void progress(const char *fmt, ...)
     va_end(ap);
 }
 
-uint64_t now_ns(void)
+uint64_t bench_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
