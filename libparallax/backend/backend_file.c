@@ -86,6 +86,14 @@ struct file_slot {
     int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
 };
 
+/* A FUA data write's flush, shared: one aio FDSYNC for the FUA data writes whose data completed
+ * in one poll (fua_group_submit). Its iocb goes to the kernel tagged (data | 1), which tells it
+ * from a slot's in reap_kernel. */
+struct fua_group {
+    struct iocb cb;
+    struct plx_done_list members; /* their data is written; durable once this completes */
+};
+
 struct file_backend {
     plx_backend base;
     int fd;
@@ -129,6 +137,11 @@ struct file_backend {
     /* FUA writes without PLX_IO_URGENT accepted and not yet delivered (slot_begin): with
      * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
     unsigned fua_data_inflight;
+    /* FUA data writes are plain writes whose data completions are gathered (fua_pending) and
+     * made durable by one aio FDSYNC per poll (struct fua_group): 0 when the kernel refuses aio
+     * FDSYNC, in blocking mode, with PLX_BACKEND_FLUSH_THREAD or $PARALLAX_FUA_GROUP=0. */
+    int fua_group;
+    struct plx_done_list fua_pending;
 };
 
 static uint64_t mono_ns(void)
@@ -258,7 +271,9 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
 
 static void reap_thread(struct file_backend *f)
 {
-    if (!f->thr_started)
+    /* thr_busy is this thread's: nothing with the helper, nothing to take under its mutex (a
+     * lock per poll met the helper holding it, preempted, on a busy machine). */
+    if (!f->thr_started || f->thr_busy == 0)
         return;
     pthread_mutex_lock(&f->mu);
     struct plx_done_list done = plx_done_take(&f->thr_done);
@@ -432,8 +447,8 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
          * Among other FUA writes in flight, RWF_DSYNC: one completion per write for the engine,
          * and the kernel shares their flushes (bench/notes/fua-tapdisk.md). */
         s->fua_data = s->fua && !(io->flags & PLX_IO_URGENT);
-        s->dsync =
-            s->fua && f->rwf_dsync && (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
+        s->dsync = s->fua && f->rwf_dsync && !(s->fua_data && f->fua_group) &&
+                   (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
         f->fua_data_inflight += (unsigned)s->fua_data;
     }
     return slot_start(f, s);
@@ -648,12 +663,75 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
             return;
         }
         s->stage = ST_SYNC;
+        if (s->fua_data && f->fua_group) {
+            /* Its flush is the group's that this poll submits (fua_group_submit). */
+            list_push(&f->fua_pending, s);
+            return;
+        }
     }
     rc = slot_start(f, s);
     if (rc == 1)
         list_push(&f->stalled, s);
     else if (rc < 0)
         slot_finish(f, s, rc);
+}
+
+static void fua_group_done(struct file_backend *f, struct fua_group *g, long res)
+{
+    struct file_slot *s;
+    while ((s = list_pop(&g->members)) != NULL)
+        slot_finish(f, s, res < 0 ? (int)res : 0);
+    free(g);
+}
+
+/* Each FUA data write's flush on its own: the helper thread's (or its own aio FDSYNC). */
+static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
+{
+    struct file_slot *s;
+    while ((s = list_pop(l)) != NULL) {
+        int rc = slot_start(f, s);
+        if (rc == 1)
+            list_push(&f->stalled, s);
+        else if (rc < 0)
+            slot_finish(f, s, rc);
+    }
+    kick_if_stalled(f);
+}
+
+/* Make the FUA data writes whose data this poll reaped durable with one aio FDSYNC: it runs
+ * after their writes completed, so its flush covers them all. One per poll, not one per write:
+ * a FUA write with RWF_DSYNC (or an aio FDSYNC of its own) costs a kernel worker that blocks in
+ * its own flush, each a wakeup, several context switches per write on a busy machine
+ * (bench/notes/fua-tapdisk.md); the helper thread adds a hand-off and its mutex. Several groups
+ * may be in flight at once: the block layer merges their flushes. */
+static void fua_group_submit(struct file_backend *f)
+{
+    if (f->fua_pending.head == NULL)
+        return;
+    struct plx_done_list members = plx_done_take(&f->fua_pending);
+    struct fua_group *g = f->fua_group ? calloc(1, sizeof *g) : NULL;
+    if (g == NULL) {
+        fua_sync_each(f, &members);
+        return;
+    }
+    g->members = members;
+    io_prep_fdsync(&g->cb, f->fd);
+    io_set_eventfd(&g->cb, f->done.efd);
+    g->cb.data = (void *)((uintptr_t)g | 1);
+    struct iocb *p = &g->cb;
+    int rc;
+    while ((rc = io_submit(f->ctx, 1, &p)) == -EINTR)
+        ;
+    if (rc == 1) {
+        f->in_kernel++;
+        f->efd_clear = 0;
+        return;
+    }
+    if (rc == -EINVAL || rc == -EOPNOTSUPP)
+        f->fua_group = 0; /* a kernel without aio FDSYNC (before 4.18): for good */
+    members = g->members;
+    free(g);
+    fua_sync_each(f, &members);
 }
 
 static int reap_kernel(struct file_backend *f)
@@ -669,7 +747,11 @@ static int reap_kernel(struct file_backend *f)
             return r;
         for (int i = 0; i < r; i++) {
             f->in_kernel--;
-            slot_event(f, ev[i].data, (long)ev[i].res);
+            uintptr_t tag = (uintptr_t)ev[i].data;
+            if (tag & 1)
+                fua_group_done(f, (struct fua_group *)(tag & ~(uintptr_t)1), (long)ev[i].res);
+            else
+                slot_event(f, ev[i].data, (long)ev[i].res);
         }
         if (r < REAP_BATCH)
             break;
@@ -714,6 +796,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
         int rc = reap_kernel(f);
         if (rc < 0)
             return rc;
+        fua_group_submit(f);
         reap_thread(f);
         if (f->prep.prep_ranges != NULL) {
             struct plx_io *go = plx_file_prep_release(&f->prep), *io;
@@ -978,6 +1061,9 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->sync_rt = f->ioprio_rt;
     if (f->sync_rt)
         f->aio_fdsync = 0;
+    const char *group = getenv("PARALLAX_FUA_GROUP");
+    f->fua_group = !f->blocking && !(flags & PLX_BACKEND_FLUSH_THREAD) &&
+                   !(group && strcmp(group, "0") == 0);
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)
