@@ -142,9 +142,23 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 # that call (tests/unit/check_msgfile.c) to give the file its room before the test writes to it.
 CHECK_WRAP := -Wl,--wrap=mkstemp
 
-# Extra sources of a unit test besides the library: EXTRA_<test>.
-EXTRA_test_tapdisk := tests/unit/tapdisk_driver.c tests/unit/tapdisk_double.c \
-                      host/control_server.c host/control_client.c host/handover.c
+# Extra sources of a unit test besides the library: EXTRA_<test>. A family of test binaries of one
+# part (test_tapdisk*, test_backend*, test_gc*, test_wlog*) shares its fixture and helpers through
+# tests/unit/<part>_fixture.c.
+EXTRA_test_tapdisk := tests/unit/tapdisk_fixture.c tests/unit/tapdisk_driver.c \
+                      tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
+                      host/handover.c
+EXTRA_test_tapdisk_host := $(EXTRA_test_tapdisk)
+EXTRA_test_tapdisk_durability := $(EXTRA_test_tapdisk)
+EXTRA_test_backend := tests/unit/backend_fixture.c
+EXTRA_test_backend_file := tests/unit/backend_fixture.c
+EXTRA_test_backend_fault := tests/unit/backend_fixture.c
+EXTRA_test_gc := tests/unit/gc_fixture.c
+EXTRA_test_gc_crash := tests/unit/gc_fixture.c
+EXTRA_test_gc_races := tests/unit/gc_fixture.c
+EXTRA_test_wlog := tests/unit/wlog_fixture.c
+EXTRA_test_wlog_auto := tests/unit/wlog_fixture.c
+EXTRA_test_wlog_drain := tests/unit/wlog_fixture.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
@@ -158,8 +172,9 @@ $(B)/unit-san/%: $(B)/san/tests/unit/%.o $$(call san,$$(EXTRA_$$*)) $(call san,$
 	$(CC) -O1 -g $(SAN) $(CHECK_WRAP) $^ $(LIBS) $(CHECK_LIBS) -o $@
 
 # These run the real lock manager built beside them (order-only: not linked in).
-$(B)/unit/test_lockwait $(B)/unit-san/test_lockwait $(B)/unit/test_tapdisk \
-    $(B)/unit-san/test_tapdisk: | $(B)/parallax-lockd
+$(B)/unit/test_lockwait $(B)/unit-san/test_lockwait $(B)/unit/test_lockd \
+    $(B)/unit-san/test_lockd $(B)/unit/test_tapdisk_host \
+    $(B)/unit-san/test_tapdisk_host: | $(B)/parallax-lockd
 
 # Objects are kept (make would delete them as intermediates of the binaries above).
 .SECONDARY:
@@ -225,8 +240,10 @@ integration: all deps $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
 
 # The layer rule of docs/DESIGN.md ("Layers: which file holds what"): every file of the library
 # has a row, every reference between its objects (nm) goes to its own row or a lower one, every
-# header includes headers of its row or lower (tests/layers.sh; well under a second).
-layers: $(LIB_OBJS)
+# header includes headers of its row or lower; the NBD server's files go down their own order
+# ("The NBD server's files"); no files call each other in a circle (tests/layers.sh; well under
+# a second).
+layers: $(LIB_OBJS) $(call obj,$(wildcard server/*.c))
 	@tests/layers.sh $(B)/obj
 
 lint: builddeps

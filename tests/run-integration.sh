@@ -21,10 +21,17 @@
 #
 # Scripts run PLX_TEST_JOBS at a time (default: the number of CPUs): most of their time is spent
 # waiting on servers, targets and guests, and each picks its own ports, sockets and temp files.
-# A script whose header has the line `# plx-test: alone` runs with no other script beside it:
-# one that boots guests, or asserts how long something may take. The alone scripts run first, so
-# that the machine is never drained for one in the middle of the run (each drain left a CPU idle
-# while the last script before it finished).
+# Two kinds of script never share the machine with the others, and run first, so that the
+# machine is never drained for one in the middle of the run (each drain left a CPU idle while the
+# last script before it finished):
+# - `# plx-test: alone`: a timing script: it asserts how long something may take (no write waits
+#   1 s, a takeover within two leases), and mostly waits on servers, so little CPU is its own;
+# - `# plx-test: alone-cpu`: a CPU-bound script with a time limit (it boots guests under QEMU,
+#   or runs Bonnie++).
+# They run in two lanes, one script of each kind at a time: a timing script beside at most one
+# CPU-bound one (which takes one of the machine's CPUs, as a busy machine's other work would),
+# never beside another timing script or the rest; a CPU-bound one beside at most one timing one
+# (with PLX_TEST_JOBS=1, one after the other). The other scripts run after both lanes are done.
 #
 # A script whose header has the line `# plx-test: long-parts` keeps its longer parts (more cases of
 # the same feature, a wider sweep) for make check-long: make check runs its short case with
@@ -81,6 +88,16 @@ else
 fi
 
 is_alone() { grep -q '^# plx-test: alone' "$1"; }
+# lane_of SCRIPT: "cpu" (alone-cpu), "timing" (alone) or "shared".
+lane_of() {
+    if grep -q '^# plx-test: alone-cpu' "$1"; then
+        echo cpu
+    elif is_alone "$1"; then
+        echo timing
+    else
+        echo shared
+    fi
+}
 has_long() { grep -q '^# plx-test: long-parts' "$1"; }
 
 if ((long)); then
@@ -104,7 +121,7 @@ scripts=(${ordered[@]+"${ordered[@]}"})
 jobs=${PLX_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || jobs=1
 
-declare -A job_name=() job_tmp=() job_start=()
+declare -A job_name=() job_tmp=() job_start=() job_lane=()
 # The --beside command while it runs (its own session, so that all of it can be stopped), and how
 # it ended.
 beside_pid="" beside_start=0 beside_rc=""
@@ -133,7 +150,7 @@ times=() # "SECONDS NAME" of every finished script, for the table of the slowest
 finish() {
     local pid=$1 rc=$2 name=${job_name[$1]} tmp=${job_tmp[$1]}
     local log="$log_dir/$name.log" secs=$((SECONDS - job_start[$1]))
-    unset "job_name[$pid]" "job_tmp[$pid]" "job_start[$pid]"
+    unset "job_name[$pid]" "job_tmp[$pid]" "job_start[$pid]" "job_lane[$pid]"
     if [[ $rc -eq 124 ]]; then
         echo "run-integration: timed out after ${timeout_s}s" >>"$log"
     elif [[ $rc -eq 137 ]]; then
@@ -208,16 +225,21 @@ start_beside() {
     beside_start=$SECONDS
 }
 
+# lane_busy LANE: whether a script of that lane is running.
+lane_busy() {
+    local pid
+    for pid in "${!job_lane[@]}"; do
+        [[ ${job_lane[$pid]} != "$1" ]] || return 0
+    done
+    return 1
+}
+
+# start_script FILE: start one script in the background (its slot is taken until finish).
 n=0
-for f in ${scripts[@]+"${scripts[@]}"}; do
+start_script() {
+    local f=$1 name tmp
     name=$(basename "$f" .sh)
     n=$((n + 1))
-    if is_alone "$f"; then
-        wait_below 1
-    else
-        start_beside
-        wait_below "$jobs"
-    fi
     # A line as each script starts (PASS/FAIL/SKIP follows when it ends): some take minutes.
     echo "RUN  $name ($n of ${#scripts[@]})"
     tmp=$(mktemp -d "$tmp_base/$name.XXXXXX")
@@ -231,9 +253,45 @@ for f in ${scripts[@]+"${scripts[@]}"}; do
     job_name[$!]=$name
     job_tmp[$!]=$tmp
     job_start[$!]=$SECONDS
-    if is_alone "$f"; then
-        wait_below 1
+    job_lane[$!]=$(lane_of "$f")
+}
+
+# The alone scripts, in their two lanes, each lane in the order given.
+lane_cpu=() lane_timing=()
+for f in ${scripts[@]+"${scripts[@]}"}; do
+    case $(lane_of "$f") in
+    cpu) lane_cpu+=("$f") ;;
+    timing) lane_timing+=("$f") ;;
+    esac
+done
+while [[ ${#lane_cpu[@]} -gt 0 || ${#lane_timing[@]} -gt 0 ]]; do
+    started=0
+    if [[ ${#lane_cpu[@]} -gt 0 ]] && ! lane_busy cpu; then
+        start_script "${lane_cpu[0]}"
+        lane_cpu=("${lane_cpu[@]:1}")
+        started=1
     fi
+    # (With PLX_TEST_JOBS=1, one script at a time here too.)
+    if ((jobs == 1 && $(running) > 0)); then
+        wait_below 1
+        continue
+    fi
+    if [[ ${#lane_timing[@]} -gt 0 ]] && ! lane_busy timing; then
+        start_script "${lane_timing[0]}"
+        lane_timing=("${lane_timing[@]:1}")
+        started=1
+    fi
+    # Neither lane free: wait for one script to end.
+    ((started)) || wait_below "$(running)"
+done
+wait_below 1
+
+# The others, PLX_TEST_JOBS at a time.
+for f in ${scripts[@]+"${scripts[@]}"}; do
+    [[ $(lane_of "$f") == shared ]] || continue
+    start_beside
+    wait_below "$jobs"
+    start_script "$f"
 done
 start_beside # when every script was an alone one
 wait_below 1

@@ -7,8 +7,9 @@
 # Starts STRESS_HOGS busy loops (default two per CPU: a load of about 8 on two cores, on top of
 # whatever else runs), then runs tests/run-unit.sh on the binaries ROUNDS times (default 10),
 # stopping at the first round that fails. The default binaries are make check's crash-harness
-# shards (PLX_CRASH_RUNS=first, three shards) and test_gc, plain and sanitized; build them first
-# (make build/unit/test_crash build/unit/test_gc build/unit-san/test_gc). Each round's output
+# shards (PLX_CRASH_RUNS=first, three shards) and the gc tests (test_gc, test_gc_crash,
+# test_gc_races), plain and sanitized; build them first (make build/unit/test_crash
+# build/unit/test_gc build/unit-san/test_gc and the same for the other two). Each round's output
 # goes to build/test-logs/stress/round-N.log; a line per round says how it ended, how long it
 # took and the range of the 1-minute load average during it. The hogs are stopped by their pids when the loop ends.
 # Exit 0 when every round passed.
@@ -30,7 +31,8 @@ if [[ $# -eq 0 ]]; then
     set -- "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=0/3 build/unit/test_crash" \
         "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=1/3 build/unit/test_crash" \
         "env PLX_CRASH_RUNS=first PLX_CRASH_SHARD=2/3 build/unit/test_crash" \
-        build/unit-san/test_gc build/unit/test_gc
+        build/unit-san/test_gc_crash build/unit-san/test_gc build/unit-san/test_gc_races \
+        build/unit/test_gc_crash build/unit/test_gc build/unit/test_gc_races
 fi
 for b in "$@"; do
     exe=${b##* }

@@ -142,6 +142,45 @@ void wlog_process_all(struct plx_wlog *wl)
     }
 }
 
+/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
+ * goes straight to the pipeline, in order. */
+void wlog_detach_finish(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    v->wc = NULL;
+    if (w->direct_dirty || w->held_head)
+        v->wpass_dirty = true; /* (what went straight to the pipeline: the next flush covers it) */
+    for (struct wreq *r = w->held_head, *nx; r; r = nx) {
+        nx = r->qnext;
+        int src;
+        if (r->kind == Q_WRITE)
+            src = plx_vdi_direct_write(v, r->ubuf, r->off, r->len, r->flags, wlog_direct_done, r);
+        else if (r->kind == Q_READ)
+            src = plx_vdi_direct_read(v, r->rbuf, r->off, r->len, wlog_direct_done, r);
+        else if (r->kind == Q_TRIM)
+            src = plx_vdi_direct_trim(v, r->off, r->len, wlog_direct_done, r);
+        else
+            src = plx_vdi_direct_snapshot(v, r->label, r->index_out, wlog_direct_done, r);
+        if (src) {
+            r->status = src;
+            r->done.run = wlog_req_run_done;
+            plx_defer(st, &r->done);
+        } else {
+            plx_block_free(r->merged);
+            plx_block_free(r->edge);
+            r->merged = r->edge = NULL;
+        }
+    }
+    free(w);
+}
+
 /* The old edge blocks around the new bytes. */
 static void merge_edges(struct wreq *r)
 {

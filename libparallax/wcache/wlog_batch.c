@@ -305,9 +305,9 @@ static void batch_done(struct plx_wlog *wl, struct wbatch *b, int status)
         }
     }
     wlog_flush_kick(wl);
-    wlog_process_all(wl);
+    wl->queues_run(wl);
     wlog_kick_later(wl);
-    wlog_drain_kick(wl);
+    wl->drain_kick(wl);
 }
 
 static void batch_written(struct plx_store *st, struct plx_ev *ev)
@@ -455,8 +455,8 @@ static void kick_run(struct plx_deferred *d)
         moved = true;
     }
     if (moved)
-        wlog_process_all(wl);
-    wlog_drain_kick(wl);
+        wl->queues_run(wl);
+    wl->drain_kick(wl);
 }
 
 void wlog_kick_later(struct plx_wlog *wl)

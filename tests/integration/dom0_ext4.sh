@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plx-test: alone (Bonnie++ and PostMark on ext4 with snapshots: CPU-bound, the longest script)
+# plx-test: alone-cpu (Bonnie++ and PostMark on ext4 with snapshots: CPU-bound, the longest script)
 # The dom0 stack with a real file system: `parallax serve` -> nbdfuse (the VDI as a file) ->
 # loop device -> ext4, running a small Bonnie++ and a small PostMark while `parallax
 # vdi-snapshot` is taken every half second through the server. Snapshots are crash-consistent:

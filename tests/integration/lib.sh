@@ -27,6 +27,11 @@
 #   bg_pid PID                       kill PID (TERM, then KILL after 5 s) when the script exits
 #   on_exit CMD                      run the shell command CMD when the script exits (in
 #                                    reverse order of registration, before killing bg pids)
+#   hold_open NAME URI FD            a qemu-io client that keeps the NBD export URI open: its
+#                                    commands come from fd FD (the fifo $PLX_TEST_TMP/NAME.fifo;
+#                                    `echo quit >&FD` ends it), its log is $PLX_TEST_TMP/NAME.log;
+#                                    returns once it prompts (fails after 5 s); it is killed when
+#                                    the script exits
 #   long_parts                       true when the script's long parts run (PLX_TEST_LONG=1:
 #                                    make check-long, or a script run by hand); a script with
 #                                    such parts says so in its header, `# plx-test: long-parts`
@@ -163,6 +168,17 @@ wait_socket() {
         sleep 0.1
     done
     fail "server $pid: no socket $sock after ${4:-10} s: $(cat "$log")"
+}
+
+hold_open() {
+    local fifo=$PLX_TEST_TMP/$1.fifo log=$PLX_TEST_TMP/$1.log i
+    mkfifo "$fifo"
+    qemu-io -f raw "$2" <"$fifo" >"$log" 2>&1 &
+    bg_pid $!
+    # Opening the fifo for writing lets qemu-io's open of it return; the fd stays with the script.
+    eval "exec $3>\"\$fifo\""
+    for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$log" && break; sleep 0.1; done
+    grep -q 'qemu-io>' "$log" || fail "qemu-io did not open $2: $(cat "$log")"
 }
 
 long_parts() {

@@ -38,12 +38,7 @@ wait_socket "$T/h1.sock" "$H1" "$T/h1.log"
 
 # A client keeps the VDI open (opening it needs lockd; serving it does not).
 export PARALLAX_LOCK_TIMEOUT=3
-mkfifo "$T/hold.fifo"
-qemu-io -f raw "nbd+unix:///a?socket=$T/h1.sock" <"$T/hold.fifo" >"$T/hold.log" 2>&1 &
-bg_pid $!
-exec 3>"$T/hold.fifo"
-for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$T/hold.log" && break; sleep 0.1; done
-grep -q 'qemu-io>' "$T/hold.log" || fail "qemu-io did not open a: $(cat "$T/hold.log")"
+hold_open hold "nbd+unix:///a?socket=$T/h1.sock" 3
 # Written whole first: fio's writes below overwrite in place and need no new extent (claiming
 # one takes the admin lock, which needs lockd).
 qemu-io -f raw -c "write -P 7 0 16M" -c flush "nbd+unix:///a?socket=$T/h1.sock" >"$T/fill.log" 2>&1 ||

@@ -51,12 +51,7 @@ bg_pid $H1
 wait_socket "$T/h1.sock" "$H1" "$T/h1.log"
 
 # A client keeps a open for the whole test (opening it needs lockd; serving it does not).
-mkfifo "$T/hold.fifo"
-qemu-io -f raw "nbd+unix:///a?socket=$T/h1.sock" <"$T/hold.fifo" >"$T/hold.log" 2>&1 &
-bg_pid $!
-exec 3>"$T/hold.fifo"
-for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$T/hold.log" && break; sleep 0.1; done
-grep -q 'qemu-io>' "$T/hold.log" || fail "qemu-io did not open a: $(cat "$T/hold.log")"
+hold_open hold "nbd+unix:///a?socket=$T/h1.sock" 3
 # Written whole first: fio's writes below overwrite in place and need no new extent (claiming
 # one takes the admin lock, which needs lockd).
 qemu-io -f raw -c "write -P 7 0 16M" -c flush "nbd+unix:///a?socket=$T/h1.sock" >"$T/fill.log" 2>&1 ||
@@ -87,13 +82,7 @@ fio_check() { # NAME WHAT: no write or flush of a waited 1 s
 # 1. lockd killed: b's open fails after the lock timeout, naming the lock manager; c's last
 # client leaves meanwhile, and c's close (which clears c's lock under the admin lock) waits on
 # the loop too.
-mkfifo "$T/holdc.fifo"
-qemu-io -f raw "nbd+unix:///c?socket=$T/h1.sock" <"$T/holdc.fifo" >"$T/holdc.log" 2>&1 &
-HOLDC=$!
-bg_pid $HOLDC
-exec 5>"$T/holdc.fifo"
-for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$T/holdc.log" && break; sleep 0.1; done
-grep -q 'qemu-io>' "$T/holdc.log" || fail "qemu-io did not open c: $(cat "$T/holdc.log")"
+hold_open holdc "nbd+unix:///c?socket=$T/h1.sock" 5
 fio_start killed 8
 sleep 1.5
 kill_lockd
@@ -144,13 +133,7 @@ PARALLAX_HOST_ID=h2 PARALLAX_LOCK_TIMEOUT=30 \
 H2=$!
 bg_pid $H2
 wait_socket "$T/h2.sock" "$H2" "$T/h2.log"
-mkfifo "$T/hold2.fifo"
-qemu-io -f raw "nbd+unix:///d?socket=$T/h2.sock" <"$T/hold2.fifo" >"$T/hold2.log" 2>&1 &
-HOLD2=$!
-bg_pid $HOLD2
-exec 4>"$T/hold2.fifo"
-for ((i = 0; i < 50; i++)); do grep -q 'qemu-io>' "$T/hold2.log" && break; sleep 0.1; done
-grep -q 'qemu-io>' "$T/hold2.log" || fail "qemu-io did not open d on h2: $(cat "$T/hold2.log")"
+hold_open hold2 "nbd+unix:///d?socket=$T/h2.sock" 4
 qemu-io -f raw -c "write -P 9 0 64k" "nbd+unix:///d?socket=$T/h1.sock" >"$T/d.out" 2>&1 &
 D=$!
 bg_pid $D

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plx-test: alone (boots four guests under QEMU: CPU-bound, and their boot has a time limit)
+# plx-test: alone-cpu (boots four guests under QEMU: CPU-bound, and their boot has a time limit)
 # Real VMs on Parallax disks. The golden image (scripts/golden-image.sh: Debian's cloud kernel,
 # a busybox initramfs that only loads the virtio drivers, an ext4 root on the disk) is imported
 # into a VDI and snapshotted as gold@pristine. Clones of it, served by one `parallax serve`, are
@@ -71,9 +71,13 @@ tb=$SECONDS
 # The snapshot is taken once the guest has synced the checksums of 3 files.
 vm_wait_line "$T/live.log" '^plx-guest: live 3$' "$VM_TIMEOUT" "${pid[live]}" ||
     { tail -20 "$T/live.log" >&2; fail "the live guest did not start writing"; }
-assert_eq live@1 "$(plx vdi-snapshot live --label mid)" "live snapshot"
+# The files the guest said it synced before the snapshot was asked for must all be in it; a line
+# that comes while the snapshot is taken may or may not be (counted afterwards, on a loaded
+# machine the snapshot missed the last of them: "holds 5 checksummed files, expected 6..29").
 synced_before=$(grep -c '^plx-guest: live ' "$T/live.log")
-echo "live snapshot taken after the guest synced $synced_before of $LIVE_N files"
+assert_eq live@1 "$(plx vdi-snapshot live --label mid)" "live snapshot"
+echo "live snapshot taken after the guest synced $synced_before of $LIVE_N files" \
+    "($(grep -c '^plx-guest: live ' "$T/live.log") once it was done)"
 
 for vm in vm1 vm2 vm3 live; do
     vm_wait "${pid[$vm]}" "$T/$vm.log" "$VM_TIMEOUT" || fail "guest $vm failed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plx-test: alone (boots Xen and a guest under QEMU TCG: CPU-bound, with a time limit)
+# plx-test: alone-cpu (boots Xen and a guest under QEMU TCG: CPU-bound, with a time limit)
 # Parallax under a real Xen 4.17 hypervisor (scripts/xen-lab.sh, docs/xen-lab.md): Debian's Xen
 # and kernel booted under QEMU with this tree installed in dom0 by `make install`; the case
 # tests/xen/cases/short.sh runs in dom0:

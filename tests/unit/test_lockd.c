@@ -6,7 +6,6 @@
  * this binary's directory) and a stand-in standby that answers every line with STANDBY.
  */
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -32,52 +31,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A TCP port nobody listens on now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static int can_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
-/* parallax-lockd --listen 127.0.0.1:PORT --lease LEASE, up and listening: its pid. */
-static pid_t lockd_start(int port, const char *lease)
-{
-    char exe[PATH_MAX], bin[PATH_MAX + 32], listen_on[32];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    ck_assert(n > 0);
-    exe[n] = 0;
-    snprintf(bin, sizeof bin, "%s/parallax-lockd", dirname(dirname(exe)));
-    ck_assert_msg(access(bin, X_OK) == 0, "%s is not built", bin);
-    snprintf(listen_on, sizeof listen_on, "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        execl(bin, bin, "--listen", listen_on, "--lease", lease, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100 && !can_connect(port); i++)
-        usleep(50000);
-    ck_assert_msg(can_connect(port), "parallax-lockd did not start on port %d", port);
-    return pid;
 }
 
 static void lockd_stop(pid_t pid)
@@ -141,8 +94,8 @@ static int open_with(plx_backend *mem, const char *list, plx_store **st, char *e
 
 START_TEST(list_skips_dead_and_standby)
 {
-    int dead = free_port(), standby = standby_start(), live = free_port();
-    pid_t lockd = lockd_start(live, "3");
+    int dead = tu_free_port(), standby = standby_start(), live = tu_free_port();
+    pid_t lockd = tu_lockd_start(live, "3");
     char list[128], err[512];
     snprintf(list, sizeof list, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", dead, standby, live);
     plx_backend *mem = medium();
@@ -161,8 +114,8 @@ END_TEST
 
 START_TEST(leaves_a_lockd_that_stops_answering)
 {
-    int pa = free_port(), pb = free_port();
-    pid_t a = lockd_start(pa, "2"), b = lockd_start(pb, "3");
+    int pa = tu_free_port(), pb = tu_free_port();
+    pid_t a = tu_lockd_start(pa, "2"), b = tu_lockd_start(pb, "3");
     char list[128], err[512];
     snprintf(list, sizeof list, "127.0.0.1:%d,127.0.0.1:%d", pa, pb);
     plx_backend *mem = medium();
@@ -193,7 +146,7 @@ START_TEST(only_standbys_wait_then_fail)
 {
     int standby = standby_start();
     char list[128], err[512];
-    snprintf(list, sizeof list, "127.0.0.1:%d,127.0.0.1:%d", free_port(), standby);
+    snprintf(list, sizeof list, "127.0.0.1:%d,127.0.0.1:%d", tu_free_port(), standby);
     setenv("PARALLAX_LOCK_TIMEOUT", "1", 1);
     plx_backend *mem = medium();
     plx_store *st = NULL;

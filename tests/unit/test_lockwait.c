@@ -291,50 +291,6 @@ END_TEST
 
 /* ---- With the real parallax-lockd ---------------------------------------------------------- */
 
-static pid_t lockd_start(int port)
-{
-    char exe[PATH_MAX], path[PATH_MAX + 32];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    ck_assert_int_gt(n, 0);
-    exe[n] = 0;
-    *strrchr(exe, '/') = 0; /* build/unit or build/unit-san */
-    snprintf(path, sizeof path, "%s/../parallax-lockd", exe);
-    ck_assert_msg(access(path, X_OK) == 0, "%s not built", path);
-    char listen[64];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        execl(path, path, "--listen", listen, "--lease", "3", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET,
-                                 .sin_port = htons((uint16_t)port),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(fd);
-        if (ok)
-            return pid;
-        usleep(20000);
-    }
-    ck_abort_msg("parallax-lockd did not start on port %d", port);
-    return -1;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Open b while lockd does not answer: a is written and flushed through the loop the whole time,
  * none waits a second, and the open's report names the lock manager. */
 static void open_while_lockd_out(plx_store *st, plx_vdi *a, const char *how)
@@ -360,8 +316,8 @@ static void open_while_lockd_out(plx_store *st, plx_vdi *a, const char *how)
 START_TEST(test_open_with_lockd_out)
 {
     setenv("PARALLAX_LOCK_TIMEOUT", "1.5", 1);
-    int port = free_port();
-    pid_t lockd = lockd_start(port);
+    int port = tu_free_port();
+    pid_t lockd = tu_lockd_start(port, "3");
     char path[PATH_MAX], err[256] = "", addr[64];
     snprintf(path, sizeof path, "%s/plx-lockwait-%d.img", tu_tmpdir(), (int)getpid());
     unlink(path);

@@ -1,10 +1,15 @@
 /*
  * testutil.c - helpers shared by the Check unit tests.
  */
+#include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "format.h"
 #include "testutil.h"
@@ -332,4 +337,49 @@ void tu_make_v1(plx_backend *be)
     ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
     free(w.recs);
     plx_block_free(blk);
+}
+
+int tu_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+pid_t tu_lockd_start(int port, const char *lease)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 32], listen[64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ck_assert_int_gt(n, 0);
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0; /* build/unit or build/unit-san */
+    snprintf(path, sizeof path, "%s/../parallax-lockd", exe);
+    ck_assert_msg(access(path, X_OK) == 0, "%s not built", path);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(126);
+        execl(path, path, "--listen", listen, "--lease", lease, (char *)NULL);
+        _exit(127);
+    }
+    /* Up to 5 s: a loaded machine (the sanitized build beside the others) starts it slowly. */
+    for (int i = 0; i < 250; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (ok)
+            return pid;
+        usleep(20000);
+    }
+    ck_abort_msg("parallax-lockd did not start on port %d", port);
+    return -1;
 }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <check.h>
 
 #include "backend.h"
@@ -73,5 +74,12 @@ int tu_write_seen(const void *buf);
  * layout: every VDI record copied, in id order, into the fixed registry slots of extent 0, the
  * state block and superblock of version 1. What `parallax upgrade` converts back. */
 void tu_make_v1(plx_backend *be);
+
+/* A TCP port on the loopback that nobody listens on now. */
+int tu_free_port(void);
+/* parallax-lockd (built beside the test binary's folder: build/parallax-lockd for build/unit and
+ * build/unit-san) started with --listen 127.0.0.1:port --lease lease, its stderr to /dev/null;
+ * returns its pid once it accepts connections (the test fails if it never does). */
+pid_t tu_lockd_start(int port, const char *lease);
 
 #endif
