@@ -12,7 +12,7 @@
  * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
  * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
  * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
- * are plain writes; those whose data one poll reaps share one aio FDSYNC that the poll submits
+ * are plain writes; those whose data is reaped share one aio FDSYNC, one in flight at most
  * (fua_group_submit), and complete with it. With $PARALLAX_FUA_GROUP=0 such a write carries
  * RWF_DSYNC while another one is in flight, else goes through the helper thread (see
  * slot_begin). With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and the other
@@ -138,8 +138,9 @@ struct file_backend {
      * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
     unsigned fua_data_inflight;
     /* FUA data writes are plain writes whose data completions are gathered (fua_pending) and
-     * made durable by one aio FDSYNC per poll (struct fua_group): 0 when the kernel refuses aio
-     * FDSYNC, in blocking mode, with PLX_BACKEND_FLUSH_THREAD or $PARALLAX_FUA_GROUP=0. */
+     * made durable by one aio FDSYNC for all those reaped (struct fua_group): 0 when the kernel
+     * refuses aio FDSYNC, in blocking mode, with PLX_BACKEND_FLUSH_THREAD or
+     * $PARALLAX_FUA_GROUP=0. */
     int fua_group;
     struct plx_done_list fua_pending;
     unsigned fua_groups; /* groups (their FDSYNC) with the kernel: at most one */
@@ -265,31 +266,6 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
     pthread_mutex_lock(&f->mu);
     list_push(&f->thr_jobs, s);
     f->thr_busy++;
-    f->efd_clear = 0;
-    pthread_cond_signal(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-}
-
-/* Hand a list of slots to the helper thread at once: one lock, one wakeup, one fdatasync. */
-static void thread_enqueue_list(struct file_backend *f, struct plx_done_list *l)
-{
-    struct file_slot *s;
-    if (!f->thr_started) {
-        if (pthread_create(&f->thr, NULL, sync_thread, f) != 0) {
-            /* Without a thread the only way left is to block; better than losing durability. */
-            int rc = fdatasync(f->fd) < 0 ? -errno : 0;
-            while ((s = list_pop(l)) != NULL)
-                slot_finish(f, s, rc);
-            efd_signal(f);
-            return;
-        }
-        f->thr_started = 1;
-    }
-    pthread_mutex_lock(&f->mu);
-    while ((s = list_pop(l)) != NULL) {
-        list_push(&f->thr_jobs, s);
-        f->thr_busy++;
-    }
     f->efd_clear = 0;
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
@@ -726,21 +702,18 @@ static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
     kick_if_stalled(f);
 }
 
-/* Make the FUA data writes whose data this poll reaped durable with one aio FDSYNC: it runs
- * after their writes completed, so its flush covers them all. One per poll, not one per write:
- * a FUA write with RWF_DSYNC (or an aio FDSYNC of its own) costs a kernel worker that blocks in
- * its own flush, each a wakeup, several context switches per write on a busy machine
- * (bench/notes/fua-tapdisk.md); the helper thread adds a hand-off and its mutex. Several groups
- * may be in flight at once: the block layer merges their flushes. */
+/* Make the FUA data writes whose data was reaped durable with one aio FDSYNC: it runs after their
+ * writes completed, so its flush covers them all. One in flight at most: the writes reaped while
+ * it runs wait for it to end and form the next group (the block layer would make a second flush
+ * wait for the one at the device anyway). Not one per write: a FUA write with RWF_DSYNC (or an
+ * aio FDSYNC of its own) costs a kernel worker that blocks in its own flush, several context
+ * switches per write on a busy machine; nor the helper thread, whose hand-offs (its mutex,
+ * its wakeup, its eventfd) cost more still (bench/notes/fua-tapdisk.md). */
 static void fua_group_submit(struct file_backend *f)
 {
     if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups > 0))
         return;
     struct plx_done_list members = plx_done_take(&f->fua_pending);
-    if (f->fua_group && f->sync_rt) {
-        thread_enqueue_list(f, &members);
-        return;
-    }
     struct fua_group *g = f->fua_group ? calloc(1, sizeof *g) : NULL;
     if (g == NULL) {
         fua_sync_each(f, &members);
