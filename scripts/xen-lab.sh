@@ -311,7 +311,7 @@ build() {
     (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$work/dom0.cpio"
     {
         echo "kernel $(basename "$kdeb")"
-        for deb in "${debs[@]}"; do basename "$deb"; done
+        for deb in "${debs[@]}" "${dom0_debs[@]}"; do basename "$deb"; done
         echo "host: ${HOST_PROGS[*]}"
     } >"$work/manifest"
     # Each file is replaced by a rename, so a lab booting beside this build reads whole files.
