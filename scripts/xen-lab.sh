@@ -49,13 +49,13 @@ while [[ $# -gt 0 ]]; do
     --timeout) TIMEOUT=$2 && shift ;;
     --keep) KEEP=1 ;;
     --scratch) SCRATCH=$2 && shift ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
     shift
 done
-[[ $# -ge 1 ]] || { sed -n '7,19p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '7,21p' "$0" >&2; exit 2; }
 CMD=$1
 shift
 
