@@ -17,7 +17,7 @@
 #                                       a raw file and the same file behind qemu-nbd
 #                                       (tests/xen/cases/dom0-bench.sh; a scratch disk of
 #                                       --scratch SIZE, default 8G, sparse; PLX_BENCH_ROUNDS
-#                                       rounds, default 2; about 40 minutes)
+#                                       rounds, default 2; 20-40 minutes)
 #   scripts/xen-lab.sh list             the cases
 #
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
