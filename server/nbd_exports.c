@@ -2,49 +2,15 @@
  * nbd_exports.c - the server's exports: one per VDI (or snapshot) that clients asked for, shared
  * by every connection to it; the asynchronous open of its VDI and the settling of its result
  * (open, waiting for a handover: nbd_handover.c, or failed); its close once the last client left
- * and the write cache drained it; the write cache's modes for the VDIs it opens for writing.
+ * and the write cache drained it. The write cache's modes for the VDIs it opens are
+ * nbd_wcache.c's.
  */
 #include <errno.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include "nbd_internal.h"
-
-plx_vdi *nbd_server_find_writable(uint64_t id)
-{
-    if (!nbd_the_server)
-        return NULL;
-    for (struct export *e = nbd_the_server->exports; e; e = e->next)
-        if (e->v && e->closing != 2 && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
-            return e->v;
-    return NULL;
-}
-
-int nbd_cache_all;
-double nbd_cache_all_threshold_ms;
-
-void nbd_server_cache_all(int mode, double threshold_ms)
-{
-    nbd_cache_all = mode;
-    nbd_cache_all_threshold_ms = threshold_ms;
-}
-
-/* A VDI just opened for writing: the write cache on (or automatic), when the server caches
- * every VDI. */
-void export_opened(plx_store *st, struct export *e)
-{
-    if (!nbd_cache_all || !e->v || plx_vdi_readonly(e->v))
-        return;
-    struct plx_wcache_auto a = {.on_ms = nbd_cache_all_threshold_ms};
-    int rc = plx_vdi_wcache_set_mode(e->v, nbd_cache_all, &a);
-    if (rc)
-        fprintf(stderr, "parallax: serve: export '%s': write cache not on: %s\n", e->name,
-                plx_store_errmsg(st));
-}
 
 static void export_open_done(void *arg, int status, plx_vdi *v);
 
@@ -71,6 +37,7 @@ int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct e
     if (!e)
         return -ENOMEM;
     snprintf(e->name, sizeof e->name, "%s", name);
+    e->srv = srv;
     e->retry.st = st;
     int rc = plx_vdi_open_async(st, name, 0, export_open_done, e, &e->opening);
     if (rc) {
@@ -90,7 +57,7 @@ int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct e
 static void export_open_done(void *arg, int status, plx_vdi *v)
 {
     struct export *e = arg;
-    struct nbd_server *srv = nbd_the_server;
+    struct nbd_server *srv = e->srv;
     e->opening = NULL;
     e->opened = 1;
     e->open_rc = status;
@@ -159,10 +126,9 @@ static void export_closed(void *arg, int status)
 {
     struct export *e = arg;
     if (status)
-        snprintf(e->close_err, sizeof e->close_err, "%s",
-                 plx_store_errmsg(et_store(nbd_the_server->et)));
+        snprintf(e->close_err, sizeof e->close_err, "%s", plx_store_errmsg(et_store(e->srv->et)));
     e->v = NULL;
-    export_free(nbd_the_server, e, status);
+    export_free(e->srv, e, status);
 }
 
 /* Close e unless its VDI's writes are still being drained from the write cache (then it stays
@@ -213,45 +179,4 @@ void export_reap(struct nbd_server *srv)
         else
             export_settle(srv, e, et_store(srv->et));
     }
-}
-
-/* The write cache's automatic mode: its rule for every VDI open for writing (blocking while it
- * switches, as a `parallax cache` command does; plx_vdi_wcache_tick). */
-static void wauto_ready(struct et_fd_handler *h, plx_store *st)
-{
-    struct nbd_server *srv = (struct nbd_server *)((char *)h - offsetof(struct nbd_server, wauto));
-    uint64_t junk;
-    if (read(h->fd, &junk, sizeof junk) < 0) {
-        /* EAGAIN: a spurious wake-up. */
-    }
-    for (struct export *e = srv->exports; e; e = e->next) {
-        if (!e->v || e->closing == 2 || plx_vdi_readonly(e->v))
-            continue;
-        int rc = plx_vdi_wcache_tick(e->v);
-        if (rc > 0)
-            fprintf(stderr,
-                    "parallax: serve: export '%s': write cache %s automatically (store write "
-                    "latency %.2f ms)\n",
-                    e->name, rc == 1 ? "on" : "turning off (draining its last writes)",
-                    plx_store_write_latency_ms(st));
-        else if (rc < 0)
-            fprintf(stderr, "parallax: serve: export '%s': automatic write cache: %s\n", e->name,
-                    plx_store_errmsg(st));
-    }
-}
-
-int nbd_wauto_start(struct nbd_server *srv)
-{
-    srv->wauto.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    srv->wauto.on_ready = wauto_ready;
-    struct itimerspec its = {.it_interval = {0, 100000000}, .it_value = {0, 100000000}};
-    if (srv->wauto.fd < 0 || timerfd_settime(srv->wauto.fd, 0, &its, NULL) != 0 ||
-        et_watch(srv->et, &srv->wauto) != 0) {
-        int e = -errno;
-        if (srv->wauto.fd >= 0)
-            close(srv->wauto.fd);
-        srv->wauto.fd = 0;
-        return e ? e : -EIO;
-    }
-    return 0;
 }

@@ -1,8 +1,9 @@
 /*
  * nbd_handover.c - an export whose VDI another process holds for writing (a guest migrating
  * here, whose source still runs): the client gets the export at once, its requests wait in
- * order, and a timer tries the VDI's open again until the source lets go (then they are
- * submitted) or the wait ($PARALLAX_HANDOVER_WAIT) ends (then they fail).
+ * order (nbd_transmission.c queues them), and a timer tries the VDI's open again until the
+ * source lets go (then they are submitted) or the wait ($PARALLAX_HANDOVER_WAIT) ends (then
+ * they fail).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -11,36 +12,6 @@
 #include <unistd.h>
 
 #include "nbd_internal.h"
-
-void nbd_req_wait(struct export *e, struct req *r)
-{
-    if (e->failed) {
-        nbd_req_finish(r, e->failed);
-        return;
-    }
-    r->pending_next = NULL;
-    if (e->pending_tail)
-        e->pending_tail->pending_next = r;
-    else
-        e->pending_head = r;
-    e->pending_tail = r;
-}
-
-/* While waiting, block status says "data" everywhere: true of any disk, and it needs no tree. */
-void nbd_block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
-{
-    if (!c->meta_alloc) {
-        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
-        return;
-    }
-    unsigned char h[40];
-    nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
-    put32(h + 20, NBD_CONTEXT_ALLOCATION);
-    put32(h + 24, len);
-    put32(h + 28, 0);
-    nbd_queue(c, h, 32, NULL, 0);
-    (void)off;
-}
 
 /* Try the waiting exports' VDIs again (every few ms, from the retry timer; each try is
  * asynchronous: host/parallax_handover.h). */

@@ -1,7 +1,9 @@
 /*
  * nbd_internal.h - what the parts of the NBD server share (nbd_server.c and the files it names):
  * its limits, the export, connection and request records, and the calls each part makes into
- * another. Not for anything outside server/nbd_*.c: the server's interface is nbd_server.h.
+ * another, listed below in the parts' order from the top (docs/DESIGN.md, "The NBD server's
+ * files"): a part calls only the parts after it. Not for anything outside server/nbd_*.c: the
+ * server's interface is nbd_server.h.
  */
 #ifndef PLX_NBD_INTERNAL_H
 #define PLX_NBD_INTERNAL_H
@@ -35,6 +37,7 @@ struct req;
 
 struct export
 {
+    struct nbd_server *srv; /* its server: the engine's callbacks reach it through this */
     char name[PLX_NAME_MAX + 64];
     plx_vdi *v; /* NULL while waiting for the VDI (see below) */
     int refs;
@@ -147,10 +150,6 @@ struct nbd_server {
     struct et_fd_handler wauto; /* timerfd: the write cache's automatic mode, every 100 ms */
 };
 
-/* The one server of the process (nbd_server.c; NULL while none runs): engine callbacks reach it
- * through this. */
-extern struct nbd_server *nbd_the_server;
-
 static inline uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -158,24 +157,8 @@ static inline uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- nbd_exports.c: exports, their VDIs' open and close, the write cache's modes ------------- */
+/* ---- nbd_conn.c: connections, their input and the events they wait for ------------------- */
 
-/* The write cache mode every VDI opened for writing gets (nbd_server_cache_all). */
-extern int nbd_cache_all;
-extern double nbd_cache_all_threshold_ms;
-
-void export_opened(plx_store *st, struct export *e);
-int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out);
-void export_put(struct nbd_server *srv, struct export *e);
-void export_reap(struct nbd_server *srv);
-int nbd_wauto_start(struct nbd_server *srv);
-
-/* ---- nbd_conn.c: connections, their input and output, their TLS state -------------------- */
-
-void nbd_conn_kick(struct conn *c);
-void nbd_free_out(struct conn *c);
-int nbd_queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen);
-void nbd_conn_flush(struct conn *c);
 int nbd_may_read(const struct conn *c);
 void nbd_conn_parse(struct conn *c, plx_store *st);
 void nbd_conn_read(struct conn *c);
@@ -190,6 +173,16 @@ int nbd_opt_settled(struct conn *c);
 void nbd_handle_option(struct conn *c, plx_store *st, uint32_t opt, const unsigned char *d,
                        uint32_t len);
 
+/* ---- nbd_exports.c: exports, their VDIs' open and close ------------------------------------ */
+
+int export_get(struct nbd_server *srv, const char *name, plx_store *st, struct export **out);
+void export_put(struct nbd_server *srv, struct export *e);
+void export_reap(struct nbd_server *srv);
+
+/* ---- nbd_handover.c: exports waiting for a VDI another process holds ------------------------ */
+
+int nbd_retry_arm(struct nbd_server *srv);
+
 /* ---- nbd_transmission.c: requests and their replies ----------------------------------------- */
 
 void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
@@ -200,17 +193,29 @@ void nbd_handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t 
                         uint64_t off, uint32_t len, const unsigned char *payload, char *owned);
 void nbd_req_submit(struct req *r);
 
+/* ---- nbd_output.c: a connection's output, the switch to TLS --------------------------------- */
+
+void nbd_conn_kick(struct conn *c);
+void nbd_free_out(struct conn *c);
+int nbd_queue(struct conn *c, const void *hdr, size_t hlen, char *data, size_t dlen);
+void nbd_conn_flush(struct conn *c);
+/* Advance the TLS handshake (STARTTLS acknowledged and sent). */
+void nbd_conn_tls_step(struct conn *c);
+
+/* ---- nbd_wcache.c: the write cache's modes ------------------------------------------------- */
+
+/* The write cache mode every VDI opened for writing gets (nbd_server_cache_all). */
+extern int nbd_cache_all;
+extern double nbd_cache_all_threshold_ms;
+
+void export_opened(plx_store *st, struct export *e);
+int nbd_wauto_start(struct nbd_server *srv);
+
 /* ---- nbd_buffers.c: request buffers and their pool ------------------------------------------ */
 
 char *nbd_req_buf_alloc(uint32_t len);
 void nbd_req_buf_free(char *p, uint32_t len);
 void nbd_buf_pool_warm(void);
 void nbd_buf_pool_free(void);
-
-/* ---- nbd_handover.c: exports waiting for a VDI another process holds ------------------------ */
-
-void nbd_req_wait(struct export *e, struct req *r);
-void nbd_block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len);
-int nbd_retry_arm(struct nbd_server *srv);
 
 #endif

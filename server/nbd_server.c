@@ -5,12 +5,14 @@
  * Written from the NBD protocol specification (doc/proto.md of the NBD project): fixed
  * newstyle handshake, options EXPORT_NAME, GO, INFO, LIST, ABORT, STARTTLS, STRUCTURED_REPLY,
  * SET_META_CONTEXT and LIST_META_CONTEXT ("base:allocation"), commands READ, WRITE, DISC,
- * FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS. Its parts, one file each (what they share is in
- * nbd_internal.h): nbd_conn.c a client's connection (input, output, TLS state; the life of a
- * connection is described there), nbd_handshake.c the options, nbd_transmission.c requests and
- * replies, nbd_buffers.c the request buffers, nbd_exports.c the exports and their VDIs,
- * nbd_handover.c exports waiting for a VDI another process holds, nbd_tls.c the TLS sessions,
- * nbd_proto.h the protocol's numbers.
+ * FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS. Its parts, one file each, in their order from the
+ * top (a part calls only those after it; docs/DESIGN.md, "The NBD server's files"; what they
+ * share is in nbd_internal.h): this file, nbd_conn.c a client's connection (input, the events
+ * it waits for; the life of a connection is described there), nbd_handshake.c the options,
+ * nbd_exports.c the exports and their VDIs, nbd_handover.c exports waiting for a VDI another
+ * process holds, nbd_transmission.c requests and replies, nbd_output.c a connection's output
+ * and its switch to TLS, nbd_wcache.c the write cache's modes, nbd_buffers.c the request
+ * buffers, nbd_tls.c the TLS sessions; nbd_proto.h the protocol's numbers.
  */
 #include "nbd_server.h"
 
@@ -34,7 +36,19 @@
 #include "parallax_control.h"
 #include "nbd_internal.h"
 
-struct nbd_server *nbd_the_server;
+/* The one server of the process (NULL while none runs): the listeners and the control socket's
+ * lookups reach it through this. */
+static struct nbd_server *the_server;
+
+plx_vdi *nbd_server_find_writable(uint64_t id)
+{
+    if (!the_server)
+        return NULL;
+    for (struct export *e = the_server->exports; e; e = e->next)
+        if (e->v && e->closing != 2 && !plx_vdi_readonly(e->v) && plx_vdi_id(e->v) == id)
+            return e->v;
+    return NULL;
+}
 
 /* The engine loop's idle hook: write replies, resume parsing, free finished connections. */
 static void server_idle(void *arg, plx_store *st)
@@ -60,7 +74,7 @@ static void server_idle(void *arg, plx_store *st)
 
 static void listener_ready(struct et_fd_handler *h, plx_store *st)
 {
-    struct nbd_server *srv = nbd_the_server;
+    struct nbd_server *srv = the_server;
     for (int i = 0; i < 64; i++) {
         int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
@@ -209,7 +223,7 @@ static void start_job(struct et_job *job, plx_store *st)
 {
     struct nbd_server *srv = ((struct srv_job *)job)->srv;
     int rc = 0;
-    nbd_the_server = srv;
+    the_server = srv;
     et_set_idle(srv->et, server_idle, srv);
     if (nbd_cache_all)
         nbd_buf_pool_warm();
@@ -418,7 +432,7 @@ static void stop_job(struct et_job *job, plx_store *st)
             free(c); /* else a request never completed: leak it rather than risk its callback */
     }
     srv->dirty_head = NULL;
-    nbd_the_server = NULL;
+    the_server = NULL;
     et_job_done(job, NULL, 0);
 }
 

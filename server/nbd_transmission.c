@@ -229,6 +229,38 @@ static void block_status(struct conn *c, uint64_t handle, uint64_t off, uint32_t
     c->outstanding++;
 }
 
+/* A request of an export whose VDI is not here yet (a handover, nbd_handover.c) waits in its
+ * queue, in order. */
+static void req_wait(struct export *e, struct req *r)
+{
+    if (e->failed) {
+        nbd_req_finish(r, e->failed);
+        return;
+    }
+    r->pending_next = NULL;
+    if (e->pending_tail)
+        e->pending_tail->pending_next = r;
+    else
+        e->pending_head = r;
+    e->pending_tail = r;
+}
+
+/* While waiting, block status says "data" everywhere: true of any disk, and it needs no tree. */
+static void block_status_waiting(struct conn *c, uint64_t handle, uint64_t off, uint32_t len)
+{
+    if (!c->meta_alloc) {
+        nbd_reply_error(c, NBD_CMD_BLOCK_STATUS, handle, NBD_EINVAL);
+        return;
+    }
+    unsigned char h[40];
+    nbd_chunk_header(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, handle, 12);
+    put32(h + 20, NBD_CONTEXT_ALLOCATION);
+    put32(h + 24, len);
+    put32(h + 28, 0);
+    nbd_queue(c, h, 32, NULL, 0);
+    (void)off;
+}
+
 /* One request (header fields and, for a write, its payload). A write's payload is either in
  * the input buffer (copied) or, for a large one, already in a request buffer (`owned`, taken
  * over). */
@@ -271,7 +303,7 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS && !c->ex->v) {
-            nbd_block_status_waiting(c, handle, off, len);
+            block_status_waiting(c, handle, off, len);
             return;
         }
         if (type == NBD_CMD_BLOCK_STATUS) {
@@ -316,7 +348,7 @@ static void handle_request_in(struct conn *c, uint16_t flags, uint16_t type, uin
                       .buf = r->buf};
     c->outstanding++;
     if (!c->ex->v) {
-        nbd_req_wait(c->ex, r);
+        req_wait(c->ex, r);
         return;
     }
     nbd_req_submit(r);

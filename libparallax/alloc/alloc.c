@@ -11,14 +11,18 @@
  * A crash therefore only leaks claimed blocks (the collector takes them back).
  *
  * Taking extents is alloc_claim.c's; the catalogue and the bitmaps on the medium are
- * alloc_write.c's (alloc_internal.h: what the three share).
+ * alloc_write.c's (alloc_shared.h: what the three share). The three are in that order from
+ * the top: this file calls both, a claim calls alloc_write.c, and nothing calls back up. So the
+ * close is here too: it lets a claim finish and gives the pools back before the bitmaps and the
+ * catalogue entries are written.
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
+#include "alloc_shared.h"
+#include "lock.h"
 
 #define CLAIM_CHUNK 2048u
 
@@ -80,6 +84,77 @@ void plx_alloc_free(plx_store *st)
     }
     free(a);
     st->alloc = NULL;
+}
+
+/* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
+int plx_alloc_shutdown(plx_store *st)
+{
+    struct plx_alloc *a = st->alloc;
+    if (!a->ext)
+        return 0;
+    plx_alloc_claim_finish(st);
+    a->closing = true;
+    /* The extents are given back below: no zeroing may run in them once another process can
+     * take them. */
+    plx_backend_prepare_stop(st->be, 0, st->be->nblocks);
+    if (getenv("PARALLAX_CLAIM_STATS"))
+        fprintf(stderr,
+                "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "
+                "synchronous; requests waited %.1f ms in claims (longest %.1f ms)\n",
+                (unsigned long long)a->claims_ahead, (unsigned long long)a->claims_waited,
+                (unsigned long long)a->claims_sync, (double)a->stall_ns / 1e6,
+                (double)a->stall_max_ns / 1e6);
+    plx_alloc_return_pools(st);
+    int rc = 0;
+    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
+        struct plx_extent_state *x = &a->ext[e];
+        if (!x->held)
+            continue;
+        for (uint64_t b = 0; b < bitmap_blocks(st) && !rc; b++) {
+            if (x->dirty_blocks[b] <= a->written_gen)
+                continue;
+            rc =
+                plx_sync_io(st, PLX_IO_WRITE, e * eb(st) + b, 1, x->bitmap + b * PLX_BLOCK_SIZE, 0);
+        }
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    if (rc)
+        return plx_err(st, rc, "writing allocation bitmaps at close: %s", strerror(-rc));
+    a->written_gen = a->gen;
+    rc = plx_admin_lock(st);
+    if (rc)
+        return rc;
+    /* Entries as they are now: a collector may have named a reclaim record in one since we
+     * read them (FORMAT.md §6.1), and the release must not drop it. */
+    rc = plx_catalogue_read(st);
+    for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
+        if (!a->ext[e].held)
+            continue;
+        struct plx_extent_entry ent = st->cat[e];
+        ent.holder_host = 0;
+        ent.holder_pid = 0;
+        ent.holder_epoch = 0;
+        if (a->ext[e].free == 0)
+            ent.flags |= PLX_EXTENT_FULL;
+        rc = plx_extent_entry_write(st, e, &ent);
+        a->ext[e].held = false;
+        for (uint64_t s = 0; a->ext[e].slots && s < eb(st) / slot_blocks(st); s++)
+            if (a->ext[e].slots[s].leaf)
+                a->slots_owned--;
+        free(a->ext[e].slots);
+        a->ext[e].slots = NULL;
+        free(a->ext[e].reserved);
+        a->ext[e].reserved = NULL;
+        for (int k = 0; k < 2; k++) {
+            free(a->ext[e].young[k]);
+            a->ext[e].young[k] = NULL;
+        }
+    }
+    if (!rc)
+        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+    plx_admin_unlock(st);
+    return rc;
 }
 
 /* Blocks [i, i + n) of held extent e were handed out: young for the reclaim rounds kept. */

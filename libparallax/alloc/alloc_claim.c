@@ -1,5 +1,5 @@
 /*
- * alloc_claim.c - taking extents for this process (layer 2, alloc.h; alloc_internal.h).
+ * alloc_claim.c - taking extents for this process (layer 2, alloc.h; alloc_shared.h).
  *
  * Taking a new extent is rare (once per extent's worth of allocation) and done under the admin
  * lock: read the catalogue fresh, pick an extent, write its fresh bitmap, flush, write the entry,
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
+#include "alloc_shared.h"
 #include "lock.h"
 
 /* Hold extent e (its catalogue entry names us) with bitmap bits. A spare is held but hidden
@@ -578,6 +578,21 @@ bool plx_alloc_claim_io(const plx_store *st)
 void plx_alloc_claim_finish(plx_store *st)
 {
     claim_settle(st);
+}
+
+/* The catalogue as the rest of the engine reads and writes it (alloc_write.c does the I/O): a
+ * claim ahead in flight would change it under a reader, and writes catalogue blocks itself, so
+ * both first let it finish. Here, not in alloc_write.c, which sits below the claims. */
+int plx_catalogue_read(plx_store *st)
+{
+    claim_settle(st);
+    return plx_catalogue_load(st);
+}
+
+int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+{
+    claim_settle(st);
+    return plx_extent_entry_put(st, e, ent);
 }
 
 /* Start handing out from the spare of `type`. */

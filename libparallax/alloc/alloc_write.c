@@ -1,16 +1,13 @@
 /*
- * alloc_write.c - the allocator's state on the medium (layer 2, alloc.h; alloc_internal.h): the
+ * alloc_write.c - the allocator's state on the medium (layer 2, alloc.h; alloc_shared.h): the
  * extent catalogue read and its entries written, the allocation bitmaps read and the claims
- * written back before the links that use them (alloc.c says why that order), and at close the
- * held extents released.
+ * written back before the links that use them (alloc.c says why that order). It calls nothing of
+ * alloc.c or alloc_claim.c, which sit above it.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "alloc_internal.h"
-#include "lock.h"
-
+#include "alloc_shared.h"
 
 /* ---- Catalogue ------------------------------------------------------------------------------- */
 
@@ -53,15 +50,13 @@ static int catalogue_block_read(plx_store *st, uint64_t b, struct plx_catalog_bl
     return 0;
 }
 
-int plx_catalogue_read(plx_store *st)
+int plx_catalogue_load(plx_store *st)
 {
     if (!st->cat) {
         st->cat = calloc(st->sb.extent_count, sizeof *st->cat);
         if (!st->cat)
             return plx_err(st, -ENOMEM, "out of memory for the extent catalogue");
     }
-    /* A claim ahead in flight would change the catalogue under the reader. */
-    plx_alloc_claim_finish(st);
     struct plx_catalog_block *cb = plx_block_alloc(1);
     int rc = 0;
     for (uint64_t b = 0; b < st->sb.catalogue_blocks && !rc; b++) {
@@ -80,7 +75,6 @@ int plx_catalogue_read(plx_store *st)
 /* Write one catalogue entry: read-modify-write of its block, under the admin lock. */
 static int catalogue_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
 {
-    plx_alloc_claim_finish(st); /* a claim ahead writes catalogue blocks too */
     struct plx_catalog_block *cb = plx_block_alloc(1);
     uint64_t b = e / PLX_CATALOG_PER_BLOCK;
     int rc = catalogue_block_read(st, b, cb);
@@ -236,80 +230,9 @@ int plx_alloc_sync(plx_store *st, uint64_t gen, void (*cb)(void *arg, int status
     return 0;
 }
 
-int plx_extent_entry_write(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
+int plx_extent_entry_put(plx_store *st, uint64_t e, const struct plx_extent_entry *ent)
 {
     return catalogue_entry_write(st, e, ent);
-}
-
-/* Give back claimed-but-unused blocks, write the bitmaps, release our extents. */
-int plx_alloc_shutdown(plx_store *st)
-{
-    struct plx_alloc *a = st->alloc;
-    if (!a->ext)
-        return 0;
-    plx_alloc_claim_finish(st);
-    a->closing = true;
-    /* The extents are given back below: no zeroing may run in them once another process can
-     * take them. */
-    plx_backend_prepare_stop(st->be, 0, st->be->nblocks);
-    if (getenv("PARALLAX_CLAIM_STATS"))
-        fprintf(stderr,
-                "parallax: extent claims: %llu spares taken ready, %llu waited for, %llu "
-                "synchronous; requests waited %.1f ms in claims (longest %.1f ms)\n",
-                (unsigned long long)a->claims_ahead, (unsigned long long)a->claims_waited,
-                (unsigned long long)a->claims_sync, (double)a->stall_ns / 1e6,
-                (double)a->stall_max_ns / 1e6);
-    plx_alloc_return_pools(st);
-    int rc = 0;
-    for (uint64_t e = 1; e < st->sb.extent_count; e++) {
-        struct plx_extent_state *x = &a->ext[e];
-        if (!x->held)
-            continue;
-        for (uint64_t b = 0; b < bitmap_blocks(st) && !rc; b++) {
-            if (x->dirty_blocks[b] <= a->written_gen)
-                continue;
-            rc = plx_sync_io(st, PLX_IO_WRITE, e * eb(st) + b, 1,
-                             x->bitmap + b * PLX_BLOCK_SIZE, 0);
-        }
-    }
-    if (!rc)
-        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-    if (rc)
-        return plx_err(st, rc, "writing allocation bitmaps at close: %s", strerror(-rc));
-    a->written_gen = a->gen;
-    rc = plx_admin_lock(st);
-    if (rc)
-        return rc;
-    /* Entries as they are now: a collector may have named a reclaim record in one since we
-     * read them (FORMAT.md §6.1), and the release must not drop it. */
-    rc = plx_catalogue_read(st);
-    for (uint64_t e = 1; e < st->sb.extent_count && !rc; e++) {
-        if (!a->ext[e].held)
-            continue;
-        struct plx_extent_entry ent = st->cat[e];
-        ent.holder_host = 0;
-        ent.holder_pid = 0;
-        ent.holder_epoch = 0;
-        if (a->ext[e].free == 0)
-            ent.flags |= PLX_EXTENT_FULL;
-        rc = catalogue_entry_write(st, e, &ent);
-        a->ext[e].held = false;
-        for (uint64_t s = 0; a->ext[e].slots && s < eb(st) / slot_blocks(st); s++)
-            if (a->ext[e].slots[s].leaf)
-                a->slots_owned--;
-        free(a->ext[e].slots);
-        a->ext[e].slots = NULL;
-        free(a->ext[e].reserved);
-        a->ext[e].reserved = NULL;
-        for (int k = 0; k < 2; k++) {
-            free(a->ext[e].young[k]);
-            a->ext[e].young[k] = NULL;
-        }
-    }
-    if (!rc)
-        rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-    plx_admin_unlock(st);
-    return rc;
 }
 
 static void flag_done(void *arg, int status)

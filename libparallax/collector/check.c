@@ -33,7 +33,7 @@
  * as leaked (allocated, unreachable), which is not an error. Unless a live process holds one
  * open (hold.h): the collector keeps such a tree, so it is walked like a live one.
  *
- * This file runs the steps in order; each step is a file of its own (check_internal.h names
+ * This file runs the steps in order; each step is a file of its own (check_shared.h names
  * them): check_catalogue.c, check_walk.c, check_extents.c, check_report.c.
  */
 #include <errno.h>
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
-#include "check_internal.h"
+#include "check_shared.h"
 #include "hold.h"
 #include "lock.h"
 #include "registry.h"

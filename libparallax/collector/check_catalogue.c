@@ -1,5 +1,5 @@
 /*
- * check_catalogue.c - the consistency checker's look at the catalogue (check_internal.h): the
+ * check_catalogue.c - the consistency checker's look at the catalogue (check_shared.h): the
  * VDI registry (table, records, name index), and each VDI's snapshot log (its chain and skip
  * links, deleted count) and label index against the labels of the log's live snapshots. Blocks
  * are marked as they are reached; the trees of live snapshots are handed to check_walk.c.
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "check_internal.h"
+#include "check_shared.h"
 #include "labelidx.h"
 #include "registry.h"
 #include "snaplog.h"

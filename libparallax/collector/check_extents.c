@@ -1,13 +1,13 @@
 /*
  * check_extents.c - the consistency checker's look at the system blocks and extents
- * (check_internal.h): superblock, state block and extent catalogue against what the store was
+ * (check_shared.h): superblock, state block and extent catalogue against what the store was
  * opened with; each extent's allocation bitmap read; the extents' reclaim records marked; and,
  * once every tree is walked, the blocks the bitmaps allocate that nothing reaches (leaks).
  */
 #include <stdio.h>
 #include <string.h>
 #include "alloc.h"
-#include "check_internal.h"
+#include "check_shared.h"
 
 /* ---- Superblock, state, catalogue, bitmaps --------------------------------------------------- */
 

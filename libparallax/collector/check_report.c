@@ -1,11 +1,11 @@
 /*
- * check_report.c - the consistency checker's report (check_internal.h): each problem as a line
+ * check_report.c - the consistency checker's report (check_shared.h): each problem as a line
  * for the caller, at most CK_MAX_LINES of them, progress, and the names it gives to trees,
  * extent types and the places a reference comes from.
  */
 #include <stdarg.h>
 #include <stdio.h>
-#include "check_internal.h"
+#include "check_shared.h"
 
 void ck_progress(const struct ck *c, const char *step, uint64_t done, uint64_t total)
 {

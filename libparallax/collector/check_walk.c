@@ -1,5 +1,5 @@
 /*
- * check_walk.c - the consistency checker's walk (check_internal.h): marking each reference to a
+ * check_walk.c - the consistency checker's walk (check_shared.h): marking each reference to a
  * block in the per-block bits (check.c's top comment), and walking every radix tree level by
  * level over all trees at once, in sorted runs of reads, a tree held open by a live process too.
  */
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "check_internal.h"
+#include "check_shared.h"
 #include "hold.h"
 #include "registry.h"
 

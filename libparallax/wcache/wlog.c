@@ -1,6 +1,6 @@
 /*
  * wlog.c - the write cache: a per-host write log on local disk (layer 6; wlog.h). This file:
- * a cached VDI's entry points and its queue; wlog_internal.h lists the files of the rest.
+ * a cached VDI's entry points and its queue; wlog_shared.h lists the files of the rest.
  *
  * The log is a ring of batches on the side medium (st->side_be): block 0 is the head block
  * (whose blockstore and host, where the durable tail is), and each batch is one log write, a
@@ -27,7 +27,7 @@
 #include <string.h>
 #include "lock.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Queue ----------------------------------------------------------------------------------- */
 
@@ -140,6 +140,45 @@ void wlog_process_all(struct plx_wlog *wl)
         if (w->detaching && w->async_detach && !wlog_detach_left(w) && !wl->drain_error)
             wlog_detach_finish(w->v);
     }
+}
+
+/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
+ * goes straight to the pipeline, in order. */
+void wlog_detach_finish(struct plx_vdi *v)
+{
+    plx_store *st = v->st;
+    struct plx_wlog *wl = st->wlog;
+    struct plx_wlog_vdi *w = v->wc;
+    for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    v->wc = NULL;
+    if (w->direct_dirty || w->held_head)
+        v->wpass_dirty = true; /* (what went straight to the pipeline: the next flush covers it) */
+    for (struct wreq *r = w->held_head, *nx; r; r = nx) {
+        nx = r->qnext;
+        int src;
+        if (r->kind == Q_WRITE)
+            src = plx_vdi_direct_write(v, r->ubuf, r->off, r->len, r->flags, wlog_direct_done, r);
+        else if (r->kind == Q_READ)
+            src = plx_vdi_direct_read(v, r->rbuf, r->off, r->len, wlog_direct_done, r);
+        else if (r->kind == Q_TRIM)
+            src = plx_vdi_direct_trim(v, r->off, r->len, wlog_direct_done, r);
+        else
+            src = plx_vdi_direct_snapshot(v, r->label, r->index_out, wlog_direct_done, r);
+        if (src) {
+            r->status = src;
+            r->done.run = wlog_req_run_done;
+            plx_defer(st, &r->done);
+        } else {
+            plx_block_free(r->merged);
+            plx_block_free(r->edge);
+            r->merged = r->edge = NULL;
+        }
+    }
+    free(w);
 }
 
 /* The old edge blocks around the new bytes. */

@@ -2,13 +2,13 @@
  * wlog_batch.c - the write log's batches: a record appended to the gathering batch (copied and
  * checksummed, or left in the writer's buffer), the batch sealed, placed in the ring and written,
  * the log flushed for the flushes that wait, and the requests completed once their pieces are
- * written (layer 6; wlog_internal.h). The log's format: docs/FORMAT.md §12.
+ * written (layer 6; wlog_shared.h). The log's format: docs/FORMAT.md §12.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Requests -------------------------------------------------------------------------------- */
 
@@ -305,9 +305,9 @@ static void batch_done(struct plx_wlog *wl, struct wbatch *b, int status)
         }
     }
     wlog_flush_kick(wl);
-    wlog_process_all(wl);
+    wl->queues_run(wl);
     wlog_kick_later(wl);
-    wlog_drain_kick(wl);
+    wl->drain_kick(wl);
 }
 
 static void batch_written(struct plx_store *st, struct plx_ev *ev)
@@ -455,8 +455,8 @@ static void kick_run(struct plx_deferred *d)
         moved = true;
     }
     if (moved)
-        wlog_process_all(wl);
-    wlog_drain_kick(wl);
+        wl->queues_run(wl);
+    wl->drain_kick(wl);
 }
 
 void wlog_kick_later(struct plx_wlog *wl)

@@ -1,14 +1,16 @@
 /*
  * wlog_drain.c - the write log's drain: rounds of the oldest written batches read back, their
  * records submitted to the pipeline in log order, the VDIs flushed, the tail moved past them;
- * and its write-back policy, the deferred drain (layer 6; wlog_internal.h).
+ * and its write-back policy, the deferred drain (layer 6; wlog_shared.h).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "lock.h"
+#include "registry.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- The drain ------------------------------------------------------------------------------- */
 
@@ -72,7 +74,7 @@ void wlog_release_round(struct plx_wlog *wl)
     wl->first = b;
     wl->round_active = false;
     wlog_flush_kick(wl);
-    wlog_process_all(wl);
+    wl->queues_run(wl);
     wlog_kick_later(wl);
     wlog_drain_kick(wl);
 }
@@ -389,6 +391,37 @@ static bool drain_defer(struct plx_wlog *wl)
     return true;
 }
 
+/* Clear every cached VDI's record of this log: from here on the log is not replayed for them
+ * (the log failed; what follows goes through to the store). From inside the service loop, so
+ * without waiting for the pipeline: a snapshot record already captured with the fields set
+ * could still land after this write (DESIGN.md, known limitations). */
+static int clear_fields(struct plx_wlog *wl)
+{
+    plx_store *st = wl->st;
+    /* (Every VDI whose record names the log: the cached ones, and those the automatic mode
+     * bound to it with the cache off.) */
+    for (struct plx_vdi *v = st->vdis; v; v = v->next) {
+        if (v->ro || v->rec.wlog_id != wl->log_id)
+            continue;
+        int rc = plx_admin_lock(st);
+        if (rc)
+            return rc;
+        struct plx_vdi_record rec = v->rec;
+        rec.wlog_host = rec.wlog_id = 0;
+        rc = plx_registry_write(st, v->slot_addr, &rec);
+        if (!rc)
+            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
+        if (!rc) {
+            rec.seq++;
+            v->rec = rec;
+        }
+        plx_admin_unlock(st);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 void wlog_drain_kick(struct plx_wlog *wl)
 {
     if (wl->round_active || wl->drain_error || wl->drain_paused || !wl->first)
@@ -401,7 +434,7 @@ void wlog_drain_kick(struct plx_wlog *wl)
     plx_timer_cancel(wl->st, &wl->drain_timer);
     bool mem = b->memory_only;
     if (mem && !wl->fields_cleared) {
-        int rc = wlog_clear_fields(wl);
+        int rc = clear_fields(wl);
         if (rc) {
             drain_fail(wl, rc, "clearing the VDI records");
             return;

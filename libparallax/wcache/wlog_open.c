@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Blocking I/O on the log (attach, replay, detach: nothing else in flight) ---------------- */
 
@@ -165,6 +165,8 @@ int plx_wlog_open(plx_store *st, plx_backend *be, int init, const char *desc)
     plx_wlog_policy_init(&wl->pol);
     wl->dio_align = plx_backend_dio_align(be);
     wl->drain_timer.run = wlog_drain_timer_run;
+    wl->queues_run = wlog_process_all;
+    wl->drain_kick = wlog_drain_kick;
     wl->mask = 1023;
     wl->tab = calloc(wl->mask + 1, sizeof *wl->tab);
     wl->head = plx_block_alloc(1);

@@ -1,7 +1,7 @@
 /*
  * wlog_switch.c - turning the write cache on and off for an open VDI (at once, or without a
  * wait: the VDI's records drain first), and the VDI record's fields that name the log (layer 6;
- * wlog.h, wlog_internal.h).
+ * wlog.h, wlog_shared.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- VDI records ----------------------------------------------------------------------------- */
 
@@ -42,36 +42,6 @@ static int write_fields(struct plx_vdi *v, bool set)
     }
     plx_admin_unlock(st);
     return rc;
-}
-
-/* From inside the service loop (the log failed), so without waiting for the pipeline: a
- * snapshot record already captured with the fields set could still land after this write
- * (DESIGN.md, known limitations). */
-int wlog_clear_fields(struct plx_wlog *wl)
-{
-    plx_store *st = wl->st;
-    /* (Every VDI whose record names the log: the cached ones, and those the automatic mode
-     * bound to it with the cache off.) */
-    for (struct plx_vdi *v = st->vdis; v; v = v->next) {
-        if (v->ro || v->rec.wlog_id != wl->log_id)
-            continue;
-        int rc = plx_admin_lock(st);
-        if (rc)
-            return rc;
-        struct plx_vdi_record rec = v->rec;
-        rec.wlog_host = rec.wlog_id = 0;
-        rc = plx_registry_write(st, v->slot_addr, &rec);
-        if (!rc)
-            rc = plx_sync_io(st, PLX_IO_FLUSH, 0, 0, NULL, 0);
-        if (!rc) {
-            rec.seq++;
-            v->rec = rec;
-        }
-        plx_admin_unlock(st);
-        if (rc)
-            return rc;
-    }
-    return 0;
 }
 
 int plx_wlog_check_owner(plx_store *st, const struct plx_vdi_record *rec)
@@ -204,45 +174,6 @@ bool plx_wlog_vdi_draining(struct plx_vdi *v)
     drain_unpause(wl);
     seal_for(wl, v);
     return true;
-}
-
-/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
- * goes straight to the pipeline, in order. */
-void wlog_detach_finish(struct plx_vdi *v)
-{
-    plx_store *st = v->st;
-    struct plx_wlog *wl = st->wlog;
-    struct plx_wlog_vdi *w = v->wc;
-    for (struct plx_wlog_vdi **pp = &wl->vdis; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
-    v->wc = NULL;
-    if (w->direct_dirty || w->held_head)
-        v->wpass_dirty = true; /* (what went straight to the pipeline: the next flush covers it) */
-    for (struct wreq *r = w->held_head, *nx; r; r = nx) {
-        nx = r->qnext;
-        int src;
-        if (r->kind == Q_WRITE)
-            src = plx_vdi_direct_write(v, r->ubuf, r->off, r->len, r->flags, wlog_direct_done, r);
-        else if (r->kind == Q_READ)
-            src = plx_vdi_direct_read(v, r->rbuf, r->off, r->len, wlog_direct_done, r);
-        else if (r->kind == Q_TRIM)
-            src = plx_vdi_direct_trim(v, r->off, r->len, wlog_direct_done, r);
-        else
-            src = plx_vdi_direct_snapshot(v, r->label, r->index_out, wlog_direct_done, r);
-        if (src) {
-            r->status = src;
-            r->done.run = wlog_req_run_done;
-            plx_defer(st, &r->done);
-        } else {
-            plx_block_free(r->merged);
-            plx_block_free(r->edge);
-            r->merged = r->edge = NULL;
-        }
-    }
-    free(w);
 }
 
 int plx_wlog_vdi_try_detach(struct plx_vdi *v)

@@ -1,5 +1,5 @@
 /*
- * check_internal.h - what the parts of the consistency checker share (check.c and the files it
+ * check_shared.h - what the parts of the consistency checker share (check.c and the files it
  * names): its limits, its state (struct ck, the per-block bits check.c's top comment describes)
  * and the calls each part makes into another. Not for anything outside collector/check*.c: the
  * checker's interface is plx_check_ex (parallax.h).
@@ -12,8 +12,8 @@
  *
  * Each calls only the ones listed after it (docs/DESIGN.md, Layers).
  */
-#ifndef PLX_CHECK_INTERNAL_H
-#define PLX_CHECK_INTERNAL_H
+#ifndef PLX_CHECK_SHARED_H
+#define PLX_CHECK_SHARED_H
 
 #include <stdbool.h>
 #include <stddef.h>

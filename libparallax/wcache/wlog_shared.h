@@ -1,18 +1,20 @@
 /*
- * wlog_internal.h - what the files of the write log share (layer 6; not for the layers above,
+ * wlog_shared.h - what the files of the write log share (layer 6; not for the layers above,
  * which use wlog.h): its batches, records, index, requests and per-VDI state, the log itself,
  * and the functions one file of it calls in another.
  *
- * The files: wlog.c (a cached VDI's entry points and its queue), wlog_batch.c (appending
- * records, sealing and writing batches, flushing the log), wlog_index.c (which record holds a
- * block), wlog_read.c (reads served from the log), wlog_drain.c (the drain into the pipeline),
- * wlog_pass.c (writes passed through with the cache off), wlog_switch.c (turning the cache on
- * and off for a VDI, its record), wlog_cursor.c (replay's reading side), wlog_open.c (opening,
- * closing and the status of the log), wlog_policy.c (the settings). Calls between them go both
- * ways: they are one layer over one structure, struct plx_wlog.
+ * The files, in that order from the top (docs/DESIGN.md, layer 6): wlog_cursor.c (replay's
+ * reading side), wlog_open.c (opening, closing and the status of the log), wlog_switch.c
+ * (turning the cache on and off for a VDI, its record), wlog_pass.c (writes passed through with
+ * the cache off), wlog.c (a cached VDI's entry points and its queue), wlog_read.c (reads served
+ * from the log), wlog_drain.c (the drain into the pipeline), wlog_batch.c (appending records,
+ * sealing and writing batches, flushing the log), wlog_index.c (which record holds a block),
+ * wlog_policy.c (the settings). A file calls only those after it; where a lower one must tell
+ * an upper one (a written batch lets the queues go on and kicks the drain, a drained round lets
+ * the queues go on) it calls the callbacks in struct plx_wlog that wlog_open.c registered.
  */
-#ifndef PLX_WLOG_INTERNAL_H
-#define PLX_WLOG_INTERNAL_H
+#ifndef PLX_WLOG_SHARED_H
+#define PLX_WLOG_SHARED_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -158,6 +160,12 @@ struct plx_wlog {
     unsigned flying, sealed;
     bool kick_queued;
     struct plx_deferred kick;
+    /* What the batches and the drain tell the files above them, set at open (wlog_open.c):
+     * a batch written or a round drained lets the VDIs' queues go on (wlog_process_all), a
+     * batch written may start the drain (wlog_drain_kick). Through these, not by name: those
+     * files sit above (wlog.c above the drain, the drain above the batches). */
+    void (*queues_run)(struct plx_wlog *wl);
+    void (*drain_kick)(struct plx_wlog *wl);
     struct wflush *fl_wait, *fl_fly;
     bool flush_inflight;
     struct plx_ev flush_ev;
@@ -241,6 +249,10 @@ struct wreq *wlog_req_new(struct plx_vdi *v, enum qkind kind, uint64_t off, uint
                           plx_done_fn cb, void *arg);
 /* Records of w, or requests queued behind them, are left: turning the cache off waits. */
 bool wlog_detach_left(const struct plx_wlog_vdi *w);
+/* The end of turning the cache off for v: it leaves the log's list, and what arrived meanwhile
+ * goes straight to the pipeline (wlog_switch.c, and wlog_process_all for a detach without a
+ * wait). */
+void wlog_detach_finish(struct plx_vdi *v);
 
 /* wlog_read.c: reads of blocks through the index. */
 int wlog_read(struct plx_vdi *v, void *buf, uint64_t off, size_t len, plx_done_fn cb, void *arg);
@@ -254,12 +266,6 @@ void wlog_drain_timer_run(struct plx_timer *t);
 
 /* wlog_pass.c: the tracked writes go to the log when the cache turns on. */
 void wlog_pass_rescue(struct plx_wlog *wl, struct plx_wlog_vdi *w);
-
-/* wlog_switch.c: the end of turning the cache off, and the VDI records that name the log. */
-void wlog_detach_finish(struct plx_vdi *v);
-/* Clear every cached VDI's record of this log: from here on the log is not replayed for them
- * (the log failed; what follows goes through to the store). */
-int wlog_clear_fields(struct plx_wlog *wl);
 
 /* wlog_open.c: blocking I/O on the log (attach, replay, detach: nothing else in flight). */
 int wlog_side_sync(struct plx_wlog *wl, enum plx_io_op op, uint64_t block, uint32_t n, void *buf,

@@ -1,12 +1,17 @@
 /*
- * alloc_internal.h - what the allocator's three files share: alloc.c (handing out blocks in the
- * extents held: pools, slots placed by leaf, giving back, folding in a collector's findings),
- * alloc_claim.c (taking extents: ahead, needed by a waiting request, synchronously) and
- * alloc_write.c (the catalogue and the bitmaps on the medium: reading them, writing claims back,
- * releasing the extents at close). Nothing else includes it.
+ * alloc_shared.h - what the allocator's three files share: alloc.c (handing out blocks in the
+ * extents held: pools, slots placed by leaf, giving back, folding in a collector's findings,
+ * releasing the extents at close), alloc_claim.c (taking extents: ahead, needed by a waiting
+ * request, synchronously) and alloc_write.c (the catalogue and the bitmaps on the medium:
+ * reading them, writing claims back). Nothing else includes it.
+ *
+ * They are in that order from the top (docs/DESIGN.md, layer 2): alloc.c calls the other two,
+ * alloc_claim.c calls alloc_write.c, and none calls back up. The catalogue's readers and writers
+ * let a claim in flight finish first, so plx_catalogue_read and plx_extent_entry_write are
+ * alloc_claim.c's, over the bare I/O of alloc_write.c below.
  */
-#ifndef PLX_ALLOC_INTERNAL_H
-#define PLX_ALLOC_INTERNAL_H
+#ifndef PLX_ALLOC_SHARED_H
+#define PLX_ALLOC_SHARED_H
 
 #include "alloc.h"
 
@@ -68,6 +73,10 @@ static inline bool slot_empty(const plx_store *st, const struct plx_extent_state
 /* alloc_write.c: check catalogue block b (read from the medium into cb) and copy its entries
  * into st->cat (a claim reads the catalogue itself). */
 int plx_catalogue_block_take(plx_store *st, uint64_t b, const struct plx_catalog_block *cb);
+/* alloc_write.c: plx_catalogue_read and plx_extent_entry_write without letting a claim in flight
+ * finish first (alloc_claim.c's forms do, then call these). */
+int plx_catalogue_load(plx_store *st);
+int plx_extent_entry_put(plx_store *st, uint64_t e, const struct plx_extent_entry *ent);
 
 /* alloc_claim.c */
 /* After an allocation of `type`: start (or go on trying to start) a claim ahead if the held
