@@ -143,8 +143,8 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 CHECK_WRAP := -Wl,--wrap=mkstemp
 
 # Extra sources of a unit test besides the library: EXTRA_<test>. A family of test binaries of one
-# part (test_tapdisk*, test_backend*, test_gc*, test_wlog*) shares its fixture and helpers through
-# tests/unit/<part>_fixture.c.
+# part (test_tapdisk*, test_backend*, test_gc*, test_wlog*, test_engine*) shares its fixture and
+# helpers through tests/unit/<part>_fixture.c.
 EXTRA_test_tapdisk := tests/unit/tapdisk_fixture.c tests/unit/tapdisk_driver.c \
                       tests/unit/tapdisk_double.c host/control_server.c host/control_client.c \
                       host/handover.c
@@ -159,6 +159,13 @@ EXTRA_test_gc_races := tests/unit/gc_fixture.c
 EXTRA_test_wlog := tests/unit/wlog_fixture.c
 EXTRA_test_wlog_auto := tests/unit/wlog_fixture.c
 EXTRA_test_wlog_drain := tests/unit/wlog_fixture.c
+EXTRA_test_engine := tests/unit/engine_fixture.c
+EXTRA_test_engine_io := tests/unit/engine_fixture.c
+EXTRA_test_engine_async := tests/unit/engine_fixture.c
+# The crash harness's rooms (tests/unit/test_crash.c lists them).
+EXTRA_test_crash := tests/unit/crash_model.c tests/unit/crash_backend.c \
+                    tests/unit/crash_requests.c tests/unit/crash_verify.c \
+                    tests/unit/crash_workloads.c tests/unit/crash_eio.c tests/unit/crash_registry.c
 
 .SECONDEXPANSION:
 $(B)/unit/%: $(B)/obj/tests/unit/%.o $$(call obj,$$(EXTRA_$$*)) $(call obj,$(TEST_LIB_SRCS)) \
@@ -310,7 +317,11 @@ demo: builddeps all
 # ---- engine benchmark (bench/README.md) ----------------------------------------------------------
 BENCH_DIR ?= /var/tmp
 
-$(B)/bench-engine: $(B)/obj/bench/engine.o $(B)/libparallax.a
+# bench/engine.c and its rooms (bench/bench_engine.h).
+BENCH_ENGINE_SRCS := bench/engine.c bench/engine_util.c bench/engine_run.c bench/engine_parts.c \
+                     bench/engine_report.c
+
+$(B)/bench-engine: $(call obj,$(BENCH_ENGINE_SRCS)) $(B)/libparallax.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LIBS) -lpthread -lm -o $@
 
 bench-engine: $(B)/bench-engine

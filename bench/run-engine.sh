@@ -18,7 +18,7 @@ else
     make build/libparallax.a
     ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
         -Wmissing-prototypes -Wno-unused-parameter -O2 -g -Ilibparallax/include -Ilibparallax \
-        bench/engine.c build/libparallax.a -laio -lpthread -lm -o build/bench-engine
+        bench/engine.c bench/engine_*.c build/libparallax.a -laio -lpthread -lm -o build/bench-engine
 fi
 
 mkdir -p bench/results

@@ -5,7 +5,6 @@
  * automatic mode's timer, and the control socket served from tapdisk's scheduler while a
  * writable disk is open.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -42,7 +41,7 @@ int plx_td_store_get(const char *path, int want_ro, struct plx_td_store **out)
 {
     char real[PATH_MAX];
     if (plx_blockstore_is_url(path))
-        snprintf(real, sizeof real, "%s", path); /* an iscsi:// LUN: its URL names it */
+        snprintf(real, sizeof real, "%s", path); /* a URL (an iSCSI LUN's) names it */
     else if (!realpath(path, real)) {
         int e = errno;
         tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", path, strerror(e));
@@ -225,23 +224,6 @@ static int is_existing_file(const char *path)
     return stat(path, &sb) == 0 && (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode));
 }
 
-/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
- * '/', the LUN is digits), or 0 when s does not start with one. */
-static size_t iscsi_url_len(const char *s)
-{
-    if (!plx_blockstore_is_url(s))
-        return 0;
-    const char *p = strchr(s + strlen("iscsi://"), '/');
-    if (p)
-        p = strchr(p + 1, '/');
-    if (!p || !isdigit((unsigned char)p[1]))
-        return 0;
-    p++;
-    while (isdigit((unsigned char)*p))
-        p++;
-    return (size_t)(p - s);
-}
-
 /* Split params into blockstore and VDI spec.
  *   "<vdi>"               no colon: the configured blockstore
  *   "<blockstore>:<vdi>"  the blockstore is the text before the first colon whose prefix names
@@ -249,7 +231,8 @@ static size_t iscsi_url_len(const char *s)
  *                         /dev/disk/by-path/pci-0000:00:1f.2-ata-1 contain colons, and so may
  *                         snapshot labels); if no prefix exists, the text before the first
  *                         colon (and opening it then fails with its own message)
- *   "iscsi://HOST[:PORT]/IQN/LUN:<vdi>"  an iSCSI LUN: the blockstore ends after the LUN number
+ *   "iscsi://HOST[:PORT]/IQN/LUN:<vdi>"  a URL (here an iSCSI LUN's): the blockstore ends where
+ *                         the URL's form does (plx_blockstore_url_len: after the LUN number)
  * Both parts must be non-empty. */
 int plx_td_parse_params(const char *params, char *bs, size_t bslen, char *vdi, size_t vdilen)
 {
@@ -274,7 +257,7 @@ int plx_td_parse_params(const char *params, char *bs, size_t bslen, char *vdi, s
         return default_blockstore(bs, bslen);
     }
     const char *split = colon;
-    size_t url_len = iscsi_url_len(params);
+    size_t url_len = plx_blockstore_url_len(params);
     if (url_len > 0)
         split = params[url_len] == ':' ? params + url_len : params + strlen(params);
     for (const char *c = url_len > 0 ? NULL : colon; c; c = strchr(c + 1, ':')) {

@@ -218,19 +218,6 @@ int cli_blockstore(const struct cli_ctx *ctx, const char **path)
     return EXIT_OK;
 }
 
-const char *cli_blockstore_shown(const char *path, char *buf, size_t len)
-{
-    const char *at, *pct, *slash;
-    if (!plx_blockstore_is_url(path) || (at = strchr(path, '@')) == NULL)
-        return path;
-    slash = strchr(path + strlen("iscsi://"), '/');
-    pct = strchr(path, '%');
-    if ((slash != NULL && at > slash) || pct == NULL || pct > at)
-        return path;
-    snprintf(buf, len, "%.*s%s", (int)(pct - path), path, at);
-    return buf;
-}
-
 static int open_store(const struct cli_ctx *ctx, int read_only, int blocking_io, int placement,
                       plx_store **st)
 {

@@ -55,8 +55,6 @@ int cli_engine_error(const plx_store *st, int rc);
 /* The blockstore (a path or an iscsi:// URL) from -b, else $PARALLAX_BLOCKSTORE, else the
  * configuration file; usage error when none names one. */
 int cli_blockstore(const struct cli_ctx *ctx, const char **path);
-/* The blockstore as messages and listings show it: an iSCSI URL without its CHAP password. */
-const char *cli_blockstore_shown(const char *path, char *buf, size_t len);
 /* Open the blockstore for a command that is over in milliseconds: blocking I/O, no kernel aio
  * context, whose teardown alone would take some 30 ms (see PLX_BACKEND_BLOCKING). */
 int cli_open_store(const struct cli_ctx *ctx, int read_only, plx_store **st);

@@ -38,7 +38,8 @@ static int report_format(const struct cli_ctx *ctx, const char *path)
     plx_size_format(info.size_bytes, size, sizeof size);
     plx_size_format(info.extent_size, extent, sizeof extent);
     char shown[PATH_MAX];
-    printf("formatted %s: %s, %llu extents of %s\n", cli_blockstore_shown(path, shown, sizeof shown), size,
+    printf("formatted %s: %s, %llu extents of %s\n",
+           plx_blockstore_shown(path, shown, sizeof shown), size,
            (unsigned long long)info.extent_count, extent);
     return cli_close_store(st, EXIT_OK);
 }
@@ -152,7 +153,7 @@ int cmd_upgrade(struct cli_ctx *ctx, int argc, char **argv)
         return cli_error("%s", err[0] != '\0' ? err : strerror(-ret));
     char shown[PATH_MAX];
     printf("%s %s: format version %u\n", upgraded ? "upgraded" : "already current:",
-           cli_blockstore_shown(path, shown, sizeof shown), (unsigned)PLX_FORMAT_VERSION_CURRENT);
+           plx_blockstore_shown(path, shown, sizeof shown), (unsigned)PLX_FORMAT_VERSION_CURRENT);
     return EXIT_OK;
 }
 
@@ -213,7 +214,7 @@ static void info_human(const char *path, const struct plx_store_info *in, const 
     plx_size_format(in->size_bytes, size, sizeof size);
     plx_size_format(in->extent_size, extent, sizeof extent);
     char shown[PATH_MAX];
-    printf("blockstore      %s\n", cli_blockstore_shown(path, shown, sizeof shown));
+    printf("blockstore      %s\n", plx_blockstore_shown(path, shown, sizeof shown));
     printf("format version  %u\n", (unsigned)in->format_version);
     printf("size            %s (%llu bytes, %llu blocks)\n", size,
            (unsigned long long)in->size_bytes, (unsigned long long)in->block_count);

@@ -35,11 +35,24 @@ struct plx_backend_scheme {
     const char *prefix;
     plx_backend *(*open)(const char *where, unsigned flags, int *err, char *errbuf, size_t errlen);
     const struct plx_backend_ops *ops; /* its backends' ops (plx_backend_own) */
+    /* Optional, for a URL (NULL: plx_blockstore_url_len answers 0, plx_blockstore_shown gives
+     * the name as it is). url_len: the length of this scheme's URL that s starts with (s starts
+     * with prefix), where a name that follows it begins ("URL:VDI"), or 0 when s holds no whole
+     * one. shown: the name for messages and listings, without the secrets it may carry: where
+     * itself, or buf (len bytes) holding it so. */
+    size_t (*url_len)(const char *s);
+    const char *(*shown)(const char *where, char *buf, size_t len);
 };
 extern const struct plx_backend_scheme plx_backend_iscsi_scheme; /* backend_iscsi.c */
 extern const struct plx_backend_scheme plx_backend_file_scheme;  /* backend_file.c */
 /* The scheme of a blockstore's name (never NULL: a path at least). */
 const struct plx_backend_scheme *plx_backend_scheme_of(const char *where);
+
+/* A backend's open failed: *err = -e (err may be NULL) and the message formatted into errbuf
+ * (NULL or errlen 0: none). Returns NULL, for `return plx_backend_open_fail(...)`.
+ * backend_fail.c. */
+__attribute__((format(printf, 5, 6))) plx_backend *
+plx_backend_open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...);
 
 /* A backend that came in through an entry point of API 1.0 to 1.7 (plx_store_open_backend and
  * plx_store_upgrade_backend of symbol version PARALLAX_1), whose caller's ops may end at lock:

@@ -1,14 +1,16 @@
 /*
- * backend_done.c - the completion eventfd and the queue of finished I/Os every backend has
- * (backend_done.h).
+ * backend_done.c - the completion eventfd and the queue of finished I/Os every backend has, and
+ * the clock of a poll() that waits (backend_done.h).
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
 
 #include "backend_done.h"
+#include "clock.h"
 
 int plx_efd_open(void)
 {
@@ -29,6 +31,19 @@ void plx_efd_drain(int efd)
     if (read(efd, &v, sizeof(v)) < 0) {
         /* EAGAIN: nothing signalled */
     }
+}
+
+int64_t plx_poll_deadline(int timeout_ms)
+{
+    return timeout_ms > 0 ? (int64_t)(plx_mono_ns() / 1000000) + timeout_ms : 0;
+}
+
+int plx_poll_wait(int timeout_ms, int64_t deadline)
+{
+    if (timeout_ms <= 0)
+        return -1;
+    int64_t left = deadline - (int64_t)(plx_mono_ns() / 1000000);
+    return left > 0 ? (int)left : 0;
 }
 
 int plx_done_open(struct plx_done_queue *q)

@@ -7,12 +7,14 @@
  * I/O (a kernel completion, a SCSI response, a memory copy) puts it on a queue and makes an
  * eventfd readable, and its poll() drains the eventfd, takes the queue and runs the callbacks.
  * A backend embeds a struct plx_done in its per-I/O state and keeps its own policy of when to
- * signal (the file backend skips reads of an eventfd it knows to be 0): these are the parts.
+ * signal (the file backend skips reads of an eventfd it knows to be 0): these are the parts,
+ * with the clock of a poll() that waits (plx_poll_deadline, plx_poll_wait).
  */
 #ifndef PLX_BACKEND_DONE_H
 #define PLX_BACKEND_DONE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
@@ -88,5 +90,11 @@ void plx_done_finish(struct plx_done_queue *q, struct plx_done *d, int status);
  * plx_done_finish signals; a backend that queues without signalling signals itself after. */
 int plx_done_deliver(struct plx_done_queue *q, void (*release)(void *arg, struct plx_done *d),
                      void *arg);
+
+/* A backend's poll(timeout_ms) that waits: its deadline (CLOCK_MONOTONIC, ms; 0 when
+ * timeout_ms is not positive), and how long it may wait now for its fd: -1 for ever (timeout_ms
+ * negative), else the milliseconds left, 0 when none are (it returns). */
+int64_t plx_poll_deadline(int timeout_ms);
+int plx_poll_wait(int timeout_ms, int64_t deadline);
 
 #endif

@@ -34,6 +34,9 @@
  * its state (struct file_prep, backend_file_prepare.h) sits inside ours, and it calls nothing
  * here. The eventfd and the list of finished slots are the backends' common ones
  * (backend_done.h).
+ *
+ * Opening (backend_file_open.c) is the layer above: it sets up the state this file works on
+ * (backend_file_shared.h) and hands the backend these operations (plx_file_ops).
  */
 #include <errno.h>
 #include <sys/file.h>
@@ -41,7 +44,6 @@
 #include <libaio.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,15 +52,15 @@
 #include <unistd.h>
 #include <linux/fs.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "backend.h"
 #include "backend_done.h"
+#include "clock.h"
 #include "backend_file_prepare.h"
-#include "backend_mem_internal.h"
+#include "backend_file_shared.h"
+#include "backend_mem_shared.h"
 
 /* <linux/aio_abi.h> and <linux/ioprio.h> (not included: the first clashes with libaio.h). */
 #ifndef IOCB_FLAG_IOPRIO
@@ -66,92 +68,7 @@
 #endif
 #define PLX_IOPRIO_RT ((1 << 13) | 4) /* IOPRIO_PRIO_VALUE(IOPRIO_CLASS_RT, 4) */
 
-#define FILE_MAX_SLOTS 1024
 #define REAP_BATCH 256
-
-enum slot_stage {
-    ST_RW,   /* transferring data */
-    ST_SYNC, /* flush, or the fdatasync that makes a FUA write durable */
-};
-
-struct file_slot {
-    /* First: the I/O, its status, the link of the stalled, ready or helper-thread list
-     * (backend_done.h); of the free list too. */
-    struct plx_done link;
-    struct iocb cb;
-    struct iovec iov;
-    size_t total, done; /* bytes */
-    enum slot_stage stage;
-    int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
-    int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
-};
-
-/* A FUA data write's flush, shared: one aio FDSYNC for the FUA data writes whose data completed
- * in one poll (fua_group_submit). Its iocb goes to the kernel tagged (data | 1), which tells it
- * from a slot's in reap_kernel. */
-struct fua_group {
-    struct iocb cb;
-    struct plx_done_list members; /* their data is written; durable once this completes */
-};
-
-struct file_backend {
-    plx_backend base;
-    int fd;
-    /* The completion eventfd (the backend's fd) and the slots finished, callback not yet run. */
-    struct plx_done_queue done;
-    int direct, rdonly;
-    int buffered;     /* PLX_BACKEND_BUFFERED: writes start their writeback (sync_file_range) */
-    int dfd;          /* buffered: the same file opened O_DIRECT, for PLX_IO_DIRECT (else -1) */
-    size_t dio_align; /* memory alignment of a PLX_IO_DIRECT buffer (plx_backend_dio_align) */
-    uint64_t wb_off, wb_len; /* buffered: written bytes whose writeback is not started yet */
-    int blocking;            /* PLX_BACKEND_BLOCKING: no aio context, ctx unused */
-    io_context_t ctx;
-    struct file_slot *slots;
-    struct file_slot *free_slots;
-    struct plx_io *wait_head, *wait_tail; /* accepted, waiting for a slot */
-    struct plx_done_list stalled;         /* io_submit said EAGAIN: retry from poll */
-    unsigned inflight;                    /* accepted and callback not yet run */
-    unsigned in_kernel;                   /* iocbs the kernel holds */
-    /* The eventfd's count is known to be 0: drained when nothing could signal it later (no iocb
-     * with the kernel, no job with the helper thread, no zeroing thread), and nothing signalled
-     * since. poll() then skips its read: a QD1 stream paid one per idle poll. */
-    int efd_clear;
-    int aio_fdsync, rwf_dsync; /* cleared when the kernel refuses them */
-
-    /* fdatasync helper thread, started on first need */
-    int thr_started, thr_stop;
-    pthread_t thr;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct plx_done_list thr_jobs, thr_done;
-    unsigned thr_busy; /* handed to the thread and not yet reaped */
-
-    /* Zeroing ahead (backend_file_prepare.c); prep.held_*: writes it holds. */
-    struct file_prep prep;
-    int trace; /* $PARALLAX_SNAP_TRACE: report io_submit calls that held the caller >= 5 ms */
-    /* PLX_IO_URGENT writes go to the kernel with the real-time I/O priority class: 1 until the
-     * kernel refuses it (no CAP_SYS_NICE, or a kernel without per-request priorities) or
-     * $PARALLAX_IOPRIO=0 turns it off. */
-    int ioprio_rt;
-    int sync_rt; /* the fdatasync helper thread asks for the real-time class */
-    /* FUA writes without PLX_IO_URGENT accepted and not yet delivered (slot_begin): with
-     * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
-    unsigned fua_data_inflight;
-    /* FUA data writes are plain writes whose data completions are gathered (fua_pending) and
-     * made durable by one aio FDSYNC for all those reaped (struct fua_group): 0 when the kernel
-     * refuses aio FDSYNC, in blocking mode, with PLX_BACKEND_FLUSH_THREAD or
-     * $PARALLAX_FUA_GROUP=0. */
-    int fua_group;
-    struct plx_done_list fua_pending;
-    unsigned fua_groups; /* groups (their FDSYNC) with the kernel: at most one */
-};
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The slot a list entry is (link is its first member); NULL for NULL. */
 static struct file_slot *slot_of(struct plx_done *d)
@@ -399,10 +316,10 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
         }
         slot_prep(f, s);
         struct iocb *p = &s->cb;
-        uint64_t t0 = f->trace ? mono_ns() : 0;
+        uint64_t t0 = f->trace ? plx_mono_ns() : 0;
         int rc = io_submit(f->ctx, 1, &p);
         if (f->trace)
-            trace_submit(f, s, mono_ns() - t0);
+            trace_submit(f, s, plx_mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
             f->efd_clear = 0;
@@ -457,7 +374,7 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
     return slot_start(f, s);
 }
 
-static void slot_release(struct file_backend *f, struct file_slot *s)
+void plx_file_slot_release(struct file_backend *f, struct file_slot *s)
 {
     if (s->fua_data)
         f->fua_data_inflight--;
@@ -564,7 +481,7 @@ static int file_submit(plx_backend *be, struct plx_io *io)
     f->free_slots = slot_of(s->link.next);
     rc = slot_begin(f, s, io);
     if (rc < 0) {
-        slot_release(f, s);
+        plx_file_slot_release(f, s);
         return rc;
     }
     if (rc == 1) {
@@ -765,19 +682,12 @@ static int reap_kernel(struct file_backend *f)
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A finished slot, just before its callback (plx_done_deliver). */
 static void file_release(void *arg, struct plx_done *d)
 {
     struct file_backend *f = arg;
     struct plx_io *io = d->io;
-    slot_release(f, slot_of(d));
+    plx_file_slot_release(f, slot_of(d));
     f->inflight--;
     if (f->prep.prep_ranges != NULL && (io->op == PLX_IO_WRITE || io->op == PLX_IO_TRIM))
         plx_file_prep_finished(&f->prep, io);
@@ -786,7 +696,7 @@ static void file_release(void *arg, struct plx_done *d)
 static int file_poll(plx_backend *be, int timeout_ms)
 {
     struct file_backend *f = (struct file_backend *)be;
-    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    int64_t deadline = plx_poll_deadline(timeout_ms);
 
     if (f->wb_len >= WB_BATCH)
         writeback_start(f);
@@ -816,13 +726,9 @@ static int file_poll(plx_backend *be, int timeout_ms)
         if (f->done.ready.head != NULL || timeout_ms == 0 || f->inflight == 0)
             break;
 
-        int wait = -1;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                break;
-            wait = (int)left;
-        }
+        int wait = plx_poll_wait(timeout_ms, deadline);
+        if (wait == 0)
+            break;
         /* Only stalled I/O left: nothing will signal, so come back soon to resubmit. */
         if (f->in_kernel == 0 && f->thr_busy == 0 && f->prep.held_head == NULL &&
             (wait < 0 || wait > 1))
@@ -913,7 +819,7 @@ static void file_prepare_stats(const plx_backend *be, struct plx_prepare_stats *
     plx_file_prep_stats(&f->prep, out);
 }
 
-static const struct plx_backend_ops file_ops = {
+const struct plx_backend_ops plx_file_ops = {
     .submit = file_submit,
     .poll = file_poll,
     .fd = file_fd,
@@ -930,199 +836,6 @@ static const struct plx_backend_ops file_ops = {
 /* A test hook of the file backend's own (backend.h), not an operation of the seam. */
 void plx_backend_prepare_test(plx_backend *be, int fail_next, int pause)
 {
-    if (be != NULL && be->ops == &file_ops)
+    if (be != NULL && be->ops == &plx_file_ops)
         plx_file_prep_test(&((struct file_backend *)be)->prep, fail_next, pause);
 }
-
-/* ---- Opening --------------------------------------------------------------------------------- */
-
-__attribute__((format(printf, 5, 6))) static plx_backend *
-open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
-{
-    if (err != NULL)
-        *err = -e;
-    if (errbuf != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return NULL;
-}
-
-static size_t dio_align_ok(long a)
-{
-    return a > 0 && (a & (a - 1)) == 0 && a <= PLX_BLOCK_SIZE ? (size_t)a : PLX_BLOCK_SIZE;
-}
-
-/* The memory alignment O_DIRECT on fd needs (plx_backend_dio_align): ext4 on a disk of 512-byte
- * sectors takes a buffer 512 bytes past a page boundary, as tapdisk's are. */
-static size_t dio_mem_align(int fd, const struct stat *st)
-{
-    long a = 0;
-#ifdef STATX_DIOALIGN
-    struct statx sx;
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
-        return dio_align_ok(sx.stx_dio_mem_align); /* 0: no O_DIRECT on this file after all */
-#endif
-    int ssz = 0;
-    if (S_ISBLK(st->st_mode) && ioctl(fd, BLKSSZGET, &ssz) == 0)
-        a = ssz; /* a sector: at least what the device's DMA needs */
-    return dio_align_ok(a);
-}
-
-/* Some filesystems accept O_DIRECT at open and refuse it on the first I/O. */
-static int direct_io_refused(int fd)
-{
-    void *buf = plx_block_alloc(1);
-    int refused = pread(fd, buf, PLX_BLOCK_SIZE, 0) < 0 && errno == EINVAL;
-    plx_block_free(buf);
-    return refused;
-}
-
-plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, char *errbuf,
-                                   size_t errlen)
-{
-    int rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
-    int oflags = (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
-    int direct = (flags & PLX_BACKEND_BUFFERED) == 0;
-    uint64_t size;
-    struct stat st;
-    int e;
-
-    int fd = open(path, oflags | (direct ? O_DIRECT : 0));
-    if (fd < 0 && direct && errno == EINVAL) {
-        direct = 0;
-        fd = open(path, oflags);
-    }
-    if (fd < 0) {
-        e = errno;
-        return open_fail(err, errbuf, errlen, e, "open %s: %s", path, strerror(e));
-    }
-    if (fstat(fd, &st) < 0) {
-        e = errno;
-        close(fd);
-        return open_fail(err, errbuf, errlen, e, "stat %s: %s", path, strerror(e));
-    }
-    if (S_ISREG(st.st_mode)) {
-        size = (uint64_t)st.st_size;
-    } else if (S_ISBLK(st.st_mode)) {
-        if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
-            e = errno;
-            close(fd);
-            return open_fail(err, errbuf, errlen, e, "ioctl BLKGETSIZE64 %s: %s", path,
-                             strerror(e));
-        }
-    } else {
-        close(fd);
-        return open_fail(err, errbuf, errlen, EINVAL, "open %s: not a regular file or block device",
-                         path);
-    }
-    if (direct && size >= PLX_BLOCK_SIZE && direct_io_refused(fd)) {
-        close(fd);
-        direct = 0;
-        fd = open(path, oflags);
-        if (fd < 0) {
-            e = errno;
-            return open_fail(err, errbuf, errlen, e, "open %s: %s", path, strerror(e));
-        }
-    }
-
-    struct file_backend *f = calloc(1, sizeof(*f));
-    if (f == NULL) {
-        close(fd);
-        return open_fail(err, errbuf, errlen, ENOMEM, "open %s: %s", path, strerror(ENOMEM));
-    }
-    f->fd = fd;
-    f->direct = direct;
-    f->rdonly = rdonly;
-    f->aio_fdsync = 1;
-    f->rwf_dsync = 1;
-    if (flags & PLX_BACKEND_FLUSH_THREAD)
-        f->aio_fdsync = f->rwf_dsync = 0;
-    /* Buffered: RWF_DSYNC would make io_submit itself wait for the disk (a buffered aio write
-     * runs inside the call); a write and an aio FDSYNC keep the wait off the caller. */
-    f->buffered = (flags & PLX_BACKEND_BUFFERED) != 0;
-    if (f->buffered)
-        f->rwf_dsync = 0;
-
-    int qrc = plx_done_open(&f->done);
-    if (qrc < 0) {
-        e = -qrc;
-        close(fd);
-        free(f);
-        return open_fail(err, errbuf, errlen, e, "eventfd for %s: %s", path, strerror(e));
-    }
-    /* aio contexts come out of a system-wide budget (fs.aio-max-nr): settle for fewer slots
-     * rather than fail when it is short. */
-    unsigned nslots = FILE_MAX_SLOTS;
-    int rc = 0;
-    f->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
-    const char *trace = getenv("PARALLAX_SNAP_TRACE");
-    f->trace = trace && *trace && strcmp(trace, "0") != 0;
-    const char *ioprio = getenv("PARALLAX_IOPRIO");
-    f->ioprio_rt = f->direct && !f->blocking && !(ioprio && strcmp(ioprio, "0") == 0);
-    /* Flushes, and the flush after an urgent FUA write, from the helper thread, which takes the
-     * real-time I/O class for urgent ones: an aio FDSYNC runs in a kernel worker. */
-    f->sync_rt = f->ioprio_rt;
-    if (f->sync_rt)
-        f->aio_fdsync = 0;
-    const char *group = getenv("PARALLAX_FUA_GROUP");
-    f->fua_group = !f->blocking && !(flags & PLX_BACKEND_FLUSH_THREAD) &&
-                   !(group && strcmp(group, "0") == 0);
-    while (!f->blocking) {
-        rc = io_setup((int)nslots, &f->ctx);
-        if (rc != -EAGAIN || nslots <= 8)
-            break;
-        nslots /= 2;
-    }
-    if (rc < 0) {
-        plx_done_close(&f->done);
-        close(fd);
-        free(f);
-        return open_fail(err, errbuf, errlen, -rc, "io_setup for %s: %s", path, strerror(-rc));
-    }
-    f->slots = calloc(nslots, sizeof(*f->slots));
-    if (f->slots == NULL) {
-        if (!f->blocking)
-            io_destroy(f->ctx);
-        plx_done_close(&f->done);
-        close(fd);
-        free(f);
-        return open_fail(err, errbuf, errlen, ENOMEM, "open %s: %s", path, strerror(ENOMEM));
-    }
-    for (unsigned i = nslots; i-- > 0;)
-        slot_release(f, &f->slots[i]);
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
-    plx_file_prep_init(&f->prep, &f->base, fd, f->done.efd,
-                       S_ISREG(st.st_mode) && direct && !rdonly && !f->blocking);
-
-    /* PLX_IO_DIRECT (backend.h): where O_DIRECT is refused (tmpfs) such I/Os use the page cache
-     * like the rest. */
-    f->dfd = -1;
-    if (f->buffered && S_ISREG(st.st_mode)) {
-        f->dfd = open(path, oflags | O_DIRECT);
-        if (f->dfd >= 0 && size >= PLX_BLOCK_SIZE && direct_io_refused(f->dfd)) {
-            close(f->dfd);
-            f->dfd = -1;
-        }
-    }
-    f->dio_align = f->dfd >= 0 ? dio_mem_align(f->dfd, &st)
-                   : f->direct ? dio_mem_align(fd, &st)
-                               : PLX_BLOCK_SIZE;
-    f->base.ops = &file_ops;
-    f->base.nblocks = size / PLX_BLOCK_SIZE;
-    if (direct || f->buffered)
-        snprintf(f->base.desc, sizeof(f->base.desc), "%s", path);
-    else
-        snprintf(f->base.desc, sizeof(f->base.desc), "%s (buffered: O_DIRECT refused)", path);
-    return &f->base;
-}
-
-/* Its line in the table of URL schemes (backend_open.c): any name no other scheme claims. */
-const struct plx_backend_scheme plx_backend_file_scheme = {
-    .prefix = NULL,
-    .open = plx_backend_file_open,
-    .ops = &file_ops,
-};

@@ -22,6 +22,7 @@
 #include <libaio.h>
 
 #include "backend_done.h"
+#include "clock.h"
 #include "backend_file_prepare.h"
 
 static uint64_t u64_max(uint64_t a, uint64_t b)
@@ -33,18 +34,11 @@ static uint64_t u64_min(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
-static uint64_t prep_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Under prep_mu: the number of held writes becomes n. The waits add up to the integral of that
  * number over time, so no I/O needs a timestamp of its own. */
 static void held_count(struct file_prep *f, uint64_t n)
 {
-    uint64_t now = prep_now_ns();
+    uint64_t now = plx_mono_ns();
     if (f->held_n > 0)
         f->prep_stats.wait_ns += f->held_n * (now - f->held_since_ns);
     f->held_n = n;
@@ -247,7 +241,7 @@ void plx_file_prep_finished(struct file_prep *f, const struct plx_io *io)
 int plx_file_prep_hold(struct file_prep *f, struct plx_io *io)
 {
     pthread_mutex_lock(&f->prep_mu);
-    int stream = prep_classify(f, io->block, io->nblocks, prep_now_ns());
+    int stream = prep_classify(f, io->block, io->nblocks, plx_mono_ns());
     int blocked = prep_blocked(f, io->block, io->nblocks, stream);
     if (blocked) {
         if (f->held_tail != NULL)
@@ -283,7 +277,7 @@ static int prep_pick(struct file_prep *f, struct prep_range **rp, uint64_t *ip)
                 *ip = i;
                 return 1;
             }
-    if (prep_aside_until(f, prep_now_ns()) != 0)
+    if (prep_aside_until(f, plx_mono_ns()) != 0)
         return 0;
     for (struct prep_range *r = f->prep_ranges; r != NULL; r = r->next) {
         while (r->cursor < r->nchunks && r->state[r->cursor] != CH_PENDING)
@@ -448,7 +442,7 @@ static void *prep_thread(void *arg)
         unsigned n = 0;
         while (!f->prep_stop && (f->prep_pause == 1 || !prep_pick(f, &r, &i))) {
             f->prep_idle = 1;
-            uint64_t now = prep_now_ns(), until = prep_aside_until(f, now);
+            uint64_t now = plx_mono_ns(), until = prep_aside_until(f, now);
             if (until != 0 && f->prep_pause != 1) {
                 /* Standing aside for a stream: look again when its window ends (a write's
                  * completion or a new range wakes the thread sooner). */

@@ -19,9 +19,10 @@
  * doubt; and an eventfd that says completions wait in the ready list. The host's epoll set watches
  * that one fd for POLLIN, as for every other backend.
  *
- * Three files, each calling only down: backend_iscsi_io.c (requests, the event set, libiscsi's
- * log), backend_iscsi_session.c (the session) and this one (the seam's operations, fencing,
- * opening), sharing backend_iscsi_internal.h.
+ * Four files, each calling only down: backend_iscsi_io.c (requests, the event set, libiscsi's
+ * log), backend_iscsi_session.c (the session), backend_iscsi_fence.c (fencing: persistent
+ * reservations, registering again) and this one (the seam's operations, opening), sharing
+ * backend_iscsi_shared.h.
  *
  * Completions. libiscsi's callbacks run inside iscsi_service(), which only poll() calls. They
  * never call io->done: they move the request to the ready list, and poll() delivers the list, so
@@ -60,7 +61,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +74,8 @@
 #include <sys/timerfd.h>
 
 #include "backend.h"
-#include "backend_iscsi_internal.h"
-#include "backend_mem_internal.h"
+#include "backend_iscsi_shared.h"
+#include "backend_mem_shared.h"
 #include "test_hooks.h"
 
 #define ISCSI_PREFIX "iscsi://"
@@ -136,329 +136,6 @@ static int wait_events(struct iscsi_backend *b, int ms)
     return 0;
 }
 
-/* ---- Fencing: SCSI-3 persistent reservations ------------------------------------------------ */
-
-/* The LUN is reserved "Write Exclusive, Registrants Only": every engine process that writes
- * registers its key (lock.c: plx_fence_key), and the target refuses writes from any session
- * whose key is not registered. A host that takes over a dead holder's locks first preempts its
- * key (PREEMPT), so whatever the dead holder still sends is refused (RESERVATION CONFLICT).
- * These are libiscsi's synchronous calls: they run at open, under the admin lock, and when a
- * conflict must be judged, never inside a libiscsi callback. */
-#define PR_TYPE SCSI_PERSISTENT_RESERVE_TYPE_WRITE_EXCLUSIVE_REGISTRANTS_ONLY
-#define PR_KEYS_BYTES 16384 /* READ KEYS allocation: some 2000 keys */
-
-/* A synchronous call needs a logged-in session: while ours is being re-established the context
- * has no connection (backend_iscsi_session.c), and the call fails at once instead. */
-static int session_up(const struct iscsi_backend *b)
-{
-    return b->blocking || (b->conn == CONN_UP && !b->dead);
-}
-
-/* After a synchronous call in asynchronous mode: the socket may want other events now, and
- * callbacks of our own requests may have run inside it. */
-static void after_sync(struct iscsi_backend *b)
-{
-    plx_iscsi_sync_socket(b, 1);
-    if (b->done.ready.head != NULL)
-        plx_efd_signal(b->done.efd);
-}
-
-/* PERSISTENT RESERVE OUT: the SCSI status, or -1 when the session failed. UNIT ATTENTION (a
- * reconnect, "reservations preempted" for others) is answered by sending the command again. */
-static int pr_out(struct iscsi_backend *b, int sa, uint64_t key, uint64_t sa_key, int type)
-{
-    if (!session_up(b))
-        return -1;
-    for (int i = 0;; i++) {
-        struct scsi_persistent_reserve_out_basic p = {.reservation_key = key,
-                                                      .service_action_reservation_key = sa_key};
-        struct scsi_task *t = iscsi_persistent_reserve_out_sync(
-            b->iscsi, b->lun, sa, SCSI_PERSISTENT_RESERVE_SCOPE_LU, type, &p);
-        int status = t != NULL ? t->status : -1;
-        int again = plx_iscsi_retryable(status, t) && i < MAX_RETRIES;
-        if (t != NULL)
-            scsi_free_scsi_task(t);
-        if (!again)
-            return status;
-    }
-}
-
-/* PERSISTENT RESERVE IN, unmarshalled into *out (the task, to free); -EIO on failure. */
-static int pr_in(struct iscsi_backend *b, int sa, struct scsi_task **task, void **out)
-{
-    if (!session_up(b))
-        return -EIO;
-    for (int i = 0;; i++) {
-        struct scsi_task *t = iscsi_persistent_reserve_in_sync(b->iscsi, b->lun, sa, PR_KEYS_BYTES);
-        if (t != NULL && t->status == SCSI_STATUS_GOOD) {
-            *out = scsi_datain_unmarshall(t);
-            if (*out == NULL) {
-                scsi_free_scsi_task(t);
-                return -EIO;
-            }
-            *task = t;
-            return 0;
-        }
-        int again = t != NULL && plx_iscsi_retryable(t->status, t) && i < MAX_RETRIES;
-        if (t != NULL)
-            scsi_free_scsi_task(t);
-        if (!again)
-            return -EIO;
-    }
-}
-
-/* 1 when `key` is registered on the LUN, 0 when not, -EIO. */
-static int pr_key_registered(struct iscsi_backend *b, uint64_t key)
-{
-    struct scsi_task *t;
-    void *data;
-    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_KEYS, &t, &data) < 0)
-        return -EIO;
-    const struct scsi_persistent_reserve_in_read_keys *rk = data;
-    int found = 0;
-    for (int i = 0; i < rk->num_keys && !found; i++)
-        found = rk->keys[i] == key;
-    scsi_free_scsi_task(t);
-    return found;
-}
-
-/* Register our key for this session (also for a session that replaced one by reconnecting:
- * the target ties a registration to the session, not to the key). */
-static int pr_register(struct iscsi_backend *b)
-{
-    int status =
-        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER_AND_IGNORE_EXISTING_KEY, 0, b->pr_key, 0);
-    return status == SCSI_STATUS_GOOD ? 0 : -EIO;
-}
-
-/* Make sure the LUN is reserved "write exclusive, registrants only" (by anyone registered):
- * 0, -EBUSY (another kind of reservation: another user owns the LUN) or -EIO. */
-static int pr_reserve_if_free(struct iscsi_backend *b)
-{
-    for (int i = 0; i < 4; i++) {
-        struct scsi_task *t;
-        void *data;
-        if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
-            return -EIO;
-        const struct scsi_persistent_reserve_in_read_reservation *rr = data;
-        int reserved = rr->reserved, type = rr->pr_type;
-        scsi_free_scsi_task(t);
-        if (reserved && type == PR_TYPE)
-            return 0;
-        if (reserved) {
-            fprintf(stderr,
-                    "parallax: %s: the LUN holds a persistent reservation of type %d, not ours "
-                    "(%d, write exclusive for registrants): another user owns it\n",
-                    b->base.desc, type, PR_TYPE);
-            return -EBUSY;
-        }
-        /* Nobody reserved it yet: we do. Racing another host is fine: the loser reads again. */
-        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_RESERVE, b->pr_key, 0, PR_TYPE);
-        if (status != SCSI_STATUS_GOOD && status != SCSI_STATUS_RESERVATION_CONFLICT)
-            return -EIO;
-    }
-    return -EIO;
-}
-
-/* Fenced for good: everything held and everything later fails with -ESTALE. */
-static void fence_self(struct iscsi_backend *b, const char *why)
-{
-    if (!b->fenced)
-        fprintf(stderr,
-                "parallax: %s: the target refused our I/O (RESERVATION CONFLICT) and %s; "
-                "no further I/O\n",
-                b->base.desc, why);
-    b->fenced = 1;
-    b->rejoin = 0;
-    while (b->held.head != NULL)
-        plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -ESTALE);
-}
-
-/* Is our key in the medium's list of preempted keys (hooks.preempted_block, read now)? 1, 0,
- * or -EIO (unreadable: ask again later). A taker lists a key before it preempts it. */
-static int key_listed(struct iscsi_backend *b)
-{
-    if (b->hooks.key_preempted == NULL)
-        return 0;
-    if (!session_up(b))
-        return -EIO;
-    uint64_t lba = b->hooks.preempted_block * b->lbas_per_block;
-    struct scsi_task *t =
-        iscsi_read16_sync(b->iscsi, b->lun, lba, PLX_BLOCK_SIZE, (int)b->lba_size, 0, 0, 0, 0, 0);
-    int rc = -EIO;
-    if (t != NULL && t->status == SCSI_STATUS_GOOD && t->datain.data != NULL &&
-        t->datain.size >= (int)PLX_BLOCK_SIZE) {
-        void *buf = plx_block_alloc(1);
-        memcpy(buf, t->datain.data, PLX_BLOCK_SIZE);
-        rc = b->hooks.key_preempted(b->hooks.arg, buf, b->pr_key);
-        plx_block_free(buf);
-    }
-    if (t != NULL)
-        scsi_free_scsi_task(t);
-    return rc;
-}
-
-/* Settle a registration in doubt (docs/DESIGN.md "The lock manager", Fencing: "Registering
- * again"). Writes stay held until then. With our key still on the LUN only the session
- * changed. With it gone, either a host that took over our locks preempted it (it listed the
- * key first: fenced), or the target forgot every registration (a restart): then we register
- * again only once the lock manager has answered a heartbeat sent after the doubt began, i.e.
- * our lease is alive now. In both cases we read the list again after registering: a taker
- * lists a key before it preempts it, so a preempt that raced our registration is either seen
- * here (we unregister and fence ourselves) or comes after it (and removes it). Never called
- * from inside a libiscsi callback. Returns with b->rejoin clear when settled, set when it must
- * be tried again later (the session or the lock manager not answering yet). */
-static void rejoin_try(struct iscsi_backend *b)
-{
-    if (!b->rejoin || b->fenced || b->dead || b->conn != CONN_UP)
-        return;
-    if (!b->rejoin_checked) { /* once per doubt: what follows depends on it */
-        int there = pr_key_registered(b, b->pr_key);
-        if (there < 0)
-            return;
-        b->rejoin_key_gone = !there;
-        b->rejoin_checked = 1;
-    }
-    int listed;
-    if (b->rejoin_key_gone) {
-        listed = key_listed(b);
-        if (listed < 0)
-            return;
-        if (listed) {
-            fence_self(b, "our reservation key was preempted by a host that took over our locks");
-            return;
-        }
-        if (b->hooks.lease_confirmed == NULL ||
-            !b->hooks.lease_confirmed(b->hooks.arg, b->rejoin_since_ns)) {
-            if (plx_iscsi_mono_ns() - b->rejoin_since_ns > b->hooks.lease_wait_ns)
-                fence_self(b, "our reservation key is gone from the LUN (a restarted target?), "
-                              "and the lock manager did not confirm our lease in time: another "
-                              "host may hold our locks");
-            return;
-        }
-    }
-    /* Test builds only (test_hooks.h): a window before registering (the loop goes on
-     * meanwhile), to force a preempt into it (tests/integration/fence_rejoin.sh). */
-    const char *delay = plx_test_hook("PLX_TEST_REJOIN_DELAY_MS");
-    if (delay != NULL && atoi(delay) > 0 &&
-        plx_iscsi_mono_ns() - b->rejoin_since_ns < (uint64_t)atoi(delay) * 1000000ull) {
-        if (b->blocking)
-            usleep(20000);
-        return;
-    }
-    int rc = pr_register(b);
-    if (rc == 0)
-        rc = pr_reserve_if_free(b);
-    if (rc == -EBUSY)
-        fence_self(b, "the LUN is reserved by another user");
-    if (rc < 0)
-        return;
-    listed = key_listed(b);
-    if (listed < 0)
-        return; /* registered but not verified: writes stay held, the next try verifies */
-    if (listed) {
-        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0); /* leave again */
-        fence_self(b, "our reservation key was preempted by a host that took over our locks "
-                      "while we registered again (we unregistered)");
-        return;
-    }
-    fprintf(stderr, "parallax: %s: registered our reservation key %016llx again%s\n", b->base.desc,
-            (unsigned long long)b->pr_key,
-            b->rejoin_key_gone ? " (it was gone from the LUN, as after a target restart; the "
-                                 "lock manager confirmed our lease and no host preempted it)"
-                               : " for this session");
-    b->rejoin = 0;
-    plx_iscsi_release_held(b);
-}
-
-/* rejoin_try until settled, waiting (blocking calls: the CLI, a preempt under the admin lock).
- * 0 when registered again, -ESTALE when fenced, -EIO when the target or the lock manager did
- * not answer in time. */
-static int rejoin_wait(struct iscsi_backend *b)
-{
-    plx_iscsi_registration_in_doubt(b);
-    uint64_t deadline = plx_iscsi_mono_ns() + b->hooks.lease_wait_ns + 10000000000ull;
-    while (b->rejoin && !b->fenced && !b->dead && plx_iscsi_mono_ns() < deadline) {
-        rejoin_try(b);
-        if (b->rejoin && !b->fenced)
-            usleep(20000);
-    }
-    if (!b->blocking)
-        after_sync(b);
-    return b->fenced ? -ESTALE : b->rejoin || b->dead ? -EIO : 0;
-}
-
-static int iscsi_fence_join(plx_backend *be, uint64_t key, const struct plx_fence_hooks *hooks)
-{
-    struct iscsi_backend *b = (struct iscsi_backend *)be;
-    b->pr_key = key;
-    if (hooks != NULL)
-        b->hooks = *hooks;
-    if (b->hooks.lease_wait_ns == 0)
-        b->hooks.lease_wait_ns = 10000000000ull;
-    int rc = pr_register(b);
-    if (rc == 0)
-        rc = pr_reserve_if_free(b);
-    if (rc)
-        b->pr_key = 0;
-    if (!b->blocking)
-        after_sync(b);
-    return rc;
-}
-
-static int iscsi_fence_preempt(plx_backend *be, uint64_t victim)
-{
-    struct iscsi_backend *b = (struct iscsi_backend *)be;
-    if (b->fenced)
-        return -ESTALE;
-    if (b->pr_key == 0 || victim == 0 || victim == b->pr_key)
-        return 0;
-    int rc = 0;
-    for (int i = 0; i < 3; i++) {
-        int there = pr_key_registered(b, victim);
-        if (there <= 0) {
-            rc = there; /* 0: it has no registration, nothing to cut off */
-            break;
-        }
-        int status = pr_out(b, SCSI_PERSISTENT_RESERVE_PREEMPT, b->pr_key, victim, PR_TYPE);
-        if (status == SCSI_STATUS_GOOD) {
-            fprintf(stderr,
-                    "parallax: %s: preempted the reservation key %016llx of a dead "
-                    "holder: the target refuses its writes from now on\n",
-                    be->desc, (unsigned long long)victim);
-            break;
-        }
-        /* Refused: our own registration is gone (preempted, or left in a replaced session). */
-        rc = status == SCSI_STATUS_RESERVATION_CONFLICT ? rejoin_wait(b) : -EIO;
-        if (rc < 0)
-            break;
-        rc = i == 2 ? -EIO : 0;
-    }
-    if (!b->blocking)
-        after_sync(b);
-    return rc;
-}
-
-/* At close: a registrant that does not hold the reservation unregisters. The holder stays
- * registered: in tgt, as in SPC, the reservation of type "registrants only" ends when its holder
- * leaves, and a LUN with no reservation would take writes from a host that was fenced. So at
- * most one key outlives its process; the next preempt of a dead holder's key removes it. */
-static void pr_leave(struct iscsi_backend *b)
-{
-    if (b->pr_key == 0 || b->fenced || b->dead || b->conn != CONN_UP ||
-        !iscsi_is_logged_in(b->iscsi))
-        return;
-    struct scsi_task *t;
-    void *data;
-    if (pr_in(b, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, &t, &data) < 0)
-        return;
-    const struct scsi_persistent_reserve_in_read_reservation *rr = data;
-    int holder = rr->reserved && rr->reservation_key == b->pr_key;
-    scsi_free_scsi_task(t);
-    if (!holder)
-        pr_out(b, SCSI_PERSISTENT_RESERVE_REGISTER, b->pr_key, 0, 0);
-}
-
 /* ---- Blocking path -------------------------------------------------------------------------- */
 
 static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
@@ -496,7 +173,7 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
             if (r->retries++ >= MAX_RETRIES || plx_iscsi_reconnect_blocking(b, whybuf) < 0)
                 return -EIO;
             if (b->pr_key != 0) {
-                int joined = rejoin_wait(b);
+                int joined = plx_iscsi_rejoin_wait(b);
                 if (joined < 0)
                     return joined;
             }
@@ -504,7 +181,7 @@ static int run_blocking(struct iscsi_backend *b, struct iscsi_req *r)
         }
         int rc = plx_iscsi_task_outcome(b, r, t->status, t);
         if (rc == 2) {
-            int joined = r->retries++ < MAX_RETRIES ? rejoin_wait(b) : -EIO;
+            int joined = r->retries++ < MAX_RETRIES ? plx_iscsi_rejoin_wait(b) : -EIO;
             rc = joined == 0 ? 1 : joined;
         }
         if (rc == 0 && io->op == PLX_IO_READ) {
@@ -566,13 +243,6 @@ static int iscsi_submit(plx_backend *be, struct plx_io *io)
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A poll without waiting where nothing can have happened: the session is up, the socket's
  * registration in the epoll set matches what libiscsi wants now, and that set (the eventfd of
  * completions, the clock, the socket) has nothing ready. One epoll_wait answers what a
@@ -602,7 +272,7 @@ static void iscsi_release(void *arg, struct plx_done *d)
 static int iscsi_poll(plx_backend *be, int timeout_ms)
 {
     struct iscsi_backend *b = (struct iscsi_backend *)be;
-    int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+    int64_t deadline = plx_poll_deadline(timeout_ms);
 
     if (timeout_ms == 0 && nothing_ready(b)) {
         plx_iscsi_set_ticking(b, b->inflight > 0);
@@ -614,19 +284,15 @@ static int iscsi_poll(plx_backend *be, int timeout_ms)
         if (!b->blocking)
             service(b);
         if (b->rejoin) {
-            rejoin_try(b);
+            plx_iscsi_rejoin_try(b);
             if (!b->blocking)
-                after_sync(b);
+                plx_iscsi_after_sync(b);
         }
         if (b->done.ready.head != NULL || timeout_ms == 0 || b->inflight == 0)
             break;
-        int wait = -1;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                break;
-            wait = (int)left;
-        }
+        int wait = plx_poll_wait(timeout_ms, deadline);
+        if (wait == 0)
+            break;
         int rc = wait_events(b, wait);
         if (rc < 0)
             return rc;
@@ -657,7 +323,7 @@ static void iscsi_destroy(plx_backend *be)
         /* Log out only from a working session, and give a silent target 2 s, not forever. */
         if (!b->dead && b->conn == CONN_UP && iscsi_is_logged_in(b->iscsi)) {
             iscsi_set_timeout(b->iscsi, 2);
-            pr_leave(b);
+            plx_iscsi_pr_leave(b);
             iscsi_logout_sync(b->iscsi);
         }
         iscsi_destroy_context(b->iscsi); /* requests it still held come back to the held list */
@@ -704,11 +370,6 @@ static int iscsi_lock(plx_backend *be, int take)
     }
 }
 
-static const struct plx_fence_ops iscsi_fence_ops = {
-    .join = iscsi_fence_join,
-    .preempt = iscsi_fence_preempt,
-};
-
 static const struct plx_backend_ops iscsi_ops = {
     .submit = iscsi_submit,
     .poll = iscsi_poll,
@@ -717,7 +378,7 @@ static const struct plx_backend_ops iscsi_ops = {
     .destroy = iscsi_destroy,
     .lock = iscsi_lock,
     .size = sizeof(struct plx_backend_ops),
-    .fence = &iscsi_fence_ops,
+    .fence = &plx_iscsi_fence_ops,
 };
 
 /* ---- Opening -------------------------------------------------------------------------------- */
@@ -725,20 +386,6 @@ static const struct plx_backend_ops iscsi_ops = {
 int plx_backend_is_iscsi(const char *where)
 {
     return where != NULL && strncmp(where, ISCSI_PREFIX, strlen(ISCSI_PREFIX)) == 0;
-}
-
-__attribute__((format(printf, 5, 6))) static plx_backend *
-open_fail(int *err, char *errbuf, size_t errlen, int e, const char *fmt, ...)
-{
-    if (err != NULL)
-        *err = -e;
-    if (errbuf != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return NULL;
 }
 
 /* Used inside format strings. */
@@ -965,12 +612,12 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     char msg[1200];
     int rc = check_url(url, desc, sizeof(desc), msg, sizeof(msg));
     if (rc < 0)
-        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+        return plx_backend_open_fail(err, errbuf, errlen, -rc, "%s", msg);
 
     ignore_default_sigpipe();
     struct iscsi_backend *b = calloc(1, sizeof(*b));
     if (b == NULL)
-        return open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);
+        return plx_backend_open_fail(err, errbuf, errlen, ENOMEM, "%s: out of memory", desc);
     b->epfd = b->done.efd = b->tfd = b->sock_fd = b->lock_fd = -1;
     b->rdonly = (flags & PLX_BACKEND_RDONLY) != 0;
     b->blocking = (flags & PLX_BACKEND_BLOCKING) != 0;
@@ -987,13 +634,14 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         b->iscsi = plx_iscsi_new_context(b, &u);
     if (b->iscsi == NULL) {
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, ENOMEM, "%s: cannot create an iSCSI context", desc);
+        return plx_backend_open_fail(err, errbuf, errlen, ENOMEM,
+                                     "%s: cannot create an iSCSI context", desc);
     }
     if (u == NULL) {
         snprintf(msg, sizeof(msg), "%s: %s (the form is " URL_FORM ")", desc,
                  iscsi_get_error(b->iscsi));
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
+        return plx_backend_open_fail(err, errbuf, errlen, EINVAL, "%s", msg);
     }
     plx_iscsi_log_capture(1);
 
@@ -1004,7 +652,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         b->iscsi = NULL;
         iscsi_destroy(&b->base);
         plx_iscsi_log_capture(0);
-        return open_fail(err, errbuf, errlen, e, "%s", msg);
+        return plx_backend_open_fail(err, errbuf, errlen, e, "%s", msg);
     }
     iscsi_destroy_url(u);
     rc = check_lun(b, desc, msg, sizeof(msg));
@@ -1013,7 +661,7 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
     plx_iscsi_log_capture(0);
     if (rc < 0) {
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, -rc, "%s", msg);
+        return plx_backend_open_fail(err, errbuf, errlen, -rc, "%s", msg);
     }
 
     int qrc = plx_done_open(&b->done);
@@ -1025,10 +673,41 @@ plx_backend *plx_backend_iscsi_open(const char *url, unsigned flags, int *err, c
         epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->tfd, &e)) {
         int e2 = errno;
         iscsi_destroy(&b->base);
-        return open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc, strerror(e2));
+        return plx_backend_open_fail(err, errbuf, errlen, e2, "%s: event descriptors: %s", desc,
+                                     strerror(e2));
     }
     plx_iscsi_sync_socket(b, 1);
     return &b->base;
+}
+
+/* The length of the iscsi://HOST[:PORT]/IQN/LUN at the start of s (IQNs hold colons but no
+ * '/', the LUN is digits), or 0 when s does not start with one (plx_blockstore_url_len). */
+static size_t iscsi_url_len(const char *s)
+{
+    const char *p = strchr(s + strlen(ISCSI_PREFIX), '/');
+    if (p)
+        p = strchr(p + 1, '/');
+    if (!p || !isdigit((unsigned char)p[1]))
+        return 0;
+    p++;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return (size_t)(p - s);
+}
+
+/* The URL without the CHAP password: iscsi://USER%PASSWORD@HOST/... as iscsi://USER@HOST/...
+ * (plx_blockstore_shown). */
+static const char *iscsi_shown(const char *path, char *buf, size_t len)
+{
+    const char *at, *pct, *slash;
+    if ((at = strchr(path, '@')) == NULL)
+        return path;
+    slash = strchr(path + strlen(ISCSI_PREFIX), '/');
+    pct = strchr(path, '%');
+    if ((slash != NULL && at > slash) || pct == NULL || pct > at)
+        return path;
+    snprintf(buf, len, "%.*s%s", (int)(pct - path), path, at);
+    return buf;
 }
 
 /* Its line in the table of URL schemes (backend_open.c). */
@@ -1036,4 +715,6 @@ const struct plx_backend_scheme plx_backend_iscsi_scheme = {
     .prefix = ISCSI_PREFIX,
     .open = plx_backend_iscsi_open,
     .ops = &iscsi_ops,
+    .url_len = iscsi_url_len,
+    .shown = iscsi_shown,
 };

@@ -19,7 +19,7 @@
 #include <sys/timerfd.h>
 
 #include "backend.h"
-#include "backend_iscsi_internal.h"
+#include "backend_iscsi_shared.h"
 
 #define TICK_MS 250 /* libiscsi's clock while I/O is in flight or a reconnect waits */
 
@@ -320,13 +320,6 @@ void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why)
         plx_iscsi_finish(b, plx_iscsi_list_pop(&b->held), -EIO);
 }
 
-uint64_t plx_iscsi_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Our registration may be gone: hold writes until rejoin_try settles it. */
 void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
 {
@@ -335,7 +328,7 @@ void plx_iscsi_registration_in_doubt(struct iscsi_backend *b)
     b->rejoin = 1;
     b->rejoin_checked = 0;
     b->rejoin_key_gone = 0;
-    b->rejoin_since_ns = plx_iscsi_mono_ns();
+    b->rejoin_since_ns = plx_mono_ns();
 }
 
 /* The held requests go out, in order (only ever filled in asynchronous mode). */

@@ -12,8 +12,8 @@
  * SCSI_STATUS_CANCELLED), and the backend keeps those requests in its held list, unsent. It then
  * destroys the context (which cancels whatever is left the same way), makes a fresh one from the
  * same URL, and connects and logs in asynchronously inside the event loop. Only once the new
- * session is up and the registration check (backend_iscsi.c, rejoin_try) has settled do the held
- * requests go out again; when we were fenced they fail with -ESTALE instead.
+ * session is up and the registration check (backend_iscsi_fence.c, rejoin_try) has settled
+ * do the held requests go out again; when we were fenced they fail with -ESTALE instead.
  *
  * Attempts: the first right after the loss, then after 1, 2, 3 ... s (at most 30 s) following
  * each failure; a connect and login that take longer than 30 s failed. After
@@ -30,7 +30,7 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 
-#include "backend_iscsi_internal.h"
+#include "backend_iscsi_shared.h"
 
 #define ATTEMPT_NS (30ull * 1000000000ull) /* one connect and login */
 #define MAX_BACKOFF_S 30
@@ -131,7 +131,7 @@ void plx_iscsi_session_lost(struct iscsi_backend *b, const char *why)
         return;
     }
     b->attempts = 0;
-    b->next_attempt_ns = plx_iscsi_mono_ns();
+    b->next_attempt_ns = plx_mono_ns();
 }
 
 static void connect_cb(struct iscsi_context *iscsi, int status, void *command_data, void *private)
@@ -159,7 +159,7 @@ static void attempt_failed(struct iscsi_backend *b)
         give_up(b, "cannot make a new iSCSI context");
         return;
     }
-    b->next_attempt_ns = plx_iscsi_mono_ns() + wait * 1000000000ull;
+    b->next_attempt_ns = plx_mono_ns() + wait * 1000000000ull;
 }
 
 static void logged_in(struct iscsi_backend *b)
@@ -172,7 +172,7 @@ static void logged_in(struct iscsi_backend *b)
     if (b->pr_key != 0 && b->rejoin) {
         /* The lock manager is asked from now on: a full lease to confirm ours, counted from
          * the login, however long logging in took. */
-        b->rejoin_since_ns = plx_iscsi_mono_ns();
+        b->rejoin_since_ns = plx_mono_ns();
         fprintf(stderr,
                 "parallax: %s: logged in again; %u held request(s) go out once our "
                 "registration is settled\n",
@@ -190,7 +190,7 @@ void plx_iscsi_session_step(struct iscsi_backend *b, short revents)
 {
     if (b->dead)
         return;
-    uint64_t now = plx_iscsi_mono_ns();
+    uint64_t now = plx_mono_ns();
     if (b->conn == CONN_DOWN) {
         if (now < b->next_attempt_ns)
             return;

@@ -11,7 +11,7 @@
 
 #include "backend.h"
 #include "backend_done.h"
-#include "backend_mem_internal.h"
+#include "backend_mem_shared.h"
 
 /* ---- Refcounted blocks ----------------------------------------------------------------------- */
 

@@ -1,13 +1,15 @@
 /*
  * backend_open.c - the table of URL schemes: which backend a blockstore's name opens
  * (plx_backend_open, parallax_backend.h), whether the name is a URL, and which backends are the
- * library's own. Store open, format and the command line find a backend through it; a new
- * backend is its file and one line here.
+ * library's own; where a URL ends and how it is shown (plx_blockstore_url_len,
+ * plx_blockstore_shown: tapdisk's "URL:VDI" parameters, the command line's listings). Store open,
+ * format, tapdisk and the command line find a backend through it; a new backend is its file and
+ * one line here.
  */
 #include <string.h>
 
 #include "backend.h"
-#include "backend_mem_internal.h"
+#include "backend_mem_shared.h"
 
 /* In order; the first whose prefix the name starts with opens it. The last has none: a path. */
 static const struct plx_backend_scheme *const schemes[] = {
@@ -35,6 +37,18 @@ plx_backend *plx_backend_open(const char *where, unsigned flags, int *err, char 
 int plx_blockstore_is_url(const char *where)
 {
     return plx_backend_scheme_of(where)->prefix != NULL;
+}
+
+size_t plx_blockstore_url_len(const char *s)
+{
+    const struct plx_backend_scheme *scheme = plx_backend_scheme_of(s);
+    return scheme->prefix != NULL && scheme->url_len != NULL ? scheme->url_len(s) : 0;
+}
+
+const char *plx_blockstore_shown(const char *where, char *buf, size_t len)
+{
+    const struct plx_backend_scheme *scheme = plx_backend_scheme_of(where);
+    return scheme->shown != NULL ? scheme->shown(where, buf, len) : where;
 }
 
 int plx_backend_own(const plx_backend *be)

@@ -133,6 +133,14 @@ static int find_by_name(plx_store *st, const char *name, struct plx_vdi_record *
     return rc ? rc : -ENOENT;
 }
 
+int plx_record_unwritten(plx_store *st, const struct plx_vdi_record *rec, const char *then)
+{
+    if (rec->lock_host && !plx_holder_stale(st, rec->lock_host, rec->lock_pid, rec->lock_epoch))
+        return plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u)%s", rec->name,
+                       rec->lock_pid, then);
+    return 0;
+}
+
 int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                       uint64_t *rec_addr)
 {

@@ -19,6 +19,11 @@ void plx_registry_seal(struct plx_vdi_record *rec, uint64_t rec_addr, void *bloc
 /* Find a live VDI by name, else by decimal id (re-reads the state block). -ENOENT if none. */
 int plx_registry_find(plx_store *st, const char *spec, struct plx_vdi_record *rec,
                       uint64_t *rec_addr);
+/* 0 when no live process holds rec's VDI open for writing (no writer lock, or its holder is
+ * gone), else -EBUSY with the message "VDI NAME is open for writing (pid N)" and `then` after
+ * it (what the user may do instead: "" for nothing). The admin changes that refuse a VDI a
+ * writer holds ask this under the admin lock. */
+int plx_record_unwritten(plx_store *st, const struct plx_vdi_record *rec, const char *then);
 /* The record of VDI `id`, deleted or not (uses st->state as read). -ENOENT if none. */
 int plx_registry_get(plx_store *st, uint64_t id, struct plx_vdi_record *rec, uint64_t *rec_addr);
 /* Every VDI with id > after_id, in id order, deleted ones included (re-reads the state block).

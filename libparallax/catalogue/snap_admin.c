@@ -132,9 +132,8 @@ int plx_snap_label(plx_store *st, const char *snap, const char *label)
     struct plx_snap_info si;
     uint64_t log_block = 0, slot = 0;
     rc = plx_snap_resolve(st, snap, &rec, &slot, &si, &log_block);
-    if (!rc && rec.lock_host && !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
-        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u); label it there", rec.name,
-                     rec.lock_pid);
+    if (!rc)
+        rc = plx_record_unwritten(st, &rec, "; label it there");
     if (!rc && *label) {
         uint64_t other = 0;
         int found = plx_label_find(st, &rec, label, &other, NULL, NULL);
@@ -185,18 +184,15 @@ static int record_write_durable(plx_store *st, uint64_t slot, struct plx_vdi_rec
 
 int plx_snap_delete(plx_store *st, const char *snap)
 {
-    if (st->read_only)
-        return plx_err(st, -EROFS, "blockstore opened read-only");
-    int rc = plx_admin_lock(st);
+    int rc = plx_admin_lock_writable(st);
     if (rc)
         return rc;
     struct plx_vdi_record rec;
     struct plx_snap_info si;
     uint64_t log_block = 0, slot = 0;
     rc = plx_snap_resolve(st, snap, &rec, &slot, &si, &log_block);
-    if (!rc && rec.lock_host && !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
-        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u); delete the snapshot there",
-                     rec.name, rec.lock_pid);
+    if (!rc)
+        rc = plx_record_unwritten(st, &rec, "; delete the snapshot there");
     /* The record counts the deletion first and names it (FORMAT.md §7): a crash before the log
      * record lands leaves snap_deleting, which readers check against the log. */
     bool counted = (rec.flags & PLX_VDI_SNAPS_COUNTED) != 0;

@@ -900,9 +900,7 @@ static int sweep_extent(struct gc *g, uint64_t e, bool dry_run)
 
 static double mono_seconds(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)plx_mono_ns() / 1e9;
 }
 
 int plx_gc(plx_store *st, int dry_run, struct plx_gc_report *out)

@@ -299,19 +299,29 @@ static void fold_all(struct plx_reclaim *rc)
         folded_written(rc, r < 0 ? r : 0);
 }
 
-static void bits_done(plx_store *st, struct plx_ev *ev)
+/* One read of a round of reads came in: the round's rc once it was the last and all went well
+ * (the caller takes the next step), else NULL (more to come, or the round ended: poll_end). */
+static struct plx_reclaim *round_read_done(struct plx_ev *ev)
 {
-    (void)st;
     struct rec_io *io = ev->ctx;
     struct plx_reclaim *rc = io->rc;
     rc->inflight--;
     if (ev->status && !rc->err)
         rc->err = ev->status;
     if (rc->inflight)
-        return;
-    if (rc->err || rc->closing)
+        return NULL;
+    if (rc->err || rc->closing) {
         poll_end(rc);
-    else
+        return NULL;
+    }
+    return rc;
+}
+
+static void bits_done(plx_store *st, struct plx_ev *ev)
+{
+    (void)st;
+    struct plx_reclaim *rc = round_read_done(ev);
+    if (rc)
         fold_all(rc);
 }
 
@@ -398,16 +408,8 @@ static void requests_seen(struct plx_reclaim *rc)
 static void hdr_done(plx_store *st, struct plx_ev *ev)
 {
     (void)st;
-    struct rec_io *io = ev->ctx;
-    struct plx_reclaim *rc = io->rc;
-    rc->inflight--;
-    if (ev->status && !rc->err)
-        rc->err = ev->status;
-    if (rc->inflight)
-        return;
-    if (rc->err || rc->closing)
-        poll_end(rc);
-    else
+    struct plx_reclaim *rc = round_read_done(ev);
+    if (rc)
         requests_seen(rc);
 }
 

@@ -47,7 +47,7 @@ extern "C" {
  * only when something is removed or changed incompatibly; MINOR grows when something is added;
  * PATCH counts releases without API changes. */
 #define PLX_API_VERSION_MAJOR 1
-#define PLX_API_VERSION_MINOR 8
+#define PLX_API_VERSION_MINOR 9
 #define PLX_API_VERSION_PATCH 0
 #define PLX_API_VERSION                                                                            \
     (PLX_API_VERSION_MAJOR * 10000 + PLX_API_VERSION_MINOR * 100 + PLX_API_VERSION_PATCH)
@@ -98,6 +98,15 @@ struct plx_open_opts {
  * iscsi://[user%password@]host[:port]/target-iqn/lun names a LUN reached with libiscsi. Nonzero
  * when `where` is such a URL: tools use it as given (no realpath, no file to create or stat). */
 int plx_blockstore_is_url(const char *where);
+/* API 1.9. The length of the blockstore URL that s starts with, up to where the URL's form ends
+ * (for iscsi://, the LUN number after the target IQN), so that a name may follow it
+ * ("iscsi://HOST/IQN/LUN:VDI", tapdisk's parameters); 0 when s does not start with a whole URL
+ * (a path, or a URL cut short). */
+size_t plx_blockstore_url_len(const char *s);
+/* API 1.9. A blockstore's name as messages and listings show it: a URL without the password
+ * it may carry (iscsi://USER%PASSWORD@HOST/... as iscsi://USER@HOST/...), written into buf
+ * (len bytes) and returned; any other name is returned as it is. */
+const char *plx_blockstore_shown(const char *where, char *buf, size_t len);
 
 /* Format `path` (created as a sparse file of `size` bytes if absent; an existing regular file
  * is resized to `size`, and a device or a file keeps its size when size is 0; an iSCSI LUN is

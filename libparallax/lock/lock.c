@@ -218,6 +218,13 @@ static int lock_wait_error(plx_store *st, int rc, double waited)
     return plx_err(st, rc, "locking %s: %s", st->be->desc, strerror(-rc));
 }
 
+int plx_admin_lock_writable(plx_store *st)
+{
+    if (st->read_only)
+        return plx_err(st, -EROFS, "blockstore opened read-only");
+    return plx_admin_lock(st);
+}
+
 int plx_admin_lock(plx_store *st)
 {
     if (st->admin_depth++)

@@ -106,6 +106,8 @@ void plx_holder_set_me(const plx_store *st, uint64_t *host, uint32_t *pid, uint6
 /* Serialise catalogue and registry changes between processes sharing the medium. Nests within
  * a process; waits at most $PARALLAX_LOCK_TIMEOUT seconds (default 30), then -EBUSY. */
 int plx_admin_lock(plx_store *st);
+/* plx_admin_lock for a change: -EROFS first (with its message) when the store is read-only. */
+int plx_admin_lock_writable(plx_store *st);
 uint64_t plx_admin_lock_timeout_ns(void);
 void plx_admin_unlock(plx_store *st);
 /* Waiting for the admin lock on the event loop (a VDI opening in a server that serves others:

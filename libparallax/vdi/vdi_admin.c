@@ -186,17 +186,14 @@ int plx_vdi_clone(plx_store *st, const char *name, const char *snap, uint64_t *i
 
 int plx_vdi_delete(plx_store *st, const char *vdi)
 {
-    if (st->read_only)
-        return plx_err(st, -EROFS, "blockstore opened read-only");
-    int rc = plx_admin_lock(st);
+    int rc = plx_admin_lock_writable(st);
     if (rc)
         return rc;
     struct plx_vdi_record rec;
     uint64_t slot;
     rc = plx_registry_find(st, vdi, &rec, &slot);
-    if (!rc && rec.lock_host &&
-        !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
-        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u)", rec.name, rec.lock_pid);
+    if (!rc)
+        rc = plx_record_unwritten(st, &rec, "");
     for (struct plx_vdi *v = st->vdis; !rc && v; v = v->next)
         if (v->rec.id == rec.id)
             rc = plx_err(st, -EBUSY, "VDI %s is open in this process", rec.name);

@@ -1,6 +1,6 @@
 /*
  * wlog.c - the write cache: a per-host write log on local disk (layer 6; wlog.h). This file:
- * a cached VDI's entry points and its queue; wlog_internal.h lists the files of the rest.
+ * a cached VDI's entry points and its queue; wlog_shared.h lists the files of the rest.
  *
  * The log is a ring of batches on the side medium (st->side_be): block 0 is the head block
  * (whose blockstore and host, where the durable tail is), and each batch is one log write, a
@@ -27,7 +27,7 @@
 #include <string.h>
 #include "lock.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Queue ----------------------------------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /*
  * wlog.h - the write cache: a per-host write log on local disk (layer 6, below vdi.c and above
- * vdi_io.c; wlog.c and the files wlog_internal.h lists; plx_wlog_attach is wlog_attach.c's,
+ * vdi_io.c; wlog.c and the files wlog_shared.h lists; plx_wlog_attach is wlog_attach.c's,
  * layer 7).
  *
  * With the cache on for a VDI, its writes and trims complete when their records are written to

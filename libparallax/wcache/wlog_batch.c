@@ -2,13 +2,13 @@
  * wlog_batch.c - the write log's batches: a record appended to the gathering batch (copied and
  * checksummed, or left in the writer's buffer), the batch sealed, placed in the ring and written,
  * the log flushed for the flushes that wait, and the requests completed once their pieces are
- * written (layer 6; wlog_internal.h). The log's format: docs/FORMAT.md §12.
+ * written (layer 6; wlog_shared.h). The log's format: docs/FORMAT.md §12.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Requests -------------------------------------------------------------------------------- */
 

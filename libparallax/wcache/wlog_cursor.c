@@ -5,7 +5,7 @@
  */
 #include <errno.h>
 #include <string.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Replay's reading side (wlog_attach.c applies what it reads) ----------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * wlog_drain.c - the write log's drain: rounds of the oldest written batches read back, their
  * records submitted to the pipeline in log order, the VDIs flushed, the tail moved past them;
- * and its write-back policy, the deferred drain (layer 6; wlog_internal.h).
+ * and its write-back policy, the deferred drain (layer 6; wlog_shared.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- The drain ------------------------------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * wlog_file.c - the write cache's public calls (layer 7): attach a log file with the checks a
  * local log needs, turn the cache on and off for a VDI, report its state, and discard what a lost
  * log held. The log itself is wlog.c and the files
- * wlog_internal.h lists.
+ * wlog_shared.h lists.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -250,17 +250,14 @@ int plx_wcache_status(plx_store *st, struct plx_wcache_status *out)
 
 int plx_vdi_wcache_discard(plx_store *st, const char *vdi)
 {
-    if (st->read_only)
-        return plx_err(st, -EROFS, "blockstore opened read-only");
-    int rc = plx_admin_lock(st);
+    int rc = plx_admin_lock_writable(st);
     if (rc)
         return rc;
     struct plx_vdi_record rec;
     uint64_t slot;
     rc = plx_registry_find(st, vdi, &rec, &slot);
-    if (!rc && rec.lock_host && !plx_holder_stale(st, rec.lock_host, rec.lock_pid, rec.lock_epoch))
-        rc = plx_err(st, -EBUSY, "VDI %s is open for writing (pid %u): close it first", rec.name,
-                     rec.lock_pid);
+    if (!rc)
+        rc = plx_record_unwritten(st, &rec, ": close it first");
     if (!rc && !rec.wlog_id)
         rc = plx_err(st, -ENOENT, "VDI %s has no writes waiting in a write log", rec.name);
     if (!rc) {

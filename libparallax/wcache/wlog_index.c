@@ -1,10 +1,10 @@
 /*
  * wlog_index.c - the write log's index: (VDI, virtual block) -> the newest record of it not yet
- * drained, in memory (layer 6; wlog_internal.h).
+ * drained, in memory (layer 6; wlog_shared.h).
  */
 #include <errno.h>
 #include <stdlib.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Index ----------------------------------------------------------------------------------- */
 

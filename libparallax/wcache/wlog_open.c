@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Blocking I/O on the log (attach, replay, detach: nothing else in flight) ---------------- */
 

@@ -1,13 +1,13 @@
 /*
  * wlog_pass.c - writes of a VDI in the automatic mode with the cache off: passed to the
  * pipeline and tracked, so that turning the cache on puts them in the log too (layer 6;
- * wlog.h, wlog_internal.h).
+ * wlog.h, wlog_shared.h).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Writes passed through to the pipeline (automatic mode, cache off) ------------------------
  *

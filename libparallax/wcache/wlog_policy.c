@@ -4,7 +4,7 @@
  */
 #include <stdlib.h>
 
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 #define DRAIN_DELAY_MS 50u
 #define DRAIN_MAX_AGE_MS 2000u

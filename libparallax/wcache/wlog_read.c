@@ -1,12 +1,12 @@
 /*
  * wlog_read.c - reads of a cached VDI: each block from its newest record (the batch buffer
- * while not written, else the log) or from the pipeline (layer 6; wlog_internal.h).
+ * while not written, else the log) or from the pipeline (layer 6; wlog_shared.h).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- Reads ----------------------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * wlog_switch.c - turning the write cache on and off for an open VDI (at once, or without a
  * wait: the VDI's records drain first), and the VDI record's fields that name the log (layer 6;
- * wlog.h, wlog_internal.h).
+ * wlog.h, wlog_shared.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "lock.h"
 #include "registry.h"
 #include "vdi_io.h"
-#include "wlog_internal.h"
+#include "wlog_shared.h"
 
 /* ---- VDI records ----------------------------------------------------------------------------- */
 

@@ -79,16 +79,25 @@ tail -n1 "$T/check1.out"
 
 # The target goes away for good: with one reconnect attempt allowed, the server gives up.
 PARALLAX_ISCSI_RETRIES=1 start_server
-fio --name=gone "${FIO[@]}" --loops=50 --do_verify=0 >"$T/gone.out" 2>&1 &
+# (fio prints its state every second: the target stops once fio is writing, not after a fixed
+# sleep that a loaded machine can outlast before fio has connected.)
+fio --name=gone "${FIO[@]}" --loops=50 --do_verify=0 --eta=always --eta-newline=1 \
+    >"$T/gone.out" 2>&1 &
 fio_pid=$!
-sleep 1.5
+for ((i = 0; i < 600; i++)); do
+    grep -q '\[w(1)\]' "$T/gone.out" && break
+    kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the target was stopped: $(tail -5 "$T/gone.out")"
+    sleep 0.1
+done
+grep -q '\[w(1)\]' "$T/gone.out" || fail "fio did not start writing within 60 s: $(tail -5 "$T/gone.out")"
+sleep 0.5
 tgt_stop
 rc=0
 timeout 120 tail --pid="$fio_pid" -f /dev/null || fail "fio still running 120 s after the target died"
 wait "$fio_pid" || rc=$?
 [[ $rc -ne 0 ]] || fail "fio succeeded although the target was gone"
 grep -qiE "Input/output error|error=5|err= *5" "$T/gone.out" ||
-    fail "fio failed, but not with EIO: $(grep -i err "$T/gone.out" | head -3)"
+    fail "fio failed, but not with EIO: $(grep -v '^Jobs:' "$T/gone.out" | tail -8; tail -5 "$T/serve.log")"
 grep -q "failing I/O with EIO" "$T/serve.log" || fail "the server did not say it gave up"
 echo "target gone: fio got EIO, the server said: $(grep -m1 'failing I/O' "$T/serve.log")"
 kill -9 "$SERVER_PID"

@@ -17,7 +17,7 @@
 #include "backend.h"
 #include "backend_done.h"
 #include "backend_fault.h"
-#include "backend_mem_internal.h"
+#include "backend_mem_shared.h"
 
 enum ev_type {
     EV_WRITE_SUBMIT,

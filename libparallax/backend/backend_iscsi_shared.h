@@ -1,10 +1,11 @@
 /*
- * backend_iscsi_internal.h - what the iSCSI backend's three files share, from the bottom up:
+ * backend_iscsi_shared.h - what the iSCSI backend's four files share, from the bottom up:
  * backend_iscsi_io.c (requests), backend_iscsi_session.c (the session: its context, losing it,
- * logging in again) and backend_iscsi.c (fencing, the seam, opening). Nothing else includes it.
+ * logging in again), backend_iscsi_fence.c (persistent reservations) and backend_iscsi.c (the
+ * seam, opening). Nothing else includes it.
  */
-#ifndef PLX_BACKEND_ISCSI_INTERNAL_H
-#define PLX_BACKEND_ISCSI_INTERNAL_H
+#ifndef PLX_BACKEND_ISCSI_SHARED_H
+#define PLX_BACKEND_ISCSI_SHARED_H
 
 #include <limits.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #include "backend.h"
 #include "backend_done.h"
+#include "clock.h"
 
 #define MAX_RETRIES 8 /* per request: UNIT ATTENTION, BUSY, TASK SET FULL */
 
@@ -97,12 +99,22 @@ int plx_iscsi_trim_continues(const struct iscsi_backend *b, struct iscsi_req *r)
 int plx_iscsi_issue(struct iscsi_backend *b, struct iscsi_req *r);
 void plx_iscsi_run_retries(struct iscsi_backend *b);
 void plx_iscsi_fail_all(struct iscsi_backend *b, const char *why);
-uint64_t plx_iscsi_mono_ns(void);
 void plx_iscsi_registration_in_doubt(struct iscsi_backend *b);
 void plx_iscsi_release_held(struct iscsi_backend *b);
 void plx_iscsi_log_fn(int level, const char *message);
 void plx_iscsi_log_capture(int on); /* while opening: keep the first error, print nothing */
 const char *plx_iscsi_log_first(void);
+
+/* backend_iscsi_fence.c: persistent reservations (the fence operations). */
+extern const struct plx_fence_ops plx_iscsi_fence_ops;
+/* After a synchronous call in asynchronous mode: the socket's events, callbacks that ran. */
+void plx_iscsi_after_sync(struct iscsi_backend *b);
+/* Settle a registration in doubt, once (b->rejoin stays set when it must be tried again). */
+void plx_iscsi_rejoin_try(struct iscsi_backend *b);
+/* plx_iscsi_rejoin_try until settled, waiting: 0, -ESTALE (fenced) or -EIO. */
+int plx_iscsi_rejoin_wait(struct iscsi_backend *b);
+/* At close: unregister unless we hold the reservation. */
+void plx_iscsi_pr_leave(struct iscsi_backend *b);
 
 /* backend_iscsi_session.c */
 struct iscsi_context *plx_iscsi_new_context(struct iscsi_backend *b, struct iscsi_url **url);

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "clock.h"
 #include "backend.h"
 #include "format.h"
 #include "parallax.h"
@@ -37,7 +38,6 @@ typedef struct plx_store plx_store_t;
 struct plx_alloc;
 struct plx_cache;
 struct plx_lock_ops;
-struct plx_lockd;
 struct plx_lock_wait;
 struct plx_open_req;
 struct plx_reclaim;
@@ -95,7 +95,7 @@ struct plx_store {
     uint64_t epoch;
     char host[64];
     const struct plx_lock_ops *lock_ops; /* lock.h */
-    struct plx_lockd *lockd;             /* the lock manager's client, when the store has one */
+    void *lock_state; /* the lock seam's implementation's own state (lock_lockd.c: its client) */
     /* Called at the start of every service pass (the lock manager's heartbeat). */
     void (*service_tick)(struct plx_store *st);
     unsigned admin_depth; /* nested plx_admin_lock calls: only the outermost locks */
@@ -172,9 +172,6 @@ int plx_err(plx_store *st, int err, const char *fmt, ...) __attribute__((format(
 /* Like plx_err for calls that have no store yet: the message goes to errbuf. */
 void plx_set_errbuf(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-uint64_t plx_now_ns(void);
-/* A monotonic clock, for intervals. */
-uint64_t plx_mono_ns(void);
 
 /* Create and release the event descriptors (epoll set: the backend's fd and the wake fd). */
 int plx_engine_init(plx_store *st);

@@ -1,5 +1,5 @@
 /*
- * backend_mem_internal.h - the block table behind the memory backend, shared with the
+ * backend_mem_shared.h - the block table behind the memory backend, shared with the
  * fault-injection backend (crash images are copy-on-write clones of block tables).
  *
  * A block is a refcounted 4 KiB buffer that is never modified once published, so the same
@@ -9,8 +9,8 @@
  * Refcounts are atomic so that tables cloned from one another may be used from different
  * threads; a single table is not thread-safe.
  */
-#ifndef PLX_BACKEND_MEM_INTERNAL_H
-#define PLX_BACKEND_MEM_INTERNAL_H
+#ifndef PLX_BACKEND_MEM_SHARED_H
+#define PLX_BACKEND_MEM_SHARED_H
 
 #include <stdint.h>
 #include "backend.h"

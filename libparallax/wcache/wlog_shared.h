@@ -1,5 +1,5 @@
 /*
- * wlog_internal.h - what the files of the write log share (layer 6; not for the layers above,
+ * wlog_shared.h - what the files of the write log share (layer 6; not for the layers above,
  * which use wlog.h): its batches, records, index, requests and per-VDI state, the log itself,
  * and the functions one file of it calls in another.
  *
@@ -13,8 +13,8 @@
  * an upper one (a written batch lets the queues go on and kicks the drain, a drained round lets
  * the queues go on) it calls the callbacks in struct plx_wlog that wlog_open.c registered.
  */
-#ifndef PLX_WLOG_INTERNAL_H
-#define PLX_WLOG_INTERNAL_H
+#ifndef PLX_WLOG_SHARED_H
+#define PLX_WLOG_SHARED_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -14,20 +14,6 @@
 #include <unistd.h>
 #include "engine.h"
 
-uint64_t plx_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t plx_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int plx_err(plx_store *st, int err, const char *fmt, ...)
 {
     /* A fenced store's failures all come from the fence: its message says why, keep it. */
