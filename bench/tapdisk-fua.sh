@@ -18,7 +18,8 @@
 #            build of main, to compare the engine before and after a change in the same run;
 #            --base-env VAR=VALUE (repeatable) sets that tapdisk's environment, e.g.
 #            PARALLAX_IOPRIO=0, with or without --base-lib (then this tree's library).
-# The other tapdisks load build/libparallax.so.1 of this tree (so a rebuild needs no reinstall).
+# The other tapdisks load build/libparallax.so.1 of this tree (so a rebuild needs no reinstall), or
+# that of --lib DIR (a copy, so that the tree can be rebuilt while the run waits for its lock).
 # Per round every disk runs once, in an order rotated each round, for SECONDS: IOPS, mean and p99
 # completion latency, and the tapdisk's flushes per write: its fdatasync calls (perf stat on the
 # syscall tracepoint while fio runs), which is how the file backend flushes, for a flush and for
@@ -31,7 +32,8 @@
 # the per-round ratios.
 #
 #   bench/tapdisk-fua.sh [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N]
-#                        [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]...
+#                        [--qd N] [--nbd-reqs N] [--lib DIR] [--base-lib DIR]
+#                        [--base-env VAR=VALUE]...
 # PREFIX: where tapdisk/build-into-blktap.sh installed blktap (default $BLKTAP_PREFIX, else
 # /var/tmp/blktap). Without tap-ctl and a tapdisk that has the parallax driver there, it prints
 # "NOT RUN" and exits 77. Needs root (tap-ctl, perf). Not part of `make check`. Results:
@@ -44,9 +46,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib/wcache.sh"
 cd "$root"
 blktap=${BLKTAP_PREFIX:-/var/tmp/blktap}
-dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 nbd_reqs="" base_lib="" with_base=0 base_env=()
+dir=/var/tmp size=1G seconds=10 rounds=3 qd=32 nbd_reqs="" lib="" base_lib="" with_base=0 base_env=()
 usage() {
-    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--nbd-reqs N] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
+    echo "usage: $0 [--blktap PREFIX] [--dir DIR] [--size SIZE] [--seconds N] [--rounds N] [--qd N] [--nbd-reqs N] [--lib DIR] [--base-lib DIR] [--base-env VAR=VALUE]..." >&2
     exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -58,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
     --nbd-reqs) nbd_reqs=$2; shift 2 ;;
+    --lib) lib=$(cd "$2" && pwd); shift 2 ;;
     --base-lib) base_lib=$(cd "$2" && pwd) with_base=1; shift 2 ;;
     --base-env) base_env+=("$2") with_base=1; shift 2 ;;
     *) usage ;;
@@ -73,10 +76,12 @@ if [[ ! -x $tapctl || -z $tapdisk_bin ]] || ! grep -qa 'Parallax VDI (parallax)'
     exit 77
 fi
 [[ $(id -u) -eq 0 ]] || { echo "$me: tap-ctl and perf need root" >&2; exit 1; }
+[[ -z $lib || -f $lib/libparallax.so.1 ]] || { echo "$me: no libparallax.so.1 in $lib" >&2; exit 1; }
 [[ -z $base_lib || -f $base_lib/libparallax.so.1 ]] || { echo "$me: no libparallax.so.1 in $base_lib" >&2; exit 1; }
 command -v perf >/dev/null || { echo "$me: needs perf (linux-perf) to count the flushes" >&2; exit 1; }
 make -s all
 P=$root/build/parallax
+lib=${lib:-$root/build}
 
 export FIO_TIMEOUT=$((seconds + 120))
 work=$(mktemp -d "$dir/plx-bench-tapdisk-fua.XXXXXX")
@@ -140,12 +145,12 @@ tap_create() { # LIBDIR ARGS [VAR=VALUE...] -> sets td_uri, td_pid
 names=(aio fua ordered) uris=() pids=()
 tap_create "" "aio:$work/aio.bin"
 uris+=("$td_uri") pids+=("$td_pid")
-tap_create "$root/build" "parallax:durability=fua:$store:fua"
+tap_create "$lib" "parallax:durability=fua:$store:fua"
 uris+=("$td_uri") pids+=("$td_pid")
-tap_create "$root/build" "parallax:durability=ordered:$store:ordered"
+tap_create "$lib" "parallax:durability=ordered:$store:ordered"
 uris+=("$td_uri") pids+=("$td_pid")
 if ((with_base)); then
-    tap_create "${base_lib:-$root/build}" "parallax:durability=fua:$store:base" "${base_env[@]}"
+    tap_create "${base_lib:-$lib}" "parallax:durability=fua:$store:base" "${base_env[@]}"
     names+=(base) uris+=("$td_uri") pids+=("$td_pid")
 fi
 
@@ -159,17 +164,33 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # One run on disk I: "IOPS MEAN_US P99_US FLUSHES_PER_WRITE DEVICE_FLUSHES_PER_WRITE CPU_US_PER_WRITE".
 run() {
     local i=$1 out=$work/perf.$1 j writes flushes d0 d1 c0 c1
-    perf stat -x, -e syscalls:sys_enter_fdatasync -p "${pids[i]}" -o "$out" &
+    perf stat -x, -e syscalls:sys_enter_fdatasync -e context-switches -e raw_syscalls:sys_enter \
+        -e syscalls:sys_enter_io_submit -e syscalls:sys_enter_io_getevents -p "${pids[i]}" -o "$out" &
     local perf_pid=$!
+    # System-wide: the kernel's direct-I/O completion work items (an RWF_DSYNC write's flush runs
+    # in one), aio fsync work items, and every context switch (other processes count too).
+    perf stat -a -x, -e workqueue:workqueue_queue_work --filter 'workqueue ~ "dio*"' \
+        -e workqueue:workqueue_execute_start -e sched:sched_switch -o "$out.sys" &
+    local perf_sys=$!
     sleep 0.2
     d0=$(dev_flushes) c0=$(cpu_ticks "${pids[i]}")
     j=$(fio_json --name=fua --ioengine=nbd --uri="${uris[i]}" --size="$size" --rw=randwrite \
         --bs=4k --iodepth="$qd" --runtime="$seconds" --time_based --norandommap --randrepeat=0)
     d1=$(dev_flushes) c1=$(cpu_ticks "${pids[i]}")
-    kill -INT "$perf_pid"
+    kill -INT "$perf_pid" "$perf_sys"
     wait "$perf_pid" || true
+    wait "$perf_sys" || true
     writes=$(jq '.jobs[0].write.total_ios' <<<"$j")
     flushes=$(awk -F, '/fdatasync/ { print $1 }' "$out")
+    # Per write: the tapdisk's context switches, system calls, io_submit and io_getevents calls;
+    # system-wide dio completion work items, work items run, context switches.
+    awk -F, -v w="$writes" -v name="${names[i]}" '
+        /context-switches/ { cs = $1 } /raw_syscalls/ { sc = $1 } /io_submit/ { sub_ = $1 }
+        /io_getevents/ { ge = $1 }
+        END { printf "%s: tapdisk per write: %.2f context switches, %.2f syscalls, %.2f io_submit, %.2f io_getevents;", name, cs / w, sc / w, sub_ / w, ge / w }' "$out" >>"$work/detail"
+    awk -F, -v w="$writes" '
+        /workqueue_queue_work/ { dio = $1 } /workqueue_execute_start/ { wq = $1 } /sched_switch/ { sw = $1 }
+        END { printf " system per write: %.2f dio work, %.2f work items, %.2f context switches\n", dio / w, wq / w, sw / w }' "$out.sys" >>"$work/detail"
     [[ $flushes =~ ^[0-9]+$ ]] || flushes=0
     jq -r --arg f "$flushes" --arg w "$writes" --arg d "$((d1 - d0))" --arg c "$((c1 - c0))" --arg hz "$hz" \
         '.jobs[0].write | "\(.iops) \(.clat_ns.mean / 1000) \(.clat_ns.percentile["99.000000"] / 1000) \(($f | tonumber) / ($w | tonumber)) \(($d | tonumber) / ($w | tonumber)) \(($c | tonumber) * 1000000 / ($hz | tonumber) / ($w | tonumber))"' <<<"$j"
@@ -200,6 +221,8 @@ for ((r = 1; r <= rounds; r++)); do
             "${p99[$i,$r]}" "${fpw[$i,$r]}" "${dfpw[$i,$r]}" "${cpw[$i,$r]}")
     done
     echo "$line" | tee -a "$base.txt"
+    sed 's/^/  /' "$work/detail" | tee -a "$base.txt"
+    rm -f "$work/detail"
 done
 load_end=$(load)
 col() { # I -> that disk's IOPS per round, one a line

@@ -14,8 +14,10 @@
 #                                       toolstack crash (not a data error) is run once more in a
 #                                       fresh boot
 #   scripts/xen-lab.sh bench            dom0 Bonnie++ and PostMark on ext4: a Parallax VDI against
-#                                       a raw file (tests/xen/cases/dom0-bench.sh; a scratch disk
-#                                       of --scratch SIZE, default 8G, sparse; about an hour)
+#                                       a raw file and the same file behind qemu-nbd
+#                                       (tests/xen/cases/dom0-bench.sh; a scratch disk of
+#                                       --scratch SIZE, default 8G, sparse; PLX_BENCH_ROUNDS
+#                                       rounds, default 2; 20-40 minutes)
 #   scripts/xen-lab.sh list             the cases
 #
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
@@ -35,7 +37,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${PLX_DEB_CACHE:-$ROOT/build/cache/debs}
 LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab}
 QEMU=${PLX_QEMU:-qemu-system-x86_64}
-OUT="" STORE_SIZE=2G TIMEOUT="" KEEP=0 SCRATCH="" SCRATCH_IMG=""
+OUT="" STORE_SIZE=2G TIMEOUT="" KEEP=0 SCRATCH="" SCRATCH_IMG="" BOOT_EXTRA=""
 
 die() { echo "xen-lab: $*" >&2; exit 1; }
 die_fetch() { echo "xen-lab: $*" >&2; exit 3; }
@@ -47,13 +49,13 @@ while [[ $# -gt 0 ]]; do
     --timeout) TIMEOUT=$2 && shift ;;
     --keep) KEEP=1 ;;
     --scratch) SCRATCH=$2 && shift ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
     shift
 done
-[[ $# -ge 1 ]] || { sed -n '7,19p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '7,21p' "$0" >&2; exit 2; }
 CMD=$1
 shift
 
@@ -64,6 +66,10 @@ XEN_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-uti
     libxenmisc4.17 libxenstore4 libxencall1 libxenevtchn1 libxenforeignmemory1 libxengnttab1
     libxentoollog1 libxendevicemodel1 libxenhypfs1 libxentoolcore1 libyajl2)
 OTHER_DEBS=(nbd-client libnl-genl-3-200 busybox-static)
+# For dom0 only (not the storage VM): qemu-nbd, the plain user-space NBD server the dom0
+# benchmark measures Parallax against (tests/xen/cases/dom0-bench.sh); of its package only
+# qemu-nbd is kept.
+DOM0_DEBS=(qemu-utils)
 # Programs taken from this (Debian 12) machine with their libraries: the hotplug scripts are
 # bash and need util-linux's flock (busybox has none); e2fsprogs, the two benchmarks and
 # util-linux's losetup (direct I/O) for the dom0 file-system runs; util-linux's mountpoint,
@@ -138,19 +144,23 @@ copy_with_libs() {
 
 is_elf() { cmp -s -n 4 "$1" <(printf '\177ELF'); }
 
-# add_libs ROOT: give every ELF program and library in ROOT the libraries it needs. ldd is
+# add_libs ROOT [FILE...]: give every ELF program and library in ROOT (or only these FILEs of
+# it) the libraries it needs. ldd is
 # asked with ROOT's own library directories first, so what the packages brought wins and only
 # the rest (glibc, libaio, ...) comes from this machine, which is Debian 12 as well.
 add_libs() {
     local root=$1 f lib libpath
+    shift
     libpath="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu"
     libpath+=":$root/usr/lib/xen-4.17/lib/x86_64-linux-gnu"
     while IFS= read -r f; do
         is_elf "$f" || continue
         # (ldd fails on static programs: nothing to add for them.)
         { LD_LIBRARY_PATH=$libpath ldd "$f" 2>/dev/null || true; } | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/lib64\/[^ ]*\) .*/\1/p'
-    done < <(find "$root/bin" "$root/sbin" "$root/usr/bin" "$root/usr/sbin" \
-        "$root/usr/lib/xen-4.17/bin" "$root/usr/lib/x86_64-linux-gnu" -type f 2>/dev/null) |
+    done < <(if [[ $# -gt 0 ]]; then printf '%s\n' "$@"; else
+        find "$root/bin" "$root/sbin" "$root/usr/bin" "$root/usr/sbin" \
+            "$root/usr/lib/xen-4.17/bin" "$root/usr/lib/x86_64-linux-gnu" -type f 2>/dev/null
+    fi) |
         LC_ALL=C sort -u | while IFS= read -r lib; do
         [[ $lib == "$root"/* ]] && continue
         [[ -e $root$lib ]] || { mkdir -p "$root$(dirname "$lib")" && cp -L "$lib" "$root$lib"; }
@@ -180,12 +190,16 @@ build() {
     trap "rm -rf '$work'" EXIT
 
     local debs=() root="$work/dom0" groot="$work/guest"
-    candidates "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"
+    candidates "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}" "${DOM0_DEBS[@]}"
     for p in "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"; do
         debs+=("$(fetch "$p")") || exit $?
     done
+    local dom0_debs=()
+    for p in "${DOM0_DEBS[@]}"; do
+        dom0_debs+=("$(fetch "$p")") || exit $?
+    done
     kdeb=$(kernel_deb) || exit $?
-    want=$(inputs_hash "${debs[@]}" "$kdeb")
+    want=$(inputs_hash "${debs[@]}" "${dom0_debs[@]}" "$kdeb")
     stamp=$(cat "$LAB/stamp" 2>/dev/null || true)
     if [[ $stamp == "$want" && -s $LAB/dom0.cpio && -s $LAB/xen && -s $LAB/vmlinux ]]; then
         rm -rf "$work"
@@ -278,6 +292,12 @@ build() {
     mkdir -p "$root/plx/dd"
     (cd "$droot" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$root/plx/dd/initrd"
 
+    # -- dom0's benchmark server: qemu-nbd with the libraries it needs that dom0 lacks.
+    mkdir -p "$work/qemu"
+    for deb in "${dom0_debs[@]}"; do dpkg-deb -x "$deb" "$work/qemu"; done
+    install -m 755 "$work/qemu/usr/bin/qemu-nbd" "$root/usr/bin/qemu-nbd"
+    add_libs "$root" "$root/usr/bin/qemu-nbd"
+
     # -- the PV guests: busybox, the block frontend, the guest init.
     mkdir -p "$groot"/{bin,dev,proc,sys,tmp}
     cp "$bb" "$groot/bin/busybox"
@@ -291,7 +311,7 @@ build() {
     (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$work/dom0.cpio"
     {
         echo "kernel $(basename "$kdeb")"
-        for deb in "${debs[@]}"; do basename "$deb"; done
+        for deb in "${debs[@]}" "${dom0_debs[@]}"; do basename "$deb"; done
         echo "host: ${HOST_PROGS[*]}"
     } >"$work/manifest"
     # Each file is replaced by a rename, so a lab booting beside this build reads whole files.
@@ -350,7 +370,8 @@ run_cases() {
     # dom0 ends a case that would outlast the boot's time limit itself (plx.deadline, its
     # uptime; Xen and dom0's kernel start take the first seconds, the poweroff the last), so
     # that the case's guest consoles, which only dom0 has, are still printed.
-    boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*") plx.deadline=$((tmo - 30))" || rc=$?
+    boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*") plx.deadline=$((tmo - 30))$BOOT_EXTRA" ||
+        rc=$?
     tr -d '\r' <"$log" >"$log.tmp" && mv -f "$log.tmp" "$log"
     [[ $rc -eq 0 ]] || echo "xen-lab: QEMU ended with $rc after $((SECONDS - t0)) s$([[ $rc -eq 124 ]] && echo " (timed out)")"
     for c in "$@"; do
@@ -440,22 +461,41 @@ run)
     run "$@"
     ;;
 bench)
-    # dom0 Bonnie++ and PostMark, Parallax VDI against a raw file (tests/xen/cases/dom0-bench.sh)
+    # dom0 Bonnie++ and PostMark: a Parallax VDI, a raw file, the raw file behind qemu-nbd
+    # (tests/xen/cases/dom0-bench.sh), in PLX_BENCH_ROUNDS rounds.
     SCRATCH=${SCRATCH:-8G}
-    TIMEOUT=${PLX_XEN_BENCH_TIMEOUT:-5400}
+    ROUNDS=${PLX_BENCH_ROUNDS:-2}
+    [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "PLX_BENCH_ROUNDS must be a positive number"
+    BOOT_EXTRA=" plx.bench_rounds=$ROUNDS"
+    TIMEOUT=${PLX_XEN_BENCH_TIMEOUT:-$((600 + 2400 * ROUNDS))}
     build
     OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/bench.XXXXXX")}
     KEEP=1
     rc=0
+    # The machine's load during the run, once a minute: on shared cores it decides the figures.
+    (while :; do uptime; sleep 60; done) >"$OUT/load.txt" 2>&1 &
+    loadlog=$!
     run dom0-bench || rc=$?
+    kill "$loadlog" 2>/dev/null || true
     grep -h -o 'PLX-BENCH .*' "$OUT"/serial-*.log | tee "$OUT/bench.txt"
-    # Parallax over the mean of the two raw runs, per figure (above 1 is Parallax faster;
-    # for postmark-seconds, below 1 is).
-    awk '{ v[$2 " " $3] = $4; t[$3] = 1; u[$3] = $5 }
-        END { for (k in t) if (v["raw " k] + v["raw2 " k] > 0)
-            printf "ratio parallax/raw %s %.2f (raw %s, %s; parallax %s %s)\n", k,
-                2 * v["parallax " k] / (v["raw " k] + v["raw2 " k]), v["raw " k], v["raw2 " k],
-                v["parallax " k], u[k] }' "$OUT/bench.txt" | LC_ALL=C sort
+    # Per figure the median of each target's rounds (raw, raw2, ... are target raw) and the
+    # ratios of the medians (above 1 the first is faster; for postmark-seconds, slower).
+    echo "xen-lab: medians over $ROUNDS round(s); ratios parallax/raw, parallax/nbd, nbd/raw:"
+    awk 'function median(s,  a, n, i, j, x) {
+            n = split(s, a, " ")
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) {
+                x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+        function ratio(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
+        { t = $2; sub(/[0-9]+$/, "", t); v[t, $3] = v[t, $3] " " $4; f[$3] = $5 }
+        END { for (k in f) {
+            r = median(v["raw", k]); n = median(v["nbd", k]); p = median(v["parallax", k])
+            printf "%-22s raw %8s  nbd %8s  parallax %8s %-5s  %s  %s  %s  (raw%s; nbd%s; parallax%s)\n",
+                k, r, n, p, f[k], ratio(p, r), ratio(p, n), ratio(n, r),
+                v["raw", k], v["nbd", k], v["parallax", k] } }' "$OUT/bench.txt" | LC_ALL=C sort
+    echo "xen-lab: load average during the run (${OUT#"$ROOT"/}/load.txt):" \
+        "$(sed -n 's/.*load average: \([0-9.]*\),.*/\1/p' "$OUT/load.txt" |
+            sort -n | sed -n '1p;$p' | paste -sd- -)"
     exit "$rc"
     ;;
 *) echo "xen-lab: unknown command $CMD" >&2; exit 2 ;;

@@ -12,12 +12,12 @@
  * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
  * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
  * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
- * carry RWF_DSYNC while another one is in flight, so that the kernel flushes after the write from
- * its own completion work, sharing flushes among concurrent ones, without a round trip through
- * the engine's loop and the helper thread (see slot_begin). With $PARALLAX_IOPRIO=0, flushes go to
- * the kernel as IO_CMD_FDSYNC and every FUA write carries RWF_DSYNC; kernels before 4.18 (FDSYNC)
- * or 4.13 (per-I/O flags) refuse them with EINVAL, and then the backend falls back for good to the
- * helper thread.
+ * are plain writes; those whose data is reaped share one aio FDSYNC, one in flight at most
+ * (fua_group_submit), and complete with it. With $PARALLAX_FUA_GROUP=0 such a write carries
+ * RWF_DSYNC while another one is in flight, else goes through the helper thread (see
+ * slot_begin). With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and the other
+ * FUA writes carry RWF_DSYNC; kernels before 4.18 (FDSYNC) or 4.13 (per-I/O flags) refuse them
+ * with EINVAL, and then the backend falls back for good to the helper thread.
  *
  * Blocking mode (PLX_BACKEND_BLOCKING) is for short-lived tools. It creates no aio context,
  * because tearing one down (io_destroy, or exit_aio when the process exits) waits for the
@@ -190,7 +190,9 @@ static void thread_enqueue(struct file_backend *f, struct file_slot *s)
 
 static void reap_thread(struct file_backend *f)
 {
-    if (!f->thr_started)
+    /* thr_busy is this thread's: nothing with the helper, nothing to take under its mutex (a
+     * lock per poll met the helper holding it, preempted, on a busy machine). */
+    if (!f->thr_started || f->thr_busy == 0)
         return;
     pthread_mutex_lock(&f->mu);
     struct plx_done_list done = plx_done_take(&f->thr_done);
@@ -356,7 +358,8 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
         s->stage = ST_RW;
         s->total = (size_t)io->nblocks * PLX_BLOCK_SIZE;
         s->fua = io->op == PLX_IO_WRITE && (io->flags & PLX_IO_FUA);
-        /* With the helper thread in use (sync_rt), an urgent FUA write's flush goes there, in the
+        /* A FUA data write's flush is its group's (fua_group). Without groups: with the helper
+         * thread in use (sync_rt), an urgent FUA write's flush goes there, in the
          * real-time class, and so does that of a FUA write alone in flight: alone, RWF_DSYNC was
          * far slower (4 KiB FUA writes at depth 1, in process: 133-190 IOPS against 3,400-3,900
          * through the helper thread), likely because the kernel runs its flush from a worker
@@ -364,8 +367,8 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
          * Among other FUA writes in flight, RWF_DSYNC: one completion per write for the engine,
          * and the kernel shares their flushes (bench/notes/fua-tapdisk.md). */
         s->fua_data = s->fua && !(io->flags & PLX_IO_URGENT);
-        s->dsync =
-            s->fua && f->rwf_dsync && (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
+        s->dsync = s->fua && f->rwf_dsync && !(s->fua_data && f->fua_group) &&
+                   (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
         f->fua_data_inflight += (unsigned)s->fua_data;
     }
     return slot_start(f, s);
@@ -580,12 +583,78 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
             return;
         }
         s->stage = ST_SYNC;
+        if (s->fua_data && f->fua_group) {
+            /* Its flush is the group's that this poll submits (fua_group_submit). */
+            list_push(&f->fua_pending, s);
+            return;
+        }
     }
     rc = slot_start(f, s);
     if (rc == 1)
         list_push(&f->stalled, s);
     else if (rc < 0)
         slot_finish(f, s, rc);
+}
+
+static void fua_group_done(struct file_backend *f, struct fua_group *g, long res)
+{
+    struct file_slot *s;
+    while ((s = list_pop(&g->members)) != NULL)
+        slot_finish(f, s, res < 0 ? (int)res : 0);
+    free(g);
+    f->fua_groups--;
+}
+
+/* Each FUA data write's flush on its own: the helper thread's (or its own aio FDSYNC). */
+static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
+{
+    struct file_slot *s;
+    while ((s = list_pop(l)) != NULL) {
+        int rc = slot_start(f, s);
+        if (rc == 1)
+            list_push(&f->stalled, s);
+        else if (rc < 0)
+            slot_finish(f, s, rc);
+    }
+    kick_if_stalled(f);
+}
+
+/* Make the FUA data writes whose data was reaped durable with one aio FDSYNC: it runs after their
+ * writes completed, so its flush covers them all. One in flight at most: the writes reaped while
+ * it runs wait for it to end and form the next group (the block layer would make a second flush
+ * wait for the one at the device anyway). Not one per write: a FUA write with RWF_DSYNC (or an
+ * aio FDSYNC of its own) costs a kernel worker that blocks in its own flush, several context
+ * switches per write on a busy machine; nor the helper thread, whose hand-offs (its mutex,
+ * its wakeup, its eventfd) cost more still (bench/notes/fua-tapdisk.md). */
+static void fua_group_submit(struct file_backend *f)
+{
+    if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups > 0))
+        return;
+    struct plx_done_list members = plx_done_take(&f->fua_pending);
+    struct fua_group *g = f->fua_group ? calloc(1, sizeof *g) : NULL;
+    if (g == NULL) {
+        fua_sync_each(f, &members);
+        return;
+    }
+    g->members = members;
+    io_prep_fdsync(&g->cb, f->fd);
+    io_set_eventfd(&g->cb, f->done.efd);
+    g->cb.data = (void *)((uintptr_t)g | 1);
+    struct iocb *p = &g->cb;
+    int rc;
+    while ((rc = io_submit(f->ctx, 1, &p)) == -EINTR)
+        ;
+    if (rc == 1) {
+        f->in_kernel++;
+        f->fua_groups++;
+        f->efd_clear = 0;
+        return;
+    }
+    if (rc == -EINVAL || rc == -EOPNOTSUPP)
+        f->fua_group = 0; /* a kernel without aio FDSYNC (before 4.18): for good */
+    members = g->members;
+    free(g);
+    fua_sync_each(f, &members);
 }
 
 static int reap_kernel(struct file_backend *f)
@@ -601,7 +670,11 @@ static int reap_kernel(struct file_backend *f)
             return r;
         for (int i = 0; i < r; i++) {
             f->in_kernel--;
-            slot_event(f, ev[i].data, (long)ev[i].res);
+            uintptr_t tag = (uintptr_t)ev[i].data;
+            if (tag & 1)
+                fua_group_done(f, (struct fua_group *)(tag & ~(uintptr_t)1), (long)ev[i].res);
+            else
+                slot_event(f, ev[i].data, (long)ev[i].res);
         }
         if (r < REAP_BATCH)
             break;
@@ -639,6 +712,7 @@ static int file_poll(plx_backend *be, int timeout_ms)
         int rc = reap_kernel(f);
         if (rc < 0)
             return rc;
+        fua_group_submit(f);
         reap_thread(f);
         if (f->prep.prep_ranges != NULL) {
             struct plx_io *go = plx_file_prep_release(&f->prep), *io;

@@ -140,6 +140,9 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     f->sync_rt = f->ioprio_rt;
     if (f->sync_rt)
         f->aio_fdsync = 0;
+    const char *group = getenv("PARALLAX_FUA_GROUP");
+    f->fua_group =
+        !f->blocking && !(flags & PLX_BACKEND_FLUSH_THREAD) && !(group && strcmp(group, "0") == 0);
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)

@@ -34,6 +34,14 @@ struct file_slot {
     int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
 };
 
+/* A FUA data write's flush, shared: one aio FDSYNC for the FUA data writes whose data was reaped
+ * (fua_group_submit). Its iocb goes to the kernel tagged (data | 1), which tells it from a slot's
+ * in reap_kernel. */
+struct fua_group {
+    struct iocb cb;
+    struct plx_done_list members; /* their data is written; durable once this completes */
+};
+
 struct file_backend {
     plx_backend base;
     int fd;
@@ -77,6 +85,13 @@ struct file_backend {
     /* FUA writes without PLX_IO_URGENT accepted and not yet delivered (slot_begin): with
      * sync_rt, such a write carries RWF_DSYNC only while another one is in flight. */
     unsigned fua_data_inflight;
+    /* FUA data writes are plain writes whose data completions are gathered (fua_pending) and
+     * made durable by one aio FDSYNC for all those reaped (struct fua_group): 0 when the kernel
+     * refuses aio FDSYNC, in blocking mode, with PLX_BACKEND_FLUSH_THREAD or
+     * $PARALLAX_FUA_GROUP=0. */
+    int fua_group;
+    struct plx_done_list fua_pending;
+    unsigned fua_groups; /* groups (their FDSYNC) with the kernel: at most one */
 };
 
 /* The seam's operations of a file backend (backend_file.c). */

@@ -208,6 +208,8 @@ START_TEST(test_file_old_kernel_fallbacks)
     write_pattern(be, 1, 1, 61, 0);
     ck_assert_int_eq(tu_io(be, PLX_IO_FLUSH, 0, 0, NULL, 0), 0);
     write_pattern(be, 2, 3, 62, PLX_IO_FUA);
+    /* (The first FUA write's shared FDSYNC is refused; the second then tries RWF_DSYNC.) */
+    write_pattern(be, 5, 1, 63, PLX_IO_FUA);
     unsigned refused = aio_fault.refused;
     ck_assert_uint_ge(refused, 2);
     /* The backend remembers: no more refused submissions. */
@@ -217,6 +219,7 @@ START_TEST(test_file_old_kernel_fallbacks)
     ck_assert_uint_eq(aio_fault.refused, refused);
     ck_assert(has_pattern(be, 1, 1, 61));
     ck_assert(has_pattern(be, 2, 3, 62));
+    ck_assert(has_pattern(be, 5, 1, 63));
     for (int i = 0; i < 40; i++)
         ck_assert(has_pattern(be, 10 + (uint64_t)i, 1, 70 + (uint64_t)i));
     be->ops->destroy(be);
@@ -226,9 +229,9 @@ END_TEST
 /* The writes a commit waits for (PLX_IO_URGENT) go to the kernel in the real-time I/O class, so
  * that the I/O scheduler does not queue them behind data writes; no other I/O does; and flushes
  * and the flush of an urgent FUA write go through the helper thread (its fdatasync writes ext4's
- * metadata in that class too), not as an aio FDSYNC run by a kernel worker. So does that of a FUA
- * write that is not urgent (a FUA data write) alone in flight; among others in flight, such a
- * write is one write with RWF_DSYNC: the kernel flushes after it. */
+ * metadata in that class too), not as an aio FDSYNC run by a kernel worker. A FUA write that is
+ * not urgent (a FUA data write) is a plain write whose flush it shares with the others whose data
+ * completed in the same poll (test_file_fua_group); none carries RWF_DSYNC. */
 START_TEST(test_file_urgent_ioprio)
 {
     plx_backend *be = make_backend(K_FILE_RT, 64);
@@ -238,8 +241,8 @@ START_TEST(test_file_urgent_ioprio)
     write_pattern(be, 2, 4, 82, 0);
     write_pattern(be, 8, 1, 83, PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 1);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 0); /* alone: a write, then the helper's fdatasync */
-    /* Three at once: the first alone as above, the two others with RWF_DSYNC. */
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0);
+    /* Three at once: plain writes, their flushes the helper thread's (test_file_fua_group). */
     unsigned char *buf = plx_block_alloc(3);
     struct rec r[3];
     int count = 0;
@@ -252,10 +255,11 @@ START_TEST(test_file_urgent_ioprio)
     }
     drain_via_fd(be);
     ck_assert_int_eq(count, 3);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0);
+    unsigned fdsyncs = aio_fault.fdsyncs; /* (the FUA data writes' shared flushes, if any) */
     write_pattern(be, 9, 1, 84, PLX_IO_URGENT | PLX_IO_FUA);
     ck_assert_uint_eq(aio_fault.prio_rt, 2);
-    ck_assert_uint_eq(aio_fault.rwf_dsync, 2);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(r[i].status, 0);
         ck_assert(has_pattern(be, 20 + (uint64_t)i, 1, 85 + (uint64_t)i));
@@ -268,7 +272,7 @@ START_TEST(test_file_urgent_ioprio)
     ck_assert(has_pattern(be, 9, 1, 84));
     ck_assert_uint_eq(aio_fault.prio_rt, 2);
     ck_assert_uint_eq(aio_fault.prio_other, 0);
-    ck_assert_uint_eq(aio_fault.fdsyncs, 0);
+    ck_assert_uint_eq(aio_fault.fdsyncs, fdsyncs);
     be->ops->destroy(be);
 }
 END_TEST
@@ -356,6 +360,86 @@ int fdatasync(int fd)
     sync_fault.fdatasyncs++;
     return (int)syscall(SYS_fdatasync, fd);
 }
+
+/* The completions the kernel has signalled on the backend's eventfd and nobody read yet (its
+ * count, from /proc without reading it). */
+static unsigned long efd_count(int efd)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", efd);
+    FILE *fp = fopen(path, "r");
+    ck_assert_ptr_nonnull(fp);
+    unsigned long n = 0;
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "eventfd-count: %lx", &n) == 1)
+            break;
+    fclose(fp);
+    return n;
+}
+
+/* FUA data writes (PLX_IO_FUA without PLX_IO_URGENT: the pipeline's FUA overwrites in place) whose
+ * data completes in one poll share one flush, asked for by that poll after their writes completed
+ * (one aio FDSYNC), and none of them is delivered before it completes.
+ * Before, each but one alone carried RWF_DSYNC: a kernel worker blocking in its own flush per
+ * write (bench/notes/fua-tapdisk.md). */
+START_TEST(test_file_fua_group)
+{
+    enum { N = 16 };
+    plx_backend *be = make_backend(K_FILE_RT, 64);
+    memset(&aio_fault, 0, sizeof aio_fault);
+    memset(&sync_fault, 0, sizeof sync_fault);
+    unsigned char *buf = plx_block_alloc(N);
+    struct rec r[N];
+    int count = 0;
+    for (int i = 0; i < N; i++) {
+        tu_fill(buf + (size_t)i * BS, BS, 90 + (uint64_t)i);
+        r[i].counter = &count;
+        ck_assert_int_eq(
+            rec_submit(be, &r[i], PLX_IO_WRITE, (uint64_t)i, 1, buf + (size_t)i * BS, PLX_IO_FUA),
+            0);
+    }
+    /* Every data write done in the kernel before the backend looks: one poll reaps them all. */
+    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < N; t++)
+        usleep(1000);
+    ck_assert_uint_eq(efd_count(be->ops->fd(be)), N);
+    ck_assert_int_ge(be->ops->poll(be, 0), 0);
+    /* Written, not yet durable: none delivered, their one flush asked for. */
+    ck_assert_int_eq(count, 0);
+    ck_assert_uint_eq(sync_fault.fdatasyncs + aio_fault.fdsyncs, 1);
+    drain_via_fd(be);
+    ck_assert_int_eq(count, N);
+    ck_assert_uint_eq(sync_fault.fdatasyncs + aio_fault.fdsyncs, 1);
+    ck_assert_uint_eq(aio_fault.rwf_dsync, 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(r[i].status, 0);
+        ck_assert(has_pattern(be, (uint64_t)i, 1, 90 + (uint64_t)i));
+    }
+
+    /* Before Linux 4.18 the aio FDSYNC is refused, once: then each FUA write's flush is the
+     * helper thread's. */
+    aio_fault.refuse_fdsync = 1;
+    count = 0;
+    for (int i = 0; i < 4; i++) {
+        r[i].counter = &count;
+        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, 32 + (uint64_t)i, 1,
+                                    buf + (size_t)i * BS, PLX_IO_FUA),
+                         0);
+    }
+    drain_via_fd(be);
+    ck_assert_int_eq(count, 4);
+    ck_assert_uint_eq(aio_fault.refused, 1);
+    write_pattern(be, 40, 1, 99, PLX_IO_FUA);
+    ck_assert_uint_eq(aio_fault.refused, 1);
+    aio_fault.refuse_fdsync = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(r[i].status, 0);
+        ck_assert(has_pattern(be, 32 + (uint64_t)i, 1, 90 + (uint64_t)i));
+    }
+    ck_assert(has_pattern(be, 40, 1, 99));
+    plx_block_free(buf);
+    be->ops->destroy(be);
+}
+END_TEST
 
 START_TEST(test_file_blocking_fua_and_flush)
 {
@@ -454,6 +538,7 @@ static Suite *backend_file_suite(void)
     tcase_add_test(tc, test_file_eagain);
     tcase_add_test(tc, test_file_old_kernel_fallbacks);
     tcase_add_test(tc, test_file_urgent_ioprio);
+    tcase_add_test(tc, test_file_fua_group);
     tcase_add_test(tc, test_file_urgent_ioprio_refused);
     tcase_add_test(tc, test_file_blocking_no_aio_context);
     tcase_add_test(tc, test_file_blocking_fua_and_flush);

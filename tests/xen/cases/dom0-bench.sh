@@ -1,17 +1,31 @@
 #!/bin/bash
 # dom0 file-system benchmarks, as in the thesis's dom0 runs: Bonnie++ and PostMark on ext4 on a
-# Parallax VDI against the same on a raw file, in the same dom0 and the same boot. Both live on
-# one ext4 file system on the lab's scratch disk (/dev/vdb, scripts/xen-lab.sh bench): the
-# Parallax blockstore as a file there, served by `parallax serve` and attached with nbd-client
-# exactly as block-parallax attaches a guest's disk; the raw file through a loop device with
-# direct I/O (Parallax opens its store with O_DIRECT: without it the raw side alone would get a
-# second page cache). Results are printed as "PLX-BENCH TARGET TEST VALUE UNIT" lines.
+# Parallax VDI against the same on a raw file, in the same dom0 and the same boot. All live on
+# one ext4 file system on the lab's scratch disk (/dev/vdb, scripts/xen-lab.sh bench):
+#   parallax  the Parallax blockstore as a file there, served by `parallax serve` and attached
+#             with nbd-client exactly as block-parallax attaches a guest's disk;
+#   raw       a raw file through a loop device with direct I/O (Parallax opens its store with
+#             O_DIRECT: without it the raw side alone would get a second page cache);
+#   nbd       the same raw file served by a plain user-space NBD server (qemu-nbd, O_DIRECT,
+#             Linux native AIO) and attached with nbd-client like the VDI: every request makes
+#             the same trip through the kernel's NBD client to a user process as Parallax's do,
+#             which under QEMU's TCG costs far more than on hardware. parallax/nbd is then
+#             Parallax's own cost, nbd/raw the cost of any user-space NBD path.
+# Results are printed as "PLX-BENCH TARGET TEST VALUE UNIT" lines; TARGET is raw, nbd or
+# parallax with the round's number after the first (raw, raw2, ...).
 # shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
 # bonnie++'s bulk phases with direct I/O (-D): dom0's 1 GiB of page cache would otherwise hold
-# the whole file, and under TCG a file twice its size takes most of an hour per target.
-SIZE=512M RAM=256
+# the whole file, and under TCG a file twice its size takes most of an hour per target. With
+# direct I/O the file's size only sets the phases' length: 256 MiB (bonnie++ wants twice -r)
+# lets two rounds of three targets run in about the time one round of 512 MiB took.
+SIZE=256M RAM=128
+# Rounds (plx.bench_rounds=N on dom0's command line, PLX_BENCH_ROUNDS=N scripts/xen-lab.sh bench):
+# odd rounds run raw, nbd, parallax, even ones the reverse, so that a steady change of the
+# machine's speed (other work on its cores) weighs the same on each target over two rounds.
+ROUNDS=$(sed -n 's/.*plx\.bench_rounds=\([0-9]*\).*/\1/p' /proc/cmdline)
+ROUNDS=${ROUNDS:-2}
 [ -b /dev/vdb ] || fail "no scratch disk /dev/vdb (run it with scripts/xen-lab.sh bench)"
 mkdir -p /mnt/scratch /mnt/t
 mke2fs -q -t ext4 -F /dev/vdb || fail "mkfs of the scratch disk"
@@ -27,10 +41,23 @@ nbd-client -unix /run/bench.sock /dev/nbd20 -name bench -block-size 512 >/dev/nu
     fail "nbd-client bench"
 truncate -s 2G /mnt/scratch/raw.img
 loop=$(losetup --direct-io=on -f --show /mnt/scratch/raw.img) || fail "losetup"
+# --cache=none opens the file with O_DIRECT (as Parallax and the loop device do), --aio=native
+# submits with Linux AIO; -t keeps the server after nbd-client's probe connection.
+qemu-nbd -f raw --cache=none --aio=native -t -x base -k /run/base.sock /mnt/scratch/raw.img \
+    >/tmp/bench-qemu-nbd.log 2>&1 &
+base=$!
+for _ in $(seq 100); do [ -S /run/base.sock ] && break; sleep 0.1; done
+nbd-client -unix /run/base.sock /dev/nbd21 -name base -block-size 512 >/dev/null ||
+    fail "nbd-client base: $(cat /tmp/bench-qemu-nbd.log)"
 
 bench() { # NAME DEVICE
     local name=$1 dev=$2 out t0
-    mke2fs -q -t ext4 -F "$dev" || fail "mkfs on $name"
+    # (The raw file is written through the loop device and through qemu-nbd in turn: nothing of
+    # one may stay cached for the other.)
+    sync && echo 3 >/proc/sys/vm/drop_caches
+    # nodiscard: the loop device would punch the raw file's blocks out at each mkfs, qemu-nbd
+    # ignores discards; without it raw alone would write into a sparse file again every round.
+    mke2fs -q -t ext4 -E nodiscard -F "$dev" || fail "mkfs on $name"
     mount "$dev" /mnt/t || fail "mount $name"
     echo 3 >/proc/sys/vm/drop_caches
     t0=$(ts)
@@ -55,14 +82,17 @@ bench() { # NAME DEVICE
     umount /mnt/t
 }
 
-# Raw first, then Parallax, then raw again: a drift of the machine's speed during the run
-# (other work on its cores) shows as a difference between the two raw runs.
-bench raw "$loop"
-bench parallax /dev/nbd20
-bench raw2 "$loop"
+declare -A DEV=([raw]=$loop [nbd]=/dev/nbd21 [parallax]=/dev/nbd20)
+for r in $(seq "$ROUNDS"); do
+    order="raw nbd parallax"
+    [ $((r % 2)) -eq 0 ] && order="parallax nbd raw"
+    for t in $order; do bench "$t$([ "$r" -gt 1 ] && echo "$r")" "${DEV[$t]}"; done
+done
 nbd-client -d /dev/nbd20 >/dev/null
+nbd-client -d /dev/nbd21 >/dev/null
 losetup -d "$loop"
-kill "$serve"
+kill "$serve" "$base"
 wait "$serve"
+wait "$base"
 parallax -b $store check --quiet || fail "parallax check of the bench store"
 umount /mnt/scratch
