@@ -97,6 +97,18 @@ PY
     done
     fail "the relay did not start"
 }
+# relay_freeze: SIGSTOP the relay and wait until every one of its threads has stopped (kill
+# returns once the signal is sent; on a loaded machine a thread can still forward what it was
+# handed before it stops).
+relay_freeze() {
+    local i
+    kill -STOP "$RELAY"
+    for ((i = 0; i < 100; i++)); do
+        grep -qv '^[0-9]* ([^)]*) T ' /proc/"$RELAY"/task/*/stat || return 0
+        sleep 0.1
+    done
+    fail "the relay's threads did not all stop"
+}
 relay_kill() { kill -9 "$RELAY" 2>/dev/null; wait "$RELAY" 2>/dev/null || true; }
 
 declare -A SRV

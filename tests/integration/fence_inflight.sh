@@ -41,7 +41,7 @@ model a 11 0 65536
 n=$(prompts q1)
 
 # The write that will be in flight: sent into the frozen relay.
-kill -STOP "$RELAY"
+relay_freeze
 session_send q1 "write -P 99 0 65536"
 sleep $((lease + 2))
 session_wait q1 $((n + 1)) 0 && fail "h1's write completed although the relay was frozen: $(cat "$T/qio-q1.log")"

@@ -250,7 +250,7 @@ lun vdi-create e --size $size >/dev/null || fail "no VDI created with h1's lockd
 probe "$port_a" p3 "$T/p3.out" "$T/p3.go"
 p3=$PROBE
 wait_file "$T/p3.out" "^ready" "the probe could not say HELLO to h1's lockd"
-kill -STOP "$RELAY"
+relay_freeze
 # Asked right after the cut: the cut-off lockd may still grant it, within the window of its last
 # renewal; it must have taken it back (dropped the client) before h2's lockd grants it to p4.
 touch "$T/p3.go"
