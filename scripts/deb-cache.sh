@@ -61,7 +61,7 @@ deb_fetch() {
         [[ -z $file || -s $file ]] || want+=("$pkg=${DEB_CAND[$pkg]}")
     done
     if [[ ${#want[@]} -gt 0 ]]; then
-        echo "$DEB_WHO: downloading ${want[*]}" >&2
+        echo "$DEB_WHO: downloading ${#want[@]} packages: ${want[*]%%=*}" >&2
         _deb_download "${want[@]}"
         # apt-get stops at the first package it cannot get: the others one by one.
         for pkg in "${want[@]}"; do
