@@ -281,13 +281,14 @@ format: builddeps
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
 # (check and check-long name their makes through BESIDE_MAKE: a line naming $(MAKE) itself would
-# run even under make -n.) The fetch runs in a session of its own (setsid) so that it can be
-# stopped whole, with the apt-get it started.
+# run even under make -n.) The fetch runs in a session of its own (setsid: its process group's
+# id is its pid) so that it can be stopped whole, with the apt-get it started (dash's kill takes
+# no `--`).
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
 	@t0=$$(date +%s); \
 	setsid $(BESIDE_MAKE) lab-packages & fetch=$$!; \
-	trap 'kill -TERM -- -'$$fetch' 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	trap 'kill -TERM -'$$fetch' 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	$(BESIDE_MAKE) -j$(NPROC) $(CHECK_BUILD) lint layers || exit 1; \
 	t1=$$(date +%s); echo "make check: build $$((t1 - t0)) s"; \
 	$(BESIDE_MAKE) unit-all || { echo "make check: unit failed after $$(($$(date +%s) - t1)) s"; exit 1; }; \
