@@ -303,11 +303,11 @@ check: deps
 # build/test-logs/lab-packages.log). make check runs it in the background.
 lab-packages:
 	@mkdir -p $(B)/test-logs; t0=$$(date +%s); \
-	if { scripts/golden-image.sh --fetch && scripts/xen-lab.sh fetch; } \
+	if { scripts/golden-image.sh --fetch; g=$$?; scripts/xen-lab.sh fetch && [ $$g -eq 0 ]; } \
 	    >$(B)/test-logs/lab-packages.log 2>&1; then \
 	    echo "make check: lab packages ready in build/cache/debs ($$(($$(date +%s) - t0)) s)"; \
 	else \
-	    echo "make check: fetching the lab packages FAILED (exit $$?; log: $(B)/test-logs/lab-packages.log):" \
+	    echo "make check: fetching the lab packages FAILED (log: $(B)/test-logs/lab-packages.log):" \
 	        "vm_clones and xen_real will try again themselves"; \
 	    tail -5 $(B)/test-logs/lab-packages.log; exit 1; \
 	fi

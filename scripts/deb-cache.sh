@@ -62,12 +62,9 @@ deb_fetch() {
     done
     if [[ ${#want[@]} -gt 0 ]]; then
         echo "$DEB_WHO: downloading ${#want[@]} packages: ${want[*]%%=*}" >&2
+        # (Each is apt's candidate, so apt knows every version asked for; what fails is the
+        # mirror, and the packages that did come are kept.)
         _deb_download "${want[@]}"
-        # apt-get stops at the first package it cannot get: the others one by one.
-        for pkg in "${want[@]}"; do
-            file=$(_deb_file "${pkg%%=*}")
-            [[ -s $file ]] || _deb_download "$pkg"
-        done
     fi
     exec {fd}>&-
     for pkg in "$@"; do
