@@ -62,8 +62,8 @@ deb_fetch() {
     done
     if [[ ${#want[@]} -gt 0 ]]; then
         echo "$DEB_WHO: downloading ${#want[@]} packages: ${want[*]%%=*}" >&2
-        # (Each is apt's candidate, so apt knows every version asked for; what fails is the
-        # mirror, and the packages that did come are kept.)
+        # (Each is apt's candidate, so apt knows every version asked for: what can fail is the
+        # mirror, which asking again at once would not mend.)
         _deb_download "${want[@]}"
     fi
     exec {fd}>&-
