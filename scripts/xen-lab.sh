@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1 ;;
     --scratch) SCRATCH=$2 && shift ;;
     --shadow) SHADOW=1 ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac

@@ -83,9 +83,10 @@ echo "PLX-TIME dd-server-start $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.
 # The guest's disks: the lines of web3-pv-dd.cfg as written.
 mapfile -t disks < <(grep -o "'backend=$DD,[^']*'" "$GCFG" | tr -d "'")
 [ "${#disks[@]}" -eq 2 ] || fail "$GCFG: expected two disks with backend=$DD, found ${#disks[@]}"
-N=56 # web3's own chunks, from chunk $NG on, half a second apart: the guest is still writing
-#      when the live snapshot and the migration, slow under TCG, have been done
-guest_cfg web3 "c:xvdb:gold:0:$NG,ro:xvdb,c:xvda:gold:0:$NG,w:xvda:web3:$NG:$N:0.5" "${disks[@]}"
+N=64 # web3's own chunks, from chunk $NG on, a second apart: the guest is still writing when
+#      the live snapshot and the migration, slow under TCG, have been done (a migration at a
+#      load average of 10 took 165 s, while the guest wrote 35 chunks half a second apart)
+guest_cfg web3 "c:xvdb:gold:0:$NG,ro:xvdb,c:xvda:gold:0:$NG,w:xvda:web3:$NG:$N:1" "${disks[@]}"
 t0=$(ts)
 # Paused until the storage VM's xl devd has run block-parallax for both disks: xl create does
 # not wait for a driver domain's hotplug, and under TCG a booting guest starves the storage VM
