@@ -21,8 +21,10 @@ trap 'kill "$SYSLOGD" 2>/dev/null' EXIT
 until_up 30 test -S /dev/log || fail "syslogd did not start"
 
 parallax vdi-create web4 --size 64M >/dev/null || fail "vdi-create web4"
-N=48 # with a pause between chunks: still writing when the migration ends
-guest_cfg web4 "w:xvda:web4:0:$N:0.3" 'script=block-parallax,vdev=xvda,target=web4'
+# Half a second between chunks: still writing when the migration ends (at a load average of 10
+# the guest wrote 30 chunks 0.3 s apart during a 55 s migration).
+N=64
+guest_cfg web4 "w:xvda:web4:0:$N:0.5" 'script=block-parallax,vdev=xvda,target=web4'
 guest_start web4
 wait_console web4 '^plx-guest: wrote xvda 4$' 300 || fail "guest web4 did not write"
 
