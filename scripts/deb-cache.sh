@@ -7,7 +7,8 @@
 #                       candidate of those absent, all in one `apt-get download`; with no
 #                       package lists or no network, any cached version; die_fetch when a
 #                       package is neither downloadable nor cached
-#   deb_candidates PKG... fill DEB_CAND[PKG] with apt's candidate versions (one apt-cache call)
+#   deb_candidates PKG... fill DEB_CAND[PKG] with apt's candidate versions (one apt-cache call),
+#                       but for a package whose version the caller has set there already (a pin)
 #
 # One fetcher at a time holds the cache's lock (CACHE/.lock) while it looks and downloads: make
 # check fetches the packages in the background while it builds and runs the unit tests, and a lab
@@ -19,13 +20,16 @@
 declare -A DEB_CAND=() DEB=()
 
 deb_candidates() {
-    local line pkg=""
+    local line pkg="" ask=()
+    for pkg in "$@"; do [[ -n ${DEB_CAND[$pkg]:-} ]] || ask+=("$pkg"); done
+    [[ ${#ask[@]} -gt 0 ]] || return 0
+    pkg=""
     while IFS= read -r line; do
         case $line in
         [a-z0-9]*:) pkg=${line%:} ;;
         *Candidate:*) [[ -z $pkg ]] || DEB_CAND[$pkg]=${line##*Candidate: } ;;
         esac
-    done < <(apt-cache policy "$@" 2>/dev/null || true)
+    done < <(apt-cache policy "${ask[@]}" 2>/dev/null || true)
 }
 
 # _deb_file PKG: the cache's file of apt's candidate of PKG (whether it exists or not); empty
