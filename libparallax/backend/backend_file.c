@@ -55,6 +55,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+#include "aio_ring.h"
 #include "backend.h"
 #include "backend_done.h"
 #include "clock.h"
@@ -97,6 +98,7 @@ static int slot_direct(const struct file_backend *f, const struct file_slot *s)
 static void efd_signal(struct file_backend *f)
 {
     f->efd_clear = 0;
+    f->efd_owed++;
     plx_efd_signal(f->done.efd);
 }
 
@@ -162,6 +164,7 @@ static void *sync_thread(void *arg)
             s->link.status = rc;
             list_push(&f->thr_done, s);
         }
+        f->thr_signals++;
         plx_efd_signal(f->done.efd);
     }
     pthread_mutex_unlock(&f->mu);
@@ -196,6 +199,8 @@ static void reap_thread(struct file_backend *f)
         return;
     pthread_mutex_lock(&f->mu);
     struct plx_done_list done = plx_done_take(&f->thr_done);
+    f->efd_owed += (int64_t)(f->thr_signals - f->thr_signals_seen);
+    f->thr_signals_seen = f->thr_signals;
     pthread_mutex_unlock(&f->mu);
     struct file_slot *s;
     while ((s = list_pop(&done)) != NULL) {
@@ -322,7 +327,8 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
             trace_submit(f, s, plx_mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
-            f->efd_clear = 0;
+            if (!f->ring)
+                f->efd_clear = 0; /* (with the ring, its signal is counted: efd_owed) */
             return 0;
         }
         if (rc == -EAGAIN)
@@ -647,7 +653,8 @@ static void fua_group_submit(struct file_backend *f)
     if (rc == 1) {
         f->in_kernel++;
         f->fua_groups++;
-        f->efd_clear = 0;
+        if (!f->ring)
+            f->efd_clear = 0;
         return;
     }
     if (rc == -EINVAL || rc == -EOPNOTSUPP)
@@ -663,7 +670,14 @@ static int reap_kernel(struct file_backend *f)
     struct timespec zero = {0, 0};
 
     while (f->in_kernel > 0) {
-        int r = io_getevents(f->ctx, 0, REAP_BATCH, ev, &zero);
+        int r;
+        if (f->ring) {
+            r = plx_aio_ring_reap(f->ring, ev, REAP_BATCH);
+            f->efd_owed += r;
+        } else {
+            f->getevents_calls++;
+            r = io_getevents(f->ctx, 0, REAP_BATCH, ev, &zero);
+        }
         if (r == -EINTR)
             continue;
         if (r < 0)
@@ -704,10 +718,21 @@ static int file_poll(plx_backend *be, int timeout_ms)
         /* Drain first: anything completing after the reap below signals the eventfd again.
          * Nothing to drain if the count is known to be 0; after a drain it is when nothing
          * left could signal it from another thread or the kernel. */
-        int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep.prep_started;
-        if (!f->efd_clear || !quiet) {
-            plx_efd_drain(f->done.efd);
-            f->efd_clear = quiet;
+        if (f->ring) {
+            /* What may have signalled uncounted: the helper thread with jobs (its signals are
+             * counted when they are reaped), zeroing ahead, and events still in the ring. */
+            if (f->efd_owed > 0 || f->thr_busy > 0 || f->prep.prep_started ||
+                f->prep.prep_ranges != NULL || !plx_aio_ring_empty(f->ring)) {
+                f->efd_reads++;
+                f->efd_owed -= (int64_t)plx_efd_take(f->done.efd);
+            }
+        } else {
+            int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep.prep_started;
+            if (!f->efd_clear || !quiet) {
+                f->efd_reads++;
+                plx_efd_drain(f->done.efd);
+                f->efd_clear = quiet;
+            }
         }
         int rc = reap_kernel(f);
         if (rc < 0)

@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include "aio_ring.h"
 #include "backend_file_shared.h"
 
 #define FILE_MAX_SLOTS 1024
@@ -156,6 +157,10 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         return plx_backend_open_fail(err, errbuf, errlen, -rc, "io_setup for %s: %s", path,
                                      strerror(-rc));
     }
+    /* The completion ring read in user space (aio_ring.h); $PARALLAX_AIO_RING=0: io_getevents. */
+    const char *ring = getenv("PARALLAX_AIO_RING");
+    if (!f->blocking && !(ring && strcmp(ring, "0") == 0))
+        f->ring = plx_aio_ring_of(f->ctx);
     f->slots = calloc(nslots, sizeof(*f->slots));
     if (f->slots == NULL) {
         if (!f->blocking)
