@@ -104,7 +104,8 @@ struct file_backend {
      * $PARALLAX_FUA_GROUP=0. */
     int fua_group;
     struct plx_done_list fua_pending;
-    unsigned fua_groups; /* groups (their FDSYNC) with the kernel: at most one */
+    unsigned fua_groups;     /* groups (their FDSYNC) with the kernel: at most fua_groups_max */
+    unsigned fua_groups_max; /* 2, or $PARALLAX_FUA_GROUP when it is a number from 1 */
 };
 
 /* The seam's operations of a file backend (backend_file.c). */
