@@ -146,8 +146,14 @@ event_id_t tapdisk_server_register_event(char mode, int fd, struct timeval timeo
     for (int i = 0; i < TDD_MAX_EVENTS; i++) {
         if (events[i].used)
             continue;
-        events[i] = (struct tdd_event){1, next_event_id++, mode, fd, cb, private,
-                                       (mode & SCHEDULER_POLL_TIMEOUT) && timeout.tv_sec >= 0};
+        int due = (mode & SCHEDULER_POLL_TIMEOUT) && timeout.tv_sec >= 0;
+        events[i] = (struct tdd_event){.used = 1,
+                                       .id = next_event_id++,
+                                       .mode = mode,
+                                       .fd = fd,
+                                       .cb = cb,
+                                       .private = private,
+                                       .due = due};
         return events[i].id;
     }
     return -ENOMEM;

@@ -531,9 +531,8 @@ static uint64_t wakes_for_overwrites(const char *params_opts, int kick)
     else
         ck_assert_uint_eq(tdd_timeout_sets() - sets0, 0);
     for (size_t i = 0; i < N; i++)
-        ck_assert_int_eq(io_sync(drv, TD_OP_READ, back + i * SECS * SEC, (td_sector_t)(i * 64),
-                                 SECS),
-                         0);
+        ck_assert_int_eq(
+            io_sync(drv, TD_OP_READ, back + i * SECS * SEC, (td_sector_t)(i * 64), SECS), 0);
     ck_assert_mem_eq(back, buf, (size_t)N * SECS * SEC);
     close_ok(drv);
     free(buf);
@@ -550,7 +549,8 @@ START_TEST(test_kick_spares_wakes)
         uint64_t without = wakes_for_overwrites(modes[m], 0);
         tdd_reset();
         if (verbose())
-            fprintf(stderr, "mode '%s': wakes for 64 overwrites: %llu with the kick, %llu without\n",
+            fprintf(stderr,
+                    "mode '%s': wakes for 64 overwrites: %llu with the kick, %llu without\n",
                     modes[m], (unsigned long long)with, (unsigned long long)without);
         ck_assert_uint_eq(with, 0);
         ck_assert_uint_ge(without, 64);
