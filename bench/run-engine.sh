@@ -11,15 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-if make -n bench-engine >/dev/null 2>&1; then
-    make bench-engine
-else
-    # Before the Makefile has the target: build it the same way by hand.
-    make build/libparallax.a
-    ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-        -Wmissing-prototypes -Wno-unused-parameter -O2 -g -Ilibparallax/include -Ilibparallax \
-        bench/engine.c bench/engine_*.c build/libparallax.a -laio -lpthread -lm -o build/bench-engine
-fi
+make bench-engine
 
 mkdir -p bench/results
 host=$(hostname -s 2>/dev/null || echo host)

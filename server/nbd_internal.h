@@ -185,9 +185,6 @@ int nbd_retry_arm(struct nbd_server *srv);
 
 /* ---- nbd_transmission.c: requests and their replies ----------------------------------------- */
 
-void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
-                      uint32_t length);
-void nbd_reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err);
 void nbd_req_finish(struct req *r, int status);
 void nbd_handle_request(struct conn *c, uint16_t flags, uint16_t type, uint64_t handle,
                         uint64_t off, uint32_t len, const unsigned char *payload, char *owned);

@@ -43,8 +43,8 @@ static void reply_simple(struct conn *c, uint64_t handle, uint32_t err, char *da
 }
 
 /* A structured chunk header (20 bytes) into h. */
-void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
-                      uint32_t length)
+static void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t handle,
+                             uint32_t length)
 {
     put32(h, NBD_MAGIC_STRUCTURED);
     put16(h + 4, flags);
@@ -53,7 +53,7 @@ void nbd_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t 
     put32(h + 16, length);
 }
 
-void nbd_reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err)
+static void nbd_reply_error(struct conn *c, uint16_t type, uint64_t handle, uint32_t err)
 {
     if (c->structured && (type == NBD_CMD_READ || type == NBD_CMD_BLOCK_STATUS)) {
         unsigned char h[26];
