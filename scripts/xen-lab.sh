@@ -23,7 +23,9 @@
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
 # a new directory under build/xen-lab/runs), --store-size SIZE (default 2G, sparse),
 # --timeout SECONDS (of one boot; default 300 plus 400 per case), --keep (keep the run directory of a passing run),
-# --scratch SIZE (a second, empty virtio disk for dom0: /dev/vdb).
+# --scratch SIZE (a second, empty virtio disk for dom0: /dev/vdb), --shadow (a Xen with shadow
+# paging, which `xl migrate` of a PV guest needs; `run` takes it by itself for a case whose
+# file says "# xen-lab: shadow": see "Shadow paging" below and docs/xen-lab.md).
 #
 # The blockstore is a raw image given to dom0 as a virtio disk (/dev/vda, the dom0's
 # /etc/parallax/blockstore); after the run this script checks it with `parallax check` on the
@@ -35,9 +37,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${PLX_DEB_CACHE:-$ROOT/build/cache/debs}
-LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab}
 QEMU=${PLX_QEMU:-qemu-system-x86_64}
 OUT="" STORE_SIZE=2G TIMEOUT="" KEEP=0 SCRATCH="" SCRATCH_IMG="" BOOT_EXTRA=""
+SHADOW=${PLX_XEN_SHADOW:-0}
 
 die() { echo "xen-lab: $*" >&2; exit 1; }
 die_fetch() { echo "xen-lab: $*" >&2; exit 3; }
@@ -49,7 +51,8 @@ while [[ $# -gt 0 ]]; do
     --timeout) TIMEOUT=$2 && shift ;;
     --keep) KEEP=1 ;;
     --scratch) SCRATCH=$2 && shift ;;
-    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+    --shadow) SHADOW=1 ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
@@ -128,6 +131,47 @@ kernel_deb() {
     fi
 }
 
+# ---- shadow paging ------------------------------------------------------------------------------
+# `xl migrate` of a PV guest needs Xen's log-dirty mode, which Xen implements for PV guests with
+# shadow paging. Debian's security update 4.17.7+13-g2445b30a44-0+deb12u1 builds Xen without it
+# (XSA-495 "x86 shadow paging is deprecated": `# CONFIG_SHADOW_PAGING is not set` in its
+# /boot/xen-4.17-amd64.config; `xl migrate` then fails at once with "xc: error: Failed to
+# enable logdirty: 95"). bookworm's own 4.17.5+72-g01140da4e8-1 has it. With --shadow the lab
+# takes the newest version of Xen apt knows whose hypervisor package says
+# CONFIG_SHADOW_PAGING=y, and every package built from the xen source at that same version (the
+# toolstack must match the hypervisor), in a lab directory of its own (build/xen-lab-shadow).
+# (Not a rebuild of the security update with shadow paging turned back on: the mirror serves no
+# source for it, only for 4.17.5+72, whose build is the package's own configuration.)
+XEN_SRC_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-utils
+    libxenmisc4.17 libxenstore4 libxencall1 libxenevtchn1 libxenforeignmemory1 libxengnttab1
+    libxentoollog1 libxendevicemodel1 libxenhypfs1 libxentoolcore1)
+
+has_shadow() { # HYPERVISOR_DEB
+    dpkg-deb --fsys-tarfile "$1" | tar -xO ./boot/xen-4.17-amd64.config 2>/dev/null |
+        grep -qx 'CONFIG_SHADOW_PAGING=y'
+}
+
+# shadow_pin: point CAND at such a version for every package of XEN_SRC_DEBS.
+shadow_pin() {
+    local hv=xen-hypervisor-4.17-amd64 v deb pick=""
+    for v in $(apt-cache madison "$hv" 2>/dev/null | awk -F' *[|] *' '{ print $2 }' |
+        LC_ALL=C sort -u | sort -r -V); do
+        CAND[$hv]=$v
+        deb=$(fetch "$hv" 2>/dev/null) || continue
+        [[ $deb == *"_${v//:/%3a}_amd64.deb" ]] && has_shadow "$deb" && { pick=$v; break; }
+    done
+    if [[ -z $pick ]]; then # no package lists or no network: a cached one
+        for deb in $(find "$CACHE" -maxdepth 1 -name "${hv}_*_amd64.deb" | sort -r -V); do
+            has_shadow "$deb" || continue
+            pick=${deb##*/"${hv}"_} pick=${pick%_amd64.deb} pick=${pick//%3a/:}
+            break
+        done
+    fi
+    [[ -n $pick ]] || die_fetch "no version of $hv with CONFIG_SHADOW_PAGING=y in apt or $CACHE"
+    echo "xen-lab: shadow paging: Xen $pick" >&2
+    for p in "${XEN_SRC_DEBS[@]}"; do CAND[$p]=$pick; done
+}
+
 # ---- assembling the images ---------------------------------------------------------------------
 # copy_with_libs ROOT FILE...: copy host programs into ROOT (same path) with the shared libraries
 # they need that ROOT does not have yet.
@@ -191,6 +235,7 @@ build() {
 
     local debs=() root="$work/dom0" groot="$work/guest"
     candidates "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}" "${DOM0_DEBS[@]}"
+    [[ $SHADOW -eq 0 ]] || shadow_pin
     for p in "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"; do
         debs+=("$(fetch "$p")") || exit $?
     done
@@ -444,6 +489,14 @@ run() {
     fi
     [[ $failed -eq 0 ]]
 }
+
+# A case that needs shadow paging says so in its file; the whole run then takes that Xen.
+if [[ $CMD == run ]]; then
+    for c in "$@"; do
+        grep -qx '# xen-lab: shadow' "$ROOT/tests/xen/cases/${c%.sh}.sh" 2>/dev/null && SHADOW=1
+    done
+fi
+LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab$([[ $SHADOW -eq 0 ]] || echo -shadow)}
 
 case $CMD in
 build) build ;;

@@ -72,6 +72,7 @@ int plx_td_store_get(const char *path, int want_ro, struct plx_td_store **out)
         return -ENOMEM;
     memcpy(ps->path, real, sizeof ps->path);
     ps->event = -1;
+    ps->kick_event = -1;
     ps->tick_fd = -1;
     ps->tick_event = -1;
     char err[512] = "";
@@ -98,6 +99,16 @@ int plx_td_store_get(const char *path, int want_ro, struct plx_td_store **out)
         return ev;
     }
     ps->event = ev;
+    /* The kick (block-parallax.h), off until a request is submitted; $PARALLAX_TD_KICK=0 leaves it
+     * out, so that the engine wakes itself per request as before (for comparisons). Without it
+     * the store is only slower. */
+    const char *kick = getenv("PARALLAX_TD_KICK");
+    if (!kick || strcmp(kick, "0") != 0) {
+        ps->kick_event = tapdisk_server_register_event(SCHEDULER_POLL_TIMEOUT, -1, TV_INF,
+                                                       plx_td_store_kick, ps);
+        if (ps->kick_event < 0)
+            ps->kick_event = -1;
+    }
     /* tapdisk's scheduler services the store whenever its descriptor is readable, the engine's
      * timers included: a loop like a server's engine thread, so a request that needs a new
      * extent waits on it as a request waits (its claim's admin lock too), and the disks served
@@ -108,6 +119,8 @@ int plx_td_store_get(const char *path, int want_ro, struct plx_td_store **out)
     if (rc < 0) {
         tlog_syslog(TLOG_WARN, "parallax: blockstore %s: %s", real, plx_store_errmsg(ps->st));
         tapdisk_server_unregister_event(ev);
+        if (ps->kick_event >= 0)
+            tapdisk_server_unregister_event(ps->kick_event);
         plx_store_close(ps->st);
         free(ps);
         return rc;
@@ -133,6 +146,8 @@ int plx_td_store_put(struct plx_td_store *ps)
     }
     if (ps->event >= 0)
         tapdisk_server_unregister_event(ps->event);
+    if (ps->kick_event >= 0)
+        tapdisk_server_unregister_event(ps->kick_event);
     if (ps->tick_event >= 0)
         tapdisk_server_unregister_event(ps->tick_event);
     if (ps->tick_fd >= 0)

@@ -60,6 +60,13 @@ struct plx_td_store {
     int refs;
     int failed;       /* negative errno once plx_store_service reported the store stopped */
     event_id_t event; /* -1 when not registered */
+    /* A timeout event, off (TV_INF) until a request is submitted from tapdisk's loop, then due
+     * at once (TV_ZERO): the next loop turn services the store, so the engine needs no wake-up
+     * of its own (an eventfd write and read per request) for what the submission deferred.
+     * tapdisk arms its own events this way (its log reopen). -1: none (the engine wakes). */
+    event_id_t kick_event;
+    int kicked;     /* kick_event is due and the engine was told it will be serviced */
+    int in_service; /* inside plx_store_service, called from here */
     /* With a write log attached by a disk's parameters: a 100 ms timer applying the write
      * cache's automatic mode to the store's writable disks (plx_vdi_wcache_tick). */
     int tick_fd;            /* -1: none */
@@ -99,6 +106,7 @@ struct plx_td_disk {
 /* block-parallax.c: tapdisk read event on plx_store_fd(): the engine has completions or I/O to
  * advance. */
 void plx_td_store_event(event_id_t id, char mode, void *private);
+void plx_td_store_kick(event_id_t id, char mode, void *private);
 
 /* block-parallax-open.c */
 /* Find or open the process's store for `path` (blocking: open() may); drop a reference (1: the

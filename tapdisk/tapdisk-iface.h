@@ -150,11 +150,14 @@ typedef void (*event_cb_t)(event_id_t id, char mode, void *private);
 
 /* drivers/timeout-math.h */
 #define TV_ZERO ((struct timeval){0, 0})
+#define TV_INF ((struct timeval){(time_t)-1, 0})
 
 /* drivers/tapdisk-server.h: returns the event id (>= 0) or a negative errno. */
 event_id_t tapdisk_server_register_event(char mode, int fd, struct timeval timeout, event_cb_t cb,
                                          void *private);
 void tapdisk_server_unregister_event(event_id_t id);
+/* A timeout event's timeout from now on (TV_INF: never); 0 or a negative errno. */
+int tapdisk_server_event_set_timeout(event_id_t id, struct timeval timeout);
 
 /* drivers/tapdisk-log.h */
 #define TLOG_WARN 0

@@ -27,10 +27,15 @@ void plx_efd_signal(int efd)
 
 void plx_efd_drain(int efd)
 {
+    (void)plx_efd_take(efd);
+}
+
+uint64_t plx_efd_take(int efd)
+{
     uint64_t v;
-    if (read(efd, &v, sizeof(v)) < 0) {
-        /* EAGAIN: nothing signalled */
-    }
+    if (read(efd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+        return 0; /* EAGAIN: nothing signalled */
+    return v;
 }
 
 int64_t plx_poll_deadline(int timeout_ms)

@@ -69,6 +69,8 @@ void plx_efd_signal(int efd);
 /* Make it not readable (a read takes the whole count: not EFD_SEMAPHORE; a second read would
  * only find a signal that came after the first, whose work the caller's reap finds anyway). */
 void plx_efd_drain(int efd);
+/* plx_efd_drain, returning the count it took (0: nothing was signalled). */
+uint64_t plx_efd_take(int efd);
 
 /* The eventfd and the finished I/Os, for a backend whose eventfd is readable exactly while
  * `ready` is not empty (plx_done_finish and plx_done_deliver keep it so). */

@@ -12,7 +12,7 @@
  * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
  * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
  * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
- * are plain writes; those whose data is reaped share one aio FDSYNC, one in flight at most
+ * are plain writes; those whose data is reaped share one aio FDSYNC, two in flight at most
  * (fua_group_submit), and complete with it. With $PARALLAX_FUA_GROUP=0 such a write carries
  * RWF_DSYNC while another one is in flight, else goes through the helper thread (see
  * slot_begin). With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and the other
@@ -55,6 +55,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+#include "aio_ring.h"
 #include "backend.h"
 #include "backend_done.h"
 #include "clock.h"
@@ -97,6 +98,7 @@ static int slot_direct(const struct file_backend *f, const struct file_slot *s)
 static void efd_signal(struct file_backend *f)
 {
     f->efd_clear = 0;
+    f->efd_owed++;
     plx_efd_signal(f->done.efd);
 }
 
@@ -162,6 +164,7 @@ static void *sync_thread(void *arg)
             s->link.status = rc;
             list_push(&f->thr_done, s);
         }
+        f->thr_signals++;
         plx_efd_signal(f->done.efd);
     }
     pthread_mutex_unlock(&f->mu);
@@ -196,6 +199,8 @@ static void reap_thread(struct file_backend *f)
         return;
     pthread_mutex_lock(&f->mu);
     struct plx_done_list done = plx_done_take(&f->thr_done);
+    f->efd_owed += (int64_t)(f->thr_signals - f->thr_signals_seen);
+    f->thr_signals_seen = f->thr_signals;
     pthread_mutex_unlock(&f->mu);
     struct file_slot *s;
     while ((s = list_pop(&done)) != NULL) {
@@ -322,7 +327,8 @@ static int slot_start(struct file_backend *f, struct file_slot *s)
             trace_submit(f, s, plx_mono_ns() - t0);
         if (rc == 1) {
             f->in_kernel++;
-            f->efd_clear = 0;
+            if (!f->ring)
+                f->efd_clear = 0; /* (with the ring, its signal is counted: efd_owed) */
             return 0;
         }
         if (rc == -EAGAIN)
@@ -620,15 +626,17 @@ static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
 }
 
 /* Make the FUA data writes whose data was reaped durable with one aio FDSYNC: it runs after their
- * writes completed, so its flush covers them all. One in flight at most: the writes reaped while
- * it runs wait for it to end and form the next group (the block layer would make a second flush
- * wait for the one at the device anyway). Not one per write: a FUA write with RWF_DSYNC (or an
- * aio FDSYNC of its own) costs a kernel worker that blocks in its own flush, several context
+ * writes completed, so its flush covers them all. Two in flight at most (fua_groups_max): the
+ * second waits for the first at the block layer, which starts it the moment the first ends,
+ * where a group waiting in the engine for that end started its flush only after a round through
+ * the engine's loop (bench/notes/fua-tapdisk.md: 1.6x at QD 32 through tapdisk); the writes
+ * reaped while both run wait and form the next group. Not one per write: a FUA write with RWF_DSYNC
+ * (or an aio FDSYNC of its own) costs a kernel worker that blocks in its own flush, several context
  * switches per write on a busy machine; nor the helper thread, whose hand-offs (its mutex,
  * its wakeup, its eventfd) cost more still (bench/notes/fua-tapdisk.md). */
 static void fua_group_submit(struct file_backend *f)
 {
-    if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups > 0))
+    if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups >= f->fua_groups_max))
         return;
     struct plx_done_list members = plx_done_take(&f->fua_pending);
     struct fua_group *g = f->fua_group ? calloc(1, sizeof *g) : NULL;
@@ -647,7 +655,8 @@ static void fua_group_submit(struct file_backend *f)
     if (rc == 1) {
         f->in_kernel++;
         f->fua_groups++;
-        f->efd_clear = 0;
+        if (!f->ring)
+            f->efd_clear = 0;
         return;
     }
     if (rc == -EINVAL || rc == -EOPNOTSUPP)
@@ -663,7 +672,14 @@ static int reap_kernel(struct file_backend *f)
     struct timespec zero = {0, 0};
 
     while (f->in_kernel > 0) {
-        int r = io_getevents(f->ctx, 0, REAP_BATCH, ev, &zero);
+        int r;
+        if (f->ring) {
+            r = plx_aio_ring_reap(f->ring, ev, REAP_BATCH);
+            f->efd_owed += r;
+        } else {
+            f->getevents_calls++;
+            r = io_getevents(f->ctx, 0, REAP_BATCH, ev, &zero);
+        }
         if (r == -EINTR)
             continue;
         if (r < 0)
@@ -704,10 +720,21 @@ static int file_poll(plx_backend *be, int timeout_ms)
         /* Drain first: anything completing after the reap below signals the eventfd again.
          * Nothing to drain if the count is known to be 0; after a drain it is when nothing
          * left could signal it from another thread or the kernel. */
-        int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep.prep_started;
-        if (!f->efd_clear || !quiet) {
-            plx_efd_drain(f->done.efd);
-            f->efd_clear = quiet;
+        if (f->ring) {
+            /* What may have signalled uncounted: the helper thread with jobs (its signals are
+             * counted when they are reaped), zeroing ahead, and events still in the ring. */
+            if (f->efd_owed > 0 || f->thr_busy > 0 || f->prep.prep_started ||
+                f->prep.prep_ranges != NULL || !plx_aio_ring_empty(f->ring)) {
+                f->efd_reads++;
+                f->efd_owed -= (int64_t)plx_efd_take(f->done.efd);
+            }
+        } else {
+            int quiet = f->in_kernel == 0 && f->thr_busy == 0 && !f->prep.prep_started;
+            if (!f->efd_clear || !quiet) {
+                f->efd_reads++;
+                plx_efd_drain(f->done.efd);
+                f->efd_clear = quiet;
+            }
         }
         int rc = reap_kernel(f);
         if (rc < 0)

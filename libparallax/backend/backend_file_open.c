@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include "aio_ring.h"
 #include "backend_file_shared.h"
 
 #define FILE_MAX_SLOTS 1024
@@ -143,6 +144,11 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
     const char *group = getenv("PARALLAX_FUA_GROUP");
     f->fua_group =
         !f->blocking && !(flags & PLX_BACKEND_FLUSH_THREAD) && !(group && strcmp(group, "0") == 0);
+    /* Up to two groups' flushes in flight: the second group's FDSYNC waits at the block layer,
+     * not in the engine's loop, for the first to end, and starts as soon as it does (at QD 32
+     * through tapdisk 1.6x one in flight, bench/notes/fua-tapdisk.md). $PARALLAX_FUA_GROUP=N
+     * (N >= 1) sets it (for measurements). */
+    f->fua_groups_max = group && atoi(group) >= 1 ? (unsigned)atoi(group) : 2;
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)
@@ -156,6 +162,10 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         return plx_backend_open_fail(err, errbuf, errlen, -rc, "io_setup for %s: %s", path,
                                      strerror(-rc));
     }
+    /* The completion ring read in user space (aio_ring.h); $PARALLAX_AIO_RING=0: io_getevents. */
+    const char *ring = getenv("PARALLAX_AIO_RING");
+    if (!f->blocking && !(ring && strcmp(ring, "0") == 0))
+        f->ring = plx_aio_ring_of(f->ctx);
     f->slots = calloc(nslots, sizeof(*f->slots));
     if (f->slots == NULL) {
         if (!f->blocking)

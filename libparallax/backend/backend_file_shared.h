@@ -64,6 +64,19 @@ struct file_backend {
      * with the kernel, no job with the helper thread, no zeroing thread), and nothing signalled
      * since. poll() then skips its read: a QD1 stream paid one per idle poll. */
     int efd_clear;
+    /* The aio context's completion ring, read in user space (aio_ring.h) instead of with
+     * io_getevents; NULL when this reader does not know its layout, in blocking mode or with
+     * $PARALLAX_AIO_RING=0. Reading it, poll() reads the eventfd only when a signal may be in
+     * it: efd_owed counts the signals known to be sent (each event reaped from the ring: the
+     * kernel signals once per iocb of ours, after the event is in the ring; each of our own;
+     * each of the helper thread's, counted under its mutex) less the counts the reads took. With
+     * the ring empty, the helper thread idle, no zeroing ahead and efd_owed <= 0 the count is 0,
+     * and a poll that finds nothing makes no system call (efd_clear is not used then). */
+    struct plx_aio_ring *ring;
+    int64_t efd_owed;
+    unsigned thr_signals, thr_signals_seen; /* the helper thread's signals, under mu */
+    /* System calls poll() made, for tests: io_getevents, and reads of the eventfd. */
+    uint64_t getevents_calls, efd_reads;
     int aio_fdsync, rwf_dsync; /* cleared when the kernel refuses them */
 
     /* fdatasync helper thread, started on first need */
@@ -91,7 +104,8 @@ struct file_backend {
      * $PARALLAX_FUA_GROUP=0. */
     int fua_group;
     struct plx_done_list fua_pending;
-    unsigned fua_groups; /* groups (their FDSYNC) with the kernel: at most one */
+    unsigned fua_groups;     /* groups (their FDSYNC) with the kernel: at most fua_groups_max */
+    unsigned fua_groups_max; /* 2, or $PARALLAX_FUA_GROUP when it is a number from 1 */
 };
 
 /* The seam's operations of a file backend (backend_file.c). */

@@ -215,6 +215,7 @@ void plx_wake(plx_store *st)
 {
     uint64_t one = 1;
     st->wake_pending = true;
+    st->wakes++;
     if (write(st->wake_fd, &one, sizeof one) < 0) {
         /* The counter cannot overflow in practice; a failed wake only delays work to the next
          * service call. */

@@ -127,6 +127,7 @@ struct plx_store {
      * below keep their waits short (lock_lockd.c's ALIVE). */
     bool serving;
     bool wake_pending; /* wake_fd was written since plx_store_service last read it */
+    uint64_t wakes;    /* writes to wake_fd (plx_wake): what a host's loop spares, for tests */
     /* Armed plx_timers, and the timerfd in the epoll set that makes plx_store_fd() readable
      * when the earliest is due: programmed for timer_fd_at (0: disarmed). It is moved only
      * earlier when a timer is armed (no system call for a later deadline); a wake-up for a

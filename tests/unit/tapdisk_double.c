@@ -126,7 +126,11 @@ struct tdd_event {
     int fd;
     event_cb_t cb;
     void *private;
+    /* SCHEDULER_POLL_TIMEOUT: due in the next round (the driver only ever arms TV_ZERO: now). */
+    int due;
 };
+
+static unsigned timeout_sets;
 
 static struct tdd_event events[TDD_MAX_EVENTS];
 static event_id_t next_event_id = 1;
@@ -142,7 +146,14 @@ event_id_t tapdisk_server_register_event(char mode, int fd, struct timeval timeo
     for (int i = 0; i < TDD_MAX_EVENTS; i++) {
         if (events[i].used)
             continue;
-        events[i] = (struct tdd_event){1, next_event_id++, mode, fd, cb, private};
+        int due = (mode & SCHEDULER_POLL_TIMEOUT) && timeout.tv_sec >= 0;
+        events[i] = (struct tdd_event){.used = 1,
+                                       .id = next_event_id++,
+                                       .mode = mode,
+                                       .fd = fd,
+                                       .cb = cb,
+                                       .private = private,
+                                       .due = due};
         return events[i].id;
     }
     return -ENOMEM;
@@ -157,6 +168,25 @@ void tapdisk_server_unregister_event(event_id_t id)
         }
     }
     bad_unregisters++;
+}
+
+int tapdisk_server_event_set_timeout(event_id_t id, struct timeval timeout)
+{
+    for (int i = 0; i < TDD_MAX_EVENTS; i++) {
+        if (events[i].used && events[i].id == id) {
+            if (!(events[i].mode & SCHEDULER_POLL_TIMEOUT))
+                return -EINVAL;
+            timeout_sets++;
+            events[i].due = timeout.tv_sec >= 0;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+unsigned tdd_timeout_sets(void)
+{
+    return timeout_sets;
 }
 
 unsigned tdd_event_count(void)
@@ -186,29 +216,50 @@ static int fire_id(event_id_t id, char mode)
     return 0;
 }
 
+/* One round of tapdisk's scheduler: wait for the read descriptors (not at all when a timeout
+ * event is due, as select with a zero timeout), then run the ready and due events in the order
+ * they were registered; a due timeout event stays due (tapdisk re-arms it with its timeout)
+ * until its owner sets it off. */
 int tdd_fire_ready(int timeout_ms)
 {
     struct pollfd pfd[TDD_MAX_EVENTS];
     event_id_t ids[TDD_MAX_EVENTS];
-    int n = 0;
+    char modes[TDD_MAX_EVENTS];
+    int slot_of_fd[TDD_MAX_EVENTS];
+    int n = 0, due = 0;
     for (int i = 0; i < TDD_MAX_EVENTS; i++) {
+        slot_of_fd[i] = -1;
+        if (events[i].used && (events[i].mode & SCHEDULER_POLL_TIMEOUT) && events[i].due)
+            due = 1;
         if (!events[i].used || !(events[i].mode & SCHEDULER_POLL_READ_FD))
             continue;
         pfd[n].fd = events[i].fd;
         pfd[n].events = POLLIN;
         pfd[n].revents = 0;
-        ids[n] = events[i].id;
+        slot_of_fd[i] = n;
         n++;
     }
-    if (n == 0)
+    if (n == 0 && !due)
         return 0;
-    int rc = poll(pfd, (nfds_t)n, timeout_ms);
-    if (rc <= 0)
+    int rc = n ? poll(pfd, (nfds_t)n, due ? 0 : timeout_ms) : 0;
+    if (rc < 0)
         return 0;
+    int m = 0;
+    for (int i = 0; i < TDD_MAX_EVENTS; i++) {
+        if (!events[i].used)
+            continue;
+        int j = slot_of_fd[i];
+        if (j >= 0 && (pfd[j].revents & (POLLIN | POLLERR | POLLHUP))) {
+            ids[m] = events[i].id;
+            modes[m++] = SCHEDULER_POLL_READ_FD;
+        } else if ((events[i].mode & SCHEDULER_POLL_TIMEOUT) && events[i].due) {
+            ids[m] = events[i].id;
+            modes[m++] = SCHEDULER_POLL_TIMEOUT;
+        }
+    }
     int fired = 0;
-    for (int i = 0; i < n; i++)
-        if (pfd[i].revents & (POLLIN | POLLERR | POLLHUP))
-            fired += fire_id(ids[i], SCHEDULER_POLL_READ_FD);
+    for (int i = 0; i < m; i++)
+        fired += fire_id(ids[i], modes[i]);
     return fired;
 }
 

@@ -55,6 +55,8 @@ uint64_t tdd_sectors_completed_of(const void *tag);
 
 /* Events currently registered. */
 unsigned tdd_event_count(void);
+/* Calls of tapdisk_server_event_set_timeout (arming or disarming a timeout event). */
+unsigned tdd_timeout_sets(void);
 /* Calls of tapdisk_server_unregister_event naming no registered event. */
 unsigned tdd_bad_unregisters(void);
 /* Wait up to timeout_ms for any registered read descriptor to become readable, then run the

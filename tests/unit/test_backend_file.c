@@ -21,8 +21,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "aio_ring.h"
 #include "backend.h"
 #include "backend_fault.h"
+#include "backend_file_shared.h"
 #include "backend_fixture.h"
 #include "testutil.h"
 #include "tgtd.h"
@@ -118,6 +120,12 @@ static struct {
     unsigned calls, eagains, refused;
     unsigned fdsyncs, prio_rt, prio_other; /* submitted: FDSYNCs, I/Os with a priority */
     unsigned rwf_dsync;                    /* submitted: writes with RWF_DSYNC */
+    /* IO_CMD_FDSYNC (alone in a call): kept here, not given to the kernel, until
+     * aio_release_held() submits them; the caller sees them accepted. */
+    int hold_fdsync;
+    unsigned nheld;
+    struct iocb *held[8];
+    io_context_t held_ctx;
 } aio_fault;
 
 #define TEST_IOCB_FLAG_IOPRIO (1 << 1) /* <linux/aio_abi.h>, which clashes with libaio.h */
@@ -142,6 +150,12 @@ int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
             aio_fault.refused++;
             return -EPERM;
         }
+    }
+    if (aio_fault.hold_fdsync && nr == 1 && ios[0]->aio_lio_opcode == IO_CMD_FDSYNC &&
+        aio_fault.nheld < 8) {
+        aio_fault.held[aio_fault.nheld++] = ios[0];
+        aio_fault.held_ctx = ctx;
+        return 1;
     }
     long rc = syscall(SYS_io_submit, ctx, nr, ios);
     for (long i = 0; i < rc; i++) {
@@ -441,6 +455,170 @@ START_TEST(test_file_fua_group)
 }
 END_TEST
 
+/* The aio context's completion ring read in user space (aio_ring.c) on a real context: writes
+ * plain and FUA (their group FDSYNC too) are reaped with no io_getevents, polls with nothing
+ * completed read nothing (not even the eventfd), and no signal is left behind once all is
+ * delivered (nothing would keep the engine's loop busy). With $PARALLAX_AIO_RING=0 the same
+ * writes go through io_getevents, as they did before. */
+static void ring_round(plx_backend *be, uint64_t first, uint64_t seed)
+{
+    enum { N = 48 };
+    unsigned char *buf = plx_block_alloc(N);
+    struct rec r[N];
+    int count = 0;
+    for (int i = 0; i < N; i++) {
+        tu_fill(buf + (size_t)i * BS, BS, seed + (uint64_t)i);
+        r[i].counter = &count;
+        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, first + (uint64_t)i, 1,
+                                    buf + (size_t)i * BS, i % 2 ? PLX_IO_FUA : 0),
+                         0);
+    }
+    drain_via_fd(be);
+    ck_assert_int_eq(count, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(r[i].status, 0);
+        ck_assert(has_pattern(be, first + (uint64_t)i, 1, seed + (uint64_t)i));
+    }
+    plx_block_free(buf);
+}
+
+START_TEST(test_file_aio_ring)
+{
+    plx_backend *be = make_backend(K_FILE_RT, 256);
+    struct file_backend *f = (struct file_backend *)be;
+    ck_assert_ptr_nonnull(f->ring); /* (every kernel since aio's ring has had this layout) */
+    ring_round(be, 0, 300);
+    ck_assert_uint_eq(f->getevents_calls, 0);
+    /* Everything delivered: the eventfd holds nothing, and idle polls make no system call. */
+    ck_assert_int_ge(be->ops->poll(be, 0), 0);
+    ck_assert_uint_eq(efd_count(be->ops->fd(be)), 0);
+    uint64_t reads = f->efd_reads;
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(be->ops->poll(be, 0), 0);
+    ck_assert_uint_eq(f->efd_reads, reads);
+    /* Again on the same context, its head moved on by the first round. */
+    ring_round(be, 100, 400);
+    ck_assert_uint_eq(f->getevents_calls, 0);
+    ck_assert_int_ge(be->ops->poll(be, 0), 0);
+    ck_assert_uint_eq(efd_count(be->ops->fd(be)), 0);
+    be->ops->destroy(be);
+
+    setenv("PARALLAX_AIO_RING", "0", 1);
+    be = make_backend(K_FILE_RT, 256);
+    unsetenv("PARALLAX_AIO_RING");
+    f = (struct file_backend *)be;
+    ck_assert_ptr_null(f->ring);
+    ring_round(be, 0, 500);
+    ck_assert_uint_gt(f->getevents_calls, 0);
+    be->ops->destroy(be);
+}
+END_TEST
+
+/* A ring whose header this reader does not know is not read (the backend keeps io_getevents);
+ * one it knows is read from head to tail, around its end, and head is moved past what was
+ * taken. On a ring in memory, laid out as the kernel's. */
+START_TEST(test_aio_ring_reader)
+{
+    enum { NR = 4 };
+    size_t size = sizeof(struct plx_aio_ring) + NR * sizeof(struct io_event);
+    struct plx_aio_ring *r = calloc(1, size);
+    r->nr = NR;
+    r->header_length = sizeof *r;
+    ck_assert_ptr_null(plx_aio_ring_of((io_context_t)(void *)r)); /* no magic */
+    r->magic = 0xa10a10a1u;
+    r->incompat_features = 1;
+    ck_assert_ptr_null(plx_aio_ring_of((io_context_t)(void *)r));
+    r->incompat_features = 0;
+    r->header_length = 64;
+    ck_assert_ptr_null(plx_aio_ring_of((io_context_t)(void *)r));
+    r->header_length = sizeof *r;
+    ck_assert_ptr_null(plx_aio_ring_of(NULL));
+    ck_assert_ptr_eq(plx_aio_ring_of((io_context_t)(void *)r), r);
+    struct io_event ev[NR];
+    ck_assert(plx_aio_ring_empty(r));
+    ck_assert_int_eq(plx_aio_ring_reap(r, ev, NR), 0);
+    /* Three events from slot 2: slots 2, 3, 0. */
+    r->head = r->tail = 2;
+    for (unsigned i = 0; i < 3; i++) {
+        r->events[(2 + i) % NR].res = 10 + i;
+        r->events[(2 + i) % NR].data = (void *)(uintptr_t)(100 + i);
+    }
+    r->tail = 1;
+    ck_assert(!plx_aio_ring_empty(r));
+    ck_assert_int_eq(plx_aio_ring_reap(r, ev, 2), 2); /* at most max */
+    ck_assert_uint_eq(r->head, 0);
+    ck_assert_int_eq(plx_aio_ring_reap(r, ev + 2, NR), 1);
+    ck_assert_uint_eq(r->head, 1);
+    ck_assert(plx_aio_ring_empty(r));
+    for (unsigned i = 0; i < 3; i++) {
+        ck_assert_uint_eq(ev[i].res, 10 + i);
+        ck_assert_ptr_eq(ev[i].data, (void *)(uintptr_t)(100 + i));
+    }
+    free(r);
+}
+END_TEST
+
+static void aio_release_held(void)
+{
+    for (unsigned i = 0; i < aio_fault.nheld; i++) {
+        struct iocb *p = aio_fault.held[i];
+        ck_assert_int_eq(syscall(SYS_io_submit, aio_fault.held_ctx, 1L, &p), 1);
+        aio_fault.fdsyncs++;
+    }
+    aio_fault.nheld = 0;
+}
+
+/* FUA data writes reaped while a group's flush is in flight form a second group, whose flush goes
+ * to the kernel at once (two in flight; with one, it waited for the first to come back through
+ * the engine's loop); a third waits. No write is delivered before its group's flush ends. The
+ * kernel is kept from running the flushes (held in the io_submit stand-in) until released. */
+static void fua_batch(plx_backend *be, struct rec *r, int *count, unsigned char *buf, uint64_t at)
+{
+    unsigned long before = efd_count(be->ops->fd(be));
+    for (int i = 0; i < 4; i++) {
+        r[i].counter = count;
+        ck_assert_int_eq(rec_submit(be, &r[i], PLX_IO_WRITE, at + (uint64_t)i, 1,
+                                    buf + (size_t)i * BS, PLX_IO_FUA),
+                         0);
+    }
+    /* Their data written before the backend looks: one poll reaps the four. */
+    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < before + 4; t++)
+        usleep(1000);
+    ck_assert_int_ge(be->ops->poll(be, 0), 0);
+}
+
+START_TEST(test_file_fua_groups_in_flight)
+{
+    plx_backend *be = make_backend(K_FILE_RT, 64);
+    memset(&aio_fault, 0, sizeof aio_fault);
+    unsigned char *buf = plx_block_alloc(4);
+    for (int i = 0; i < 4; i++)
+        tu_fill(buf + (size_t)i * BS, BS, 77 + (uint64_t)i);
+    struct rec r[3][4];
+    int count = 0;
+    aio_fault.hold_fdsync = 1;
+    fua_batch(be, r[0], &count, buf, 0);
+    ck_assert_uint_eq(aio_fault.nheld, 1);
+    fua_batch(be, r[1], &count, buf, 8);
+    ck_assert_uint_eq(aio_fault.nheld, 2); /* the second group's flush: not waiting for the first */
+    fua_batch(be, r[2], &count, buf, 16);
+    ck_assert_uint_eq(aio_fault.nheld, 2); /* the third waits */
+    ck_assert_int_eq(count, 0);            /* written, none durable yet: none delivered */
+    aio_fault.hold_fdsync = 0;
+    aio_release_held();
+    drain_via_fd(be);
+    ck_assert_int_eq(count, 12);
+    ck_assert_uint_eq(aio_fault.fdsyncs, 3); /* one per group */
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 4; i++) {
+            ck_assert_int_eq(r[b][i].status, 0);
+            ck_assert(has_pattern(be, (uint64_t)(8 * b + i), 1, 77 + (uint64_t)i));
+        }
+    plx_block_free(buf);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_file_blocking_fua_and_flush)
 {
     plx_backend *be = make_backend(K_FILE_BLOCK, 64);
@@ -539,6 +717,9 @@ static Suite *backend_file_suite(void)
     tcase_add_test(tc, test_file_old_kernel_fallbacks);
     tcase_add_test(tc, test_file_urgent_ioprio);
     tcase_add_test(tc, test_file_fua_group);
+    tcase_add_test(tc, test_file_aio_ring);
+    tcase_add_test(tc, test_file_fua_groups_in_flight);
+    tcase_add_test(tc, test_aio_ring_reader);
     tcase_add_test(tc, test_file_urgent_ioprio_refused);
     tcase_add_test(tc, test_file_blocking_no_aio_context);
     tcase_add_test(tc, test_file_blocking_fua_and_flush);

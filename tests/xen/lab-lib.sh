@@ -21,6 +21,7 @@
 #   vdi_prefix VDI SEED START N MIN [MAX]   the VDI holds a clean prefix of the guest's
 #                                sequential writes: chunks complete, at most one partly written,
 #                                then untouched ones; at least MIN and at most MAX complete
+#   migrate_local NAME           `xl migrate NAME localhost`, ended in a failure if it fails
 #   guest_wait_any, wait_console_any, wait_domain_gone, no_nbd_left: see below
 #   fail MSG                     print the guest consoles (and the storage VM's logs) and MSG,
 #                                exit 1
@@ -254,6 +255,20 @@ no_nbd_left() {
     local d left=""
     for d in /sys/block/nbd*; do [ -e "$d/pid" ] && left+=" ${d##*/}"; done
     [ -z "$left" ] || fail "NBD devices still connected after the guests ended:$left"
+}
+
+# migrate_local NAME: xl reaches the destination host with `ssh HOST xl migrate-receive`; -s
+# names the command used instead of ssh, here one that runs the rest of its arguments on this
+# host (the destination is this dom0, and the lab has no sshd). The case's file needs the line
+# "# xen-lab: shadow" (a Xen with shadow paging: docs/xen-lab.md). xl's output in /tmp/migrate.xl.
+migrate_local() {
+    local t0
+    printf '#!/bin/sh\n# ssh HOST COMMAND... for HOST = this host\nshift\nexec "$@"\n' >/tmp/local-ssh
+    chmod 755 /tmp/local-ssh
+    t0=$(ts)
+    xlc migrate -s /tmp/local-ssh "$1" localhost >/tmp/migrate.xl 2>&1 ||
+        fail "xl migrate $1 localhost failed"
+    echo "PLX-TIME migrate $(awk -v a="$t0" -v b="$(ts)" 'BEGIN { printf "%.1f", b - a }')"
 }
 
 # ---- the storage VM (tests/xen/dd-init.sh; tests/xen/cases/storagevm.sh) ----------------------

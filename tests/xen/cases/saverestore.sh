@@ -4,11 +4,10 @@
 # a new domain, runs block-parallax add for the same VDI, and the guest resumes, finishes its
 # writes and reads everything back; the VDI holds it all and nothing is left attached.
 #
-# Not `xl migrate`: live migration of a PV guest needs log-dirty mode, which Xen implements for
-# PV guests with shadow paging, and Debian's Xen 4.17 is built without it (CONFIG_SHADOW_PAGING
-# unset in /boot/xen-4.17-amd64.config): `xl migrate` fails with "Failed to enable logdirty: 95".
 # A save/restore is the non-live half of a migration (xl migrate is a save piped into a
-# restore), and runs the same hotplug remove/add for the guest's disk.
+# restore) on Debian's current Xen, which lacks the shadow paging a live migration of a PV guest
+# needs; the live one, with both domains holding the VDI for a moment, is
+# tests/xen/cases/migrate.sh, booted on a Xen that has it (docs/xen-lab.md).
 # shellcheck source=tests/xen/lab-lib.sh
 . /plx/lab-lib.sh
 
