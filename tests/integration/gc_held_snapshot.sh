@@ -38,25 +38,40 @@ wait_socket "$sock" "$server" "$T/serve.log"
 
 # ---- The client holding ro2@s: qemu-io reading commands from a FIFO ----------------------------
 mkfifo "$T/qio.fifo"
-qemu-io -r -f raw "$(uri ro2@s)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
-qio_pid=$!
-bg_pid "$qio_pid"
-exec 3>"$T/qio.fifo"
 on_exit 'exec 3>&-'
-qio_sent=0
+# qio_open EXPORT: a qemu-io client holding EXPORT read-only, its commands written to fd 3 (the
+# FIFO), its output in a log of its own, $T/qioN.log, made here before qemu-io starts and only
+# appended to by it. qemu-io's shell opens the log only after the FIFO's open returns, that is
+# after `exec 3>` here, so a `>` there truncates the log at some moment after qio has begun to
+# count prompts in it: on a shared log qio counted the last session's prompts, took them for the
+# answer, and a moment later found none ("qemu-io stuck: " with an empty log, beside CPU hogs);
+# or it went on before the new client had even connected.
+qio_n=0
+qio_open() {
+    qio_n=$((qio_n + 1))
+    qio_log=$T/qio$qio_n.log
+    : >"$qio_log"
+    qemu-io -r -f raw "$(uri "$1")" <"$T/qio.fifo" >>"$qio_log" 2>&1 &
+    qio_pid=$!
+    bg_pid "$qio_pid"
+    exec 3>"$T/qio.fifo"
+    qio_sent=0
+}
 # qio CMD: run one command on the held connection and wait (bounded) until qemu-io prompts again.
 qio() {
     local i
     echo "$1" >&3
     qio_sent=$((qio_sent + 1))
     for ((i = 0; i < 600; i++)); do
-        (($(grep -o 'qemu-io>' "$T/qio.log" | wc -l) > qio_sent)) && break
-        kill -0 "$qio_pid" 2>/dev/null || fail "qemu-io exited: $(cat "$T/qio.log")"
+        (($(grep -o 'qemu-io>' "$qio_log" | wc -l) > qio_sent)) && break
+        kill -0 "$qio_pid" 2>/dev/null || fail "qemu-io exited: $(cat "$qio_log")"
         sleep 0.1
     done
-    (($(grep -o 'qemu-io>' "$T/qio.log" | wc -l) > qio_sent)) || fail "qemu-io stuck: $(tail "$T/qio.log")"
-    ! grep -Eqi 'fail|error' "$T/qio.log" || fail "qemu-io: $(grep -Ei 'fail|error' "$T/qio.log" | head -3)"
+    (($(grep -o 'qemu-io>' "$qio_log" | wc -l) > qio_sent)) ||
+        fail "qemu-io stuck after $qio_sent commands (${qio_log##*/}): $(tail "$qio_log")"
+    ! grep -Eqi 'fail|error' "$qio_log" || fail "qemu-io: $(grep -Ei 'fail|error' "$qio_log" | head -3)"
 }
+qio_open ro2@s
 qio "read -P 0x5a 0 4k" # the server has opened ro2@s and cached a path of its tree
 
 # ---- Delete what the client holds, collect, and write a new VDI through the same server ------
@@ -119,12 +134,7 @@ rm -f "$sock" # as below: wait_socket must see this server's socket, not one lef
 server=$!
 bg_pid "$server"
 wait_socket "$sock" "$server" "$T/serve2.log"
-qio_sent=0
-: >"$T/qio.log"
-qemu-io -r -f raw "$(uri filler2@1)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
-qio_pid=$!
-bg_pid "$qio_pid"
-exec 3>"$T/qio.fifo"
+qio_open filler2@1
 qio "read -P 0xff 0 16M"
 plx snap-delete filler2@1
 plx gc >/dev/null
@@ -152,11 +162,7 @@ PARALLAX_HOST_ID=host-b "$PARALLAX" -b "$T/store.img" serve --unix "$sock" >"$T/
 server=$!
 bg_pid "$server"
 wait_socket "$sock" "$server" "$T/serve3.log"
-qio_sent=0
-qemu-io -r -f raw "$(uri filler2@b)" <"$T/qio.fifo" >"$T/qio.log" 2>&1 &
-qio_pid=$!
-bg_pid "$qio_pid"
-exec 3>"$T/qio.fifo"
+qio_open filler2@b
 qio "read -P 0x11 0 4k"
 plx vdi-delete filler2 # and its snapshots; this host's gc must keep what host-b reads
 plx gc --json >"$T/gc5.json"

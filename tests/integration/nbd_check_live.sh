@@ -31,7 +31,14 @@ fio --name=hot --ioengine=nbd --uri="nbd+unix:///hot?socket=$sock" --rw=randwrit
     --output="$T/fio.out" >/dev/null 2>&1 &
 fio_pid=$!
 bg_pid "$fio_pid"
-sleep 1
+# Until fio has connected, the server has not opened hot and nothing writes: wait (bounded) for
+# its lock on hot (a fixed `sleep 1` was too short beside CPU hogs: plain check then found no
+# writer and exited 0).
+for ((i = 0; i < 300; i++)); do
+    [[ $(plx vdi-list --json | jq -r '.[] | select(.name == "hot") | .lock_holder') == "" ]] || break
+    kill -0 "$fio_pid" 2>/dev/null || fail "fio exited before it wrote: $(cat "$T/fio.out")"
+    sleep 0.1
+done
 
 # Plain check: refused, names the server, changes nothing.
 expect_fail 3 plx check
