@@ -267,19 +267,50 @@ format: builddeps
 #    (make layers) once the library's objects are;
 # 2. the unit tests, plain and sanitized (unit-all);
 # 3. the integration scripts, the alone ones first, then the others.
+# Each phase ends with its line "make check: PHASE N s" (wall seconds), and the last line sums
+# them up: where a run's time went.
+# Beside them from the start, the Debian packages the lab tests are made of (lab-packages) are
+# fetched in the background: the download waits on the network while the build and the unit
+# tests keep the CPUs busy, instead of holding up vm_clones and xen_real on a clean clone. Those
+# scripts take the package cache's lock (scripts/deb-cache.sh): one that starts before the fetch
+# has ended waits for it, and after a failed fetch (its line says so) downloads what is missing
+# itself, as it would alone. If make check stops early, the fetch is stopped too.
 # The smoke runs of the benchmarks (some 9 minutes beside the integration scripts at a load of
 # 12-19), the crash harness's second seeds and sanitized run, and the long parts of some
 # integration scripts are in check-long.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 CHECK_BUILD := all $(UNIT_BINS) $(UNIT_SAN_BINS) $(B)/test/parallax $(B)/tapdisk-standin $(B)/make-v1
-# (check-long names its two side-by-side makes through BESIDE_MAKE: a line naming $(MAKE) itself
-# would run them even under make -n.)
+# (check and check-long name their makes through BESIDE_MAKE: a line naming $(MAKE) itself would
+# run even under make -n.) The fetch runs in a session of its own (setsid: its process group's
+# id is its pid) so that it can be stopped whole, with the apt-get it started (dash's kill takes
+# no `--`).
 BESIDE_MAKE = $(MAKE) --no-print-directory
 check: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(CHECK_BUILD) lint layers
-	@$(MAKE) --no-print-directory unit-all
-	@tests/run-integration.sh
-	@echo "make check: all passed"
+	@t0=$$(date +%s); \
+	setsid $(BESIDE_MAKE) lab-packages & fetch=$$!; \
+	trap 'kill -TERM -'$$fetch' 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	$(BESIDE_MAKE) -j$(NPROC) $(CHECK_BUILD) lint layers || exit 1; \
+	t1=$$(date +%s); echo "make check: build $$((t1 - t0)) s"; \
+	$(BESIDE_MAKE) unit-all || { echo "make check: unit failed after $$(($$(date +%s) - t1)) s"; exit 1; }; \
+	t2=$$(date +%s); echo "make check: unit $$((t2 - t1)) s"; \
+	tests/run-integration.sh || { echo "make check: integration failed after $$(($$(date +%s) - t2)) s"; exit 1; }; \
+	t3=$$(date +%s); echo "make check: integration $$((t3 - t2)) s"; \
+	wait $$fetch; trap - EXIT; \
+	echo "make check: all passed in $$((t3 - t0)) s (build $$((t1 - t0)) s, unit $$((t2 - t1)) s, integration $$((t3 - t2)) s)"
+
+# The Debian packages of the lab tests (the golden image of vm_clones, the Xen lab of xen_real)
+# fetched into build/cache/debs, nothing built; one line says how it went (log:
+# build/test-logs/lab-packages.log). make check runs it in the background.
+lab-packages:
+	@mkdir -p $(B)/test-logs; t0=$$(date +%s); \
+	if { scripts/golden-image.sh --fetch; g=$$?; scripts/xen-lab.sh fetch && [ $$g -eq 0 ]; } \
+	    >$(B)/test-logs/lab-packages.log 2>&1; then \
+	    echo "make check: lab packages ready in build/cache/debs ($$(($$(date +%s) - t0)) s)"; \
+	else \
+	    echo "make check: fetching the lab packages FAILED (log: $(B)/test-logs/lab-packages.log):" \
+	        "vm_clones and xen_real will try again themselves"; \
+	    tail -5 $(B)/test-logs/lab-packages.log; exit 1; \
+	fi
 
 # The smoke runs of the benchmarks, one after the other (make check-long runs them beside the
 # crash harness's long runs).
@@ -454,5 +485,5 @@ include mk/install.mk
 # rest of build/ holds unpacked Debian packages (the Xen lab), whose etc/*.d are no makefiles.
 -include $(shell find $(B)/obj $(B)/san $(B)/test/obj -name '*.d' -type f 2>/dev/null)
 
-.PHONY: all unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
+.PHONY: all lab-packages unit unit-san unit-all check-long crash-long integration lint layers format check check-xen xen-lab xendeps builddeps deps demo clean bench-engine bench-smoke bench bench-iscsi bench-cluster bench-cluster-smoke bench-soak bench-soak-smoke bench-wcache-tapdisk FORCE \
         bench-suite-smoke bench-clones bench-clones-smoke bench-wcache bench-smokes

@@ -2,6 +2,8 @@
 # Build the golden image: a small bootable Linux guest made only from Debian packages.
 #
 #   scripts/golden-image.sh [--cache DIR] [--size SIZE] OUTDIR
+#   scripts/golden-image.sh [--cache DIR] --fetch      only fetch its packages into the cache
+#                                                      (make check does it in the background)
 #
 # OUTDIR receives
 #   vmlinuz       the kernel of Debian's linux-image-cloud-amd64 (the package it depends on)
@@ -17,8 +19,8 @@
 #
 # Packages come from the Debian mirror by `apt-get download` (no install, no root needed for the
 # download itself) and are kept in the cache directory (default build/cache/debs, or
-# $PLX_DEB_CACHE), so a second build fetches nothing. Without network the cached .deb files are
-# used. The image is made without mounting anything: `mkfs.ext4 -d` fills it from a directory.
+# $PLX_DEB_CACHE; scripts/deb-cache.sh, shared with the Xen lab), so a second build fetches
+# nothing. Without network the cached .deb files are used. The image is made without mounting anything: `mkfs.ext4 -d` fills it from a directory.
 #
 # What the guest does is chosen on the kernel command line (plx.mode=..., see
 # tests/vm/guest-init.sh), so one image serves every test.
@@ -31,17 +33,20 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${PLX_DEB_CACHE:-$ROOT/build/cache/debs}
 SIZE=192M
 OUT=""
+FETCH_ONLY=0
 while [[ $# -gt 0 ]]; do
     case $1 in
     --cache) CACHE=$2 && shift ;;
     --size) SIZE=$2 && shift ;;
+    --fetch) FETCH_ONLY=1 ;;
     -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     -*) echo "golden-image: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1 ;;
     esac
     shift
 done
-[[ -n $OUT ]] || { echo "usage: scripts/golden-image.sh [--cache DIR] [--size SIZE] OUTDIR" >&2; exit 2; }
+[[ -n $OUT || $FETCH_ONLY -eq 1 ]] ||
+    { echo "usage: scripts/golden-image.sh [--cache DIR] [--size SIZE] OUTDIR | --fetch" >&2; exit 2; }
 
 die() {
     echo "golden-image: $*" >&2
@@ -52,49 +57,31 @@ die_fetch() {
     echo "golden-image: $*" >&2
     exit 3
 }
-for c in dpkg-deb mkfs.ext4 cpio gzip; do
-    command -v "$c" >/dev/null || die "$c not found (scripts/install-deps.sh test installs it)"
-done
-
-mkdir -p "$CACHE" "$OUT"
-# apt-get download writes into the current directory as the _apt user where it can; a root-owned
-# cache makes it warn and download as root instead, which is fine. Silence only that warning.
-
-# fetch PACKAGE: print the path of PACKAGE's .deb in the cache, downloading it if absent. The
-# version wanted is the candidate apt knows; with no package lists (or no network) any cached
-# version of that package is used.
-fetch() {
-    local pkg=$1 ver file deb
-    ver=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
-    if [[ -n $ver && $ver != "(none)" ]]; then
-        # .deb names spell the epoch's ':' as %3a.
-        file="$CACHE/${pkg}_${ver//:/%3a}_amd64.deb"
-        if [[ ! -s $file ]]; then
-            echo "golden-image: downloading $pkg $ver" >&2
-            (cd "$CACHE" && apt-get download -q "$pkg=$ver" 2>&1 | grep -v 'unsandboxed' >&2) || true
-        fi
-        [[ -s $file ]] && { echo "$file"; return 0; }
-    fi
-    deb=$(find "$CACHE" -maxdepth 1 -name "${pkg}_*_amd64.deb" | LC_ALL=C sort | tail -1)
-    [[ -n $deb ]] || die_fetch "cannot get $pkg: not in $CACHE and apt-get download failed" \
-        "(is the Debian mirror reachable? run apt-get update)"
-    echo "golden-image: using cached $(basename "$deb")" >&2
-    echo "$deb"
-}
+# The packages, from the cache shared with the Xen lab (one fetcher at a time, whole files only).
+DEB_WHO=golden-image
+# shellcheck source=scripts/deb-cache.sh
+. "$ROOT/scripts/deb-cache.sh"
 
 # The cloud kernel: linux-image-cloud-amd64 is a metapackage; the kernel is in the package it
-# depends on (linux-image-<abi>-cloud-amd64).
+# depends on (linux-image-<abi>-cloud-amd64); with no package lists, the newest cached one.
 kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
     sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-cloud-amd64\)$/\1/p' | head -1 || true)
+deb_fetch ${kpkg:+"$kpkg"} busybox-static
+bdeb=${DEB[busybox-static]}
 if [[ -z $kpkg ]]; then
     kdeb=$(find "$CACHE" -maxdepth 1 -name 'linux-image-[0-9]*-cloud-amd64_*_amd64.deb' |
         LC_ALL=C sort | tail -1)
     [[ -n $kdeb ]] || die_fetch "apt-cache knows no linux-image-cloud-amd64 and none is cached (apt-get update?)"
     echo "golden-image: using cached $(basename "$kdeb")" >&2
 else
-    kdeb=$(fetch "$kpkg")
+    kdeb=${DEB[$kpkg]}
 fi
-bdeb=$(fetch busybox-static)
+[[ $FETCH_ONLY -eq 0 ]] || exit 0
+
+for c in dpkg-deb mkfs.ext4 cpio gzip; do
+    command -v "$c" >/dev/null || die "$c not found (scripts/install-deps.sh test installs it)"
+done
+mkdir -p "$OUT"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/golden-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT

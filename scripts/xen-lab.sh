@@ -4,6 +4,8 @@
 # nothing installed on the machine beyond QEMU: the Xen and kernel packages are fetched with
 # `apt-get download` into build/cache/debs and unpacked with dpkg-deb (docs/xen-lab.md).
 #
+#   scripts/xen-lab.sh fetch            only fetch the packages into build/cache/debs (make
+#                                       check does it in the background while it builds)
 #   scripts/xen-lab.sh build            assemble build/xen-lab/ (Xen, kernel, dom0 and guest
 #                                       initramfs); `shell` and `run` do it first themselves
 #   scripts/xen-lab.sh shell            boot Xen and dom0 with a root shell on this terminal
@@ -17,7 +19,8 @@
 #                                       a raw file and the same file behind qemu-nbd
 #                                       (tests/xen/cases/dom0-bench.sh; a scratch disk of
 #                                       --scratch SIZE, default 8G, sparse; PLX_BENCH_ROUNDS
-#                                       rounds, default 2; 20-40 minutes)
+#                                       rounds, default 2; 20-40 minutes); its images, with
+#                                       qemu-nbd, are build/xen-lab/bench/
 #   scripts/xen-lab.sh list             the cases
 #
 # Options (before the command): --out DIR (a run's serial log and blockstore image; default
@@ -52,13 +55,13 @@ while [[ $# -gt 0 ]]; do
     --keep) KEEP=1 ;;
     --scratch) SCRATCH=$2 && shift ;;
     --shadow) SHADOW=1 ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     -*) echo "xen-lab: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
     shift
 done
-[[ $# -ge 1 ]] || { sed -n '7,21p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '7,24p' "$0" >&2; exit 2; }
 CMD=$1
 shift
 
@@ -69,10 +72,12 @@ XEN_DEBS=(xen-hypervisor-4.17-amd64 xen-utils-4.17 xen-utils-common xenstore-uti
     libxenmisc4.17 libxenstore4 libxencall1 libxenevtchn1 libxenforeignmemory1 libxengnttab1
     libxentoollog1 libxendevicemodel1 libxenhypfs1 libxentoolcore1 libyajl2)
 OTHER_DEBS=(nbd-client libnl-genl-3-200 busybox-static)
-# For dom0 only (not the storage VM): qemu-nbd, the plain user-space NBD server the dom0
-# benchmark measures Parallax against (tests/xen/cases/dom0-bench.sh); of its package only
-# qemu-nbd is kept.
-DOM0_DEBS=(qemu-utils)
+# For the dom0 benchmark only (`bench`, tests/xen/cases/dom0-bench.sh): qemu-nbd, the plain
+# user-space NBD server it measures Parallax against; of its package only qemu-nbd is kept, in
+# dom0 only (not the storage VM). `bench` has images of its own (build/xen-lab/bench/), so the
+# other commands (and make check) neither fetch nor unpack it.
+BENCH_DEBS=(qemu-utils)
+WITH_BENCH=0
 # Programs taken from this (Debian 12) machine with their libraries: the hotplug scripts are
 # bash and need util-linux's flock (busybox has none); e2fsprogs, the two benchmarks and
 # util-linux's losetup (direct I/O) for the dom0 file-system runs; util-linux's mountpoint,
@@ -82,53 +87,32 @@ HOST_PROGS=(bash flock mke2fs e2fsck bonnie++ postmark losetup mountpoint)
 MOD_DIRS=(drivers/block drivers/xen drivers/virtio fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto
     arch/x86/crypto)
 
-# The candidate versions apt knows of every package, asked once (apt-cache takes seconds a call
-# on a busy machine).
-declare -A CAND=()
-candidates() {
-    local line pkg=""
-    while IFS= read -r line; do
-        case $line in
-        [a-z0-9]*:) pkg=${line%:} ;;
-        *Candidate:*) [[ -z $pkg ]] || CAND[$pkg]=${line##*Candidate: } ;;
-        esac
-    done < <(apt-cache policy "$@" 2>/dev/null || true)
-}
+# The packages, from the cache shared with the golden image (scripts/deb-cache.sh: one fetcher at a
+# time, whole files only).
+DEB_WHO=xen-lab
+# shellcheck source=scripts/deb-cache.sh
+. "$ROOT/scripts/deb-cache.sh"
 
-# fetch PACKAGE: print the cached .deb of PACKAGE, downloading apt's candidate if absent; with
-# no package lists or no network, any cached version.
-fetch() {
-    local pkg=$1 ver file deb
-    ver=${CAND[$pkg]:-}
-    if [[ -n $ver && $ver != "(none)" ]]; then
-        file="$CACHE/${pkg}_${ver//:/%3a}_amd64.deb"
-        if [[ ! -s $file ]]; then
-            echo "xen-lab: downloading $pkg $ver" >&2
-            (cd "$CACHE" && apt-get download -q "$pkg=$ver" 2>&1 | grep -v unsandboxed >&2) || true
-        fi
-        [[ -s $file ]] && { echo "$file"; return 0; }
-    fi
-    deb=$(find "$CACHE" -maxdepth 1 -name "${pkg}_*_amd64.deb" | LC_ALL=C sort | tail -1)
-    [[ -n $deb ]] || die_fetch "cannot get $pkg: not in $CACHE and apt-get download failed" \
-        "(is the Debian mirror reachable? run apt-get update)"
-    echo "$deb"
-}
-
+# fetch_packages: the .deb of every package the images need (DEB[...]; the kernel's in KDEB).
 # The kernel: linux-image-amd64 names the versioned package (it has the PV dom0 support and
-# hvc0; the cloud kernel lacks the backends).
-kernel_deb() {
-    local k
+# hvc0; the cloud kernel lacks the backends); with no package lists, the newest cached one.
+KDEB=""
+fetch_packages() {
+    local k t0=$SECONDS
     k=$(apt-cache depends linux-image-amd64 2>/dev/null |
         sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\)$/\1/p' | head -1 || true)
+    [[ $SHADOW -eq 0 ]] || shadow_pin
+    local pkgs=("${XEN_DEBS[@]}" "${OTHER_DEBS[@]}" ${k:+"$k"})
+    [[ $WITH_BENCH -eq 0 ]] || pkgs+=("${BENCH_DEBS[@]}")
+    deb_fetch "${pkgs[@]}"
     if [[ -n $k ]]; then
-        candidates "$k"
-        fetch "$k"
+        KDEB=${DEB[$k]}
     else
-        k=$(find "$CACHE" -maxdepth 1 -name 'linux-image-[0-9]*-amd64_*_amd64.deb' |
+        KDEB=$(find "$CACHE" -maxdepth 1 -name 'linux-image-[0-9]*-amd64_*_amd64.deb' |
             grep -v cloud | LC_ALL=C sort | tail -1)
-        [[ -n $k ]] || die_fetch "apt-cache knows no linux-image-amd64 and none is cached"
-        echo "$k"
+        [[ -n $KDEB ]] || die_fetch "apt-cache knows no linux-image-amd64 and none is cached"
     fi
+    echo "xen-lab: packages ready in ${CACHE#"$ROOT"/} ($((SECONDS - t0)) s)" >&2
 }
 
 # ---- shadow paging ------------------------------------------------------------------------------
@@ -151,13 +135,15 @@ has_shadow() { # HYPERVISOR_DEB
         grep -qx 'CONFIG_SHADOW_PAGING=y'
 }
 
-# shadow_pin: point CAND at such a version for every package of XEN_SRC_DEBS.
+# shadow_pin: pin DEB_CAND (scripts/deb-cache.sh: deb_fetch asks apt only for the others) to
+# such a version for every package of XEN_SRC_DEBS.
 shadow_pin() {
     local hv=xen-hypervisor-4.17-amd64 v deb pick=""
     for v in $(apt-cache madison "$hv" 2>/dev/null | awk -F' *[|] *' '{ print $2 }' |
         LC_ALL=C sort -u | sort -r -V); do
-        CAND[$hv]=$v
-        deb=$(fetch "$hv" 2>/dev/null) || continue
+        DEB_CAND[$hv]=$v
+        # (In a subshell: a version that cannot be fetched ends only it.)
+        deb=$(deb_fetch "$hv" 2>/dev/null && echo "${DEB[$hv]}") || continue
         [[ $deb == *"_${v//:/%3a}_amd64.deb" ]] && has_shadow "$deb" && { pick=$v; break; }
     done
     if [[ -z $pick ]]; then # no package lists or no network: a cached one
@@ -169,7 +155,7 @@ shadow_pin() {
     fi
     [[ -n $pick ]] || die_fetch "no version of $hv with CONFIG_SHADOW_PAGING=y in apt or $CACHE"
     echo "xen-lab: shadow paging: Xen $pick" >&2
-    for p in "${XEN_SRC_DEBS[@]}"; do CAND[$p]=$pick; done
+    for p in "${XEN_SRC_DEBS[@]}"; do DEB_CAND[$p]=$pick; done
 }
 
 # ---- assembling the images ---------------------------------------------------------------------
@@ -222,39 +208,43 @@ inputs_hash() {
 }
 
 build() {
-    local stamp want work kdeb kver deb d p
-    mkdir -p "$CACHE" "$LAB"
+    local stamp want work kdeb kver deb d p t0=$SECONDS
+    mkdir -p "$CACHE" "$IMG"
     make -C "$ROOT" --no-print-directory -s all
     command -v dpkg-deb >/dev/null || die "dpkg-deb not found (Debian 12 only)"
     for p in cpio xz "$QEMU"; do
         command -v "$p" >/dev/null || die "$p not found (run scripts/install-deps.sh xen as root)"
     done
-    work=$(mktemp -d "$LAB/assemble.XXXXXX")
+    work=$(mktemp -d "$IMG/assemble.XXXXXX")
     # shellcheck disable=SC2064 # expand now
     trap "rm -rf '$work'" EXIT
 
     local debs=() root="$work/dom0" groot="$work/guest"
-    candidates "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}" "${DOM0_DEBS[@]}"
-    [[ $SHADOW -eq 0 ]] || shadow_pin
-    for p in "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"; do
-        debs+=("$(fetch "$p")") || exit $?
-    done
-    local dom0_debs=()
-    for p in "${DOM0_DEBS[@]}"; do
-        dom0_debs+=("$(fetch "$p")") || exit $?
-    done
-    kdeb=$(kernel_deb) || exit $?
-    want=$(inputs_hash "${debs[@]}" "${dom0_debs[@]}" "$kdeb")
-    stamp=$(cat "$LAB/stamp" 2>/dev/null || true)
-    if [[ $stamp == "$want" && -s $LAB/dom0.cpio && -s $LAB/xen && -s $LAB/vmlinux ]]; then
+    fetch_packages
+    for p in "${XEN_DEBS[@]}" "${OTHER_DEBS[@]}"; do debs+=("${DEB[$p]}"); done
+    local bench_debs=()
+    if [[ $WITH_BENCH -eq 1 ]]; then
+        for p in "${BENCH_DEBS[@]}"; do bench_debs+=("${DEB[$p]}"); done
+    fi
+    kdeb=$KDEB
+    want=$(inputs_hash "${debs[@]}" ${bench_debs[@]+"${bench_debs[@]}"} "$kdeb")
+    stamp=$(cat "$IMG/stamp" 2>/dev/null || true)
+    if [[ $stamp == "$want" && -s $IMG/dom0.cpio && -s $IMG/xen && -s $IMG/vmlinux ]]; then
         rm -rf "$work"
         trap - EXIT
         return 0
     fi
-    echo "xen-lab: assembling Xen, dom0 and guest images in ${LAB#"$ROOT"/}" >&2
+    echo "xen-lab: assembling Xen, dom0 and guest images in ${IMG#"$ROOT"/}" >&2
+    t0=$SECONDS
     mkdir -p "$root" "$groot" "$work/k"
     for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$root"; done
-    dpkg-deb -x "$kdeb" "$work/k"
+    # Of the kernel's package only what the images take: vmlinuz, the module lists and MOD_DIRS.
+    # Unpacking all of it (some 5,000 files, 400 MB of modules) and deleting them afterwards took
+    # 23 of the 37 s the images took on a busy machine. (tar stops at the archive's end marker;
+    # cat reads the rest, so that dpkg-deb is not killed by a broken pipe.)
+    local kpat=('./boot/vmlinuz-*' './lib/modules/*/modules.builtin' './lib/modules/*/modules.order')
+    for d in "${MOD_DIRS[@]}"; do kpat+=("./lib/modules/*/kernel/$d"); done
+    dpkg-deb --fsys-tarfile "$kdeb" | { tar -x -C "$work/k" --wildcards "${kpat[@]}" && cat >/dev/null; }
     kver=$(basename "$(find "$work/k/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -1)")
 
     # Xen's ELF: QEMU's multiboot loader takes it uncompressed.
@@ -337,11 +327,13 @@ build() {
     mkdir -p "$root/plx/dd"
     (cd "$droot" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$root/plx/dd/initrd"
 
-    # -- dom0's benchmark server: qemu-nbd with the libraries it needs that dom0 lacks.
-    mkdir -p "$work/qemu"
-    for deb in "${dom0_debs[@]}"; do dpkg-deb -x "$deb" "$work/qemu"; done
-    install -m 755 "$work/qemu/usr/bin/qemu-nbd" "$root/usr/bin/qemu-nbd"
-    add_libs "$root" "$root/usr/bin/qemu-nbd"
+    # -- the benchmark's images only: qemu-nbd with the libraries it needs that dom0 lacks.
+    if [[ $WITH_BENCH -eq 1 ]]; then
+        mkdir -p "$work/qemu"
+        for deb in "${bench_debs[@]}"; do dpkg-deb -x "$deb" "$work/qemu"; done
+        install -m 755 "$work/qemu/usr/bin/qemu-nbd" "$root/usr/bin/qemu-nbd"
+        add_libs "$root" "$root/usr/bin/qemu-nbd"
+    fi
 
     # -- the PV guests: busybox, the block frontend, the guest init.
     mkdir -p "$groot"/{bin,dev,proc,sys,tmp}
@@ -356,14 +348,15 @@ build() {
     (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$work/dom0.cpio"
     {
         echo "kernel $(basename "$kdeb")"
-        for deb in "${debs[@]}" "${dom0_debs[@]}"; do basename "$deb"; done
+        for deb in "${debs[@]}" ${bench_debs[@]+"${bench_debs[@]}"}; do basename "$deb"; done
         echo "host: ${HOST_PROGS[*]}"
     } >"$work/manifest"
     # Each file is replaced by a rename, so a lab booting beside this build reads whole files.
-    for f in xen vmlinux dom0.cpio manifest; do mv -f "$work/$f" "$LAB/$f"; done
-    echo "$want" >"$LAB/stamp"
+    for f in xen vmlinux dom0.cpio manifest; do mv -f "$work/$f" "$IMG/$f"; done
+    echo "$want" >"$IMG/stamp"
     rm -rf "$work"
     trap - EXIT
+    echo "xen-lab: images assembled ($((SECONDS - t0)) s)" >&2
 }
 
 # ---- booting -----------------------------------------------------------------------------------
@@ -385,8 +378,8 @@ boot() {
     # -cpu max with smap=0 (pitfall 1); -smp 1: one host core is faster and steadier (pitfall 6).
     # shellcheck disable=SC2054 # the commas belong to the options
     local q=("$QEMU" -accel tcg,thread=multi -cpu "$CPU" -smp 1 -m 2048 -display none -monitor none
-        -no-reboot -kernel "$LAB/xen" -append "$XEN_ARGS"
-        -initrd "$LAB/vmlinux $DOM0_ARGS $extra,$LAB/dom0.cpio"
+        -no-reboot -kernel "$IMG/xen" -append "$XEN_ARGS"
+        -initrd "$IMG/vmlinux $DOM0_ARGS $extra,$IMG/dom0.cpio"
         -drive "file=$store,format=raw,if=virtio,cache=unsafe")
     # The benchmarks' scratch disk (dom0's /dev/vdb), with the host's page cache out of the way.
     [[ -z $SCRATCH_IMG ]] || q+=(-drive "file=$SCRATCH_IMG,format=raw,if=virtio,cache=none")
@@ -418,7 +411,11 @@ run_cases() {
     boot "$log" "$store" "$tmo" "plx.cases=$(IFS=:; echo "$*") plx.deadline=$((tmo - 30))$BOOT_EXTRA" ||
         rc=$?
     tr -d '\r' <"$log" >"$log.tmp" && mv -f "$log.tmp" "$log"
-    [[ $rc -eq 0 ]] || echo "xen-lab: QEMU ended with $rc after $((SECONDS - t0)) s$([[ $rc -eq 124 ]] && echo " (timed out)")"
+    if [[ $rc -eq 0 ]]; then
+        echo "xen-lab: boot $n ended after $((SECONDS - t0)) s"
+    else
+        echo "xen-lab: QEMU ended with $rc after $((SECONDS - t0)) s$([[ $rc -eq 124 ]] && echo " (timed out)")"
+    fi
     for c in "$@"; do
         r=$(sed -n "s/.*PLX-CASE $c \(PASS\|FAIL\|TOOLSTACK\).*/\1/p" "$log" | tail -1)
         RES[$c]=${r:-MISSING}
@@ -497,9 +494,12 @@ if [[ $CMD == run ]]; then
     done
 fi
 LAB=${PLX_XEN_LAB:-$ROOT/build/xen-lab$([[ $SHADOW -eq 0 ]] || echo -shadow)}
+# The images booted: LAB's, or for `bench` LAB/bench (with qemu-nbd).
+IMG=$LAB
 
 case $CMD in
 build) build ;;
+fetch) fetch_packages ;;
 list) find "$ROOT/tests/xen/cases" -name "*.sh" -printf "%f\n" | sed "s/\.sh$//" | LC_ALL=C sort ;;
 shell)
     build
@@ -521,6 +521,7 @@ bench)
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "PLX_BENCH_ROUNDS must be a positive number"
     BOOT_EXTRA=" plx.bench_rounds=$ROUNDS"
     TIMEOUT=${PLX_XEN_BENCH_TIMEOUT:-$((600 + 2400 * ROUNDS))}
+    WITH_BENCH=1 IMG=$LAB/bench
     build
     OUT=${OUT:-$(mkdir -p "$LAB/runs" && mktemp -d "$LAB/runs/bench.XXXXXX")}
     KEEP=1
