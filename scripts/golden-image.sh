@@ -20,7 +20,8 @@
 # Packages come from the Debian mirror by `apt-get download` (no install, no root needed for the
 # download itself) and are kept in the cache directory (default build/cache/debs, or
 # $PLX_DEB_CACHE; scripts/deb-cache.sh, shared with the Xen lab), so a second build fetches
-# nothing. Without network the cached .deb files are used. The image is made without mounting anything: `mkfs.ext4 -d` fills it from a directory.
+# nothing. Without network the cached .deb files are used. The image is made without mounting
+# anything: `mkfs.ext4 -d` fills it from a directory.
 #
 # What the guest does is chosen on the kernel command line (plx.mode=..., see
 # tests/vm/guest-init.sh), so one image serves every test.
@@ -39,7 +40,7 @@ while [[ $# -gt 0 ]]; do
     --cache) CACHE=$2 && shift ;;
     --size) SIZE=$2 && shift ;;
     --fetch) FETCH_ONLY=1 ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "golden-image: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1 ;;
     esac

@@ -629,11 +629,12 @@ static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
  * writes completed, so its flush covers them all. Two in flight at most (fua_groups_max): the
  * second waits for the first at the block layer, which starts it the moment the first ends,
  * where a group waiting in the engine for that end started its flush only after a round through
- * the engine's loop (bench/notes/fua-tapdisk.md: 1.6x at QD 32 through tapdisk); the writes
- * reaped while both run wait and form the next group. Not one per write: a FUA write with RWF_DSYNC
- * (or an aio FDSYNC of its own) costs a kernel worker that blocks in its own flush, several context
- * switches per write on a busy machine; nor the helper thread, whose hand-offs (its mutex,
- * its wakeup, its eventfd) cost more still (bench/notes/fua-tapdisk.md). */
+ * the engine's loop (bench/notes/fua-tapdisk.md: 1.6x at QD 32 through tapdisk on a loaded
+ * machine, equal on a quiet one); the writes reaped while both run wait and form the next group.
+ * Not one per write: a FUA write with RWF_DSYNC (or an aio FDSYNC of its own) costs a kernel worker
+ * that blocks in its own flush, several context switches per write on a busy machine; nor the
+ * helper thread, whose hand-offs (its mutex, its wakeup, its eventfd) cost more still
+ * (bench/notes/fua-tapdisk.md). */
 static void fua_group_submit(struct file_backend *f)
 {
     if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups >= f->fua_groups_max))

@@ -146,7 +146,8 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
         !f->blocking && !(flags & PLX_BACKEND_FLUSH_THREAD) && !(group && strcmp(group, "0") == 0);
     /* Up to two groups' flushes in flight: the second group's FDSYNC waits at the block layer,
      * not in the engine's loop, for the first to end, and starts as soon as it does (at QD 32
-     * through tapdisk 1.6x one in flight, bench/notes/fua-tapdisk.md). $PARALLAX_FUA_GROUP=N
+     * through tapdisk 1.6x one in flight at load 8-12, equal on a quiet machine:
+     * bench/notes/fua-tapdisk.md). $PARALLAX_FUA_GROUP=N
      * (N >= 1) sets it (for measurements). */
     f->fua_groups_max = group && atoi(group) >= 1 ? (unsigned)atoi(group) : 2;
     while (!f->blocking) {
