@@ -102,8 +102,19 @@ static void efd_signal(struct file_backend *f)
     plx_efd_signal(f->done.efd);
 }
 
+/* A FUA data write's data stage is over (written, or failed): it no longer holds back its
+ * group's flush (fua_group_submit). */
+static void fua_written(struct file_backend *f, struct file_slot *s)
+{
+    if (s->fua_writing) {
+        s->fua_writing = 0;
+        f->fua_writing--;
+    }
+}
+
 static void slot_finish(struct file_backend *f, struct file_slot *s, int status)
 {
+    fua_written(f, s);
     s->link.status = status;
     list_push(&f->done.ready, s);
 }
@@ -376,6 +387,8 @@ static int slot_begin(struct file_backend *f, struct file_slot *s, struct plx_io
         s->dsync = s->fua && f->rwf_dsync && !(s->fua_data && f->fua_group) &&
                    (!f->sync_rt || (s->fua_data && f->fua_data_inflight > 0));
         f->fua_data_inflight += (unsigned)s->fua_data;
+        s->fua_writing = s->fua_data;
+        f->fua_writing += (unsigned)s->fua_data;
     }
     return slot_start(f, s);
 }
@@ -384,6 +397,7 @@ void plx_file_slot_release(struct file_backend *f, struct file_slot *s)
 {
     if (s->fua_data)
         f->fua_data_inflight--;
+    fua_written(f, s);
     s->fua_data = 0;
     s->link.io = NULL;
     s->link.next = f->free_slots != NULL ? &f->free_slots->link : NULL;
@@ -592,6 +606,8 @@ static void slot_event(struct file_backend *f, struct file_slot *s, long res)
         if (s->fua_data && f->fua_group) {
             /* Its flush is the group's that this poll submits (fua_group_submit). */
             list_push(&f->fua_pending, s);
+            f->fua_pending_n++;
+            fua_written(f, s);
             return;
         }
     }
@@ -639,6 +655,9 @@ static void fua_group_submit(struct file_backend *f)
 {
     if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups >= f->fua_groups_max))
         return;
+    if (f->fua_group && f->fua_writing > 0 && f->fua_pending_n < f->fua_hold)
+        return;
+    f->fua_pending_n = 0;
     struct plx_done_list members = plx_done_take(&f->fua_pending);
     struct fua_group *g = f->fua_group ? calloc(1, sizeof *g) : NULL;
     if (g == NULL) {
