@@ -12,7 +12,8 @@
  * FUA write (a commit's: PLX_IO_URGENT) is a plain write followed by such a flush; the writes a
  * snapshot, flush or FUA write waits for (PLX_IO_URGENT) get that class too (DESIGN.md, "Commit
  * writes go first"). Other FUA writes (the engine's FUA data writes: a FUA overwrite in place)
- * are plain writes; those whose data is reaped share one aio FDSYNC, two in flight at most
+ * are plain writes; those whose data is reaped share one aio FDSYNC, two in flight at most,
+ * which waits while other FUA data writes are still being written, up to 16 pending
  * (fua_group_submit), and complete with it. With $PARALLAX_FUA_GROUP=0 such a write carries
  * RWF_DSYNC while another one is in flight, else goes through the helper thread (see
  * slot_begin). With $PARALLAX_IOPRIO=0, flushes go to the kernel as IO_CMD_FDSYNC and the other
@@ -642,7 +643,14 @@ static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
 }
 
 /* Make the FUA data writes whose data was reaped durable with one aio FDSYNC: it runs after their
- * writes completed, so its flush covers them all. Two in flight at most (fua_groups_max): the
+ * writes completed, so its flush covers them all. It waits while other FUA data writes are still
+ * being written (their completions are a device write away), until fua_hold (16) are pending:
+ * then one flush, one completion burst and one wakeup of the client serve them all, where the
+ * first few written took one flush and the rest another (at QD 32 through tapdisk: ~12 writes a
+ * flush instead of ~6, 1.1-1.15x the throughput: bench/notes/fua-tapdisk.md; the flush itself
+ * is ~35 us at the device there, what a flush costs is the wakeups around it). The wait is
+ * bounded: by those writes' completions, which it does not hold up, or by fua_hold; a write
+ * alone in flight (QD 1) is flushed at once. Two in flight at most (fua_groups_max): the
  * second waits for the first at the block layer, which starts it the moment the first ends,
  * where a group waiting in the engine for that end started its flush only after a round through
  * the engine's loop (bench/notes/fua-tapdisk.md: 1.6x at QD 32 through tapdisk on a loaded
