@@ -21,6 +21,8 @@
 #include "backend_file_shared.h"
 
 #define FILE_MAX_SLOTS 1024
+/* fua_hold's default (backend_file_shared.h) */
+#define FUA_HOLD_DEFAULT 16
 
 static size_t dio_align_ok(long a)
 {
@@ -150,6 +152,11 @@ plx_backend *plx_backend_file_open(const char *path, unsigned flags, int *err, c
      * bench/notes/fua-tapdisk.md). $PARALLAX_FUA_GROUP=N
      * (N >= 1) sets it (for measurements). */
     f->fua_groups_max = group && atoi(group) >= 1 ? (unsigned)atoi(group) : 2;
+    /* A group's flush waits for the FUA data writes still being written, up to 16 pending
+     * (fua_group_submit). $PARALLAX_FUA_HOLD=N sets the 16, 0 turns the wait off (for
+     * measurements). */
+    const char *hold = getenv("PARALLAX_FUA_HOLD");
+    f->fua_hold = hold && atoi(hold) >= 0 ? (unsigned)atoi(hold) : FUA_HOLD_DEFAULT;
     while (!f->blocking) {
         rc = io_setup((int)nslots, &f->ctx);
         if (rc != -EAGAIN || nslots <= 8)

@@ -32,6 +32,7 @@ struct file_slot {
     enum slot_stage stage;
     int fua, dsync; /* dsync: the write itself carries RWF_DSYNC */
     int fua_data;   /* a FUA write that is not urgent: counted in fua_data_inflight */
+    int fua_writing; /* fua_data, its data not written yet: counted in fua_writing */
 };
 
 /* A FUA data write's flush, shared: one aio FDSYNC for the FUA data writes whose data was reaped
@@ -106,6 +107,11 @@ struct file_backend {
     struct plx_done_list fua_pending;
     unsigned fua_groups;     /* groups (their FDSYNC) with the kernel: at most fua_groups_max */
     unsigned fua_groups_max; /* 2, or $PARALLAX_FUA_GROUP when it is a number from 1 */
+    /* A group's flush waits while fewer than fua_hold writes are pending and other FUA data
+     * writes are still being written (fua_group_submit): 16, or $PARALLAX_FUA_HOLD (0: never). */
+    unsigned fua_hold;
+    unsigned fua_pending_n; /* in fua_pending */
+    unsigned fua_writing;   /* FUA data writes whose data is not written yet (slot fua_writing) */
 };
 
 /* The seam's operations of a file backend (backend_file.c). */

@@ -76,7 +76,12 @@ static int submit_rw(plx_vdi *v, enum plx_req_op op, void *buf, uint64_t off, si
     if (aligned) {
         r->io_buf = buf;
     } else {
-        r->bounce = plx_block_alloc(r->b1 - r->b0);
+        /* A write of whole blocks overwrites all of its bounce buffer before any I/O
+         * (do_resolve's copy), so it is not zeroed first: a memset per write through tapdisk,
+         * whose buffers are not 4 KiB-aligned, was 2 % of its CPU at QD 32. */
+        bool whole = op == REQ_WRITE && off % PLX_BLOCK_SIZE == 0 && len % PLX_BLOCK_SIZE == 0;
+        r->bounce =
+            whole ? plx_block_alloc_unzeroed(r->b1 - r->b0) : plx_block_alloc(r->b1 - r->b0);
         r->io_buf = r->bounce;
         if (op == REQ_WRITE) {
             r->head_partial = off % PLX_BLOCK_SIZE != 0;
