@@ -663,7 +663,7 @@ static void fua_group_submit(struct file_backend *f)
 {
     if (f->fua_pending.head == NULL || (f->fua_group && f->fua_groups >= f->fua_groups_max))
         return;
-    if (f->fua_group && f->fua_writing > 0 && f->fua_pending_n < f->fua_hold)
+    if (f->fua_writing > 0 && f->fua_pending_n < f->fua_hold)
         return;
     f->fua_pending_n = 0;
     struct plx_done_list members = plx_done_take(&f->fua_pending);

@@ -402,6 +402,13 @@ static unsigned long efd_count(int efd)
     return n;
 }
 
+/* Wait (up to 10 s) until the backend's eventfd holds `target` completions' signals. */
+static void wait_signals(plx_backend *be, unsigned long target)
+{
+    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < target; t++)
+        usleep(1000);
+}
+
 /* FUA data writes (PLX_IO_FUA without PLX_IO_URGENT: the pipeline's FUA overwrites in place) whose
  * data completes in one poll share one flush, asked for by that poll after their writes completed
  * (one aio FDSYNC), and none of them is delivered before it completes.
@@ -424,8 +431,7 @@ START_TEST(test_file_fua_group)
             0);
     }
     /* Every data write done in the kernel before the backend looks: one poll reaps them all. */
-    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < N; t++)
-        usleep(1000);
+    wait_signals(be, N);
     ck_assert_uint_eq(efd_count(be->ops->fd(be)), N);
     ck_assert_int_ge(be->ops->poll(be, 0), 0);
     /* Written, not yet durable: none delivered, their one flush asked for. */
@@ -569,23 +575,23 @@ START_TEST(test_aio_ring_reader)
 }
 END_TEST
 
+/* Give the kernel the n iocbs the io_submit stand-in kept, in order; returns 0 (the new count). */
+static unsigned aio_release(struct iocb **held, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_int_eq(syscall(SYS_io_submit, aio_fault.held_ctx, 1L, &held[i]), 1);
+    return 0;
+}
+
 static void aio_release_held(void)
 {
-    for (unsigned i = 0; i < aio_fault.nheld; i++) {
-        struct iocb *p = aio_fault.held[i];
-        ck_assert_int_eq(syscall(SYS_io_submit, aio_fault.held_ctx, 1L, &p), 1);
-        aio_fault.fdsyncs++;
-    }
-    aio_fault.nheld = 0;
+    aio_fault.fdsyncs += aio_fault.nheld;
+    aio_fault.nheld = aio_release(aio_fault.held, aio_fault.nheld);
 }
 
 static void aio_release_writes(void)
 {
-    for (unsigned i = 0; i < aio_fault.nwheld; i++) {
-        struct iocb *p = aio_fault.wheld[i];
-        ck_assert_int_eq(syscall(SYS_io_submit, aio_fault.held_ctx, 1L, &p), 1);
-    }
-    aio_fault.nwheld = 0;
+    aio_fault.nwheld = aio_release(aio_fault.wheld, aio_fault.nwheld);
 }
 
 /* Submit FUA data writes to blocks at, at + 1, ... (block i holding pattern 50 + i), the last
@@ -605,8 +611,7 @@ static void fua_hold_round(plx_backend *be, struct rec *r, int *count, unsigned 
                          0);
     }
     ck_assert_uint_eq(aio_fault.nwheld, (unsigned)held);
-    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < before + (unsigned)(n - held); t++)
-        usleep(1000);
+    wait_signals(be, before + (unsigned)(n - held));
     ck_assert_int_ge(be->ops->poll(be, 0), 0);
 }
 
@@ -626,13 +631,23 @@ static void fua_hold_finish(plx_backend *be, struct rec *r, int *count, int n, u
  * another for the rest (at QD 32 through tapdisk a group of ~6 became ~12, bench/notes/
  * fua-tapdisk.md). Past the limit, and with the wait turned off, the written ones' flush goes at
  * once. No write is delivered before its group's flush ends. */
+/* A backend opened with $PARALLAX_FUA_HOLD set to hold (NULL: unset), the stand-in reset. */
+static plx_backend *hold_backend(const char *hold)
+{
+    if (hold)
+        setenv("PARALLAX_FUA_HOLD", hold, 1);
+    plx_backend *be = make_backend(K_FILE_RT, 64);
+    unsetenv("PARALLAX_FUA_HOLD");
+    memset(&aio_fault, 0, sizeof aio_fault);
+    return be;
+}
+
 START_TEST(test_file_fua_hold)
 {
     unsigned char *buf = plx_block_alloc(6);
     struct rec r[6];
     int count = 0;
-    memset(&aio_fault, 0, sizeof aio_fault);
-    plx_backend *be = make_backend(K_FILE_RT, 64);
+    plx_backend *be = hold_backend(NULL);
     fua_hold_round(be, r, &count, buf, 6, 2, 0);
     ck_assert_uint_eq(aio_fault.fdsyncs, 0); /* four written, two still writing: no flush yet */
     ck_assert_int_eq(count, 0);
@@ -641,10 +656,7 @@ START_TEST(test_file_fua_hold)
     be->ops->destroy(be);
 
     /* At the limit (4 here) the pending writes' flush goes though others are still writing. */
-    setenv("PARALLAX_FUA_HOLD", "4", 1);
-    be = make_backend(K_FILE_RT, 64);
-    unsetenv("PARALLAX_FUA_HOLD");
-    memset(&aio_fault, 0, sizeof aio_fault);
+    be = hold_backend("4");
     count = 0;
     fua_hold_round(be, r, &count, buf, 6, 2, 8);
     ck_assert_uint_eq(aio_fault.fdsyncs, 1);
@@ -653,10 +665,7 @@ START_TEST(test_file_fua_hold)
     be->ops->destroy(be);
 
     /* $PARALLAX_FUA_HOLD=0: no wait, as before. */
-    setenv("PARALLAX_FUA_HOLD", "0", 1);
-    be = make_backend(K_FILE_RT, 64);
-    unsetenv("PARALLAX_FUA_HOLD");
-    memset(&aio_fault, 0, sizeof aio_fault);
+    be = hold_backend("0");
     count = 0;
     fua_hold_round(be, r, &count, buf, 3, 1, 16);
     ck_assert_uint_eq(aio_fault.fdsyncs, 1);
@@ -681,8 +690,7 @@ static void fua_batch(plx_backend *be, struct rec *r, int *count, unsigned char 
                          0);
     }
     /* Their data written before the backend looks: one poll reaps the four. */
-    for (int t = 0; t < 10000 && efd_count(be->ops->fd(be)) < before + 4; t++)
-        usleep(1000);
+    wait_signals(be, before + 4);
     ck_assert_int_ge(be->ops->poll(be, 0), 0);
 }
 
