@@ -647,7 +647,7 @@ static void fua_sync_each(struct file_backend *f, struct plx_done_list *l)
  * being written (their completions are a device write away), until fua_hold (16) are pending:
  * then one flush, one completion burst and one wakeup of the client serve them all, where the
  * first few written took one flush and the rest another (at QD 32 through tapdisk: ~12 writes a
- * flush instead of ~6, 1.1-1.15x the throughput: bench/notes/fua-tapdisk.md; the flush itself
+ * flush instead of 6-7, 1.08-1.15x the throughput: bench/notes/fua-tapdisk.md; the flush itself
  * is ~35 us at the device there, what a flush costs is the wakeups around it). The wait is
  * bounded: by those writes' completions, which it does not hold up, or by fua_hold; a write
  * alone in flight (QD 1) is flushed at once. Two in flight at most (fua_groups_max): the

@@ -628,7 +628,7 @@ static void fua_hold_finish(plx_backend *be, struct rec *r, int *count, int n, u
 
 /* A group's flush waits while other FUA data writes are still being written and fewer than 16
  * are pending ($PARALLAX_FUA_HOLD): one flush for the lot, not one for those written first and
- * another for the rest (at QD 32 through tapdisk a group of ~6 became ~12, bench/notes/
+ * another for the rest (at QD 32 through tapdisk a group of 6-7 became ~12, bench/notes/
  * fua-tapdisk.md). Past the limit, and with the wait turned off, the written ones' flush goes at
  * once. No write is delivered before its group's flush ends. */
 /* A backend opened with $PARALLAX_FUA_HOLD set to hold (NULL: unset), the stand-in reset. */
